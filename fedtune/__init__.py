@@ -1,0 +1,23 @@
+"""fedtune: honest hyperparameter studies of federated domain generalisation / adaptation on Ray.
+
+Importing ``fedtune`` is light (no torch, no Ray): the heavy parts load where they run.
+
+>>> import fedtune
+>>> cfg = fedtune.RunConfig.from_dict({"rounds": 2, "backend": "local"})
+>>> cfg.algorithm, cfg.dataset
+('fedavg', 'rotated-digits')
+"""
+
+from fedtune.config import ConfigError, RunConfig
+
+__version__ = "0.1.0"
+
+
+def run(cfg: "RunConfig", **kwargs):
+    """Run one federated run; see :func:`fedtune.runtime.driver.run`."""
+    from fedtune.runtime import run as _run
+
+    return _run(cfg, **kwargs)
+
+
+__all__ = ["ConfigError", "RunConfig", "run", "__version__"]

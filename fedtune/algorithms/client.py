@@ -1,0 +1,115 @@
+"""Client methods: how one client trains from the global model for one round.
+
+A :class:`ClientMethod` gets a :class:`ClientContext` (the model already holding the global
+weights, the client's data as tensors on its device, a seeded generator for data order, the
+server rule's broadcast payload and the client's own persistent state) and trains the model in
+place. The runtime then ships the trained weights back; the method may add ``extras`` (arrays
+the server rule needs, e.g. per-batch displacements) and ``metrics`` (diag columns).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator
+
+if TYPE_CHECKING:  # torch is imported lazily: the driver process never needs it
+    import torch
+    from torch import nn
+
+import numpy as np
+
+from fedtune.algorithms.base import HParam
+
+
+@dataclass
+class ClientContext:
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    cfg: Any  # RunConfig
+    round: int
+    client_id: int
+    role: str  # "source" | "target"
+    generator: torch.Generator  # seeded from (seed, client_id, round): data order
+    device: torch.device
+    payload: dict[str, np.ndarray] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)  # survives across rounds on this client's actor
+
+
+@dataclass
+class ClientOutcome:
+    loss: float  # mean training loss over the round's steps (NaN/Inf => the run diverged)
+    steps: int
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def local_steps(num_examples: int, cfg: Any) -> int:
+    """Steps of one round: ``local_steps`` if set, else ``local_epochs`` passes over the data."""
+    if cfg.local_steps is not None:
+        return int(cfg.local_steps)
+    return int(cfg.local_epochs) * max(1, math.ceil(num_examples / cfg.batch_size))
+
+
+def batches(n: int, batch_size: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """``steps`` index batches drawn epoch by epoch from fresh permutations of ``range(n)``."""
+    import torch
+
+    done = 0
+    while done < steps:
+        perm = torch.randperm(n, generator=generator)
+        for start in range(0, n, batch_size):
+            if done == steps:
+                return
+            yield perm[start:start + batch_size]
+            done += 1
+
+
+class ClientMethod:
+    """Base class. Subclasses set ``name``/``hparams`` and implement :meth:`train`."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    hparams: ClassVar[tuple[HParam, ...]] = ()
+    supervised: ClassVar[bool] = True  # False: trains without labels (the ufdg setting)
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    def train(self, ctx: ClientContext) -> ClientOutcome:
+        raise NotImplementedError
+
+
+class SGD(ClientMethod):
+    name = "sgd"
+    description = "plain local SGD (momentum, weight decay) on the cross-entropy loss"
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        import torch
+
+        c = self.cfg
+        return torch.optim.SGD(model.parameters(), lr=c.local_lr, momentum=c.local_momentum,
+                               weight_decay=c.weight_decay)
+
+    def train(self, ctx: ClientContext) -> ClientOutcome:
+        from torch import nn
+
+        model, cfg = ctx.model, self.cfg
+        model.train()
+        opt = self.make_optimizer(model)
+        n = len(ctx.y)
+        steps = local_steps(n, cfg)
+        total, done = 0.0, 0
+        for idx in batches(n, cfg.batch_size, steps, ctx.generator):
+            idx = idx.to(ctx.device)
+            loss = nn.functional.cross_entropy(model(ctx.x[idx]), ctx.y[idx])
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                return ClientOutcome(loss=value, steps=done + 1)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += value
+            done += 1
+        return ClientOutcome(loss=total / max(done, 1), steps=done)

@@ -1,0 +1,170 @@
+"""The ``fedtune`` command line: ``run``, ``datasets``, ``algorithms``, ``fields``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from fedtune.config import ConfigError, RunConfig, describe_fields, parse_set_options
+
+# Flags of `fedtune run` that map one-to-one onto config fields (flag dest -> field).
+RUN_FLAGS = {
+    "algorithm": "algorithm", "dataset": "dataset", "data_root": "data_root", "target_domain": "target_domain",
+    "rounds": "rounds", "seed": "seed", "output": "output", "name": "name", "backend": "backend",
+    "address": "address",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedtune", description="Federated domain generalisation / adaptation studies on Ray.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run one federated training run (one trial)",
+                         description="Run one federated run and store every round in OUTPUT/STUDY/. "
+                                     "Precedence: defaults < --config FILE < flags < --set.")
+    run.add_argument("--config", metavar="FILE.yaml", help="YAML mapping of config fields")
+    run.add_argument("--algorithm", help="named algorithm (see `fedtune algorithms`); default fedavg")
+    run.add_argument("--dataset", help="dataset (see `fedtune datasets`); default rotated-digits (embedded)")
+    run.add_argument("--data-root", metavar="DIR", help="directory holding the dataset's files")
+    run.add_argument("--target-domain", metavar="NAME", help="held-out target domain")
+    run.add_argument("--rounds", type=int, metavar="N", help="federated rounds")
+    run.add_argument("--seed", type=int, metavar="S", help="seed")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="set any config field, e.g. --set client_gpus=0.25 --set local_epochs=2 "
+                          "(see `fedtune fields`)")
+    run.add_argument("--output", metavar="DIR", help="results directory (default fedtune_results)")
+    run.add_argument("--name", metavar="STUDY", help="study name: results go to OUTPUT/STUDY (default 'default')")
+    run.add_argument("--backend", choices=["ray", "local"], help="ray actors (default) or local in-process")
+    run.add_argument("--address", metavar="ADDR", help="Ray cluster to join ('auto' for the running one)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--verbose", action="store_true", help="show Ray's logs and actor output")
+
+    sub.add_parser("datasets", help="list datasets")
+    sub.add_parser("algorithms", help="list algorithms, client methods and server rules")
+    sub.add_parser("fields", help="list every config field with its default and meaning")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    values: dict[str, Any] = {}
+    for dest, field_name in RUN_FLAGS.items():
+        v = getattr(args, dest, None)
+        if v is not None:
+            values[field_name] = v
+    values.update(parse_set_options(args.set))
+    if args.config:
+        return RunConfig.from_yaml(args.config, overrides=values)
+    return RunConfig.from_dict(values, source="command line")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from fedtune.runtime import run
+
+    cfg = config_from_args(args)
+    console = Console()
+    result = run(cfg, progress=not args.no_progress, verbose=args.verbose)
+    last = result.rows[-1] if result.rows else {}
+    best = max(result.rows, key=lambda r: (r.get("val_acc") if r.get("val_acc") == r.get("val_acc") else -1),
+               default={})
+    table = Table(title=f"{cfg.algorithm} on {cfg.dataset} — {result.status}")
+    for col in ("", "round", "train_loss", "val_acc", "target_acc"):
+        table.add_column(col)
+    for label, row in (("last round", last), ("best val round", best)):
+        if row:
+            table.add_row(label, str(row["round"]), f"{row['train_loss']:.4f}",
+                          f"{row.get('val_acc', float('nan')):.4f}", f"{row.get('target_acc', float('nan')):.4f}")
+    console.print(table)
+    if result.time_to_first_round_s is not None:
+        console.print(f"time to the end of round 1: {result.time_to_first_round_s:.1f}s; "
+                      f"client actors: {result.info.get('num_workers')}; model parameters: {result.info.get('num_params')}")
+    if result.error:
+        console.print(f"[yellow]{result.status}: {result.error}[/yellow]")
+    console.print(f"results: {result.rounds_path}")
+    console.print(f"trials:  {result.study_dir / 'trials.parquet'}")
+    return 0 if result.status == "completed" else 3
+
+
+def cmd_datasets() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from fedtune.data import list_datasets
+
+    table = Table(title="datasets (fedtune run --dataset NAME [--data-root DIR])")
+    table.add_column("name")
+    table.add_column("needs --data-root")
+    table.add_column("description")
+    for d in list_datasets():
+        table.add_row(d.name, "yes" if d.needs_root else "no (embedded)", d.description)
+    Console().print(table)
+    return 0
+
+
+def cmd_algorithms() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES
+
+    console = Console()
+    table = Table(title="algorithms (--algorithm NAME)")
+    for col in ("name", "client method", "server rule", "settings", "description"):
+        table.add_column(col)
+    for p in PRESETS.values():
+        table.add_row(p.name, p.client_method, p.server_rule, ", ".join(p.settings), p.description)
+    console.print(table)
+    for title, registry, field_name in (("client methods", CLIENT_METHODS, "client_method"),
+                                        ("server rules", SERVER_RULES, "server_rule")):
+        t = Table(title=f"{title} (--set {field_name}=NAME composes with any algorithm)")
+        t.add_column("name")
+        t.add_column("hyperparameters")
+        t.add_column("description")
+        for comp in registry.values():
+            t.add_row(comp.name, ", ".join(f"{h.name}={h.default}" for h in comp.hparams) or "-", comp.description)
+        console.print(t)
+    return 0
+
+
+def cmd_fields() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="config fields (YAML keys and --set KEY=VALUE)")
+    for col in ("field", "default", "meaning"):
+        table.add_column(col)
+    for name, default, help_ in describe_fields():
+        table.add_row(name, default, help_)
+    Console().print(table)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fedtune.data import DataError
+    from fedtune.runtime import ClientFailure, ResourceError
+
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "datasets":
+            return cmd_datasets()
+        if args.command == "algorithms":
+            return cmd_algorithms()
+        if args.command == "fields":
+            return cmd_fields()
+    except (ConfigError, DataError, ResourceError, ClientFailure) as exc:
+        print(f"fedtune: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fedtune: interrupted; finished rounds are in the results store", file=sys.stderr)
+        return 130
+    return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

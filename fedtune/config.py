@@ -1,0 +1,332 @@
+"""Run configuration: every field, its default, its allowed values, in one place.
+
+A :class:`RunConfig` is what one federated run (one trial) needs. It is built from defaults,
+then an optional YAML file, then command-line flags and ``--set key=value`` overrides, and
+validated before anything starts. Every error names the field and what is allowed.
+
+>>> cfg = RunConfig.from_dict({"rounds": 3, "local_lr": 0.1})
+>>> cfg.rounds, cfg.local_lr
+(3, 0.1)
+>>> RunConfig.from_dict({"client_gpus": -1})
+Traceback (most recent call last):
+...
+fedtune.config.ConfigError: field 'client_gpus': -1.0 is out of range; allowed: >= 0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration field has a bad value. The message names the field and what is allowed."""
+
+
+def _f(default: Any, help: str, *, choices: tuple | None = None, lo: float | None = None,
+       hi: float | None = None, lo_open: bool = False, hp: bool = False, factory=None):
+    meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "hp": hp}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+SETTINGS = ("fdg", "fl", "fda", "ufdg")
+MODELS = ("cnn", "mlp", "resnet18")
+BACKENDS = ("ray", "local")
+FAILURE_POLICIES = ("retry", "skip", "fail")
+
+
+@dataclass
+class RunConfig:
+    """Everything one federated run needs. Field names are what ``--set`` and YAML use."""
+
+    # --- what to run -------------------------------------------------------------------
+    algorithm: str = _f("fedavg", "named algorithm: a preset (client method, server rule); see `fedtune algorithms`")
+    client_method: str | None = _f(None, "override the preset's client method (how a client trains)")
+    server_rule: str | None = _f(None, "override the preset's server rule (how updates combine)")
+    dataset: str = _f("rotated-digits", "dataset name; see `fedtune datasets`")
+    data_root: str | None = _f(None, "directory holding the dataset's files (not needed by embedded datasets)")
+    data_seed: int = _f(0, "seed of the dataset's own construction (rotated-digits subsets, rect4 points)")
+    image_size: int | None = _f(None, "resize folder datasets to this many pixels per side (default 64)", lo=8)
+    setting: str | None = _f(None, "fdg (leave-one-domain-out), fl (Dirichlet label skew), fda (adds a target client), ufdg (unsupervised); default: the dataset's", choices=SETTINGS)
+    target_domain: str | None = _f(None, "held-out target domain (fdg/fda/ufdg); default: the dataset's first domain")
+    clients_per_domain: int = _f(1, "clients per source domain (fdg/fda/ufdg)", lo=1)
+    num_clients: int = _f(10, "number of clients in the fl setting", lo=1)
+    dirichlet_alpha: float = _f(0.5, "Dirichlet concentration of the fl label skew (smaller = more skew)", lo=0.0, lo_open=True)
+    participation: float = _f(1.0, "fraction of clients sampled each round", lo=0.0, hi=1.0, lo_open=True)
+    target_fraction: float = _f(0.05, "fda: fraction of the target domain given to the target client as labelled data", lo=0.0, hi=1.0, lo_open=True)
+    val_fraction: float = _f(0.2, "per-client validation hold-out (source validation = model selection)", lo=0.0, hi=0.9)
+    test_fraction: float = _f(0.2, "fl: per-client test hold-out", lo=0.0, hi=0.9, lo_open=True)
+    probe_fraction: float = _f(0.1, "ufdg: fraction of the target domain's labels for the linear probe", lo=0.0, hi=1.0, lo_open=True)
+    model: str | None = _f(None, "cnn, mlp or resnet18; default: the dataset's", choices=MODELS)
+    mlp_hidden: list[int] = _f(None, "hidden layer widths of the mlp model ([] = linear model)", factory=lambda: [256, 256])
+    pretrained_path: str | None = _f(None, "resnet18 only: local state_dict file to start from (loaded with weights_only=True)")
+
+    # --- training ------------------------------------------------------------------------
+    rounds: int = _f(10, "federated rounds", lo=1)
+    local_epochs: int = _f(1, "local epochs per round (ignored when local_steps is set)", lo=1, hp=True)
+    local_steps: int | None = _f(None, "local SGD steps per round; overrides local_epochs", lo=1, hp=True)
+    batch_size: int = _f(32, "local mini-batch size", lo=1, hp=True)
+    local_lr: float = _f(0.05, "client learning rate", lo=0.0, lo_open=True, hp=True)
+    local_momentum: float = _f(0.9, "client SGD momentum (optimizer state is reset every round)", lo=0.0, hi=1.0, hp=True)
+    weight_decay: float = _f(0.0, "client weight decay", lo=0.0, hp=True)
+    global_lr: float = _f(1.0, "server learning rate: theta <- theta + global_lr * aggregate(updates)", lo=0.0, lo_open=True, hp=True)
+    eval_batch_size: int = _f(256, "batch size of evaluation", lo=1)
+    seed: int = _f(0, "seed of partitions, client sampling, initialisation and data order")
+
+    # --- resources and runtime -------------------------------------------------------------
+    backend: str = _f("ray", "ray (actors) or local (in-process, sequential)", choices=BACKENDS)
+    address: str | None = _f(None, "Ray cluster address ('auto' to join a running cluster); default: start a local Ray")
+    num_cpus: int | None = _f(None, "CPUs of a local Ray started by fedtune (default: all of this machine's)", lo=1)
+    num_gpus: float | None = _f(None, "GPUs of a local Ray started by fedtune (default: detected)", lo=0.0)
+    client_cpus: float = _f(1.0, "CPUs reserved per client actor (fractions allowed); torch threads = max(1, floor)", lo=0.0, lo_open=True)
+    client_gpus: float = _f(0.0, "GPUs per client actor (fractions share a GPU, e.g. 0.25 = 4 actors per GPU)", lo=0.0)
+    coordinator_cpus: float = _f(0.0, "CPUs reserved for the coordinator actor (0: it shares the first client bundle; it is idle while clients train)", lo=0.0)
+    coordinator_gpus: float = _f(0.0, "GPUs for the coordinator actor (evaluation)", lo=0.0)
+    max_client_actors: int | None = _f(None, "client actors; logical clients are spread over them (default: as many as the cluster fits, at most one per client)", lo=1)
+    on_client_failure: str = _f("retry", "a dead client actor: retry (restart it, retry its clients once), skip (go on without them, recorded), fail", choices=FAILURE_POLICIES)
+    placement_timeout_s: float = _f(60.0, "seconds to wait for the placement group when the cluster is busy", lo=0.0, lo_open=True)
+
+    # --- hyperparameters declared by client methods / server rules (omg_kappa, gp_beta, ...) ---
+    params: dict[str, Any] = _f(None, "hyperparameters of the client method and server rule; set them by name (--set omg_kappa=0.3)", factory=dict)
+
+    # --- results -----------------------------------------------------------------------------
+    output: str = _f("fedtune_results", "results directory (holds one folder per study)")
+    name: str = _f("default", "study name (a folder under output)")
+
+    # ------------------------------------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> "RunConfig":
+        """Build and validate. Unknown keys are an error naming the closest known fields."""
+        from fedtune.algorithms import all_hparams
+
+        known = {f.name: f for f in fields(cls)}
+        component = all_hparams()
+        hints = get_type_hints(cls)
+        kwargs: dict[str, Any] = {}
+        params: dict[str, Any] = {}
+        for key, value in values.items():
+            if key == "params":
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{source}: field 'params' must be a mapping of name: value")
+                params.update(value)
+            elif key in component:
+                params[key] = value
+            elif key not in known:
+                raise ConfigError(_unknown_key_message(key, list(known) + list(component), source))
+            else:
+                kwargs[key] = _coerce(key, value, hints[key])
+        kwargs["params"] = params
+        cfg = cls(**kwargs)
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> "RunConfig":
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file '{path}' does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file '{path}' is not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file '{path}' must hold a mapping of field: value, not {type(data).__name__}")
+        data.update(overrides or {})
+        return cls.from_dict(data, source=str(path))
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        """A validated copy with some fields changed."""
+        return RunConfig.from_dict({**self.to_dict(), **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> None:
+        hints = get_type_hints(type(self))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            setattr(self, f.name, _coerce(f.name, value, hints[f.name]))
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            m = f.metadata
+            if m.get("choices") and value not in m["choices"]:
+                raise ConfigError(f"field '{f.name}': '{value}' is not allowed; allowed: {', '.join(m['choices'])}")
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ConfigError(f"field '{f.name}': {value} is not a finite number")
+                lo, hi = m.get("lo"), m.get("hi")
+                bad = (lo is not None and (value <= lo if m.get("lo_open") else value < lo)) or (
+                    hi is not None and value > hi)
+                if bad:
+                    raise ConfigError(f"field '{f.name}': {value} is out of range; allowed: {_range_text(m)}")
+        if any(h < 1 for h in self.mlp_hidden):
+            raise ConfigError(f"field 'mlp_hidden': widths must be >= 1, got {self.mlp_hidden}")
+        for name in ("client_gpus", "coordinator_gpus"):
+            v = getattr(self, name)
+            if v > 1 and v != int(v):
+                raise ConfigError(f"field '{name}': {v} is not allowed; allowed: a fraction <= 1 or a whole number of GPUs")
+        if self.setting == "fl" and self.val_fraction + self.test_fraction >= 0.95:
+            raise ConfigError(
+                f"fields 'val_fraction' + 'test_fraction' = {self.val_fraction + self.test_fraction} leave no "
+                "training data; allowed: a sum below 0.95")
+        if "/" in self.name or self.name.strip() in ("", ".", ".."):
+            raise ConfigError(f"field 'name': '{self.name}' is not a valid study name; allowed: a folder name without '/'")
+        # Names that need a registry are checked here too, so bad input fails before anything starts.
+        from fedtune.algorithms import all_hparams, resolve
+
+        resolved = resolve(self)
+        specs = resolved.hparam_specs()
+        owners = all_hparams()
+        for key, value in list(self.params.items()):
+            if key not in owners:
+                raise ConfigError(_unknown_key_message(key, self.field_names() + list(owners), "params"))
+            if key not in specs:
+                raise ConfigError(
+                    f"field '{key}' is a hyperparameter of {owners[key][0]}, which algorithm '{self.algorithm}' "
+                    f"(client method {resolved.client_method.name}, server rule {resolved.server_rule.name}) does not use")
+            self.params[key] = specs[key].check(value, owners[key][0])
+
+    def param(self, name: str) -> Any:
+        """A client-method / server-rule hyperparameter: the value set, else its declared default."""
+        if name in self.params:
+            return self.params[name]
+        from fedtune.algorithms import all_hparams
+
+        try:
+            return all_hparams()[name][1].default
+        except KeyError:
+            raise ConfigError(f"no hyperparameter named '{name}'") from None
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The tunable fields (``hp.<name>`` columns of the results), plus the rule's and method's own."""
+        from fedtune.algorithms import resolve
+
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("hp")}
+        out.update(resolve(self).hyperparameters(self))
+        return out
+
+    def trial_id(self) -> str:
+        """A stable id of what this run computes: equal configs (up to output/naming/backends) share it."""
+        ignore = {"backend", "address", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
+                  "placement_timeout_s", "on_client_failure", "client_cpus", "client_gpus",
+                  "coordinator_cpus", "coordinator_gpus"}
+        payload = {k: v for k, v in sorted(self.to_dict().items()) if k not in ignore}
+        digest = hashlib.sha1(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        return f"{self.algorithm}-{digest}"
+
+
+def describe_fields() -> list[tuple[str, str, str]]:
+    """(name, default, help) of every field: the reference table in docs and `--help`."""
+    rows = []
+    for f in fields(RunConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        help_ = f.metadata["help"]
+        if f.metadata.get("choices"):
+            help_ += f" [{'|'.join(f.metadata['choices'])}]"
+        rows.append((f.name, repr(default), help_))
+    return rows
+
+
+def parse_set_options(items: list[str] | None) -> dict[str, Any]:
+    """``["local_epochs=2", "mlp_hidden=[64]"]`` -> dict; values parsed as YAML scalars/lists."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set '{item}': expected key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        try:
+            value = yaml.safe_load(raw) if raw.strip() != "" else None
+        except yaml.YAMLError:
+            value = raw
+        out[key] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+def _range_text(m: dict) -> str:
+    lo, hi = m.get("lo"), m.get("hi")
+    parts = []
+    if lo is not None:
+        parts.append(f"{'>' if m.get('lo_open') else '>='} {lo:g}")
+    if hi is not None:
+        parts.append(f"<= {hi:g}")
+    return " and ".join(parts)
+
+
+def _unknown_key_message(key: str, known: list[str], source: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; see `fedtune fields` for all fields"
+    return f"{source}: unknown field '{key}'{hint}"
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """Convert YAML/CLI values to the field's type, or raise a ConfigError naming the field."""
+    origin = get_origin(hint)
+    args = get_args(hint)
+    if origin is Union or (origin is not None and type(None) in args):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
+            return None
+        inner = [a for a in args if a is not type(None)]
+        hint = inner[0]
+        origin = get_origin(hint)
+    if value is None:
+        raise ConfigError(f"field '{name}': a value is required")
+    if origin is list:
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        if isinstance(value, tuple):
+            value = list(value)
+        if not isinstance(value, list):
+            raise ConfigError(f"field '{name}': expected a list such as [64, 64], got {value!r}")
+        (elem,) = get_args(hint)
+        return [_coerce(name, v, elem) for v in value]
+    if origin is Literal:
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"field '{name}': expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"field '{name}': expected an integer, got {value!r}")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        if isinstance(value, int):
+            return value
+        raise ConfigError(f"field '{name}': expected an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"field '{name}': expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"field '{name}': expected a number, got {value!r}") from None
+    if hint is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"field '{name}': expected a string, got {value!r}")
+        return str(value)
+    return value

@@ -1,0 +1,120 @@
+"""Dataset and federated-plan types shared by the data layer and the runtime.
+
+A :class:`DomainDataset` is a set of named domains, each an ordered list of labelled
+examples. Everything a partition needs (labels per domain) is cheap to get; pixels are
+decoded only by :meth:`DomainDataset.load`, and only for the indices a process needs, so
+every client actor decodes just its own clients' examples.
+
+A :class:`FederatedPlan` says which examples each logical client trains / validates / tests
+on, which examples the coordinator tests on (the held-out target domain), and nothing else.
+It is computed once on the driver from labels alone and shipped to the actors.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# A set of examples spread over domains: domain name -> sorted int64 indices into that domain.
+Pieces = dict[str, np.ndarray]
+
+
+class DataError(ValueError):
+    """A dataset cannot be built or read (unknown name, missing root, bad layout)."""
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """Static description of a dataset."""
+
+    name: str
+    domains: tuple[str, ...]
+    classes: tuple[str, ...]
+    input_shape: tuple[int, ...]  # (C, H, W) for images, (D,) for vectors
+    default_model: str  # "cnn" | "mlp" | "resnet18"
+    default_setting: str  # "fdg" for multi-domain datasets, "fl" for single-domain ones
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def is_image(self) -> bool:
+        return len(self.input_shape) == 3
+
+
+class DomainDataset(ABC):
+    """A dataset made of named domains. Subclasses must be deterministic for a given seed."""
+
+    info: DatasetInfo
+
+    @abstractmethod
+    def labels(self, domain: str) -> np.ndarray:
+        """int64 labels of every example of ``domain``, in the dataset's canonical order.
+
+        Cheap: must not decode images.
+        """
+
+    @abstractmethod
+    def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Decode the examples ``indices`` of ``domain``.
+
+        Returns ``(x, y)``: ``x`` a C-contiguous float32 array of shape
+        ``(len(indices), *info.input_shape)``, already normalised for the model; ``y`` int64.
+        """
+
+    def load_pieces(self, pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
+        """Load and concatenate several (domain, indices) pieces, in the dict's order."""
+        xs, ys = [], []
+        for domain, idx in pieces.items():
+            if len(idx) == 0:
+                continue
+            x, y = self.load(domain, np.asarray(idx, dtype=np.int64))
+            xs.append(x)
+            ys.append(y)
+        if not xs:
+            return (
+                np.zeros((0, *self.info.input_shape), dtype=np.float32),
+                np.zeros((0,), dtype=np.int64),
+            )
+        return np.ascontiguousarray(np.concatenate(xs)), np.concatenate(ys)
+
+
+def pieces_size(pieces: Pieces) -> int:
+    return int(sum(len(v) for v in pieces.values()))
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """One logical federated client: the examples it owns. Data never leaves its actor."""
+
+    client_id: int
+    name: str  # human-readable: "photo#0", "client-17", "target"
+    role: str  # "source" | "target" (the FDA target client)
+    domain: str | None  # its domain in fdg/fda/ufdg; None when it mixes domains (fl)
+    train: Pieces
+    val: Pieces = field(default_factory=dict)
+    test: Pieces = field(default_factory=dict)  # fl only: this client's share of the test data
+
+    @property
+    def num_train(self) -> int:
+        return pieces_size(self.train)
+
+
+@dataclass(frozen=True)
+class FederatedPlan:
+    """Who holds which data, for one run. Built by :func:`fedtune.data.make_plan`."""
+
+    setting: str  # "fdg" | "fl" | "fda" | "ufdg"
+    clients: tuple[ClientSpec, ...]
+    source_domains: tuple[str, ...]
+    target_domains: tuple[str, ...]  # empty in fl
+    target_test: Pieces  # evaluated by the coordinator (fdg/fda/ufdg); empty in fl
+    target_probe: Pieces = field(default_factory=dict)  # ufdg: labelled probe-training split
+    participation: float = 1.0  # fraction of clients sampled per round
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)

@@ -1,0 +1,130 @@
+"""Image-folder datasets: ``ROOT/<domain>/<class>/<image>`` and the DomainBed ones on top.
+
+* Domains are the sorted (non-hidden) sub-directories of ROOT; classes are the sorted union of
+  the class directories found in any domain (a domain may lack a class).
+* Images: files with extension jpg / jpeg / png / bmp (case-insensitive), any size, grey or
+  RGB. Other files and hidden entries are ignored.
+* Canonical order inside a domain: sorted by (class, file name).
+* :meth:`labels` only lists files (done once, at construction). :meth:`load` decodes with PIL,
+  converts to RGB, resizes to ``image_size`` x ``image_size`` (bilinear; default 64), scales to
+  [0, 1] and normalises with the ImageNet mean/std. ``input_shape`` is ``(3, S, S)``.
+  PIL is imported inside :meth:`load` only; torch is never imported.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ._util import check_domain, check_indices
+from .base import DataError, DatasetInfo, DomainDataset
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
+DEFAULT_IMAGE_SIZE = 64
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+
+
+def _subdirs(path: Path) -> list[str]:
+    return sorted(
+        e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith(".")
+    )
+
+
+def _images(path: Path) -> list[str]:
+    return sorted(
+        e.name
+        for e in os.scandir(path)
+        if e.is_file()
+        and not e.name.startswith(".")
+        and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS
+    )
+
+
+class ImageFolderDataset(DomainDataset):
+    """``ROOT/<domain>/<class>/<image>``; see the module docstring."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        *,
+        name: str = "folder",
+        image_size: int | None = None,
+        layout_hint: str | None = None,
+    ):
+        self.root = Path(root)
+        self.image_size = DEFAULT_IMAGE_SIZE if image_size is None else int(image_size)
+        if self.image_size < 1:
+            raise DataError(f"image_size must be a positive integer, got {image_size!r}")
+        hint = layout_hint or f"{self.root}/<domain>/<class>/<image>"
+        expected = (
+            f"expected the layout {hint} (images: {', '.join(IMAGE_EXTENSIONS)})"
+        )
+        if not self.root.is_dir():
+            raise DataError(f"dataset {name!r}: data root {str(self.root)!r} does not exist "
+                            f"or is not a directory; {expected}")
+        domains = _subdirs(self.root)
+        if not domains:
+            raise DataError(f"dataset {name!r}: no domain directories in {str(self.root)!r}; "
+                            f"{expected}")
+        per_domain: dict[str, list[tuple[str, str]]] = {}  # domain -> [(class, file)]
+        for d in domains:
+            entries = []
+            for c in _subdirs(self.root / d):
+                entries.extend((c, f) for f in _images(self.root / d / c))
+            if not entries:
+                raise DataError(
+                    f"dataset {name!r}: domain {d!r} ({str(self.root / d)!r}) holds no images "
+                    f"in class sub-directories; {expected}"
+                )
+            per_domain[d] = entries  # already sorted by (class, file)
+        classes = tuple(sorted({c for ents in per_domain.values() for c, _ in ents}))
+        cidx = {c: i for i, c in enumerate(classes)}
+        self._files = {d: [f"{c}/{f}" for c, f in ents] for d, ents in per_domain.items()}
+        self._labels = {
+            d: np.array([cidx[c] for c, _ in ents], dtype=np.int64) for d, ents in per_domain.items()
+        }
+        self.info = DatasetInfo(
+            name=name,
+            domains=tuple(domains),
+            classes=classes,
+            input_shape=(3, self.image_size, self.image_size),
+            default_model="cnn",
+            default_setting="fdg",
+        )
+
+    def files(self, domain: str) -> list[str]:
+        """Relative paths ``<class>/<file>`` of ``domain``'s images, in canonical order."""
+        check_domain(self.info.domains, domain, self.info.name)
+        return list(self._files[domain])
+
+    def labels(self, domain: str) -> np.ndarray:
+        check_domain(self.info.domains, domain, self.info.name)
+        return self._labels[domain].copy()
+
+    def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from PIL import Image
+
+        check_domain(self.info.domains, domain, self.info.name)
+        files = self._files[domain]
+        idx = check_indices(indices, len(files), f"{self.info.name} domain {domain!r}")
+        s = self.image_size
+        out = np.empty((len(idx), s, s, 3), dtype=np.float32)
+        for j, i in enumerate(idx):
+            path = self.root / domain / files[i]
+            try:
+                with Image.open(path) as im:
+                    im.draft("RGB", (s, s))  # fast JPEG down-scaling; no-op otherwise
+                    im = im.convert("RGB")
+                    if im.size != (s, s):
+                        im = im.resize((s, s), Image.BILINEAR)
+                    out[j] = np.asarray(im, dtype=np.float32)
+            except OSError as e:
+                raise DataError(f"cannot decode image {str(path)!r}: {e}") from e
+        out /= 255.0
+        out -= IMAGENET_MEAN
+        out /= IMAGENET_STD
+        x = np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+        return x, self._labels[domain][idx].copy()

@@ -1,0 +1,282 @@
+"""Federated plans: who holds which examples (computed from labels only, numpy only).
+
+Settings (``SETTINGS``):
+
+* ``fdg`` - leave-one-domain-out. Every source domain is shuffled and cut into
+  ``clients_per_domain`` near-equal clients ``"<domain>#<k>"``; each client keeps
+  ``round(val_fraction * n)`` examples (at least 1 when ``val_fraction > 0`` and n >= 2, at most
+  n - 1) as validation, the rest as train. ``target_test`` is the whole target domain.
+* ``fda`` - as fdg plus one client ``"target"`` (role "target", last in ``clients``) holding
+  ``max(1, round(target_fraction * n_target))`` target examples (stratified by class) as train,
+  no val; the rest of the target domain is ``target_test``.
+* ``ufdg`` - as fdg; the target domain is split into ``target_probe``
+  (``max(1, round(probe_fraction * n_target))``, stratified) and ``target_test`` (rest).
+* ``fl`` - all domains pooled; Dirichlet(alpha) label skew over ``num_clients`` clients
+  ``"client-<i>"`` (Hsu et al. 2019: per class c, proportions q_c ~ Dir(alpha * 1_N), class-c
+  examples split by q_c), re-drawn (at most :data:`MAX_DIRICHLET_ATTEMPTS` times) until every
+  client has at least :data:`MIN_CLIENT_EXAMPLES`; each client's share is split into test
+  (``test_fraction``), val (``val_fraction``), train (rest).
+
+Every random choice comes from a numpy Generator derived from ``seed`` (and the domain name /
+purpose), never from the global RNG, so equal inputs give identical plans. Index arrays are
+int64 and sorted inside each piece. ``client_id`` is the client's position in ``plan.clients``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+
+from ._util import as_index, rng_for
+from .base import ClientSpec, DataError, DatasetInfo, FederatedPlan, Pieces
+
+SETTINGS: tuple[str, ...] = ("fdg", "fl", "fda", "ufdg")
+MIN_CLIENT_EXAMPLES = 4
+MAX_DIRICHLET_ATTEMPTS = 1000
+
+
+# ----------------------------------------------------------------------------- validation
+def _check_int(name: str, v, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise DataError(f"{name} must be an integer >= {lo}, got {v!r}")
+    return int(v)
+
+
+def _check_frac(name: str, v, *, allow_zero: bool = False, allow_one: bool = False) -> float:
+    ok = isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool)
+    if ok:
+        v = float(v)
+        ok = math.isfinite(v) and (v >= 0 if allow_zero else v > 0) and (
+            v <= 1 if allow_one else v < 1)
+    if not ok:
+        rng_txt = ("[0" if allow_zero else "(0") + ", 1" + ("]" if allow_one else ")")
+        raise DataError(f"{name} must be a number in {rng_txt}, got {v!r}")
+    return float(v)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _sorted(idx) -> np.ndarray:
+    return np.sort(as_index(idx))
+
+
+def _n_val(n: int, frac: float) -> int:
+    if frac <= 0 or n < 2:
+        return 0
+    return min(max(1, int(round(frac * n))), n - 1)
+
+
+def _stratified_take(labels: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """``k`` positions of ``labels``, class proportions kept (largest-remainder quotas)."""
+    n = len(labels)
+    classes, inverse = np.unique(labels, return_inverse=True)
+    counts = np.bincount(inverse, minlength=len(classes))
+    quota = k * counts / n
+    take = np.floor(quota).astype(np.int64)
+    rest = k - int(take.sum())
+    if rest > 0:  # give the remaining slots to the largest remainders (ties: random)
+        order = np.lexsort((rng.random(len(classes)), -(quota - take)))
+        take[order[:rest]] += 1
+    chosen = []
+    for ci in range(len(classes)):
+        if take[ci]:
+            members = np.flatnonzero(inverse == ci)
+            chosen.append(rng.choice(members, int(take[ci]), replace=False))
+    return _sorted(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
+
+
+def _check_labels(info: DatasetInfo, labels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out = {}
+    for d in info.domains:
+        if d not in labels:
+            raise DataError(f"labels lack domain {d!r}; expected one array per domain of "
+                            f"{info.name!r}: {', '.join(info.domains)}")
+        y = np.asarray(labels[d])
+        if y.ndim != 1:
+            raise DataError(f"labels[{d!r}] must be 1-D, got shape {y.shape}")
+        out[d] = y.astype(np.int64, copy=False)
+    return out
+
+
+# ----------------------------------------------------------------------------- settings
+def _source_clients(
+    info: DatasetInfo, labels: dict[str, np.ndarray], sources: list[str],
+    clients_per_domain: int, val_fraction: float, seed: int,
+) -> list[ClientSpec]:
+    clients: list[ClientSpec] = []
+    for d in sources:
+        n = len(labels[d])
+        if n < clients_per_domain:
+            raise DataError(f"domain {d!r} has {n} examples, fewer than clients_per_domain="
+                            f"{clients_per_domain}; lower clients_per_domain")
+        perm = rng_for(seed, "source", d).permutation(n)
+        for k, part in enumerate(np.array_split(perm, clients_per_domain)):
+            nv = _n_val(len(part), val_fraction)
+            val, train = part[:nv], part[nv:]
+            clients.append(ClientSpec(
+                client_id=len(clients), name=f"{d}#{k}", role="source", domain=d,
+                train={d: _sorted(train)}, val={d: _sorted(val)} if nv else {},
+            ))
+    return clients
+
+
+def _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fraction,
+               target_fraction, probe_fraction, participation, seed) -> FederatedPlan:
+    if len(info.domains) < 2:
+        raise DataError(
+            f"setting {setting!r} holds one domain out, but dataset {info.name!r} has only "
+            f"{len(info.domains)} domain ({', '.join(info.domains)}); use setting 'fl'")
+    target = info.domains[0] if target_domain is None else target_domain
+    if target not in info.domains:
+        raise DataError(f"target_domain {target!r} is not a domain of {info.name!r}; choose one "
+                        f"of: {', '.join(info.domains)}")
+    sources = [d for d in info.domains if d != target]
+    clients = _source_clients(info, labels, sources, clients_per_domain, val_fraction, seed)
+    n_t = len(labels[target])
+    all_t = np.arange(n_t, dtype=np.int64)
+    probe: Pieces = {}
+    if setting == "fdg":
+        test = all_t
+    else:
+        if n_t < 2:
+            raise DataError(f"target domain {target!r} has {n_t} example(s); setting "
+                            f"{setting!r} needs at least 2")
+        frac = target_fraction if setting == "fda" else probe_fraction
+        k = min(max(1, int(round(frac * n_t))), n_t - 1)
+        taken = _stratified_take(labels[target], k, rng_for(seed, setting, target))
+        test = np.setdiff1d(all_t, taken).astype(np.int64)
+        if setting == "fda":
+            clients.append(ClientSpec(client_id=len(clients), name="target", role="target",
+                                      domain=target, train={target: taken}))
+        else:
+            probe = {target: taken}
+    return FederatedPlan(
+        setting=setting, clients=tuple(clients), source_domains=tuple(sources),
+        target_domains=(target,), target_test={target: _sorted(test)}, target_probe=probe,
+        participation=participation,
+    )
+
+
+def _dirichlet_shares(y: np.ndarray, num_clients: int, alpha: float,
+                      rng: np.random.Generator) -> list[np.ndarray]:
+    classes, inverse = np.unique(y, return_inverse=True)
+    n_c = np.bincount(inverse, minlength=len(classes))
+    for _ in range(MAX_DIRICHLET_ATTEMPTS):
+        q = rng.dirichlet(np.full(num_clients, alpha), size=len(classes))  # (C, N)
+        cuts = np.floor(np.cumsum(q, axis=1) * n_c[:, None]).astype(np.int64)
+        cuts[:, -1] = n_c
+        counts = np.diff(cuts, axis=1, prepend=0)  # (C, N) examples of class c for client i
+        if counts.sum(axis=0).min() >= MIN_CLIENT_EXAMPLES:
+            break
+    else:
+        raise DataError(
+            f"Dirichlet split failed: after {MAX_DIRICHLET_ATTEMPTS} draws some client still had "
+            f"fewer than {MIN_CLIENT_EXAMPLES} examples; dirichlet_alpha={alpha} / "
+            f"num_clients={num_clients} are too extreme for {len(y)} examples - raise "
+            f"dirichlet_alpha or lower num_clients")
+    shares: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    for ci in range(len(classes)):
+        members = rng.permutation(np.flatnonzero(inverse == ci))
+        for i, part in enumerate(np.split(members, cuts[ci, :-1])):
+            shares[i].append(part)
+    return [np.concatenate(s) for s in shares]
+
+
+def _plan_fl(info, labels, num_clients, alpha, val_fraction, test_fraction, participation,
+             seed) -> FederatedPlan:
+    domains = list(info.domains)
+    sizes = [len(labels[d]) for d in domains]
+    total = int(sum(sizes))
+    if total < num_clients * MIN_CLIENT_EXAMPLES:
+        raise DataError(f"num_clients={num_clients} needs at least {MIN_CLIENT_EXAMPLES} examples "
+                        f"per client but dataset {info.name!r} has only {total}; lower num_clients")
+    y = np.concatenate([labels[d] for d in domains]) if domains else np.zeros(0, np.int64)
+    dom_of = np.repeat(np.arange(len(domains)), sizes)
+    offset = np.concatenate([[0], np.cumsum(sizes)])
+    rng = rng_for(seed, "fl")
+    shares = _dirichlet_shares(y, num_clients, alpha, rng)
+
+    def pieces(glob: np.ndarray) -> Pieces:
+        out: Pieces = {}
+        for di, d in enumerate(domains):
+            sel = glob[dom_of[glob] == di]
+            if len(sel):
+                out[d] = _sorted(sel - offset[di])
+        return out
+
+    clients = []
+    for i, share in enumerate(shares):
+        share = rng.permutation(share)
+        n = len(share)
+        n_test = min(max(1, int(round(test_fraction * n))), n - 1)
+        n_val = 0  # val_fraction of the whole share, leaving at least 1 train example
+        if val_fraction > 0 and n - n_test >= 2:
+            n_val = min(max(1, int(round(val_fraction * n))), n - n_test - 1)
+        test, val, train = share[:n_test], share[n_test:n_test + n_val], share[n_test + n_val:]
+        clients.append(ClientSpec(client_id=i, name=f"client-{i}", role="source", domain=None,
+                                  train=pieces(train), val=pieces(val), test=pieces(test)))
+    return FederatedPlan(setting="fl", clients=tuple(clients), source_domains=tuple(domains),
+                         target_domains=(), target_test={}, participation=participation)
+
+
+def make_plan(
+    info: DatasetInfo,
+    labels: dict[str, np.ndarray],
+    *,
+    setting: str,
+    target_domain: str | None,
+    clients_per_domain: int = 1,
+    num_clients: int = 10,
+    dirichlet_alpha: float = 0.5,
+    participation: float = 1.0,
+    target_fraction: float = 0.05,
+    val_fraction: float = 0.2,
+    test_fraction: float = 0.2,
+    probe_fraction: float = 0.1,
+    seed: int = 0,
+) -> FederatedPlan:
+    """Partition ``labels`` (domain -> int64 labels, canonical order) for ``setting``."""
+    if setting not in SETTINGS:
+        raise DataError(f"setting {setting!r} is unknown; choose one of: {', '.join(SETTINGS)}")
+    clients_per_domain = _check_int("clients_per_domain", clients_per_domain, 1)
+    num_clients = _check_int("num_clients", num_clients, 1)
+    seed = _check_int("seed", seed, 0)
+    if isinstance(dirichlet_alpha, bool) or not isinstance(
+            dirichlet_alpha, (int, float, np.floating, np.integer)) or not (
+            math.isfinite(float(dirichlet_alpha)) and dirichlet_alpha > 0):
+        raise DataError(f"dirichlet_alpha must be a number > 0, got {dirichlet_alpha!r}")
+    participation = _check_frac("participation", participation, allow_one=True)
+    target_fraction = _check_frac("target_fraction", target_fraction)
+    val_fraction = _check_frac("val_fraction", val_fraction, allow_zero=True)
+    test_fraction = _check_frac("test_fraction", test_fraction)
+    probe_fraction = _check_frac("probe_fraction", probe_fraction)
+    if setting == "fl" and val_fraction + test_fraction >= 1:
+        raise DataError(f"val_fraction + test_fraction must be < 1 in setting 'fl', got "
+                        f"{val_fraction} + {test_fraction}")
+    labels = _check_labels(info, labels)
+    if setting == "fl":
+        return _plan_fl(info, labels, num_clients, float(dirichlet_alpha), val_fraction,
+                        test_fraction, participation, seed)
+    return _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fraction,
+                      target_fraction, probe_fraction, participation, seed)
+
+
+def sample_participants(num_clients: int, participation: float, seed: int,
+                        round: int) -> np.ndarray:  # noqa: A002 - name fixed by the API
+    """Sorted int64 ids of the clients taking part in ``round``.
+
+    ``k = max(1, round(participation * num_clients))`` ids without replacement, from a Generator
+    seeded by ``(seed, round)`` only; ``participation == 1`` gives every id.
+    """
+    num_clients = _check_int("num_clients", num_clients, 1)
+    participation = _check_frac("participation", participation, allow_one=True)
+    seed = _check_int("seed", seed, 0)
+    r = _check_int("round", round, 0)
+    k = max(1, int(builtins.round(participation * num_clients)))
+    if k >= num_clients:
+        return np.arange(num_clients, dtype=np.int64)
+    ids = rng_for(seed, "participants", r).choice(num_clients, k, replace=False)
+    return np.sort(ids.astype(np.int64))
+
+

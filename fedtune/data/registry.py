@@ -1,0 +1,140 @@
+"""Dataset registry: names -> :class:`DomainDataset` builders.
+
+Importing this module (or :mod:`fedtune.data`) imports neither torch nor sklearn nor PIL; each
+dataset module defers its heavy imports to the point where pixels are decoded.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .base import DataError, DatasetInfo, DomainDataset
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    name: str
+    description: str
+    needs_root: bool
+
+
+# DomainBed datasets: registry name -> (sub-directory of the data root, description)
+DOMAINBED: dict[str, tuple[str, str]] = {
+    "pacs": ("PACS", "PACS: 4 domains (art_painting, cartoon, photo, sketch), 7 classes"),
+    "vlcs": ("VLCS", "VLCS: 4 domains (Caltech101, LabelMe, SUN09, VOC2007), 5 classes"),
+    "office-home": ("office_home", "OfficeHome: 4 domains (Art, Clipart, Product, Real World), "
+                                   "65 classes"),
+    "terra-incognita": ("terra_incognita", "TerraIncognita: 4 camera-trap locations, 10 classes"),
+    "domain-net": ("domain_net", "DomainNet: 6 domains, 345 classes"),
+}
+
+_TV_DESC = {
+    "mnist": "MNIST (torchvision), one domain: 60k train + 10k test, 10 classes",
+    "fashion-mnist": "Fashion-MNIST (torchvision), one domain: 60k train + 10k test, 10 classes",
+    "emnist": "EMNIST split 'mnist' (torchvision), one domain: 60k train + 10k test, 10 classes",
+    "cifar10": "CIFAR-10 (torchvision), one domain: 50k train + 10k test, 10 classes",
+    "cifar100": "CIFAR-100 (torchvision), one domain: 50k train + 10k test, 100 classes",
+}
+
+_ENTRIES: tuple[DatasetEntry, ...] = (
+    DatasetEntry("rotated-digits", "sklearn 8x8 digits upsampled to 28x28, 6 rotation domains "
+                 "(0..75 degrees); embedded, no data root needed", False),
+    DatasetEntry("rect4", "FedOMG's Rect-4 toy: 4 domains of 2-D points, global boundary y=0, "
+                 "noisy local boundaries; no data root needed", False),
+    DatasetEntry("folder", "any image tree DATA_ROOT/<domain>/<class>/<image>", True),
+    *(DatasetEntry(n, d, True) for n, (_, d) in DOMAINBED.items()),
+    *(DatasetEntry(n, d, True) for n, d in _TV_DESC.items()),
+)
+_BY_NAME = {e.name: e for e in _ENTRIES}
+
+_FIXED_SIZE = {"rotated-digits": 28, "mnist": 28, "fashion-mnist": 28, "emnist": 28,
+               "cifar10": 32, "cifar100": 32}
+
+
+def list_datasets() -> list[DatasetEntry]:
+    return list(_ENTRIES)
+
+
+def _entry(name: str) -> DatasetEntry:
+    key = str(name).strip().lower().replace("_", "-")
+    if key not in _BY_NAME:
+        raise DataError(
+            f"dataset {name!r} is unknown; choose one of: {', '.join(_BY_NAME)}"
+        )
+    return _BY_NAME[key]
+
+
+def _layout(name: str) -> str:
+    if name == "folder":
+        return "DIR/<domain>/<class>/<image>"
+    if name in DOMAINBED:
+        return f"DIR/{DOMAINBED[name][0]}/<domain>/<class>/<image>"
+    from .tvsets import SPECS
+
+    return SPECS[name].expected.replace("ROOT", "DIR")
+
+
+def get_dataset(
+    name: str,
+    root: str | os.PathLike | None = None,
+    image_size: int | None = None,
+    data_seed: int = 0,
+) -> DomainDataset:
+    """Build the dataset ``name`` (see :func:`list_datasets`).
+
+    ``root`` is the data root (``--data-root``) for datasets that need one; ``image_size``
+    only applies to image-folder datasets (default 64) and must otherwise be None or the
+    dataset's native size; ``data_seed`` seeds synthetic/split datasets (rotated-digits, rect4).
+    """
+    entry = _entry(name)
+    n = entry.name
+    if image_size is not None:
+        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+            raise DataError(f"image_size must be a positive integer or None, got {image_size!r}")
+        if n == "rect4":
+            raise DataError("image_size does not apply to dataset 'rect4' (2-D points); "
+                            "leave it unset")
+        if n in _FIXED_SIZE and image_size != _FIXED_SIZE[n]:
+            raise DataError(f"dataset {n!r} has a fixed image size {_FIXED_SIZE[n]}; image_size "
+                            f"must be unset or {_FIXED_SIZE[n]}, got {image_size}")
+    if entry.needs_root and (root is None or str(root) == ""):
+        raise DataError(f"dataset {n!r} needs data_root (--data-root DIR) holding {_layout(n)}")
+
+    if n == "rotated-digits":
+        from .digits import RotatedDigits
+
+        return RotatedDigits(data_seed=data_seed)
+    if n == "rect4":
+        from .rect4 import Rect4
+
+        return Rect4(data_seed=data_seed)
+    if n == "folder" or n in DOMAINBED:
+        from .folder import ImageFolderDataset
+
+        base = Path(root)  # type: ignore[arg-type]
+        if n == "folder":
+            return ImageFolderDataset(base, name="folder", image_size=image_size)
+        sub = DOMAINBED[n][0]
+        path = base / sub
+        if not path.is_dir() and base.name == sub and base.is_dir():
+            path = base  # the user pointed at DIR/PACS itself
+        if not path.is_dir():
+            raise DataError(f"dataset {n!r}: {str(path)!r} does not exist; data_root "
+                            f"(--data-root DIR) must hold {_layout(n)}")
+        return ImageFolderDataset(path, name=n, image_size=image_size,
+                                  layout_hint=f"{path}/<domain>/<class>/<image>")
+    from .tvsets import TorchvisionDataset
+
+    return TorchvisionDataset(n, root)  # type: ignore[arg-type]
+
+
+def dataset_info(
+    name: str,
+    root: str | os.PathLike | None = None,
+    image_size: int | None = None,
+    data_seed: int = 0,
+) -> DatasetInfo:
+    """The :class:`DatasetInfo` of ``name`` (builds the dataset; cheap: no pixels decoded)."""
+    return get_dataset(name, root=root, image_size=image_size, data_seed=data_seed).info

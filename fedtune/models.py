@@ -1,0 +1,156 @@
+"""Models and the flat-weight layout that moves them between processes.
+
+Weights travel as one contiguous float32 NumPy vector: every floating-point entry of the
+model's ``state_dict`` (parameters first, then floating buffers such as batch-norm running
+statistics), in ``state_dict`` order. :class:`FlatLayout` records where each tensor lives.
+Integer buffers (``num_batches_tracked``) stay local: they do not change what the model
+computes with the default batch-norm momentum.
+
+>>> model = build_model("mlp", input_shape=(2,), num_classes=2, mlp_hidden=[4])
+>>> layout = FlatLayout.of(model)
+>>> layout.num_params, layout.size
+(22, 22)
+>>> vec = get_flat(model, layout); vec.dtype, vec.flags.c_contiguous
+(dtype('float32'), True)
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+MODELS = ("cnn", "mlp", "resnet18")
+
+
+class FedAvgCNN(nn.Module):
+    """The CNN of McMahan et al. used for FL in the FedOMG paper: two 5x5 conv layers (32, 64
+    channels) each followed by 2x2 max-pooling, a 512-unit fully connected layer, a classifier."""
+
+    def __init__(self, in_channels: int, image_size: int, num_classes: int):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+        )
+        side = image_size // 4
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(64 * side * side, 512), nn.ReLU(inplace=True), nn.Linear(512, num_classes)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
+                mlp_hidden: list[int] | None = None, pretrained_path: str | None = None) -> nn.Module:
+    """Build a freshly initialised model (initialisation follows torch's global RNG)."""
+    if name == "mlp":
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = int(np.prod(input_shape))
+        for h in mlp_hidden if mlp_hidden is not None else [256, 256]:
+            layers += [nn.Linear(width, h), nn.ReLU(inplace=True)]
+            width = h
+        layers.append(nn.Linear(width, num_classes))
+        model: nn.Module = nn.Sequential(*layers)
+    elif name == "cnn":
+        if len(input_shape) != 3:
+            raise ValueError(f"field 'model': cnn needs image input, dataset gives shape {input_shape}; use mlp")
+        c, h, w = input_shape
+        if h != w or h < 8:
+            raise ValueError(f"field 'model': cnn needs square images of side >= 8, got {h}x{w}")
+        model = FedAvgCNN(c, h, num_classes)
+    elif name == "resnet18":
+        if len(input_shape) != 3:
+            raise ValueError(f"field 'model': resnet18 needs image input, dataset gives shape {input_shape}; use mlp")
+        from torchvision.models import resnet18
+
+        model = resnet18(weights=None, num_classes=num_classes)
+        if input_shape[0] != 3:
+            model.conv1 = nn.Conv2d(input_shape[0], 64, kernel_size=7, stride=2, padding=3, bias=False)
+    else:
+        raise ValueError(f"field 'model': '{name}' is unknown; allowed: {', '.join(MODELS)}")
+    if pretrained_path:
+        if name != "resnet18":
+            raise ValueError("field 'pretrained_path': only resnet18 loads pretrained weights")
+        path = Path(pretrained_path)
+        if not path.is_file():
+            raise ValueError(f"field 'pretrained_path': '{path}' does not exist")
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        # A backbone checkpoint's classifier usually has another class count: keep ours.
+        own = model.state_dict()
+        state = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+        model.load_state_dict(state, strict=False)
+    return model
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    name: str
+    shape: tuple[int, ...]
+    offset: int
+    size: int
+    is_param: bool
+
+
+@dataclass(frozen=True)
+class FlatLayout:
+    """Where each floating tensor of a model lives in the flat vector.
+
+    Parameters occupy ``[0, num_params)`` and floating buffers ``[num_params, size)``, so
+    server rules work on ``vec[:num_params]`` and batch-norm statistics are averaged apart.
+    """
+
+    slots: tuple[TensorSlot, ...]
+    num_params: int
+    size: int
+
+    @classmethod
+    def of(cls, model: nn.Module) -> "FlatLayout":
+        param_names = {n for n, _ in model.named_parameters()}
+        state = model.state_dict()
+        params = [(n, t) for n, t in state.items() if n in param_names]
+        buffers = [(n, t) for n, t in state.items() if n not in param_names and t.is_floating_point()]
+        slots, offset = [], 0
+        for group, is_param in ((params, True), (buffers, False)):
+            for n, t in group:
+                slots.append(TensorSlot(n, tuple(t.shape), offset, t.numel(), is_param))
+                offset += t.numel()
+        num_params = sum(s.size for s in slots if s.is_param)
+        return cls(tuple(slots), num_params, offset)
+
+    def param_slices(self) -> list[tuple[str, slice]]:
+        """(name, slice) of each parameter tensor: per-tensor server rules use these."""
+        return [(s.name, slice(s.offset, s.offset + s.size)) for s in self.slots if s.is_param]
+
+
+def get_flat(model: nn.Module, layout: FlatLayout, out: np.ndarray | None = None) -> np.ndarray:
+    """Copy the model's floating state into a contiguous float32 vector."""
+    vec = np.empty(layout.size, dtype=np.float32) if out is None else out
+    state = model.state_dict()
+    view = torch.from_numpy(vec)
+    with torch.no_grad():
+        for s in layout.slots:
+            view[s.offset:s.offset + s.size].copy_(state[s.name].detach().reshape(-1))
+    return vec
+
+
+def set_flat(model: nn.Module, layout: FlatLayout, vec: np.ndarray) -> None:
+    """Load a flat vector (possibly a read-only zero-copy view) into the model in place."""
+    if vec.shape != (layout.size,):
+        raise ValueError(f"flat weights have shape {vec.shape}, the model needs ({layout.size},)")
+    with warnings.catch_warnings():  # zero-copy views from Ray's object store are read-only; we only read
+        warnings.simplefilter("ignore", UserWarning)
+        src = torch.from_numpy(vec)
+    state = model.state_dict()
+    with torch.no_grad():
+        for s in layout.slots:
+            state[s.name].copy_(src[s.offset:s.offset + s.size].view(s.shape))
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,8 @@
+"""The federated runtime: client workers/actors, the coordinator, and the run driver."""
+
+from fedtune.runtime.coordinator import ClientFailure, Coordinator, assign_clients
+from fedtune.runtime.driver import FederatedRun, RunResult, build_plan, connect_ray, run
+from fedtune.runtime.resources import ResourceError, ResourcePlan, plan_resources
+
+__all__ = ["ClientFailure", "Coordinator", "FederatedRun", "ResourceError", "ResourcePlan", "RunResult",
+           "assign_clients", "build_plan", "connect_ray", "plan_resources", "run"]

@@ -1,0 +1,339 @@
+"""The server side of the runtime: the coordinator and the client pools it drives.
+
+The :class:`Coordinator` holds the global model (a flat float32 vector) and the server rule's
+state. One call of :meth:`Coordinator.run_round` samples the round's participants, broadcasts
+the weights, collects the trained states, aggregates them with the server rule (batch-norm
+buffers by FedAvg), and has the workers evaluate the new model (each client's validation split,
+and fixed shards of the held-out target test set). It talks to clients only through a pool:
+:class:`LocalPool` (in-process, sequential) or :class:`RayPool` (client actors; weights through
+the object store, zero-copy).
+
+The coordinator is NumPy only: it never imports torch, so its actor starts in a fraction of a
+second and takes no CPU from the clients' torch imports at launch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedtune.data.base import FederatedPlan
+from fedtune.runtime.common import EvalCounts, torch_threads
+from fedtune.runtime.worker import ClientWorker, EvalReply, FitReply, TargetShard, target_shards
+
+
+class ClientFailure(RuntimeError):
+    """A client actor died and the failure policy says to stop (or its retry failed too)."""
+
+
+def assign_clients(num_clients: int, num_workers: int) -> list[list[int]]:
+    """Logical client ``c`` lives on worker ``c % num_workers`` for the whole run."""
+    return [[c for c in range(num_clients) if c % num_workers == w] for w in range(num_workers)]
+
+
+def assign_shards(shards: list[TargetShard], num_workers: int) -> list[list[TargetShard]]:
+    """Target-test shard ``j`` is evaluated by worker ``j % num_workers``."""
+    return [[s for s in shards if s.shard_id % num_workers == w] for w in range(num_workers)]
+
+
+# ------------------------------------------------------------------------------------------------
+class LocalPool:
+    """All clients in this process, trained one after another (the reference sequential backend)."""
+
+    def __init__(self, cfg_dict: dict[str, Any], plan: FederatedPlan, client_threads: int):
+        from fedtune.runtime.common import set_torch_threads
+
+        self._set_threads = lambda: set_torch_threads(client_threads)
+        self._set_threads()
+        self.worker = ClientWorker(cfg_dict, list(plan.clients), 0, target_shards(plan.target_test),
+                                   manage_threads=False)
+        self.num_workers = 1
+        self.restarts = 0
+
+    def initial_state(self):
+        return self.worker.initial_state()
+
+    def publish(self, weights: np.ndarray) -> np.ndarray:
+        return weights
+
+    def fit(self, weights, payload, round, client_ids) -> tuple[list[FitReply], list[int]]:
+        self._set_threads()
+        return [self.worker.fit(weights, payload, round, list(client_ids))], []
+
+    def evaluate(self, weights) -> Any:
+        self._set_threads()
+        return self.worker.evaluate(weights)
+
+    def collect_evaluation(self, pending) -> list[EvalReply]:
+        return [pending]
+
+    def shutdown(self) -> None:
+        pass
+
+
+class ActorFactory:
+    """Re-creates client actor ``w`` in its placement-group bundle (used on failure)."""
+
+    def __init__(self, cfg_dict, assignment, plan, pg, bundle_of_worker, cpus, gpus):
+        self.cfg_dict, self.assignment, self.plan = cfg_dict, assignment, plan
+        self.shards = assign_shards(target_shards(plan.target_test), len(assignment))
+        self.pg, self.bundle_of_worker, self.cpus, self.gpus = pg, bundle_of_worker, cpus, gpus
+
+    def __call__(self, w: int):
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from fedtune.runtime.worker import client_actor_class
+
+        specs = [self.plan.clients[c] for c in self.assignment[w]]
+        strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=self.bundle_of_worker[w],
+                                                    placement_group_capture_child_tasks=True)
+        return client_actor_class().options(
+            num_cpus=self.cpus, num_gpus=self.gpus, scheduling_strategy=strategy,
+            name=None, max_concurrency=1,
+        ).remote(self.cfg_dict, specs, w, self.shards[w])
+
+
+class RayPool:
+    """Client actors, one per worker slot; failure handling per ``on_client_failure``."""
+
+    def __init__(self, actors: list, factory: ActorFactory, assignment: list[list[int]], policy: str):
+        self.actors = list(actors)
+        self.factory = factory
+        self.assignment = assignment
+        self.policy = policy
+        self.num_workers = len(actors)
+        self.restarts = 0
+
+    def initial_state(self):
+        import ray
+
+        return ray.get(self.actors[0].initial_state.remote())
+
+    def publish(self, weights: np.ndarray):
+        import ray
+
+        return ray.put(weights)
+
+    def _restart(self, w: int) -> None:
+        import ray
+
+        try:
+            ray.kill(self.actors[w], no_restart=True)
+        except Exception:
+            pass
+        self.actors[w] = self.factory(w)
+        self.restarts += 1
+
+    def _call_all(self, method: str, per_worker_args: dict[int, tuple]) -> tuple[dict[int, Any], list[int]]:
+        """Call ``method`` on the given workers; handle dead actors; return replies and skipped workers."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        refs = {w: getattr(self.actors[w], method).remote(*args) for w, args in per_worker_args.items()}
+        replies, dead = {}, []
+        for w, ref in refs.items():
+            try:
+                replies[w] = ray.get(ref)
+            except RayActorError:
+                dead.append(w)
+        skipped = []
+        for w in dead:
+            clients = self.assignment[w]
+            if self.policy == "fail":
+                raise ClientFailure(f"client actor {w} (clients {clients}) died during {method}; "
+                                    "on_client_failure=fail stops the run (retry or skip would go on)")
+            self._restart(w)
+            if self.policy == "skip":
+                skipped.append(w)
+                continue
+            try:
+                replies[w] = ray.get(getattr(self.actors[w], method).remote(*per_worker_args[w]))
+            except RayActorError as exc:
+                raise ClientFailure(f"client actor {w} (clients {clients}) died during {method}, was restarted, "
+                                    f"and died again on the retry: {exc}") from None
+        return replies, skipped
+
+    def fit(self, weights_ref, payload, round, client_ids) -> tuple[list[FitReply], list[int]]:
+        wanted = set(int(c) for c in client_ids)
+        args = {}
+        for w, owned in enumerate(self.assignment):
+            mine = [c for c in owned if c in wanted]
+            if mine:
+                args[w] = (weights_ref, payload, round, mine)
+        replies, skipped_workers = self._call_all("fit", args)
+        skipped = sorted(c for w in skipped_workers for c in args[w][3])
+        return [replies[w] for w in sorted(replies)], skipped
+
+    def evaluate(self, weights_ref):
+        return {w: (weights_ref,) for w in range(self.num_workers)}
+
+    def collect_evaluation(self, pending) -> list[EvalReply]:
+        replies, _ = self._call_all("evaluate", pending)
+        return [replies[w] for w in sorted(replies)]
+
+    def shutdown(self) -> None:
+        import ray
+
+        for a in self.actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:
+                pass
+
+    def handles(self) -> list:
+        return list(self.actors)
+
+
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class RoundResult:
+    round: int
+    metrics: dict[str, Any]
+    status: str  # "ok" | "diverged"
+
+
+class Coordinator:
+    """Global model, server rule, target evaluation; drives one round at a time."""
+
+    def __init__(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any]):
+        from fedtune.algorithms import resolve
+        from fedtune.config import RunConfig
+
+        self.cfg = cfg = RunConfig.from_dict(cfg_dict)
+        self.plan = plan
+        self.pool = self._make_pool(pool_spec)
+        weights, self.layout, self.num_model_params = self.pool.initial_state()
+        self.weights = np.array(weights, dtype=np.float32)  # own, writable copy
+        self.rule = resolve(cfg).server_rule(cfg, self.layout)
+        self.shards = target_shards(plan.target_test)
+        self.weights_ref = self.pool.publish(self.weights)
+
+    def _make_pool(self, spec: dict[str, Any]):
+        if spec["kind"] == "local":
+            return LocalPool(self.cfg.to_dict(), self.plan, torch_threads(self.cfg.client_cpus))
+        return RayPool(spec["actors"], spec["factory"], spec["assignment"], self.cfg.on_client_failure)
+
+    # ------------------------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        return {"num_params": self.num_model_params, "flat_size": self.layout.size,
+                "num_workers": self.pool.num_workers}
+
+    def client_handles(self) -> list:
+        return self.pool.handles() if isinstance(self.pool, RayPool) else []
+
+    def run_round(self, round: int) -> RoundResult:
+        from fedtune.algorithms import fedavg_buffers, fedavg_weights
+        from fedtune.data import sample_participants
+
+        cfg, layout = self.cfg, self.layout
+        t_round = time.perf_counter()
+        participants = sample_participants(self.plan.num_clients, self.plan.participation, cfg.seed, round)
+
+        # --- clients train --------------------------------------------------------------------
+        t0 = time.perf_counter()
+        payload = self.rule.payload(round)
+        replies, skipped = self.pool.fit(self.weights_ref, payload, round, participants.tolist())
+        client_s = time.perf_counter() - t0
+
+        rows: dict[int, tuple[FitReply, int]] = {}
+        for reply in replies:
+            for i, cid in enumerate(reply.client_ids):
+                rows[cid] = (reply, i)
+        order = sorted(rows)
+        metrics: dict[str, Any] = {"num_participants": len(order), "skipped_clients": len(skipped)}
+        if not order:
+            raise ClientFailure(f"round {round}: no client update arrived (skipped: {skipped})")
+
+        # --- server aggregates -----------------------------------------------------------------
+        t0 = time.perf_counter()
+        n = np.array([rows[c][0].num_examples[rows[c][1]] for c in order], dtype=np.float64)
+        losses = np.array([rows[c][0].losses[rows[c][1]] for c in order], dtype=np.float64)
+        p = fedavg_weights(n)
+        train_loss = float(np.sum(p * losses))
+        status = "ok"
+        if not math.isfinite(train_loss):
+            status = "diverged"
+        else:
+            P = layout.num_params
+            theta = self.weights[:P]
+            updates = np.empty((len(order), P), dtype=np.float32)
+            for u, c in enumerate(order):
+                reply, i = rows[c]
+                np.subtract(reply.states[i, :P], theta, out=updates[u])
+            extras = [rows[c][0].extras[rows[c][1]] for c in order]
+            result = self.rule.aggregate(theta, updates, p, extras=extras, round=round)
+            new = np.empty_like(self.weights)
+            new[:P] = result.params
+            if layout.size > P:
+                new[P:] = fedavg_buffers(np.stack([rows[c][0].states[rows[c][1], P:] for c in order]), p)
+            for key, value in result.diagnostics.items():
+                metrics[f"diag.{key}"] = value
+            if not np.isfinite(new).all():
+                status = "diverged"
+            else:
+                self.weights = new
+        server_s = time.perf_counter() - t0
+        client_compute_s = float(sum(sum(r.compute_s) for r in replies))
+        del rows, replies  # release the object-store buffers of the client states
+
+        # --- evaluation on the workers: client validation splits and target-test shards ------------
+        t0 = time.perf_counter()
+        if status == "ok":
+            self.weights_ref = self.pool.publish(self.weights)
+            evals = self.pool.collect_evaluation(self.pool.evaluate(self.weights_ref))
+            metrics.update(self._eval_metrics(evals))
+        eval_s = time.perf_counter() - t0
+
+        w_bytes = self.weights.nbytes
+        metrics.update({
+            "train_loss": train_loss,
+            "wall_s": time.perf_counter() - t_round,
+            "client_s": client_s,
+            "client_compute_s": client_compute_s,
+            "server_s": server_s,
+            "eval_s": eval_s,
+            "bytes_moved": int(w_bytes * (self.pool.num_workers + len(order))),
+            "actor_restarts": self.pool.restarts,
+        })
+        return RoundResult(round, metrics, status)
+
+    def _eval_metrics(self, evals: list[EvalReply]) -> dict[str, Any]:
+        val_all, test_all = EvalCounts(), EvalCounts()
+        val_dom: dict[str, EvalCounts] = {}
+        per_client: dict[int, tuple[EvalCounts, EvalCounts]] = {}
+        shards: dict[int, EvalCounts] = {}
+        for reply in evals:
+            for cid, v, t in zip(reply.client_ids, reply.val, reply.test):
+                per_client[cid] = (v, t)
+            shards.update(zip(reply.shard_ids, reply.shards))
+        target: dict[str, EvalCounts] = {}
+        for sh in self.shards:  # shard order: layout-independent sums
+            if sh.shard_id in shards:
+                target.setdefault(sh.domain, EvalCounts()).add(shards[sh.shard_id])
+        for cid in sorted(per_client):  # fixed order: sums do not depend on the actor layout
+            v, t = per_client[cid]
+            spec = self.plan.clients[cid]
+            if spec.role == "source":
+                val_all.add(v)
+                if spec.domain is not None:
+                    val_dom.setdefault(spec.domain, EvalCounts()).add(v)
+            test_all.add(t)
+        out: dict[str, Any] = {"val_acc": val_all.acc, "val_loss": val_all.loss}
+        for d in sorted(val_dom):
+            out[f"val_acc.{d}"] = val_dom[d].acc
+        if self.plan.setting == "fl":
+            out["target_acc"], out["target_loss"] = test_all.acc, test_all.loss
+        else:
+            tgt = EvalCounts()
+            for d in sorted(target):
+                tgt.add(target[d])
+                out[f"target_acc.{d}"] = target[d].acc
+            out["target_acc"], out["target_loss"] = tgt.acc, tgt.loss
+        return out
+
+    def shutdown(self) -> None:
+        self.pool.shutdown()

@@ -1,0 +1,312 @@
+"""One federated run, end to end: plan the data, place the actors, loop the rounds, store results.
+
+>>> from fedtune.config import RunConfig
+>>> cfg = RunConfig.from_dict({"rounds": 1, "backend": "local", "output": "/tmp/fedtune-doctest",
+...                            "local_steps": 1})
+>>> result = run(cfg, progress=False)          # doctest: +SKIP
+>>> result.status, result.rows[-1]["round"]     # doctest: +SKIP
+('completed', 1)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from fedtune.config import RunConfig
+from fedtune.data import DataError, get_dataset, make_plan
+from fedtune.data.base import FederatedPlan
+from fedtune.runtime.resources import ResourceError, ResourcePlan, plan_resources
+
+log = logging.getLogger("fedtune")
+
+
+def build_plan(cfg: RunConfig) -> FederatedPlan:
+    """The data partition of a run, from labels only (no pixels decoded, no torch)."""
+    from fedtune.algorithms import resolve
+    from fedtune.config import ConfigError
+
+    dataset = get_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size, data_seed=cfg.data_seed)
+    info = dataset.info
+    setting = cfg.setting or info.default_setting
+    resolved = resolve(cfg)
+    if setting not in resolved.settings:
+        raise ConfigError(
+            f"field 'setting': algorithm '{cfg.algorithm}' (client method {resolved.client_method.name}, server rule "
+            f"{resolved.server_rule.name}) does not run in setting '{setting}'; allowed: {', '.join(resolved.settings)}")
+    labels = {d: dataset.labels(d) for d in info.domains}
+    return make_plan(info, labels, setting=setting, target_domain=cfg.target_domain,
+                     clients_per_domain=cfg.clients_per_domain, num_clients=cfg.num_clients,
+                     dirichlet_alpha=cfg.dirichlet_alpha, participation=cfg.participation,
+                     target_fraction=cfg.target_fraction, val_fraction=cfg.val_fraction,
+                     test_fraction=cfg.test_fraction, probe_fraction=cfg.probe_fraction, seed=cfg.seed)
+
+
+def connect_ray(cfg: RunConfig, *, verbose: bool = False) -> bool:
+    """Join ``cfg.address`` or start a local Ray (dashboard off, bound to localhost).
+
+    Returns True when this call started Ray (so the caller shuts it down). Never called inside a trial.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=verbose,
+                                  logging_level=logging.INFO if verbose else logging.WARNING)
+    if cfg.address:
+        ray.init(address=cfg.address, **kwargs)
+    else:
+        ray.init(num_cpus=cfg.num_cpus or os.cpu_count(), num_gpus=cfg.num_gpus,
+                 _node_ip_address="127.0.0.1", **kwargs)
+    return True
+
+
+def cluster_nodes() -> list[dict[str, float]]:
+    import ray
+
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive", n.get("alive", False))]
+
+
+def resource_plan_for(cfg: RunConfig, plan: FederatedPlan, nodes: list[dict[str, float]]) -> ResourcePlan:
+    return plan_resources(num_clients=plan.num_clients, nodes=nodes, client_cpus=cfg.client_cpus,
+                          client_gpus=cfg.client_gpus, coordinator_cpus=cfg.coordinator_cpus,
+                          coordinator_gpus=cfg.coordinator_gpus, max_client_actors=cfg.max_client_actors)
+
+
+class FederatedRun:
+    """A run that can be stepped round by round (``fedtune run`` and Tune trials use this).
+
+    ``backend="local"`` runs everything in this process. ``backend="ray"`` needs Ray to be
+    initialised; it reserves a placement group (or uses ``placement_group`` with bundles laid
+    out as :func:`resource_plan_for` says) and creates the coordinator and every client actor in it.
+    """
+
+    def __init__(self, cfg: RunConfig, *, placement_group=None, resources: ResourcePlan | None = None):
+        from fedtune.algorithms import resolve
+
+        self.cfg = cfg
+        self.plan = build_plan(cfg)
+        self.resolved = resolve(cfg)
+        self.setting = self.plan.setting
+        self.resources = resources
+        self._pg = placement_group
+        self._own_pg = placement_group is None
+        self.coordinator = None
+        self.round = 0
+        self.started_s = time.perf_counter()
+
+    # ------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.cfg.backend == "local":
+            from fedtune.runtime.coordinator import Coordinator
+
+            self.coordinator = Coordinator(self.cfg.to_dict(), self.plan, {"kind": "local"})
+            self._call = lambda name, *a: getattr(self.coordinator, name)(*a)
+            return
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from fedtune.runtime.coordinator import ActorFactory, Coordinator, assign_clients
+
+        if not ray.is_initialized():
+            raise RuntimeError("backend 'ray' needs a connected Ray (fedtune.runtime.connect_ray); "
+                               "fedtune never calls ray.init inside a trial")
+        if self.resources is None:
+            self.resources = resource_plan_for(self.cfg, self.plan, cluster_nodes())
+        res = self.resources
+        if self._pg is None:
+            self._pg = placement_group(res.bundles, strategy="PACK", name="")
+            if not self._pg.wait(self.cfg.placement_timeout_s):
+                remove_placement_group(self._pg)
+                self._pg = None
+                raise ResourceError(
+                    f"the cluster could not reserve {res.total} for this run within placement_timeout_s="
+                    f"{self.cfg.placement_timeout_s:g}s (available now: {_avail()}); other work holds the resources")
+        cfg_dict = self.cfg.to_dict()
+        assignment = assign_clients(self.plan.num_clients, res.num_workers)
+        factory = ActorFactory(cfg_dict, assignment, self.plan, self._pg, res.worker_bundles,
+                               res.client_cpus, res.client_gpus)
+        # Client actors and the coordinator start together: their processes import torch in parallel.
+        actors = [factory(w) for w in range(res.num_workers)]
+        strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=res.coordinator_bundle,
+                                                    placement_group_capture_child_tasks=True)
+        coord_cls = ray.remote(max_restarts=0)(Coordinator)
+        self.coordinator = coord_cls.options(num_cpus=res.coordinator_cpus, num_gpus=res.coordinator_gpus,
+                                             scheduling_strategy=strategy).remote(
+            cfg_dict, self.plan, {"kind": "ray", "actors": actors, "factory": factory, "assignment": assignment})
+        self._call = lambda name, *a: ray.get(getattr(self.coordinator, name).remote(*a))
+
+    def describe(self) -> dict[str, Any]:
+        return self._call("describe")
+
+    def client_handles(self) -> list:
+        return self._call("client_handles")
+
+    def step(self):
+        """Run the next round; returns the coordinator's :class:`RoundResult`."""
+        self.round += 1
+        return self._call("run_round", self.round)
+
+    def close(self) -> None:
+        if self.coordinator is not None:
+            try:
+                self._call("shutdown")
+            except Exception:  # the coordinator may be gone already
+                pass
+            if self.cfg.backend == "ray":
+                import ray
+
+                ray.kill(self.coordinator, no_restart=True)
+            self.coordinator = None
+        if self._own_pg and self._pg is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self._pg)
+            self._pg = None
+
+    def __enter__(self) -> "FederatedRun":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _avail() -> str:
+    import ray
+
+    a = ray.available_resources()
+    return ", ".join(f"{a.get(k, 0):g} {k}" for k in ("CPU", "GPU"))
+
+
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    trial_id: str
+    status: str  # completed | diverged | failed | interrupted
+    rows: list[dict[str, Any]]
+    study_dir: Path
+    rounds_path: Path
+    error: str | None = None
+    time_to_first_round_s: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def round_row(cfg: RunConfig, run: FederatedRun, trial_id: str, result) -> dict[str, Any]:
+    """One row of the rounds table: identity, hyperparameters (hp.*), metrics, status."""
+    row: dict[str, Any] = {
+        "study": cfg.name, "trial_id": trial_id, "algorithm": cfg.algorithm,
+        "client_method": run.resolved.client_method.name, "server_rule": run.resolved.server_rule.name,
+        "dataset": cfg.dataset, "setting": run.setting,
+        "target_domain": ",".join(run.plan.target_domains) or None, "seed": cfg.seed,
+        "round": result.round, "status": result.status,
+    }
+    row.update(result.metrics)
+    for k, v in cfg.hyperparameters().items():
+        row[f"hp.{k}"] = v
+    return row
+
+
+def run(cfg: RunConfig, *, progress: bool = True, verbose: bool = False,
+        on_round: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+    """Run ``cfg`` to the end (or divergence), writing every round to the results store."""
+    from fedtune.results import ResultsStore, summarize_trial
+
+    t_start = time.perf_counter()
+    started_at = datetime.now(timezone.utc)
+    trial_id = cfg.trial_id()
+    store = ResultsStore(cfg.output, cfg.name)
+    rows: list[dict[str, Any]] = []
+    status, error = "failed", None
+    started_ray = False
+    fr: FederatedRun | None = None
+    bar = _Progress(cfg, enabled=progress)
+    first_round_s = None
+    info: dict[str, Any] = {}
+    try:
+        fr = FederatedRun(cfg)  # plans data and validates the algorithm/setting before Ray starts
+        if cfg.backend == "ray":
+            started_ray = connect_ray(cfg, verbose=verbose)
+        fr.start()
+        info = fr.describe()
+        bar.start(fr, info)
+        status = "completed"
+        for _ in range(cfg.rounds):
+            result = fr.step()
+            row = round_row(cfg, fr, trial_id, result)
+            rows.append(row)
+            if first_round_s is None:
+                first_round_s = time.perf_counter() - t_start
+            store.write_rounds(trial_id, rows)
+            bar.update(row)
+            if on_round is not None:
+                on_round(row)
+            if result.status == "diverged":
+                status = "diverged"
+                error = f"non-finite loss or weights in round {result.round}"
+                break
+    except KeyboardInterrupt:
+        status, error = "interrupted", "interrupted by the user"
+        raise
+    except Exception as exc:
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        bar.stop()
+        if fr is not None:
+            try:
+                fr.close()
+            except Exception:
+                pass
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+        if rows or status != "failed" or error:
+            cfg_json = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+            summary = summarize_trial(rows, config=json.loads(cfg_json), status=status, error=error,
+                                      started_at=started_at, ended_at=datetime.now(timezone.utc))
+            summary.update({"study": cfg.name, "trial_id": trial_id, "algorithm": cfg.algorithm,
+                            "dataset": cfg.dataset, "seed": cfg.seed})
+            store.write_trial(summary)
+    return RunResult(trial_id, status, rows, store.study_dir, store.rounds_dir / f"{trial_id}.parquet",
+                     error, first_round_s, info)
+
+
+class _Progress:
+    """A rich progress bar: one tick per round with the current metrics."""
+
+    def __init__(self, cfg: RunConfig, enabled: bool):
+        self.cfg, self.enabled = cfg, enabled
+        self.progress = None
+
+    def start(self, run: FederatedRun, info: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[metrics]}"))
+        self.progress.start()
+        desc = f"{self.cfg.algorithm}/{self.cfg.dataset}"
+        desc += f" -> {','.join(run.plan.target_domains)}" if run.plan.target_domains else ""
+        self.task = self.progress.add_task(desc, total=self.cfg.rounds, metrics="starting")
+
+    def update(self, row: dict[str, Any]) -> None:
+        if self.progress is None:
+            return
+        text = (f"loss {row['train_loss']:.3f} val {row.get('val_acc', float('nan')):.3f} "
+                f"target {row.get('target_acc', float('nan')):.3f} {row['wall_s']:.1f}s/rd")
+        self.progress.update(self.task, advance=1, metrics=text)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None

@@ -1,0 +1,200 @@
+"""The client side of the runtime: a worker owns a fixed set of logical clients and their data.
+
+:class:`ClientWorker` is a plain class. The Ray backend runs it as an actor
+(:data:`ClientActor`), the local backend calls it in-process; both execute the same code, so a
+seed gives the same numbers on either. Data is decoded once, in ``__init__``, and never leaves
+the worker; weights arrive as a (zero-copy, read-only) float32 vector and leave as one
+contiguous float32 array ``[k, M]`` holding the k trained clients' flat states.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedtune.data.base import ClientSpec
+from fedtune.runtime.common import (
+    EvalCounts,
+    assigned_gpu_ids,
+    derive_seed,
+    evaluate,
+    pick_device,
+    set_torch_threads,
+    torch_threads,
+)
+
+
+@dataclass
+class FitReply:
+    client_ids: list[int]
+    states: np.ndarray  # float32 [k, M]: trained flat states, row i = client_ids[i]
+    num_examples: list[int]
+    losses: list[float]
+    steps: list[int]
+    compute_s: list[float]
+    extras: list[dict[str, np.ndarray]] = field(default_factory=list)
+    metrics: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class EvalReply:
+    client_ids: list[int]
+    val: list[EvalCounts]
+    test: list[EvalCounts]
+    shard_ids: list[int] = field(default_factory=list)  # target-test shards evaluated here
+    shards: list[EvalCounts] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TargetShard:
+    """A fixed slice of the held-out target test set (no client owns it). Shards are cut
+    independently of the actor count, and their results are summed in shard order, so metrics
+    do not depend on how many actors evaluated them."""
+
+    shard_id: int
+    domain: str
+    indices: np.ndarray
+
+
+SHARD_SIZE = 512
+
+
+def target_shards(target_test: dict[str, np.ndarray], shard_size: int = SHARD_SIZE) -> list[TargetShard]:
+    shards = []
+    for domain in sorted(target_test):
+        idx = np.asarray(target_test[domain], dtype=np.int64)
+        for start in range(0, len(idx), shard_size):
+            shards.append(TargetShard(len(shards), domain, idx[start:start + shard_size]))
+    return shards
+
+
+class ClientWorker:
+    """Holds logical clients ``specs``; trains and evaluates them on request."""
+
+    def __init__(self, cfg_dict: dict[str, Any], specs: list[ClientSpec], worker_index: int = 0,
+                 shards: list[TargetShard] | None = None, manage_threads: bool = True):
+        from fedtune.algorithms import resolve
+        from fedtune.config import RunConfig
+        from fedtune.data import get_dataset
+        from fedtune.models import FlatLayout, build_model
+
+        self.cfg = RunConfig.from_dict(cfg_dict)
+        self.worker_index = worker_index
+        self.threads = torch_threads(self.cfg.client_cpus)
+        if manage_threads:
+            set_torch_threads(self.threads)
+        import torch
+
+        self.gpu_ids = assigned_gpu_ids()
+        self.device = pick_device(bool(self.gpu_ids) or (self.cfg.backend == "local" and self.cfg.client_gpus > 0))
+        dataset = get_dataset(self.cfg.dataset, root=self.cfg.data_root, image_size=self.cfg.image_size,
+                              data_seed=self.cfg.data_seed)
+        info = dataset.info
+        self.specs = {s.client_id: s for s in specs}
+        self.data: dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
+        for s in specs:
+            parts = {}
+            for split in ("train", "val", "test"):
+                x, y = dataset.load_pieces(getattr(s, split))
+                parts[split] = (torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device))
+            self.data[s.client_id] = parts
+        self.shards: dict[int, tuple[str, torch.Tensor, torch.Tensor]] = {}
+        for sh in shards or []:
+            x, y = dataset.load(sh.domain, sh.indices)
+            self.shards[sh.shard_id] = (sh.domain, torch.from_numpy(x).to(self.device),
+                                        torch.from_numpy(y).to(self.device))
+        # Every worker builds the same initial model from the run's seed; the coordinator takes
+        # its weights from worker 0 (so the coordinator process never needs torch).
+        torch.manual_seed(self.cfg.seed)
+        self.model = build_model(self.cfg.model or info.default_model, input_shape=info.input_shape,
+                                 num_classes=info.num_classes, mlp_hidden=self.cfg.mlp_hidden,
+                                 pretrained_path=self.cfg.pretrained_path).to(self.device)
+        self.layout = FlatLayout.of(self.model)
+        self.method = resolve(self.cfg).client_method(self.cfg)
+        self.client_state: dict[int, dict[str, Any]] = {s.client_id: {} for s in specs}
+
+    # ------------------------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        import torch
+
+        return {"pid": os.getpid(), "worker_index": self.worker_index, "device": str(self.device),
+                "gpu_ids": [str(g) for g in self.gpu_ids], "torch_threads": torch.get_num_threads(),
+                "clients": sorted(self.specs), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+    def initial_state(self) -> tuple[np.ndarray, Any, int]:
+        """(initial flat weights, FlatLayout, number of model parameters)."""
+        from fedtune.models import count_parameters, get_flat
+
+        return get_flat(self.model, self.layout), self.layout, count_parameters(self.model)
+
+    def _load(self, weights: np.ndarray) -> None:
+        from fedtune.models import set_flat
+
+        set_flat(self.model, self.layout, weights)
+
+    def fit(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int, client_ids: list[int]) -> FitReply:
+        """Train each of ``client_ids`` (ascending) from ``weights`` for one round."""
+        import torch
+
+        from fedtune.algorithms import ClientContext
+        from fedtune.models import get_flat
+
+        client_ids = sorted(client_ids)
+        states = np.empty((len(client_ids), self.layout.size), dtype=np.float32)
+        reply = FitReply(client_ids, states, [], [], [], [])
+        for row, cid in enumerate(client_ids):
+            t0 = time.perf_counter()
+            spec = self.specs[cid]
+            self._load(weights)
+            seed = derive_seed(self.cfg.seed, cid, round)
+            torch.manual_seed(seed)
+            gen = torch.Generator().manual_seed(seed)
+            x, y = self.data[cid]["train"]
+            ctx = ClientContext(model=self.model, x=x, y=y, cfg=self.cfg, round=round, client_id=cid,
+                                role=spec.role, generator=gen, device=self.device, payload=payload,
+                                state=self.client_state[cid])
+            out = self.method.train(ctx)
+            get_flat(self.model, self.layout, out=states[row])
+            reply.num_examples.append(len(y))
+            reply.losses.append(float(out.loss))
+            reply.steps.append(out.steps)
+            reply.extras.append(out.extras)
+            reply.metrics.append(out.metrics)
+            reply.compute_s.append(time.perf_counter() - t0)
+        return reply
+
+    def evaluate(self, weights: np.ndarray, client_ids: list[int] | None = None) -> EvalReply:
+        """Accuracy of ``weights`` on each client's validation (and fl test) split and on this
+        worker's target-test shards."""
+        self._load(weights)
+        ids = sorted(self.specs if client_ids is None else client_ids)
+        bs = self.cfg.eval_batch_size
+        reply = EvalReply(ids, [], [])
+        for cid in ids:
+            reply.val.append(evaluate(self.model, *self.data[cid]["val"], bs))
+            reply.test.append(evaluate(self.model, *self.data[cid]["test"], bs))
+        for sid in sorted(self.shards):
+            _, x, y = self.shards[sid]
+            reply.shard_ids.append(sid)
+            reply.shards.append(evaluate(self.model, x, y, bs))
+        return reply
+
+    def ping(self) -> int:
+        return os.getpid()
+
+
+_actor_cls = None
+
+
+def client_actor_class():
+    """``ray.remote(ClientWorker)``, created on first use (importing this module needs no Ray)."""
+    global _actor_cls
+    if _actor_cls is None:
+        import ray
+
+        _actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(ClientWorker)
+    return _actor_cls
