@@ -84,8 +84,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                       f"client actors: {result.info.get('num_workers')}; model parameters: {result.info.get('num_params')}")
     if result.error:
         console.print(f"[yellow]{result.status}: {result.error}[/yellow]")
-    console.print(f"results: {result.rounds_path}")
-    console.print(f"trials:  {result.study_dir / 'trials.parquet'}")
+    # Plain print: paths must never be wrapped (scripts and copy-paste read them).
+    print(f"results: {result.rounds_path}")
+    print(f"trials:  {result.study_dir / 'trials.parquet'}")
     return 0 if result.status == "completed" else 3
 
 

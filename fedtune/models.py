@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedtune.config import ConfigError
+
 MODELS = ("cnn", "mlp", "resnet18")
 
 
@@ -59,28 +61,34 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
         model: nn.Module = nn.Sequential(*layers)
     elif name == "cnn":
         if len(input_shape) != 3:
-            raise ValueError(f"field 'model': cnn needs image input, dataset gives shape {input_shape}; use mlp")
+            raise ConfigError(f"field 'model': cnn needs image input, dataset gives shape {input_shape}; use mlp")
         c, h, w = input_shape
         if h != w or h < 8:
-            raise ValueError(f"field 'model': cnn needs square images of side >= 8, got {h}x{w}")
+            raise ConfigError(f"field 'model': cnn needs square images of side >= 8, got {h}x{w}")
         model = FedAvgCNN(c, h, num_classes)
     elif name == "resnet18":
         if len(input_shape) != 3:
-            raise ValueError(f"field 'model': resnet18 needs image input, dataset gives shape {input_shape}; use mlp")
+            raise ConfigError(f"field 'model': resnet18 needs image input, dataset gives shape {input_shape}; use mlp")
         from torchvision.models import resnet18
 
         model = resnet18(weights=None, num_classes=num_classes)
         if input_shape[0] != 3:
             model.conv1 = nn.Conv2d(input_shape[0], 64, kernel_size=7, stride=2, padding=3, bias=False)
     else:
-        raise ValueError(f"field 'model': '{name}' is unknown; allowed: {', '.join(MODELS)}")
+        raise ConfigError(f"field 'model': '{name}' is unknown; allowed: {', '.join(MODELS)}")
     if pretrained_path:
         if name != "resnet18":
-            raise ValueError("field 'pretrained_path': only resnet18 loads pretrained weights")
+            raise ConfigError("field 'pretrained_path': only resnet18 loads pretrained weights")
         path = Path(pretrained_path)
         if not path.is_file():
-            raise ValueError(f"field 'pretrained_path': '{path}' does not exist")
-        state = torch.load(path, map_location="cpu", weights_only=True)
+            raise ConfigError(f"field 'pretrained_path': '{path}' does not exist")
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # not a torch file, or it holds objects weights_only refuses
+            raise ConfigError(f"field 'pretrained_path': '{path}' is not a loadable state_dict "
+                              f"(torch.load with weights_only=True): {type(exc).__name__}") from None
+        if not isinstance(state, dict):
+            raise ConfigError(f"field 'pretrained_path': '{path}' holds a {type(state).__name__}, not a state_dict")
         # A backbone checkpoint's classifier usually has another class count: keep ours.
         own = model.state_dict()
         state = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}

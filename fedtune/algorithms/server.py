@@ -59,6 +59,8 @@ def fedavg_step(params: np.ndarray, updates: np.ndarray, weights: np.ndarray, gl
     array([0.5, 0.5], dtype=float32)
     """
     direction = weighted_sum(updates, weights)
+    if np.shape(params) != direction.shape:
+        raise ValueError(f"params {np.shape(params)} and updates {np.shape(updates)} disagree on the parameter count")
     return (params.astype(np.float64) + global_lr * direction).astype(np.float32)
 
 

@@ -15,6 +15,7 @@ second and takes no CPU from the clients' torch imports at launch.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -219,8 +220,11 @@ class Coordinator:
 
     # ------------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
+        from fedtune.runtime.worker import _placement_group_id
+
         return {"num_params": self.num_model_params, "flat_size": self.layout.size,
-                "num_workers": self.pool.num_workers}
+                "num_workers": self.pool.num_workers, "pid": os.getpid(),
+                "placement_group_id": _placement_group_id()}
 
     def client_handles(self) -> list:
         return self.pool.handles() if isinstance(self.pool, RayPool) else []
@@ -278,12 +282,16 @@ class Coordinator:
                 self.weights = new
         server_s = time.perf_counter() - t0
         client_compute_s = float(sum(sum(r.compute_s) for r in replies))
+        critical_s = float(max(sum(r.compute_s) for r in replies))  # the busiest worker's training time
         del rows, replies  # release the object-store buffers of the client states
 
         # --- evaluation on the workers: client validation splits and target-test shards ------------
         t0 = time.perf_counter()
+        publish_s = 0.0
         if status == "ok":
+            t_pub = time.perf_counter()
             self.weights_ref = self.pool.publish(self.weights)
+            publish_s = time.perf_counter() - t_pub
             evals = self.pool.collect_evaluation(self.pool.evaluate(self.weights_ref))
             metrics.update(self._eval_metrics(evals))
         eval_s = time.perf_counter() - t0
@@ -294,6 +302,8 @@ class Coordinator:
             "wall_s": time.perf_counter() - t_round,
             "client_s": client_s,
             "client_compute_s": client_compute_s,
+            "client_critical_s": critical_s,
+            "publish_s": publish_s,
             "server_s": server_s,
             "eval_s": eval_s,
             "bytes_moved": int(w_bytes * (self.pool.num_workers + len(order))),

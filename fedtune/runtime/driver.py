@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -40,6 +41,14 @@ def build_plan(cfg: RunConfig) -> FederatedPlan:
         raise ConfigError(
             f"field 'setting': algorithm '{cfg.algorithm}' (client method {resolved.client_method.name}, server rule "
             f"{resolved.server_rule.name}) does not run in setting '{setting}'; allowed: {', '.join(resolved.settings)}")
+    model = cfg.model or info.default_model
+    if model in ("cnn", "resnet18") and not info.is_image:
+        raise ConfigError(f"field 'model': '{model}' needs image input but dataset '{cfg.dataset}' gives vectors of "
+                          f"shape {info.input_shape}; allowed here: mlp")
+    if cfg.pretrained_path and model != "resnet18":
+        raise ConfigError(f"field 'pretrained_path': only model resnet18 loads pretrained weights, not '{model}'")
+    if cfg.pretrained_path and not Path(cfg.pretrained_path).is_file():
+        raise ConfigError(f"field 'pretrained_path': '{cfg.pretrained_path}' does not exist")
     labels = {d: dataset.labels(d) for d in info.domains}
     return make_plan(info, labels, setting=setting, target_domain=cfg.target_domain,
                      clients_per_domain=cfg.clients_per_domain, num_clients=cfg.num_clients,
@@ -222,16 +231,17 @@ def run(cfg: RunConfig, *, progress: bool = True, verbose: bool = False,
     t_start = time.perf_counter()
     started_at = datetime.now(timezone.utc)
     trial_id = cfg.trial_id()
-    store = ResultsStore(cfg.output, cfg.name)
     rows: list[dict[str, Any]] = []
     status, error = "failed", None
     started_ray = False
-    fr: FederatedRun | None = None
     bar = _Progress(cfg, enabled=progress)
     first_round_s = None
     info: dict[str, Any] = {}
+    # Bad input (unknown names, missing data, impossible setting) raises here, before anything
+    # starts and before anything is written.
+    fr = FederatedRun(cfg)
+    store = ResultsStore(cfg.output, cfg.name)
     try:
-        fr = FederatedRun(cfg)  # plans data and validates the algorithm/setting before Ray starts
         if cfg.backend == "ray":
             started_ray = connect_ray(cfg, verbose=verbose)
         fr.start()
@@ -260,16 +270,15 @@ def run(cfg: RunConfig, *, progress: bool = True, verbose: bool = False,
         raise
     finally:
         bar.stop()
-        if fr is not None:
-            try:
-                fr.close()
-            except Exception:
-                pass
+        try:
+            fr.close()
+        except Exception:
+            pass
         if started_ray:
             import ray
 
             ray.shutdown()
-        if rows or status != "failed" or error:
+        if not isinstance(sys.exc_info()[1], ResourceError):  # a refused launch ran nothing
             cfg_json = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
             summary = summarize_trial(rows, config=json.loads(cfg_json), status=status, error=error,
                                       started_at=started_at, ended_at=datetime.now(timezone.utc))

@@ -51,9 +51,14 @@ def _slots(node: dict[str, float], cpus: float, gpus: float) -> int:
     if cpus > 0:
         n = math.floor(node.get("CPU", 0.0) / cpus + EPS)
     if gpus > 0:
-        devices = math.floor(node.get("GPU", 0.0) + EPS)
-        per_gpu = math.floor(1.0 / gpus + EPS) if gpus <= 1 else 0
-        n = min(n, devices * per_gpu if gpus <= 1 else math.floor(devices / gpus + EPS))
+        total = node.get("GPU", 0.0)
+        devices = math.floor(total + EPS)
+        if gpus <= 1:
+            # whole free devices, plus what a fractional neighbour (the coordinator) left of one device
+            left = max(total - devices, 0.0)
+            n = min(n, devices * math.floor(1.0 / gpus + EPS) + math.floor(left / gpus + EPS))
+        else:
+            n = min(n, math.floor(devices / gpus + EPS))
     return int(n) if n != math.inf else 10**9
 
 
@@ -102,7 +107,8 @@ def plan_resources(*, num_clients: int, nodes: list[dict[str, float]], client_cp
             need.setdefault(k, v)
         raise ResourceError(
             f"max_client_actors={wanted} client actors x {_fmt(asked_client)} "
-            f"(+ coordinator {_fmt(coord)}) = {_fmt(need)}, but {where}, room for {best} client actor(s); "
+            f"{f'(+ coordinator {_fmt(coord)}) ' if coord else ''}= {_fmt(need)}, but {where}, "
+            f"room for {best} client actor(s); "
             f"lower max_client_actors, client_cpus or client_gpus, or add nodes")
     workers = min(wanted, best)
     bundles = ([coord] if coord else []) + [asked_client or {"CPU": 0.001}] * workers

@@ -123,7 +123,8 @@ class ClientWorker:
 
         return {"pid": os.getpid(), "worker_index": self.worker_index, "device": str(self.device),
                 "gpu_ids": [str(g) for g in self.gpu_ids], "torch_threads": torch.get_num_threads(),
-                "clients": sorted(self.specs), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+                "clients": sorted(self.specs), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "placement_group_id": _placement_group_id()}
 
     def initial_state(self) -> tuple[np.ndarray, Any, int]:
         """(initial flat weights, FlatLayout, number of model parameters)."""
@@ -185,6 +186,18 @@ class ClientWorker:
 
     def ping(self) -> int:
         return os.getpid()
+
+
+def _placement_group_id() -> str | None:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            pg = ray.get_runtime_context().get_placement_group_id()
+            return str(pg) if pg else None
+    except Exception:  # pragma: no cover
+        pass
+    return None
 
 
 _actor_cls = None
