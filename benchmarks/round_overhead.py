@@ -65,7 +65,7 @@ def compute_part(args, out_dir: str) -> None:
 
 
 def transfer_part(args, out_dir: str) -> None:
-    model = {"mlp": dict(model="mlp", mlp_hidden=[4096, 2048, 512]), "resnet18": dict(model="resnet18")}[args.big_model]
+    model = {"mlp": dict(model="mlp", mlp_hidden=[4096, 2000, 128]), "resnet18": dict(model="resnet18")}[args.big_model]
     base = dict(dataset="rotated-digits", setting="fl", num_clients=4, dirichlet_alpha=100.0, rounds=args.rounds,
                 local_steps=1, batch_size=8, output=out_dir, name="bench-transfer", client_cpus=0.5,
                 max_client_actors=4, backend="ray", local_momentum=0.0, eval_batch_size=512, **model)

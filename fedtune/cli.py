@@ -80,8 +80,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                           f"{row.get('val_acc', float('nan')):.4f}", f"{row.get('target_acc', float('nan')):.4f}")
     console.print(table)
     if result.time_to_first_round_s is not None:
-        console.print(f"time to the end of round 1: {result.time_to_first_round_s:.1f}s; "
-                      f"client actors: {result.info.get('num_workers')}; model parameters: {result.info.get('num_params')}")
+        i = result.info
+        console.print(f"time to the end of round 1: {result.time_to_first_round_s:.1f}s (Ray up at "
+                      f"{i.get('ray_init_s', 0):.1f}s, actors ready at {i.get('actors_ready_s', 0):.1f}s); "
+                      f"client actors: {i.get('num_workers')}; model parameters: {i.get('num_params')}")
     if result.error:
         console.print(f"[yellow]{result.status}: {result.error}[/yellow]")
     # Plain print: paths must never be wrapped (scripts and copy-paste read them).

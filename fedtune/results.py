@@ -78,17 +78,17 @@ _ROUND_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("val_acc", pa.float64(), "Validation accuracy on the source clients' validation splits."),
     ("target_acc", pa.float64(), "Accuracy on the held-out target domain."),
     ("wall_s", pa.float64(), "Wall-clock seconds of the round."),
-    ("client_s", pa.float64(), "Seconds spent in client training during the round."),
+    ("client_s", pa.float64(), "Wall seconds of the round's fit phase (broadcast, client training on all actors, updates back)."),
     ("server_s", pa.float64(), "Seconds spent in server aggregation during the round."),
-    ("status", pa.string(), "Round status, e.g. `ok` or `diverged`."),
+    ("status", pa.string(), "Round status: `ok`, or `diverged` on the round whose loss or weights turned NaN/Inf."),
     ("num_participants", pa.int64(), "Clients that took part in the round."),
     ("skipped_clients", pa.int64(), "Sampled clients that were skipped (failed, straggled)."),
-    ("bytes_moved", pa.int64(), "Bytes sent between server and clients in the round."),
+    ("bytes_moved", pa.int64(), "Float32 weight bytes moved through the object store: one broadcast read by each actor plus one state per participant."),
 ]
 
 _TRIAL_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     *_ROUND_COLUMNS[:9],  # study .. seed
-    ("status", pa.string(), "Trial status, e.g. `ok`, `error`, `diverged`, `pruned`."),
+    ("status", pa.string(), "Trial status: `completed`, `diverged` (NaN/Inf loss or weights), `failed` (an error; see `error`), `interrupted` (Ctrl-C); sweeps add `pruned`."),
     ("rounds_done", pa.int64(), "Number of rounds recorded."),
     ("final_val_acc", pa.float64(), "`val_acc` of the last round that has one."),
     ("final_target_acc", pa.float64(), "`target_acc` of the last round that has one."),

@@ -22,20 +22,46 @@ import numpy as np
 from fedtune.algorithms.base import HParam
 
 
+BLOCK = 1 << 16  # elements per block: the float64 scratch stays in cache (512 KiB)
+
+
+def _check(updates: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    updates = np.asarray(updates)
+    weights = np.asarray(weights, dtype=np.float64)
+    if updates.ndim != 2 or weights.ndim != 1 or updates.shape[0] != weights.shape[0]:
+        raise ValueError(f"updates {updates.shape} and weights {weights.shape} disagree on the client count")
+    return updates, weights
+
+
+def _combine(updates: np.ndarray, weights: np.ndarray, base: np.ndarray | None, scale: float,
+             out: np.ndarray) -> np.ndarray:
+    """``out = base + scale · Σ_u w_u updates[u]`` block by block; every element sees exactly the
+    float64 operations of the plain formula, in client order (so blocking changes no bit)."""
+    m = updates.shape[1]
+    acc_buf = np.empty(min(BLOCK, m), dtype=np.float64)
+    tmp_buf = np.empty_like(acc_buf)
+    for s in range(0, m, BLOCK):
+        e = min(s + BLOCK, m)
+        acc, tmp = acc_buf[:e - s], tmp_buf[:e - s]
+        acc[:] = 0.0
+        for w, row in zip(weights, updates):
+            np.multiply(row[s:e], w, out=tmp)
+            acc += tmp
+        if base is not None:
+            acc *= scale
+            acc += base[s:e]
+        out[s:e] = acc
+    return out
+
+
 def weighted_sum(updates: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """``Σ_u weights[u] · updates[u]`` accumulated in float64, row by row in order.
+    """``Σ_u weights[u] · updates[u]`` accumulated in float64, client by client in order.
 
     >>> weighted_sum(np.array([[1., 2.], [3., 4.]], np.float32), np.array([0.25, 0.75]))
     array([2.5, 3.5])
     """
-    updates = np.asarray(updates)
-    weights = np.asarray(weights, dtype=np.float64)
-    if updates.ndim != 2 or updates.shape[0] != weights.shape[0]:
-        raise ValueError(f"updates {updates.shape} and weights {weights.shape} disagree on the client count")
-    acc = np.zeros(updates.shape[1], dtype=np.float64)
-    for w, row in zip(weights, updates):
-        acc += w * row
-    return acc
+    updates, weights = _check(updates, weights)
+    return _combine(updates, weights, None, 1.0, np.empty(updates.shape[1], dtype=np.float64))
 
 
 def fedavg_weights(num_examples: np.ndarray) -> np.ndarray:
@@ -58,10 +84,10 @@ def fedavg_step(params: np.ndarray, updates: np.ndarray, weights: np.ndarray, gl
     >>> fedavg_step(np.zeros(2, np.float32), np.array([[2., 0.], [0., 2.]], np.float32), np.array([.5, .5]), 0.5)
     array([0.5, 0.5], dtype=float32)
     """
-    direction = weighted_sum(updates, weights)
-    if np.shape(params) != direction.shape:
+    updates, weights = _check(updates, weights)
+    if np.shape(params) != (updates.shape[1],):
         raise ValueError(f"params {np.shape(params)} and updates {np.shape(updates)} disagree on the parameter count")
-    return (params.astype(np.float64) + global_lr * direction).astype(np.float32)
+    return _combine(updates, weights, np.asarray(params), float(global_lr), np.empty(updates.shape[1], np.float32))
 
 
 def fedavg_buffers(client_buffers: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -97,6 +123,13 @@ class ServerRule:
 
     def aggregate(self, params: np.ndarray, updates: np.ndarray, weights: np.ndarray, *,
                   extras: list[dict[str, np.ndarray]], round: int) -> AggregateResult:
+        """New global parameters from the round's updates.
+
+        ``updates`` is ``[U, num_params]`` float32, one row per participant in ascending client id;
+        it is the coordinator's scratch buffer, valid during this call only: copy what you keep.
+        ``weights`` are the FedAvg weights ``p_u``; ``extras[u]`` the arrays client ``u``'s method
+        returned (e.g. per-batch displacements).
+        """
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:

@@ -264,7 +264,7 @@ class Coordinator:
         else:
             P = layout.num_params
             theta = self.weights[:P]
-            updates = np.empty((len(order), P), dtype=np.float32)
+            updates = self._update_buffer(len(order), P)
             for u, c in enumerate(order):
                 reply, i = rows[c]
                 np.subtract(reply.states[i, :P], theta, out=updates[u])
@@ -310,6 +310,13 @@ class Coordinator:
             "actor_restarts": self.pool.restarts,
         })
         return RoundResult(round, metrics, status)
+
+    def _update_buffer(self, rows: int, size: int) -> np.ndarray:
+        """A [rows, size] float32 scratch kept across rounds (no fresh 100s-of-MB allocation per round)."""
+        buf = getattr(self, "_updates", None)
+        if buf is None or buf.shape[1] != size or buf.shape[0] < rows:
+            buf = self._updates = np.empty((rows, size), np.float32)
+        return buf[:rows]
 
     def _eval_metrics(self, evals: list[EvalReply]) -> dict[str, Any]:
         val_all, test_all = EvalCounts(), EvalCounts()

@@ -244,8 +244,11 @@ def run(cfg: RunConfig, *, progress: bool = True, verbose: bool = False,
     try:
         if cfg.backend == "ray":
             started_ray = connect_ray(cfg, verbose=verbose)
+        startup = {"ray_init_s": time.perf_counter() - t_start}
         fr.start()
-        info = fr.describe()
+        info = fr.describe()  # returns once the coordinator and every client actor are ready
+        startup["actors_ready_s"] = time.perf_counter() - t_start
+        info.update(startup)
         bar.start(fr, info)
         status = "completed"
         for _ in range(cfg.rounds):

@@ -82,6 +82,7 @@ class ClientWorker:
         from fedtune.data import get_dataset
         from fedtune.models import FlatLayout, build_model
 
+        t_init = time.time()
         self.cfg = RunConfig.from_dict(cfg_dict)
         self.worker_index = worker_index
         self.threads = torch_threads(self.cfg.client_cpus)
@@ -89,6 +90,7 @@ class ClientWorker:
             set_torch_threads(self.threads)
         import torch
 
+        t_torch = time.time()
         self.gpu_ids = assigned_gpu_ids()
         self.device = pick_device(bool(self.gpu_ids) or (self.cfg.backend == "local" and self.cfg.client_gpus > 0))
         dataset = get_dataset(self.cfg.dataset, root=self.cfg.data_root, image_size=self.cfg.image_size,
@@ -116,6 +118,8 @@ class ClientWorker:
         self.layout = FlatLayout.of(self.model)
         self.method = resolve(self.cfg).client_method(self.cfg)
         self.client_state: dict[int, dict[str, Any]] = {s.client_id: {} for s in specs}
+        # Wall-clock stamps (time.time()) of this worker's start-up, for start-up diagnostics.
+        self.startup = {"init_start": t_init, "torch_ready": t_torch, "ready": time.time()}
 
     # ------------------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -124,7 +128,7 @@ class ClientWorker:
         return {"pid": os.getpid(), "worker_index": self.worker_index, "device": str(self.device),
                 "gpu_ids": [str(g) for g in self.gpu_ids], "torch_threads": torch.get_num_threads(),
                 "clients": sorted(self.specs), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                "placement_group_id": _placement_group_id()}
+                "placement_group_id": _placement_group_id(), "startup": self.startup}
 
     def initial_state(self) -> tuple[np.ndarray, Any, int]:
         """(initial flat weights, FlatLayout, number of model parameters)."""
