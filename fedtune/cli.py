@@ -69,8 +69,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     console = Console()
     result = run(cfg, progress=not args.no_progress, verbose=args.verbose)
     last = result.rows[-1] if result.rows else {}
-    best = max(result.rows, key=lambda r: (r.get("val_acc") if r.get("val_acc") == r.get("val_acc") else -1),
-               default={})
+    def val(row: dict) -> float:
+        v = row.get("val_acc")
+        return v if isinstance(v, float) and v == v else -1.0
+
+    best = max(result.rows, key=val, default={})
     table = Table(title=f"{cfg.algorithm} on {cfg.dataset} — {result.status}")
     for col in ("", "round", "train_loss", "val_acc", "target_acc"):
         table.add_column(col)
@@ -81,8 +84,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(table)
     if result.time_to_first_round_s is not None:
         i = result.info
-        console.print(f"time to the end of round 1: {result.time_to_first_round_s:.1f}s (Ray up at "
-                      f"{i.get('ray_init_s', 0):.1f}s, actors ready at {i.get('actors_ready_s', 0):.1f}s); "
+        phases = (f" (Ray up at {i.get('ray_init_s', 0):.1f}s, actors ready at {i.get('actors_ready_s', 0):.1f}s)"
+                  if cfg.backend == "ray" else "")
+        console.print(f"time to the end of round 1: {result.time_to_first_round_s:.1f}s{phases}; "
                       f"client actors: {i.get('num_workers')}; model parameters: {i.get('num_params')}")
     if result.error:
         console.print(f"[yellow]{result.status}: {result.error}[/yellow]")

@@ -80,6 +80,7 @@ class RunConfig:
     weight_decay: float = _f(0.0, "client weight decay", lo=0.0, hp=True)
     global_lr: float = _f(1.0, "server learning rate: theta <- theta + global_lr * aggregate(updates)", lo=0.0, lo_open=True, hp=True)
     eval_batch_size: int = _f(256, "batch size of evaluation", lo=1)
+    eval_every: int = _f(1, "evaluate every N rounds (and always the last round); other rounds have no accuracy columns", lo=1)
     seed: int = _f(0, "seed of partitions, client sampling, initialisation and data order")
 
     # --- resources and runtime -------------------------------------------------------------
@@ -221,7 +222,7 @@ class RunConfig:
 
     def trial_id(self) -> str:
         """A stable id of what this run computes: equal configs (up to output/naming/backends) share it."""
-        ignore = {"backend", "address", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
+        ignore = {"backend", "address", "eval_every", "eval_batch_size", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
                   "placement_timeout_s", "on_client_failure", "client_cpus", "client_gpus",
                   "coordinator_cpus", "coordinator_gpus"}
         payload = {k: v for k, v in sorted(self.to_dict().items()) if k not in ignore}

@@ -11,7 +11,6 @@ def ray_session():
     """One real local Ray for the whole session: 2 CPUs and a *fake* GPU (for packing tests)."""
     import ray
 
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False)
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

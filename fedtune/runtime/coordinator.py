@@ -229,7 +229,7 @@ class Coordinator:
     def client_handles(self) -> list:
         return self.pool.handles() if isinstance(self.pool, RayPool) else []
 
-    def run_round(self, round: int) -> RoundResult:
+    def run_round(self, round: int, evaluate: bool = True) -> RoundResult:
         from fedtune.algorithms import fedavg_buffers, fedavg_weights
         from fedtune.data import sample_participants
 
@@ -292,8 +292,9 @@ class Coordinator:
             t_pub = time.perf_counter()
             self.weights_ref = self.pool.publish(self.weights)
             publish_s = time.perf_counter() - t_pub
-            evals = self.pool.collect_evaluation(self.pool.evaluate(self.weights_ref))
-            metrics.update(self._eval_metrics(evals))
+            if evaluate:
+                evals = self.pool.collect_evaluation(self.pool.evaluate(self.weights_ref))
+                metrics.update(self._eval_metrics(evals))
         eval_s = time.perf_counter() - t0
 
         w_bytes = self.weights.nbytes

@@ -58,7 +58,7 @@ def build_plan(cfg: RunConfig) -> FederatedPlan:
 
 
 def connect_ray(cfg: RunConfig, *, verbose: bool = False) -> bool:
-    """Join ``cfg.address`` or start a local Ray (dashboard off, bound to localhost).
+    """Join ``cfg.address`` or start a local Ray with ``num_cpus``/``num_gpus`` and no dashboard.
 
     Returns True when this call started Ray (so the caller shuts it down). Never called inside a trial.
     """
@@ -71,8 +71,7 @@ def connect_ray(cfg: RunConfig, *, verbose: bool = False) -> bool:
     if cfg.address:
         ray.init(address=cfg.address, **kwargs)
     else:
-        ray.init(num_cpus=cfg.num_cpus or os.cpu_count(), num_gpus=cfg.num_gpus,
-                 _node_ip_address="127.0.0.1", **kwargs)
+        ray.init(num_cpus=cfg.num_cpus or os.cpu_count(), num_gpus=cfg.num_gpus, **kwargs)
     return True
 
 
@@ -159,9 +158,12 @@ class FederatedRun:
         return self._call("client_handles")
 
     def step(self):
-        """Run the next round; returns the coordinator's :class:`RoundResult`."""
+        """Run the next round; returns the coordinator's :class:`RoundResult`.
+
+        The new model is evaluated every ``eval_every`` rounds and on the last round."""
         self.round += 1
-        return self._call("run_round", self.round)
+        evaluate = self.round % self.cfg.eval_every == 0 or self.round >= self.cfg.rounds
+        return self._call("run_round", self.round, evaluate)
 
     def close(self) -> None:
         if self.coordinator is not None:
