@@ -283,6 +283,7 @@ class Coordinator:
         server_s = time.perf_counter() - t0
         client_compute_s = float(sum(sum(r.compute_s) for r in replies))
         critical_s = float(max(sum(r.compute_s) for r in replies))  # the busiest worker's training time
+        client_io_s = float(max(r.io_s for r in replies))  # the busiest worker's weight copies in/out
         del rows, replies  # release the object-store buffers of the client states
 
         # --- evaluation on the workers: client validation splits and target-test shards ------------
@@ -304,6 +305,7 @@ class Coordinator:
             "client_s": client_s,
             "client_compute_s": client_compute_s,
             "client_critical_s": critical_s,
+            "client_io_s": client_io_s,
             "publish_s": publish_s,
             "server_s": server_s,
             "eval_s": eval_s,

@@ -35,7 +35,8 @@ class FitReply:
     num_examples: list[int]
     losses: list[float]
     steps: list[int]
-    compute_s: list[float]
+    compute_s: list[float]  # per client: the whole local round, weights in and out included
+    io_s: float = 0.0  # of which: copying weights into the model and the trained state out
     extras: list[dict[str, np.ndarray]] = field(default_factory=list)
     metrics: list[dict[str, float]] = field(default_factory=list)
 
@@ -155,6 +156,7 @@ class ClientWorker:
             t0 = time.perf_counter()
             spec = self.specs[cid]
             self._load(weights)
+            reply.io_s += time.perf_counter() - t0
             seed = derive_seed(self.cfg.seed, cid, round)
             torch.manual_seed(seed)
             gen = torch.Generator().manual_seed(seed)
@@ -163,7 +165,9 @@ class ClientWorker:
                                 role=spec.role, generator=gen, device=self.device, payload=payload,
                                 state=self.client_state[cid])
             out = self.method.train(ctx)
+            t_out = time.perf_counter()
             get_flat(self.model, self.layout, out=states[row])
+            reply.io_s += time.perf_counter() - t_out
             reply.num_examples.append(len(y))
             reply.losses.append(float(out.loss))
             reply.steps.append(out.steps)
