@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from fedtune.algorithms import fedavg_weights
 from fedtune.config import RunConfig
@@ -59,3 +60,50 @@ def test_eval_every_skips_evaluation_but_always_evaluates_the_last_round(tmp_pat
     every = run(cfg.replace(eval_every=1, name="every"), progress=False).rows
     assert [r["train_loss"] for r in rows] == [r["train_loss"] for r in every]
     assert rows[3]["val_acc"] == every[3]["val_acc"]
+
+
+def test_an_interrupted_run_keeps_its_finished_rounds_and_records_the_status(tmp_path):
+    import pytest
+
+    from fedtune.results import load
+    from fedtune.runtime import run
+
+    cfg = RunConfig.from_dict({"dataset": "rect4", "rounds": 5, "local_steps": 1, "backend": "local",
+                               "output": str(tmp_path)})
+
+    def stop_after_two(row):
+        if row["round"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, progress=False, on_round=stop_after_two)
+    rounds = load(tmp_path / "default")
+    assert rounds.column("round").to_pylist() == [1, 2]
+    trials = load(tmp_path / "default", table="trials").to_pylist()
+    assert [(t["trial_id"], t["status"], t["rounds_done"]) for t in trials] == [(cfg.trial_id(), "interrupted", 2)]
+    # Running it again replaces the trial's rows instead of adding to them.
+    run(cfg, progress=False)
+    assert load(tmp_path / "default").column("round").to_pylist() == [1, 2, 3, 4, 5]
+    assert [t["status"] for t in load(tmp_path / "default", table="trials").to_pylist()] == ["completed"]
+
+
+def test_client_method_metrics_become_example_weighted_diag_columns(tmp_path, monkeypatch):
+    from fedtune.algorithms.client import SGD
+
+    original = SGD.train
+
+    def train_with_metric(self, ctx):
+        out = original(self, ctx)
+        out.metrics["client_id_seen"] = float(ctx.client_id)
+        return out
+
+    monkeypatch.setattr(SGD, "train", train_with_metric)
+    cfg = RunConfig.from_dict({"dataset": "rect4", "rounds": 1, "local_steps": 1, "backend": "local",
+                               "output": str(tmp_path)})
+    fr = FederatedRun(cfg)
+    fr.start()
+    metrics = fr.step().metrics
+    n = np.array([s.num_train for s in fr.plan.clients], dtype=float)
+    expected = float((n / n.sum()) @ np.arange(len(n)))
+    assert metrics["diag.client_id_seen"] == pytest.approx(expected)
+    fr.close()

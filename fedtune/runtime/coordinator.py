@@ -276,6 +276,11 @@ class Coordinator:
                 new[P:] = fedavg_buffers(np.stack([rows[c][0].states[rows[c][1], P:] for c in order]), p)
             for key, value in result.diagnostics.items():
                 metrics[f"diag.{key}"] = value
+            # Client methods' own metrics (e.g. skipped tensor-steps): example-weighted means.
+            client_metrics = [rows[c][0].metrics[rows[c][1]] for c in order]
+            for key in sorted({k for m in client_metrics for k in m}):
+                vals = [(w, m[key]) for w, m in zip(p, client_metrics) if key in m]
+                metrics[f"diag.{key}"] = float(sum(w * v for w, v in vals) / sum(w for w, _ in vals))
             if not np.isfinite(new).all():
                 status = "diverged"
             else:

@@ -107,7 +107,6 @@ class FederatedRun:
         self._own_pg = placement_group is None
         self.coordinator = None
         self.round = 0
-        self.started_s = time.perf_counter()
 
     # ------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -141,7 +140,8 @@ class FederatedRun:
         assignment = assign_clients(self.plan.num_clients, res.num_workers)
         factory = ActorFactory(cfg_dict, assignment, self.plan, self._pg, res.worker_bundles,
                                res.client_cpus, res.client_gpus)
-        # Client actors and the coordinator start together: their processes import torch in parallel.
+        # Client actors start first and together (each imports torch); the NumPy-only coordinator
+        # starts beside them and waits for worker 0's initial weights.
         actors = [factory(w) for w in range(res.num_workers)]
         strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=res.coordinator_bundle,
                                                     placement_group_capture_child_tasks=True)

@@ -1,7 +1,7 @@
 """The client side of the runtime: a worker owns a fixed set of logical clients and their data.
 
 :class:`ClientWorker` is a plain class. The Ray backend runs it as an actor
-(:data:`ClientActor`), the local backend calls it in-process; both execute the same code, so a
+(:func:`client_actor_class`), the local backend calls it in-process; both execute the same code, so a
 seed gives the same numbers on either. Data is decoded once, in ``__init__``, and never leaves
 the worker; weights arrive as a (zero-copy, read-only) float32 vector and leave as one
 contiguous float32 array ``[k, M]`` holding the k trained clients' flat states.
