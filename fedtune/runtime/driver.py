@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fedtune.config import RunConfig
-from fedtune.data import DataError, get_dataset, make_plan
+from fedtune.data import get_dataset, make_plan
 from fedtune.data.base import FederatedPlan
 from fedtune.runtime.resources import ResourceError, ResourcePlan, plan_resources
 
-log = logging.getLogger("fedtune")
 
 
 def build_plan(cfg: RunConfig) -> FederatedPlan:
