@@ -111,7 +111,7 @@ def plan_resources(*, num_clients: int, nodes: list[dict[str, float]], client_cp
             f"room for {best} client actor(s); "
             f"lower max_client_actors, client_cpus or client_gpus, or add nodes")
     workers = min(wanted, best)
-    bundles = ([coord] if coord else []) + [asked_client or {"CPU": 0.001}] * workers
+    bundles = ([coord] if coord else []) + [asked_client] * workers
     offset = 1 if coord else 0
     return ResourcePlan(workers, bundles, 0, list(range(offset, offset + workers)),
                         client_cpus, client_gpus, coordinator_cpus, coordinator_gpus)
