@@ -78,7 +78,7 @@ class RunConfig:
     local_lr: float = _f(0.05, "client learning rate", lo=0.0, lo_open=True, hp=True)
     local_momentum: float = _f(0.9, "client SGD momentum (optimizer state is reset every round)", lo=0.0, hi=1.0, hp=True)
     weight_decay: float = _f(0.0, "client weight decay", lo=0.0, hp=True)
-    global_lr: float = _f(1.0, "server learning rate: theta <- theta + global_lr * aggregate(updates)", lo=0.0, lo_open=True, hp=True)
+    global_lr: float | None = _f(None, "server learning rate: theta <- theta + global_lr * aggregate(updates); unset: the server rule's default (fedavg 1.0, fedomg 0.05)", lo=0.0, lo_open=True, hp=True)
     eval_batch_size: int = _f(256, "batch size of evaluation", lo=1)
     eval_every: int = _f(1, "evaluate every N rounds (and always the last round); other rounds have no accuracy columns", lo=1)
     seed: int = _f(0, "seed of partitions, client sampling, initialisation and data order")
@@ -216,8 +216,11 @@ class RunConfig:
         """The tunable fields (``hp.<name>`` columns of the results), plus the rule's and method's own."""
         from fedtune.algorithms import resolve
 
+        resolved = resolve(self)
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("hp")}
-        out.update(resolve(self).hyperparameters(self))
+        if out.get("global_lr") is None:
+            out["global_lr"] = float(resolved.server_rule.default_global_lr)
+        out.update(resolved.hyperparameters(self))
         return out
 
     def trial_id(self) -> str:

@@ -26,7 +26,7 @@ def test_defaults():
     assert cfg.dataset == "rotated-digits"
     assert cfg.rounds == 10 and cfg.local_epochs == 1 and cfg.local_steps is None
     assert cfg.batch_size == 32 and cfg.local_lr == 0.05 and cfg.local_momentum == 0.9
-    assert cfg.global_lr == 1.0 and cfg.weight_decay == 0.0
+    assert cfg.global_lr is None and cfg.hyperparameters()["global_lr"] == 1.0 and cfg.weight_decay == 0.0
     assert cfg.mlp_hidden == [256, 256]
     assert cfg.backend == "ray" and cfg.client_cpus == 1.0 and cfg.client_gpus == 0.0
     assert cfg.params == {} and cfg.name == "default" and cfg.output == "fedtune_results"

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fedtune.algorithms import (
+    RoundInfo,
     FedAvg,
     SGD,
     ClientContext,
@@ -178,7 +179,8 @@ def test_fedavg_rule_class_aggregate():
     updates = np.stack([np.full(layout.num_params, 2.0, np.float32), np.full(layout.num_params, -2.0, np.float32)])
     rule = FedAvg(cfg, layout)
     assert rule.payload(1) == {} and rule.state_dict() == {}
-    res = rule.aggregate(theta, updates, np.array([0.75, 0.25]), extras=[{}, {}], round=1)
+    res = rule.aggregate(theta, updates, np.array([0.75, 0.25]), extras=[{}, {}], round=1,
+                         info=RoundInfo.sources(2))
     # aggregate = 0.75*2 - 0.25*2 = 1 ; θ + 0.5 * 1
     np.testing.assert_allclose(res.params, theta + 0.5, rtol=0, atol=1e-6)
     assert res.params.dtype == np.float32 and res.params.shape == (layout.num_params,)

@@ -20,6 +20,7 @@ from fedtune.algorithms.client import SGD, ClientContext, ClientMethod, ClientOu
 from fedtune.algorithms.server import (
     AggregateResult,
     FedAvg,
+    RoundInfo,
     ServerRule,
     fedavg_buffers,
     fedavg_step,
@@ -27,8 +28,13 @@ from fedtune.algorithms.server import (
     weighted_sum,
 )
 
-CLIENT_METHODS: dict[str, type[ClientMethod]] = {c.name: c for c in (SGD,)}
-SERVER_RULES: dict[str, type[ServerRule]] = {r.name: r for r in (FedAvg,)}
+# One line per component (keep it that way: adding one is one import and one line here).
+CLIENT_METHODS: dict[str, type[ClientMethod]] = {c.name: c for c in (
+    SGD,
+)}
+SERVER_RULES: dict[str, type[ServerRule]] = {r.name: r for r in (
+    FedAvg,
+)}
 
 ALL_SETTINGS = ("fdg", "fl", "fda", "ufdg")
 
@@ -42,6 +48,8 @@ class Preset:
     server_rule: str
     settings: tuple[str, ...]
     description: str
+    # Client method used instead in the unsupervised ``ufdg`` setting (FedGaLA: SimCLR + gating).
+    unsupervised_client_method: str | None = None
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
@@ -63,14 +71,20 @@ class Resolved:
         return {name: cfg.param(name) for name in self.hparam_specs()}
 
 
-def resolve_names(algorithm: str, client_method: str | None = None, server_rule: str | None = None) -> tuple[str, str]:
+def resolve_names(algorithm: str, client_method: str | None = None, server_rule: str | None = None,
+                  setting: str | None = None) -> tuple[str, str]:
     preset = PRESETS[algorithm]
-    return client_method or preset.client_method, server_rule or preset.server_rule
+    default_client = preset.client_method
+    if setting == "ufdg" and preset.unsupervised_client_method:
+        default_client = preset.unsupervised_client_method
+    return client_method or default_client, server_rule or preset.server_rule
 
 
 def supported_settings(preset: Preset, client: type[ClientMethod], rule: type[ServerRule]) -> tuple[str, ...]:
     allowed = set(preset.settings)
-    if client.name != preset.client_method or rule.name != preset.server_rule:
+    if client.name == preset.unsupervised_client_method and rule.name == preset.server_rule:
+        allowed = {"ufdg"}
+    elif client.name != preset.client_method or rule.name != preset.server_rule:
         allowed = set(ALL_SETTINGS)  # a custom pair: what its parts support
     if client.supervised:
         allowed.discard("ufdg")
@@ -84,7 +98,7 @@ def supported_settings(preset: Preset, client: type[ClientMethod], rule: type[Se
 def resolve(cfg: Any) -> Resolved:
     """The classes behind ``cfg.algorithm`` (+ overrides); raises ConfigError on bad names."""
     check_algorithm_names(cfg)
-    cm, sr = resolve_names(cfg.algorithm, cfg.client_method, cfg.server_rule)
+    cm, sr = resolve_names(cfg.algorithm, cfg.client_method, cfg.server_rule, getattr(cfg, "setting", None))
     client, rule = CLIENT_METHODS[cm], SERVER_RULES[sr]
     return Resolved(cfg.algorithm, client, rule, supported_settings(PRESETS[cfg.algorithm], client, rule))
 
@@ -101,17 +115,24 @@ def check_algorithm_names(cfg: Any) -> None:
 
 
 def all_hparams() -> dict[str, tuple[str, HParam]]:
-    """Every component hyperparameter: name -> (owner, spec). Names are unique across components."""
+    """Every component hyperparameter: name -> (owners, spec). A name means one thing everywhere:
+    components may share a hyperparameter (GFM and SAM share ``sam_rho``) only with one spec."""
     out: dict[str, tuple[str, HParam]] = {}
     for kind, registry in (("client method", CLIENT_METHODS), ("server rule", SERVER_RULES)):
         for comp in registry.values():
             for h in comp.hparams:
-                out[h.name] = (f"{kind} {comp.name}", h)
+                owner = f"{kind} {comp.name}"
+                if h.name in out:
+                    if out[h.name][1] != h:
+                        raise RuntimeError(f"hyperparameter '{h.name}' is declared differently by {out[h.name][0]} "
+                                           f"and {owner}; share one HParam object")
+                    owner = f"{out[h.name][0]}, {owner}"
+                out[h.name] = (owner, h)
     return out
 
 
 __all__ = [
-    "AggregateResult", "ClientContext", "ClientMethod", "ClientOutcome", "CLIENT_METHODS", "FedAvg", "HParam",
+    "AggregateResult", "RoundInfo", "ClientContext", "ClientMethod", "ClientOutcome", "CLIENT_METHODS", "FedAvg", "HParam",
     "PRESETS", "Preset", "Resolved", "SERVER_RULES", "SGD", "ServerRule", "all_hparams", "check_algorithm_names",
     "fedavg_buffers", "fedavg_step", "fedavg_weights", "resolve", "resolve_names", "weighted_sum",
 ]

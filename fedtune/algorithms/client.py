@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 if TYPE_CHECKING:  # torch is imported lazily: the driver process never needs it
     import torch
@@ -35,6 +35,9 @@ class ClientContext:
     device: torch.device
     payload: dict[str, np.ndarray] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)  # survives across rounds on this client's actor
+    # Call once after every optimiser step. The runtime uses it to record the FDA target
+    # client's per-step displacements when the server rule wants them (auto-β); a no-op otherwise.
+    after_step: Callable[[], None] = lambda: None
 
 
 @dataclass
@@ -103,6 +106,9 @@ class ClientMethod:
     description: ClassVar[str] = ""
     hparams: ClassVar[tuple[HParam, ...]] = ()
     supervised: ClassVar[bool] = True  # False: trains without labels (the ufdg setting)
+    # True: the runtime puts the last global move θ^t − θ^(t−1) (float32 [num_params]) in
+    # ``ctx.payload["global_move"]`` from the second round on (FedGaLA's local alignment).
+    needs_global_move: ClassVar[bool] = False
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
@@ -137,6 +143,7 @@ class SGD(ClientMethod):
             opt.zero_grad()
             loss.backward()
             opt.step()
+            ctx.after_step()
             total += value
             done += 1
         return ClientOutcome(loss=total / max(done, 1), steps=done)

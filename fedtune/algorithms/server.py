@@ -95,6 +95,22 @@ def fedavg_buffers(client_buffers: np.ndarray, weights: np.ndarray) -> np.ndarra
     return weighted_sum(client_buffers, weights).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class RoundInfo:
+    """Who sent the rows of ``updates`` (row ``u`` = ``client_ids[u]``), for rules that treat
+    clients differently (FedDA/FedGP: the FDA target client has role ``"target"``)."""
+
+    client_ids: tuple[int, ...]
+    roles: tuple[str, ...]  # "source" | "target"
+    steps: tuple[int, ...]  # local optimiser steps each client took this round
+    num_examples: tuple[int, ...]
+
+    @classmethod
+    def sources(cls, num: int, steps: int = 1, examples: int = 1) -> "RoundInfo":
+        """``num`` plain source clients (tests and benchmarks)."""
+        return cls(tuple(range(num)), ("source",) * num, (steps,) * num, (examples,) * num)
+
+
 @dataclass
 class AggregateResult:
     params: np.ndarray  # new global parameters, float32 [num_params]
@@ -112,23 +128,33 @@ class ServerRule:
     description: ClassVar[str] = ""
     hparams: ClassVar[tuple[HParam, ...]] = ()
     needs_target_client: ClassVar[bool] = False  # FedDA/FedGP: only in the fda setting
+    # The FDA target client returns extras["step_updates"]: float32 [B, num_params], its
+    # displacement over each of its B local steps (auto-β needs them).
+    wants_target_steps: ClassVar[bool] = False
+    # This rule's default for the run's ``global_lr`` field when the user leaves it unset.
+    default_global_lr: ClassVar[float] = 1.0
 
     def __init__(self, cfg: Any, layout: Any):
         self.cfg = cfg
         self.layout = layout
+
+    @property
+    def global_lr(self) -> float:
+        """``cfg.global_lr`` if set, else this rule's :attr:`default_global_lr`."""
+        return float(self.cfg.global_lr) if self.cfg.global_lr is not None else float(self.default_global_lr)
 
     def payload(self, round: int) -> dict[str, np.ndarray]:
         """Arrays broadcast to clients with the weights this round (e.g. FedGaLA's reference)."""
         return {}
 
     def aggregate(self, params: np.ndarray, updates: np.ndarray, weights: np.ndarray, *,
-                  extras: list[dict[str, np.ndarray]], round: int) -> AggregateResult:
+                  extras: list[dict[str, np.ndarray]], round: int, info: RoundInfo) -> AggregateResult:
         """New global parameters from the round's updates.
 
         ``updates`` is ``[U, num_params]`` float32, one row per participant in ascending client id;
         it is the coordinator's scratch buffer, valid during this call only: copy what you keep.
         ``weights`` are the FedAvg weights ``p_u``; ``extras[u]`` the arrays client ``u``'s method
-        returned (e.g. per-batch displacements).
+        returned (e.g. per-batch displacements); ``info`` who sent each row (ids, roles, steps).
         """
         raise NotImplementedError
 
@@ -144,5 +170,5 @@ class FedAvg(ServerRule):
     name = "fedavg"
     description = "FedAvg: θ ← θ + global_lr · Σ p_u Δ_u"
 
-    def aggregate(self, params, updates, weights, *, extras, round):
-        return AggregateResult(fedavg_step(params, updates, weights, self.cfg.global_lr), {})
+    def aggregate(self, params, updates, weights, *, extras, round, info):
+        return AggregateResult(fedavg_step(params, updates, weights, self.global_lr), {})

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from fedtune.algorithms.server import RoundInfo
 from fedtune.data.base import FederatedPlan
 from fedtune.runtime.common import EvalCounts, torch_threads
 from fedtune.runtime.worker import ClientWorker, EvalReply, FitReply, TargetShard, target_shards
@@ -209,7 +210,10 @@ class Coordinator:
         self.pool = self._make_pool(pool_spec)
         weights, self.layout, self.num_model_params = self.pool.initial_state()
         self.weights = np.array(weights, dtype=np.float32)  # own, writable copy
-        self.rule = resolve(cfg).server_rule(cfg, self.layout)
+        resolved = resolve(cfg)
+        self.rule = resolved.server_rule(cfg, self.layout)
+        self.needs_global_move = resolved.client_method.needs_global_move
+        self.global_move: np.ndarray | None = None  # θ^t − θ^(t−1), kept only when a client method needs it
         self.shards = target_shards(plan.target_test)
         self.weights_ref = self.pool.publish(self.weights)
 
@@ -239,8 +243,11 @@ class Coordinator:
 
         # --- clients train --------------------------------------------------------------------
         t0 = time.perf_counter()
-        payload = self.rule.payload(round)
-        replies, skipped = self.pool.fit(self.weights_ref, payload, round, participants.tolist())
+        payload = dict(self.rule.payload(round))
+        if self.needs_global_move and self.global_move is not None:
+            payload["global_move"] = self.global_move
+        replies, skipped = self.pool.fit(self.weights_ref, self.pool.publish(payload) if payload else {},
+                                         round, participants.tolist())
         client_s = time.perf_counter() - t0
 
         rows: dict[int, tuple[FitReply, int]] = {}
@@ -269,7 +276,10 @@ class Coordinator:
                 reply, i = rows[c]
                 np.subtract(reply.states[i, :P], theta, out=updates[u])
             extras = [rows[c][0].extras[rows[c][1]] for c in order]
-            result = self.rule.aggregate(theta, updates, p, extras=extras, round=round)
+            info = RoundInfo(tuple(order), tuple(self.plan.clients[c].role for c in order),
+                             tuple(int(rows[c][0].steps[rows[c][1]]) for c in order),
+                             tuple(int(x) for x in n))
+            result = self.rule.aggregate(theta, updates, p, extras=extras, round=round, info=info)
             new = np.empty_like(self.weights)
             new[:P] = result.params
             if layout.size > P:
@@ -284,6 +294,8 @@ class Coordinator:
             if not np.isfinite(new).all():
                 status = "diverged"
             else:
+                if self.needs_global_move:
+                    self.global_move = new[:P] - self.weights[:P]
                 self.weights = new
         server_s = time.perf_counter() - t0
         client_compute_s = float(sum(sum(r.compute_s) for r in replies))

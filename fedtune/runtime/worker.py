@@ -117,7 +117,9 @@ class ClientWorker:
                                  num_classes=info.num_classes, mlp_hidden=self.cfg.mlp_hidden,
                                  pretrained_path=self.cfg.pretrained_path).to(self.device)
         self.layout = FlatLayout.of(self.model)
-        self.method = resolve(self.cfg).client_method(self.cfg)
+        resolved = resolve(self.cfg)
+        self.method = resolved.client_method(self.cfg)
+        self.record_target_steps = resolved.server_rule.wants_target_steps
         self.client_state: dict[int, dict[str, Any]] = {s.client_id: {} for s in specs}
         # Wall-clock stamps (time.time()) of this worker's start-up, for start-up diagnostics.
         self.startup = {"init_start": t_init, "torch_ready": t_torch, "ready": time.time()}
@@ -164,7 +166,12 @@ class ClientWorker:
             ctx = ClientContext(model=self.model, x=x, y=y, cfg=self.cfg, round=round, client_id=cid,
                                 role=spec.role, generator=gen, device=self.device, payload=payload,
                                 state=self.client_state[cid])
+            recorder = None
+            if self.record_target_steps and spec.role == "target":
+                recorder = ctx.after_step = _StepRecorder(self.model, self.layout)
             out = self.method.train(ctx)
+            if recorder is not None:
+                out.extras = {**out.extras, "step_updates": recorder.result()}
             t_out = time.perf_counter()
             get_flat(self.model, self.layout, out=states[row])
             reply.io_s += time.perf_counter() - t_out
@@ -194,6 +201,29 @@ class ClientWorker:
 
     def ping(self) -> int:
         return os.getpid()
+
+
+class _StepRecorder:
+    """Records the parameter displacement of every optimiser step (the FDA target client's
+    per-step updates ``t_b`` for auto-β): row ``b`` = θ after step b − θ before it."""
+
+    def __init__(self, model, layout):
+        from fedtune.models import get_flat
+
+        self.model, self.layout, self.P = model, layout, layout.num_params
+        self._get = get_flat
+        self.prev = get_flat(model, layout)[:self.P].copy()
+        self.rows: list[np.ndarray] = []
+
+    def __call__(self) -> None:
+        now = self._get(self.model, self.layout)[:self.P].copy()
+        self.rows.append(now - self.prev)
+        self.prev = now
+
+    def result(self) -> np.ndarray:
+        if not self.rows:
+            return np.zeros((0, self.P), np.float32)
+        return np.ascontiguousarray(np.stack(self.rows), dtype=np.float32)
 
 
 def _placement_group_id() -> str | None:
