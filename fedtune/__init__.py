@@ -20,4 +20,12 @@ def run(cfg: "RunConfig", **kwargs):
     return _run(cfg, **kwargs)
 
 
-__all__ = ["ConfigError", "RunConfig", "run", "__version__"]
+def search_space(algorithm: str) -> dict:
+    """Ray Tune ``param_space`` of ``search_spaces/<algorithm>.yaml``; see
+    :func:`fedtune.tune.spaces.search_space`."""
+    from fedtune.tune.spaces import search_space as _search_space
+
+    return _search_space(algorithm)
+
+
+__all__ = ["ConfigError", "RunConfig", "run", "search_space", "__version__"]

@@ -1,4 +1,4 @@
-"""The ``fedtune`` command line: ``run``, ``datasets``, ``algorithms``, ``fields``."""
+"""The ``fedtune`` command line: ``run``, ``datasets``, ``algorithms``, ``fields``, ``report``."""
 
 from __future__ import annotations
 
@@ -44,6 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("datasets", help="list datasets")
     sub.add_parser("algorithms", help="list algorithms, client methods and server rules")
     sub.add_parser("fields", help="list every config field with its default and meaning")
+
+    from fedtune.tune.sweep import add_sweep_parser
+
+    add_sweep_parser(sub)
+
+    report = sub.add_parser("report", help="tables, report.md and plots of a study (OUTPUT/STUDY)",
+                            description="Summarise a study directory: per-algorithm (and per target domain) "
+                                        "accuracy tables, STUDY_DIR/report.md, PNG plots in STUDY_DIR/plots/. "
+                                        "Works while the study is still running.")
+    report.add_argument("study_dir", metavar="STUDY_DIR", help="study directory, e.g. fedtune_results/default")
+    report.add_argument("--selection", choices=["val", "oracle"],
+                        help="choose rounds and trials by source validation (honest) or target accuracy "
+                             "(oracle, labelled as such); default: STUDY_DIR/study.json's, else val")
+    report.add_argument("--no-plots", action="store_true", help="skip the PNG plots and Optuna importances")
     return parser
 
 
@@ -123,7 +137,12 @@ def cmd_algorithms() -> int:
     for col in ("name", "client method", "server rule", "settings", "description"):
         table.add_column(col)
     for p in PRESETS.values():
-        table.add_row(p.name, p.client_method, p.server_rule, ", ".join(p.settings), p.description)
+        settings = ", ".join(p.settings)
+        client = p.client_method
+        if p.unsupervised_client_method:
+            settings += ", ufdg"
+            client += f" (ufdg: {p.unsupervised_client_method})"
+        table.add_row(p.name, client, p.server_rule, settings, p.description)
     console.print(table)
     for title, registry, field_name in (("client methods", CLIENT_METHODS, "client_method"),
                                         ("server rules", SERVER_RULES, "server_rule")):
@@ -150,6 +169,18 @@ def cmd_fields() -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from fedtune.tune.report import make_report
+
+    report = make_report(args.study_dir, selection=args.selection, plots=not args.no_plots)
+    report.print()
+    # Plain print: paths must never be wrapped (scripts and copy-paste read them).
+    print(f"report: {report.markdown_path}")
+    for path in report.plots.values():
+        print(f"plot:   {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from fedtune.data import DataError
     from fedtune.runtime import ClientFailure, ResourceError
@@ -164,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_algorithms()
         if args.command == "fields":
             return cmd_fields()
+        if args.command == "sweep":
+            from fedtune.tune.sweep import cmd_sweep
+
+            return cmd_sweep(args)
+        if args.command == "report":
+            return cmd_report(args)
     except (ConfigError, DataError, ResourceError, ClientFailure) as exc:
         print(f"fedtune: error: {exc}", file=sys.stderr)
         return 2

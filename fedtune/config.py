@@ -95,6 +95,7 @@ class RunConfig:
     max_client_actors: int | None = _f(None, "client actors; logical clients are spread over them (default: as many as the cluster fits, at most one per client)", lo=1)
     on_client_failure: str = _f("retry", "a dead client actor: retry (restart it, retry its clients once), skip (go on without them, recorded), fail", choices=FAILURE_POLICIES)
     placement_timeout_s: float = _f(60.0, "seconds to wait for the placement group when the cluster is busy", lo=0.0, lo_open=True)
+    checkpoint_every: int = _f(0, "Ray Tune trials: ask Tune to checkpoint the run every N rounds (weights, server-rule and client state; 0: never); `fedtune run` ignores it", lo=0)
 
     # --- hyperparameters declared by client methods / server rules (omg_kappa, gp_beta, ...) ---
     params: dict[str, Any] = _f(None, "hyperparameters of the client method and server rule; set them by name (--set omg_kappa=0.3)", factory=dict)
@@ -227,7 +228,7 @@ class RunConfig:
         """A stable id of what this run computes: equal configs (up to output/naming/backends) share it."""
         ignore = {"backend", "address", "eval_every", "eval_batch_size", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
                   "placement_timeout_s", "on_client_failure", "client_cpus", "client_gpus",
-                  "coordinator_cpus", "coordinator_gpus"}
+                  "coordinator_cpus", "coordinator_gpus", "checkpoint_every"}
         payload = {k: v for k, v in sorted(self.to_dict().items()) if k not in ignore}
         digest = hashlib.sha1(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:10]
         return f"{self.algorithm}-{digest}"

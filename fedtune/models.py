@@ -50,8 +50,25 @@ class FedAvgCNN(nn.Module):
 
 
 def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
-                mlp_hidden: list[int] | None = None, pretrained_path: str | None = None) -> nn.Module:
-    """Build a freshly initialised model (initialisation follows torch's global RNG)."""
+                mlp_hidden: list[int] | None = None, pretrained_path: str | None = None,
+                head: str = "classifier", proj_dim: int = 128) -> nn.Module:
+    """Build a freshly initialised model (initialisation follows torch's global RNG).
+
+    ``head="classifier"`` (supervised runs) ends in a ``num_classes`` linear classifier.
+    ``head="projector"`` (unsupervised runs, e.g. SimCLR) builds exactly the same model (same
+    RNG draws for every encoder weight), then replaces that last linear layer by a SimCLR
+    projector MLP ``features -> features -> proj_dim`` (:func:`projector_mlp`), so the projector
+    is part of the flat weights and federated like everything else. :func:`encode` returns the
+    encoder's features (what the head sees) for either head.
+
+    >>> m = build_model("mlp", input_shape=(6,), num_classes=3, mlp_hidden=[5], head="projector", proj_dim=4)
+    >>> m(torch.zeros(2, 6)).shape, encode(m, torch.zeros(2, 6)).shape
+    (torch.Size([2, 4]), torch.Size([2, 5]))
+    """
+    if head not in HEADS:
+        raise ValueError(f"build_model head: '{head}' is unknown; allowed: {', '.join(HEADS)}")
+    if head == "projector" and int(proj_dim) < 1:
+        raise ValueError(f"build_model proj_dim: {proj_dim} is out of range; allowed: >= 1")
     if name == "mlp":
         layers: list[nn.Module] = [nn.Flatten()]
         width = int(np.prod(input_shape))
@@ -94,7 +111,57 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
         own = model.state_dict()
         state = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
         model.load_state_dict(state, strict=False)
+    if head == "projector":
+        _replace_head(model, int(proj_dim))
     return model
+
+
+HEADS = ("classifier", "projector")
+
+
+def projector_mlp(in_features: int, proj_dim: int) -> nn.Sequential:
+    """SimCLR's projection head g(h) = W2 ReLU(W1 h): hidden width = the encoder's feature width
+    (as in Chen et al. 2020), no batch norm (so it adds no buffers)."""
+    return nn.Sequential(nn.Linear(in_features, in_features), nn.ReLU(inplace=True), nn.Linear(in_features, proj_dim))
+
+
+def _head_owner(model: nn.Module) -> tuple[nn.Module, str]:
+    """(parent module, attribute/index) of the model's final linear head, for cnn, mlp and resnet18."""
+    if isinstance(model, FedAvgCNN):
+        return model.classifier, str(len(model.classifier) - 1)
+    if isinstance(model, nn.Sequential):  # mlp
+        return model, str(len(model) - 1)
+    if hasattr(model, "layer4") and hasattr(model, "fc"):  # torchvision ResNet (no torchvision import)
+        return model, "fc"
+    raise TypeError(f"no known head on a {type(model).__name__}; known models: {', '.join(MODELS)}")
+
+
+def _replace_head(model: nn.Module, proj_dim: int) -> None:
+    parent, key = _head_owner(model)
+    old = parent[int(key)] if key.isdigit() else getattr(parent, key)
+    new = projector_mlp(old.in_features, proj_dim).to(old.weight.device)
+    if key.isdigit():
+        parent[int(key)] = new
+    else:
+        setattr(parent, key, new)
+
+
+def encode(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Encoder features of ``x``: the model's output before its head (classifier or projector).
+
+    cnn: the 512-unit FC layer after ReLU; mlp: the last hidden layer after ReLU (the flattened
+    input when ``mlp_hidden=[]``); resnet18: the 512-d global-average-pooled features.
+    Runs in whatever mode the model is in (call ``model.eval()`` first for evaluation).
+    """
+    if isinstance(model, FedAvgCNN):
+        return model.classifier[:-1](model.features(x))
+    if isinstance(model, nn.Sequential):
+        return model[:-1](x)
+    if hasattr(model, "layer4") and hasattr(model, "fc"):
+        h = model.maxpool(model.relu(model.bn1(model.conv1(x))))
+        h = model.layer4(model.layer3(model.layer2(model.layer1(h))))
+        return torch.flatten(model.avgpool(h), 1)
+    raise TypeError(f"cannot encode with a {type(model).__name__}; known models: {', '.join(MODELS)}")
 
 
 def get_flat(model: nn.Module, layout: FlatLayout, out: np.ndarray | None = None) -> np.ndarray:

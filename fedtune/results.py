@@ -377,6 +377,12 @@ def _concat(tables: Sequence[pa.Table], core: pa.Schema) -> pa.Table:
     return _conform(out, core)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(table: pa.Table, path: Path) -> Path:
     """Write ``table`` to a temp file next to ``path``, then atomically replace ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -384,6 +390,7 @@ def _atomic_write(table: pa.Table, path: Path) -> Path:
     os.close(fd)
     try:
         pq.write_table(table, tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
         os.replace(tmp, path)
     except BaseException:
         try:

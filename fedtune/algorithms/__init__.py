@@ -6,8 +6,10 @@ rule (``--set client_method=... --set server_rule=...``).
 
 >>> resolve_names("fedavg")
 ('sgd', 'fedavg')
->>> [p.name for p in PRESETS.values()]
-['fedavg']
+>>> resolve_names("fedsam", server_rule="fedomg")   # the paper's FedSAM+OMG
+('sam', 'fedomg')
+>>> resolve_names("fedgala", setting="ufdg")        # FedGaLA's unsupervised form
+('gala-simclr', 'gala')
 """
 
 from __future__ import annotations
@@ -17,6 +19,13 @@ from typing import Any
 
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.client import SGD, ClientContext, ClientMethod, ClientOutcome
+from fedtune.algorithms.fedgp import (FedDA, FedGP, TargetOnly, align_source_magnitude, auto_beta, auto_beta_estimates,
+                                      fedgp_combine, proj_plus, proj_plus_per_tensor)
+from fedtune.algorithms.simclr import GalaSimCLR, SimCLR
+from fedtune.algorithms.sam import SAM, Prox
+from fedtune.algorithms.gfm import GCA, GFM
+from fedtune.algorithms.gala import Gala, GalaClient
+from fedtune.algorithms.fedomg import FedOMG, fedomg_direction, gram_matrix, omg_objective, solve_omg_exact, solve_omg_sgd
 from fedtune.algorithms.server import (
     AggregateResult,
     FedAvg,
@@ -31,9 +40,21 @@ from fedtune.algorithms.server import (
 # One line per component (keep it that way: adding one is one import and one line here).
 CLIENT_METHODS: dict[str, type[ClientMethod]] = {c.name: c for c in (
     SGD,
+    SimCLR,
+    GalaSimCLR,
+    Prox,
+    SAM,
+    GFM,
+    GCA,
+    GalaClient,
 )}
 SERVER_RULES: dict[str, type[ServerRule]] = {r.name: r for r in (
     FedAvg,
+    FedDA,
+    FedGP,
+    TargetOnly,
+    Gala,
+    FedOMG,
 )}
 
 ALL_SETTINGS = ("fdg", "fl", "fda", "ufdg")
@@ -54,6 +75,17 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("fedavg", "sgd", "fedavg", ("fdg", "fl", "fda"), "FedAvg (McMahan et al.): local SGD, weighted mean of updates"),
+    Preset("fedomg", "sgd", "fedomg", ("fdg", "fl"), "FedOMG (Nguyen et al.): local SGD, on-server matching gradient d = g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖ (omg_kappa, omg_solver, omg_rescale)"),
+    Preset("fedda", "sgd", "fedda", ("fda",), "FedDA (Jiang et al.): Σ α_i[(1−β_i)Δ_T + β_i Δ_i] (gp_beta fixed or auto, gp_align)"),
+    Preset("fedgp", "sgd", "fedgp", ("fda",), "FedGP (Jiang et al.): Σ α_i[(1−β_i)Δ_T + β_i Proj₊(Δ_T|Δ_i)] per tensor (gp_beta fixed or auto, gp_align)"),
+    Preset("target-only", "sgd", "target_only", ("fda",), "target-only baseline: θ ← θ + Δ_T of the FDA target client, sources ignored"),
+    Preset("fedprox", "prox", "fedavg", ("fdg", "fl", "fda"), "FedProx (Li et al.): local SGD + prox_mu/2 ||θ − θ_global||², FedAvg"),
+    Preset("fedsam", "sam", "fedavg", ("fdg", "fl", "fda"), "FedSAM (Caldarola et al.): SAM local steps (sam_rho), FedAvg"),
+    Preset("gfm", "gfm", "fedavg", ("fdg", "fl"), "GFM: SAM steps on global-model-constrained adversarial augmentations (sam_rho, gfm_*), FedAvg"),
+    Preset("gca", "gca", "fedavg", ("fdg", "fl"), "GCA (GFM ablation): local SGD on the constrained adversarial augmentations (gfm_*), FedAvg"),
+    Preset("simclr", "simclr", "fedavg", ("ufdg",), "FedAvg of SimCLR encoders (unsupervised), linear-probe evaluation"),
+    Preset("fedgala", "gala", "gala", ("fdg", "fl"), "FedGaLA (Pourpanah et al.): locally gated SGD (gala_tau) + global alignment aggregation (gala_iters, gala_mix)",
+           unsupervised_client_method="gala-simclr"),
 )}
 
 
@@ -135,4 +167,7 @@ __all__ = [
     "AggregateResult", "RoundInfo", "ClientContext", "ClientMethod", "ClientOutcome", "CLIENT_METHODS", "FedAvg", "HParam",
     "PRESETS", "Preset", "Resolved", "SERVER_RULES", "SGD", "ServerRule", "all_hparams", "check_algorithm_names",
     "fedavg_buffers", "fedavg_step", "fedavg_weights", "resolve", "resolve_names", "weighted_sum",
+    "FedDA", "FedGP", "TargetOnly", "align_source_magnitude", "auto_beta", "auto_beta_estimates", "fedgp_combine",
+    "proj_plus", "proj_plus_per_tensor",
+    "FedOMG", "fedomg_direction", "gram_matrix", "omg_objective", "solve_omg_exact", "solve_omg_sgd",
 ]

@@ -138,6 +138,12 @@ class ServerRule:
         self.cfg = cfg
         self.layout = layout
 
+    @classmethod
+    def wants_target_steps_for(cls, cfg: Any) -> bool:
+        """Whether a run with ``cfg`` needs the target's ``step_updates`` (FedDA/FedGP: only with
+        ``gp_beta = "auto"``); the default is the class attribute :attr:`wants_target_steps`."""
+        return bool(cls.wants_target_steps)
+
     @property
     def global_lr(self) -> float:
         """``cfg.global_lr`` if set, else this rule's :attr:`default_global_lr`."""

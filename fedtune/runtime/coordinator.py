@@ -25,7 +25,14 @@ import numpy as np
 from fedtune.algorithms.server import RoundInfo
 from fedtune.data.base import FederatedPlan
 from fedtune.runtime.common import EvalCounts, torch_threads
-from fedtune.runtime.worker import ClientWorker, EvalReply, FitReply, TargetShard, target_shards
+from fedtune.runtime.worker import (
+    ClientWorker,
+    EvalReply,
+    FeatureSet,
+    FitReply,
+    TargetShard,
+    eval_shards,
+)
 
 
 class ClientFailure(RuntimeError):
@@ -51,7 +58,7 @@ class LocalPool:
 
         self._set_threads = lambda: set_torch_threads(client_threads)
         self._set_threads()
-        self.worker = ClientWorker(cfg_dict, list(plan.clients), 0, target_shards(plan.target_test),
+        self.worker = ClientWorker(cfg_dict, list(plan.clients), 0, eval_shards(plan),
                                    manage_threads=False)
         self.num_workers = 1
         self.restarts = 0
@@ -82,7 +89,7 @@ class ActorFactory:
 
     def __init__(self, cfg_dict, assignment, plan, pg, bundle_of_worker, cpus, gpus):
         self.cfg_dict, self.assignment, self.plan = cfg_dict, assignment, plan
-        self.shards = assign_shards(target_shards(plan.target_test), len(assignment))
+        self.shards = assign_shards(eval_shards(plan), len(assignment))
         self.pg, self.bundle_of_worker, self.cpus, self.gpus = pg, bundle_of_worker, cpus, gpus
 
     def __call__(self, w: int):
@@ -191,6 +198,174 @@ class RayPool:
 
 
 # ------------------------------------------------------------------------------------------------
+# Linear-probe evaluation of unsupervised encoders (ufdg): NumPy + scikit-learn, never torch.
+PROBE_C = 1.0  # inverse L2 strength of the probe's logistic regression (sklearn's default)
+PROBE_MAX_ITER = 1000  # lbfgs iterations (deterministic; a non-converged fit is still a fixed function of its input)
+PROBE_MIN_PROB = 1e-12  # probabilities are clipped here for the log-loss (classes unseen by the probe get 0)
+
+
+def preload_probe() -> None:
+    """Import what :class:`LinearProbe` needs (scikit-learn: about a second, more on a busy
+    machine); the coordinator runs it in a thread while the client actors start."""
+    try:
+        import sklearn.linear_model
+        import sklearn.preprocessing  # noqa: F401
+    except ImportError:  # pragma: no cover - the real import in LinearProbe.fit reports it
+        pass
+
+
+class LinearProbe:
+    """A deterministic multinomial logistic-regression probe on frozen features.
+
+    Features are standardised with the fitting set's mean and standard deviation (sklearn's
+    ``StandardScaler``: constant features are left unscaled), then sklearn's
+    ``LogisticRegression(solver="lbfgs", C=PROBE_C, max_iter=PROBE_MAX_ITER)`` (multinomial for
+    more than two classes) is fitted, in float64, with BLAS limited to one thread so the result
+    is bit-identical in any process. A fitting set with a single class gives the constant
+    predictor of that class; an empty or non-finite one gives no probe (NaN metrics).
+
+    >>> x = np.array([[0.0, 1.0], [0.1, 0.9], [1.0, 0.0], [0.9, 0.2]])
+    >>> probe = LinearProbe.fit(x, np.array([0, 0, 1, 1]))
+    >>> probe.predict(np.array([[0.0, 1.2], [1.3, 0.1]])).tolist()
+    [0, 1]
+    """
+
+    def __init__(self, scaler: Any, model: Any, constant: int | None):
+        self.scaler, self.model, self.constant = scaler, model, constant
+
+    @classmethod
+    def fit(cls, x: np.ndarray, y: np.ndarray) -> LinearProbe | None:
+        import warnings
+
+        from threadpoolctl import threadpool_limits
+
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(y, dtype=np.int64)
+        if len(y) == 0 or not np.isfinite(x).all():
+            return None
+        classes = np.unique(y)
+        if len(classes) == 1:
+            return cls(None, None, int(classes[0]))
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.preprocessing import StandardScaler
+
+        with threadpool_limits(limits=1), warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            scaler = StandardScaler().fit(x)
+            model = LogisticRegression(C=PROBE_C, solver="lbfgs", max_iter=PROBE_MAX_ITER)
+            model.fit(scaler.transform(x), y)
+        return cls(scaler, model, None)
+
+    def proba(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(classes [K], probabilities [n, K]) of the examples ``x``."""
+        from threadpoolctl import threadpool_limits
+
+        x = np.asarray(x, dtype=np.float64)
+        if self.constant is not None:
+            return np.array([self.constant]), np.ones((len(x), 1))
+        with threadpool_limits(limits=1):
+            return self.model.classes_, self.model.predict_proba(self.scaler.transform(x))
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        classes, p = self.proba(x)
+        return classes[np.argmax(p, axis=1)]
+
+    def counts(self, x: np.ndarray, y: np.ndarray) -> EvalCounts:
+        """Correct predictions and summed log-loss on ``(x, y)`` (probabilities clipped at
+        :data:`PROBE_MIN_PROB`)."""
+        y = np.asarray(y, dtype=np.int64)
+        out = EvalCounts()
+        if len(y) == 0:
+            return out
+        classes, p = self.proba(x)
+        pred = classes[np.argmax(p, axis=1)]
+        col = {int(c): i for i, c in enumerate(classes)}
+        p_true = np.array([p[i, col[int(t)]] if int(t) in col else 0.0 for i, t in enumerate(y)])
+        out.correct = int((pred == y).sum())
+        out.count = len(y)
+        out.loss_sum = float(-np.log(np.maximum(p_true, PROBE_MIN_PROB)).sum())
+        return out
+
+
+def _probe_scores(fit: list[FeatureSet], score: dict[str, list[FeatureSet]]) -> dict[str, EvalCounts | None]:
+    """Fit a :class:`LinearProbe` on the concatenated ``fit`` sets; counts per key of ``score``
+    (None per key when there is no probe: nothing to fit on, or non-finite features)."""
+    fit = [f for f in fit if len(f.y)]
+    probe = None
+    if fit:
+        probe = LinearProbe.fit(np.concatenate([f.x for f in fit]), np.concatenate([f.y for f in fit]))
+    out: dict[str, EvalCounts | None] = {}
+    for key, sets in score.items():
+        sets = [f for f in sets if len(f.y)]
+        if probe is None or not sets:
+            out[key] = None
+            continue
+        x = np.concatenate([f.x for f in sets])
+        out[key] = probe.counts(x, np.concatenate([f.y for f in sets])) if np.isfinite(x).all() else None
+    return out
+
+
+def _acc_loss(c: EvalCounts | None) -> tuple[float, float]:
+    return (math.nan, math.nan) if c is None else (c.acc, c.loss)
+
+
+def probe_metrics(evals: list[EvalReply], plan: FederatedPlan, shards: list[TargetShard]) -> dict[str, Any]:
+    """Linear-probe metrics of an unsupervised encoder (setting ufdg) from the workers' features.
+
+    * ``target_acc`` / ``target_loss`` (and ``target_acc.<d>`` per target domain): a
+      :class:`LinearProbe` fitted on the features of ``plan.target_probe`` (the ``probe_fraction``
+      of the target domain's labels, stratified) and scored on the target-test shards. Those
+      target labels fit the probe and nothing else: they are never used for selection.
+    * ``val_acc`` / ``val_loss`` (and ``val_acc.<d>`` per source domain), the honest selection
+      metric: a linear probe fitted on one half of the source clients' validation features and
+      scored on the other half. The halves are fixed and seed-independent: inside each source
+      client's validation split (in its stored order), even positions fit the probe, odd positions
+      score it, so every client (and domain) is on both sides. A client with one validation
+      example only fits.
+
+    ``val_loss`` / ``target_loss`` are the probes' mean log-loss on the scored examples. Missing
+    or unusable features (no fitting examples, non-finite features) give NaN.
+    Sets are concatenated in client-id and shard order, so the metrics do not depend on how many
+    workers computed the features (or on the backend).
+    """
+    val: dict[int, FeatureSet] = {}
+    feats: dict[int, FeatureSet] = {}
+    for reply in evals:
+        val.update(zip(reply.client_ids, reply.val_features))
+        feats.update(zip(reply.shard_ids, reply.shard_features))
+    fit_val: list[FeatureSet] = []
+    score_val: dict[str, list[FeatureSet]] = {"*": []}
+    for cid in sorted(val):
+        spec = plan.clients[cid]
+        if spec.role != "source":
+            continue
+        f = val[cid]
+        fit_val.append(FeatureSet(f.x[0::2], f.y[0::2]))
+        odd = FeatureSet(f.x[1::2], f.y[1::2])
+        score_val["*"].append(odd)
+        if spec.domain is not None:
+            score_val.setdefault(f"val_acc.{spec.domain}", []).append(odd)
+    probe_sets = [feats[sh.shard_id] for sh in shards if sh.split == "probe" and sh.shard_id in feats]
+    score_target: dict[str, list[FeatureSet]] = {"*": []}
+    for sh in shards:  # shard order
+        if sh.split == "test" and sh.shard_id in feats:
+            score_target["*"].append(feats[sh.shard_id])
+            score_target.setdefault(f"target_acc.{sh.domain}", []).append(feats[sh.shard_id])
+    out: dict[str, Any] = {}
+    v = _probe_scores(fit_val, score_val)
+    out["val_acc"], out["val_loss"] = _acc_loss(v.pop("*"))
+    for key in sorted(v):
+        out[key] = _acc_loss(v[key])[0]
+    t = _probe_scores(probe_sets, score_target)
+    tgt = t.pop("*")
+    for key in sorted(t):
+        out[key] = _acc_loss(t[key])[0]
+    out["target_acc"], out["target_loss"] = _acc_loss(tgt)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
 @dataclass
 class RoundResult:
     round: int
@@ -199,7 +374,13 @@ class RoundResult:
 
 
 class Coordinator:
-    """Global model, server rule, target evaluation; drives one round at a time."""
+    """Global model, server rule, target evaluation; drives one round at a time.
+
+    In setting ufdg (unsupervised client methods) evaluation is a linear probe on the frozen
+    encoder (:func:`probe_metrics`): ``target_acc`` from a probe fitted on the target-probe split
+    (used for nothing else) and scored on the target-test shards; ``val_acc``, the honest
+    selection metric, from a probe fitted on the even positions and scored on the odd positions
+    of each source client's validation split (a fixed, seed-independent split)."""
 
     def __init__(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any]):
         from fedtune.algorithms import resolve
@@ -207,6 +388,10 @@ class Coordinator:
 
         self.cfg = cfg = RunConfig.from_dict(cfg_dict)
         self.plan = plan
+        if plan.setting == "ufdg":  # the probe's scikit-learn import (seconds) overlaps the workers' start-up
+            import threading
+
+            threading.Thread(target=preload_probe, name="preload-sklearn", daemon=True).start()
         self.pool = self._make_pool(pool_spec)
         weights, self.layout, self.num_model_params = self.pool.initial_state()
         self.weights = np.array(weights, dtype=np.float32)  # own, writable copy
@@ -214,7 +399,7 @@ class Coordinator:
         self.rule = resolved.server_rule(cfg, self.layout)
         self.needs_global_move = resolved.client_method.needs_global_move
         self.global_move: np.ndarray | None = None  # θ^t − θ^(t−1), kept only when a client method needs it
-        self.shards = target_shards(plan.target_test)
+        self.shards = eval_shards(plan)  # target-test shards, then ufdg's target-probe shards
         self.weights_ref = self.pool.publish(self.weights)
 
     def _make_pool(self, spec: dict[str, Any]):
@@ -339,6 +524,15 @@ class Coordinator:
         return buf[:rows]
 
     def _eval_metrics(self, evals: list[EvalReply]) -> dict[str, Any]:
+        """Round metrics from the workers' evaluation replies.
+
+        Supervised runs: accuracy and cross-entropy summed over the replies' counts. Setting
+        ufdg (unsupervised client methods, no class logits): linear probes on the workers'
+        encoder features, see :func:`probe_metrics` (``val_acc`` = a probe fitted on the even
+        and scored on the odd positions of the sources' validation splits; ``target_acc`` = a
+        probe fitted on the target-probe split and scored on the target-test shards)."""
+        if self.plan.setting == "ufdg":
+            return probe_metrics(evals, self.plan, self.shards)
         val_all, test_all = EvalCounts(), EvalCounts()
         val_dom: dict[str, EvalCounts] = {}
         per_client: dict[int, tuple[EvalCounts, EvalCounts]] = {}
@@ -374,3 +568,28 @@ class Coordinator:
 
     def shutdown(self) -> None:
         self.pool.shutdown()
+
+    # --- Tune support: checkpoints and actor reuse (fedtune.tune.trainable) -------------------
+    def get_state(self) -> dict[str, Any]:
+        """The server side of a checkpoint: global weights (float32), the server rule's
+        ``state_dict()`` and the last global move (None unless a client method needs it).
+        Participant sampling and client seeds derive from (seed, round), so no RNG state."""
+        return {"weights": self.weights.copy(), "rule": self.rule.state_dict(),
+                "global_move": None if self.global_move is None else self.global_move.copy()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Load :meth:`get_state`'s output and publish the weights for the next round."""
+        weights = np.array(state["weights"], dtype=np.float32)
+        if weights.shape != self.weights.shape:
+            raise ValueError(f"checkpoint holds {weights.size} weights but this run's model has "
+                             f"{self.weights.size}: it belongs to another model or dataset")
+        self.weights = weights
+        self.rule.load_state_dict(state["rule"])
+        move = state.get("global_move")
+        self.global_move = None if move is None else np.array(move, dtype=np.float32)
+        self.weights_ref = self.pool.publish(self.weights)
+
+    def reconfigure(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any]) -> None:
+        """Start over as the coordinator of another run on already re-configured client actors
+        (Tune ``reuse_actors``): the constructor again, without shutting the pool's actors down."""
+        self.__init__(cfg_dict, plan, pool_spec)

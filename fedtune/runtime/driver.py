@@ -164,6 +164,86 @@ class FederatedRun:
         evaluate = self.round % self.cfg.eval_every == 0 or self.round >= self.cfg.rounds
         return self._call("run_round", self.round, evaluate)
 
+    # --- Tune support: checkpoints and actor reuse (fedtune.tune.trainable) -----------------------
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue after round ``self.round`` with the same results: the
+        coordinator's state (weights, server-rule state, last global move) and every client's
+        persistent ``ctx.state``. Sampling and seeds derive from (seed, round): no RNG state."""
+        state = dict(self._call("get_state"))
+        state["round"] = self.round
+        if self.cfg.backend == "ray":
+            import ray
+
+            parts = ray.get([h.get_client_state.remote() for h in self.client_handles()])
+        else:
+            parts = [self.coordinator.pool.worker.get_client_state()]
+        state["clients"] = {cid: s for part in parts for cid, s in part.items()}
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Load :meth:`get_state`'s output into this started run; the next :meth:`step` runs
+        round ``state["round"] + 1``."""
+        self._call("set_state", {k: state.get(k) for k in ("weights", "rule", "global_move")})
+        clients = state.get("clients") or {}
+        if self.cfg.backend == "ray":
+            import ray
+
+            ray.get([h.set_client_state.remote(clients) for h in self.client_handles()])
+        else:
+            self.coordinator.pool.worker.set_client_state(clients)
+        self.round = int(state["round"])
+
+    def reconfigure(self, cfg: RunConfig, resources: ResourcePlan | None = None) -> bool:
+        """Turn this started run into a fresh run of ``cfg`` (Tune ``reuse_actors``).
+
+        ``resources`` is the new run's layout: by default, in a placement group given to this run,
+        the current one; in a group of its own, the plan for ``cfg`` on the cluster. With the Ray
+        backend and the same layout as now, the placement group, the coordinator and every client
+        actor are kept and re-configured in place (:meth:`ClientWorker.reconfigure`,
+        :meth:`Coordinator.reconfigure`): no process starts, so no torch import. Otherwise the
+        run's actors are closed and started again (inside the same placement group when it was
+        given). Returns True when the actors were kept. Either way the run then computes exactly
+        what a fresh ``FederatedRun(cfg)`` would.
+        """
+        from fedtune.algorithms import resolve
+
+        plan = build_plan(cfg)
+        if resources is None:
+            if not self._own_pg:
+                resources = self.resources
+            elif cfg.backend == "ray" and self.coordinator is not None:
+                resources = resource_plan_for(cfg, plan, cluster_nodes())
+        keep = (cfg.backend == "ray" and self.cfg.backend == "ray" and self.coordinator is not None
+                and resources is not None and resources == self.resources)
+        if keep:
+            import ray
+            from ray.exceptions import RayActorError
+
+            from fedtune.runtime.coordinator import ActorFactory, assign_clients
+
+            res = self.resources
+            cfg_dict = cfg.to_dict()
+            assignment = assign_clients(plan.num_clients, res.num_workers)
+            factory = ActorFactory(cfg_dict, assignment, plan, self._pg, res.worker_bundles,
+                                   res.client_cpus, res.client_gpus)
+            try:
+                actors = self.client_handles()  # the live ones (a restarted actor has a new handle)
+                ray.get([a.reconfigure.remote(cfg_dict, [plan.clients[c] for c in assignment[w]], w,
+                                              factory.shards[w]) for w, a in enumerate(actors)])
+                ray.get(self.coordinator.reconfigure.remote(
+                    cfg_dict, plan, {"kind": "ray", "actors": actors, "factory": factory, "assignment": assignment}))
+            except RayActorError:
+                keep = False  # an actor died meanwhile: start over below
+        if keep:
+            self.cfg, self.plan, self.resolved = cfg, plan, resolve(cfg)
+            self.setting, self.round = plan.setting, 0
+            return True
+        pg, own = self._pg, self._own_pg
+        self.close()
+        self.__init__(cfg, placement_group=None if own else pg, resources=resources)
+        self.start()
+        return False
+
     def close(self) -> None:
         if self.coordinator is not None:
             try:

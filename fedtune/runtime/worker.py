@@ -48,6 +48,17 @@ class EvalReply:
     test: list[EvalCounts]
     shard_ids: list[int] = field(default_factory=list)  # target-test shards evaluated here
     shards: list[EvalCounts] = field(default_factory=list)
+    # Unsupervised methods (ufdg): encoder features instead of counts (val/test/shards stay empty).
+    val_features: list[FeatureSet] = field(default_factory=list)  # per client_ids entry: its val split
+    shard_features: list[FeatureSet] = field(default_factory=list)  # per shard_ids entry (test and probe)
+
+
+@dataclass
+class FeatureSet:
+    """Encoder features of a set of examples and their labels (for the coordinator's linear probe)."""
+
+    x: np.ndarray  # float32 [n, d]
+    y: np.ndarray  # int64 [n]
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,7 @@ class TargetShard:
     shard_id: int
     domain: str
     indices: np.ndarray
+    split: str = "test"  # "test": target-test data; "probe": ufdg's labelled target-probe split
 
 
 SHARD_SIZE = 512
@@ -71,6 +83,43 @@ def target_shards(target_test: dict[str, np.ndarray], shard_size: int = SHARD_SI
         for start in range(0, len(idx), shard_size):
             shards.append(TargetShard(len(shards), domain, idx[start:start + shard_size]))
     return shards
+
+
+def eval_shards(plan: Any, shard_size: int = SHARD_SIZE) -> list[TargetShard]:
+    """Every shard the workers evaluate: the target-test shards (ids ``0..k-1``, exactly
+    :func:`target_shards` of ``plan.target_test``) followed by ``plan.target_probe`` (ufdg's
+    labelled probe split, empty elsewhere) cut the same way, with ``split="probe"``. Probe shards
+    are spread over the workers like test shards; the coordinator reassembles both in shard order."""
+    shards = target_shards(plan.target_test, shard_size)
+    for sh in target_shards(getattr(plan, "target_probe", None) or {}, shard_size):
+        shards.append(TargetShard(len(shards), sh.domain, sh.indices, "probe"))
+    return shards
+
+
+def model_head_kwargs(client_method: Any, cfg: Any) -> dict[str, Any]:
+    """``build_model`` keywords for a run's client method: ``{}`` (the classifier) for supervised
+    methods; for unsupervised ones the method's ``model_head(cfg)`` (SimCLR: the projector head
+    of width ``simclr_proj_dim``), or the projector at its default width if it declares none."""
+    if client_method.supervised:
+        return {}
+    head = getattr(client_method, "model_head", None)
+    return dict(head(cfg)) if head is not None else {"head": "projector"}
+
+
+def encode_split(model: Any, x: Any, y: Any, batch_size: int) -> FeatureSet:
+    """Encoder features (:func:`fedtune.models.encode`, eval mode, no grad) of ``x`` in batches of
+    ``batch_size``, as float32 NumPy, with the labels ``y`` as int64 NumPy."""
+    import torch
+
+    from fedtune.models import encode
+
+    model.eval()
+    parts = []
+    with torch.no_grad():
+        for start in range(0, len(y), batch_size):
+            parts.append(encode(model, x[start:start + batch_size]).float().cpu().numpy())
+    feats = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+    return FeatureSet(np.ascontiguousarray(feats, dtype=np.float32), y.cpu().numpy().astype(np.int64))
 
 
 class ClientWorker:
@@ -106,6 +155,7 @@ class ClientWorker:
                 parts[split] = (torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device))
             self.data[s.client_id] = parts
         self.shards: dict[int, tuple[str, torch.Tensor, torch.Tensor]] = {}
+        self.shard_split = {sh.shard_id: sh.split for sh in shards or []}  # "test" | "probe" (ufdg)
         for sh in shards or []:
             x, y = dataset.load(sh.domain, sh.indices)
             self.shards[sh.shard_id] = (sh.domain, torch.from_numpy(x).to(self.device),
@@ -113,13 +163,15 @@ class ClientWorker:
         # Every worker builds the same initial model from the run's seed; the coordinator takes
         # its weights from worker 0 (so the coordinator process never needs torch).
         torch.manual_seed(self.cfg.seed)
+        resolved = resolve(self.cfg)
+        # Unsupervised methods (SimCLR) replace the classifier by their projector head.
         self.model = build_model(self.cfg.model or info.default_model, input_shape=info.input_shape,
                                  num_classes=info.num_classes, mlp_hidden=self.cfg.mlp_hidden,
-                                 pretrained_path=self.cfg.pretrained_path).to(self.device)
+                                 pretrained_path=self.cfg.pretrained_path,
+                                 **model_head_kwargs(resolved.client_method, self.cfg)).to(self.device)
         self.layout = FlatLayout.of(self.model)
-        resolved = resolve(self.cfg)
         self.method = resolved.client_method(self.cfg)
-        self.record_target_steps = resolved.server_rule.wants_target_steps
+        self.record_target_steps = resolved.server_rule.wants_target_steps_for(self.cfg)
         self.client_state: dict[int, dict[str, Any]] = {s.client_id: {} for s in specs}
         # Wall-clock stamps (time.time()) of this worker's start-up, for start-up diagnostics.
         self.startup = {"init_start": t_init, "torch_ready": t_torch, "ready": time.time()}
@@ -185,15 +237,30 @@ class ClientWorker:
 
     def evaluate(self, weights: np.ndarray, client_ids: list[int] | None = None) -> EvalReply:
         """Accuracy of ``weights`` on each client's validation (and fl test) split and on this
-        worker's target-test shards."""
+        worker's target-test shards.
+
+        Unsupervised methods (no class logits, setting ufdg) get encoder features instead
+        (:func:`encode_split`): each client's validation split (``val_features``) and each of
+        this worker's shards, target-test and target-probe alike (``shard_features``); the
+        coordinator fits the linear probes on them."""
         self._load(weights)
         ids = sorted(self.specs if client_ids is None else client_ids)
         bs = self.cfg.eval_batch_size
         reply = EvalReply(ids, [], [])
+        if not self.method.supervised:
+            for cid in ids:
+                reply.val_features.append(encode_split(self.model, *self.data[cid]["val"], bs))
+            for sid in sorted(self.shards):
+                _, x, y = self.shards[sid]
+                reply.shard_ids.append(sid)
+                reply.shard_features.append(encode_split(self.model, x, y, bs))
+            return reply
         for cid in ids:
             reply.val.append(evaluate(self.model, *self.data[cid]["val"], bs))
             reply.test.append(evaluate(self.model, *self.data[cid]["test"], bs))
         for sid in sorted(self.shards):
+            if self.shard_split.get(sid, "test") != "test":
+                continue  # probe shards only matter to unsupervised (linear-probe) evaluation
             _, x, y = self.shards[sid]
             reply.shard_ids.append(sid)
             reply.shards.append(evaluate(self.model, x, y, bs))
@@ -201,6 +268,51 @@ class ClientWorker:
 
     def ping(self) -> int:
         return os.getpid()
+
+    # --- Tune support: actor reuse and checkpoints (fedtune.tune.trainable) ---------------------
+    def reconfigure(self, cfg_dict: dict[str, Any], specs: list[ClientSpec], worker_index: int = 0,
+                    shards: list[TargetShard] | None = None) -> dict[str, float]:
+        """Become the worker of another run in this same process (Tune ``reuse_actors``).
+
+        Runs the constructor again: the new config, clients, data, shards and model (built from the
+        new seed), fresh per-client state. Only the process, its imports (torch) and its resources
+        are kept, so the new run computes exactly what a freshly started worker would. Returns the
+        new start-up stamps."""
+        self.__init__(cfg_dict, specs, worker_index, shards)
+        return dict(self.startup)
+
+    def get_client_state(self) -> dict[int, dict[str, Any]]:
+        """Every client's persistent ``ctx.state`` (checkpoints), tensors as NumPy arrays wrapped
+        in ``{"__tensor__": array}`` so :meth:`set_client_state` can turn them back."""
+        import torch
+
+        def export(v: Any) -> Any:
+            if isinstance(v, torch.Tensor):
+                return {"__tensor__": v.detach().cpu().numpy().copy()}
+            if isinstance(v, dict):
+                return {k: export(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return type(v)(export(x) for x in v)
+            return v
+
+        return {cid: export(state) for cid, state in self.client_state.items()}
+
+    def set_client_state(self, states: dict[int, dict[str, Any]]) -> None:
+        """Restore :meth:`get_client_state`'s output (for the clients this worker holds; tensors go
+        to this worker's device)."""
+        import torch
+
+        def restore(v: Any) -> Any:
+            if isinstance(v, dict):
+                if set(v) == {"__tensor__"}:
+                    return torch.from_numpy(np.array(v["__tensor__"])).to(self.device)
+                return {k: restore(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return type(v)(restore(x) for x in v)
+            return v
+
+        for cid in self.client_state:
+            self.client_state[cid] = restore(states.get(cid, {}))
 
 
 class _StepRecorder:

@@ -1,0 +1,525 @@
+"""FedDA and FedGP with static or auto-weighted β, and the target-only baseline (METHODS.md §2).
+
+Federated domain *adaptation* (setting ``fda``): ``N`` source clients and one target client
+holding a small labelled target sample train from ``θ``; the server combines the target
+displacement ``Δ_T`` with every source displacement ``Δ_i`` (Jiang, Zhang & Koyejo, "Principled
+Federated Domain Adaptation: Gradient Projection and Auto-Weighting", seed 002, Def. 4.1/4.3,
+§4.2, Appendix A.2, Algorithm 1 in Appendix C.1):
+
+* FedDA: ``θ ← θ + η_g Σ_i α_i [ (1−β_i) Δ_T + β_i Δ̃_i ]``
+* FedGP: ``θ ← θ + η_g Σ_i α_i [ (1−β_i) Δ_T + β_i Proj₊(Δ_T | Δ̃_i) ]``, the projection taken
+  per parameter tensor, ``Proj₊(a | b) = max(⟨a,b⟩, 0)/‖b‖² · b``
+* target-only: ``θ ← θ + η_g Δ_T`` (the sources are ignored)
+
+with ``α_i = p_i / Σ_sources p_j`` (the FedAvg weights renormalised over the sources),
+``η_g = global_lr`` (default 1, as in the paper) and ``Δ̃_i`` the magnitude-aligned source
+displacement (:func:`align_source_magnitude`).
+
+Choices where the paper, the authors' code and the spec leave room (all documented, none silent):
+
+* **Projection per tensor, estimates on the whole vector.** The projection is taken per
+  parameter tensor (METHODS.md; the authors' ``update_global`` loops over the state-dict keys).
+  The auto-β quantities ``σ̂², d̂_i², τd̂_i²`` are computed on the whole parameter vector, one
+  β_i per source, as the authors' ``empirical_metrics_batch`` does on the concatenation of all
+  tensors (their ``/dim`` normalisation cancels in the ratio and is omitted here).
+* **Proj₊ exactly as defined.** The authors' code adds ``cos(Δ_T, Δ_i) · Δ̃_i`` (magnitude
+  ``‖Δ̃_i‖ cos``) instead of the projection (magnitude ``‖Δ_T‖ cos``); fedtune follows the paper's
+  definition (METHODS.md). Proj₊ is invariant to positive rescaling of its second argument, so
+  magnitude alignment changes FedGP's projections not at all, only FedDA and the β estimates.
+  The target term is ``Σ_i α_i (1−β_i) Δ_T`` (the paper); the authors' code applies only the last
+  source's ``(1−β)`` to ``Δ_T``.
+* **What t_b and s_i are.** ``t_b`` is the target client's parameter displacement over its
+  local optimiser step ``b`` (row ``b`` of ``extras["step_updates"]``, ``Σ_b t_b = Δ_T``):
+  Appendix A.2 uses batches of the target data as i.i.d. samples and "π = the empirical
+  distribution along the optimisation path", i.e. the per-batch local updates (Appendix C.3).
+  ``s_i`` is source ``i``'s *average per-step* displacement, rescaled to the target's learning
+  rate: ``s_i = (lr_T/lr_S) · Δ_i / steps_i`` (C.3: "one model update per source client ...
+  divided by the number of batches", aligned "using the learning rate ratio"); with magnitude
+  alignment on this equals ``Δ̃_i / steps_T``. With ``gp_align`` off, ``s_i = Δ_i / steps_i``.
+  Both ``t_b`` and ``s_i`` are per-step displacements, so ``σ̂²`` (the variance of the target's
+  *mean* step ``t̄ = Δ_T/B``) and ``d̂_i²`` are on the same scale; β is scale-free.
+* **Clipping and degenerate cases.** ``d̂_i²`` and ``τd̂_i²`` are clipped at 0 before forming
+  β (``σ̂² ≥ 0`` by construction); ``β = σ̂²/(D + σ̂²)`` with ``0/0 := 0`` (a noiseless target
+  with a source at distance 0: keep the target step). Auto-β needs ``B ≥ 2`` target steps.
+* **Missing clients** (partial participation): a round without the target client leaves θ
+  unchanged (diag ``target_missing = 1``); a round with the target but no source takes the
+  target step ``θ + η_g Δ_T`` (the limit of both rules with no source term).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from fedtune.algorithms.base import HParam
+from fedtune.algorithms.server import BLOCK, AggregateResult, RoundInfo, ServerRule
+
+F64 = np.float64
+
+GP_BETA = HParam(
+    "gp_beta", 0.5,
+    "FedDA/FedGP: weight β of the source term against the target step, in [0, 1] (0 = target only), "
+    "or 'auto' for the paper's per-source, per-round estimate σ̂²/(d̂²+σ̂²) (FedDA) or σ̂²/(τd̂²+σ̂²) (FedGP)",
+    kind="float_or_choice", lo=0.0, hi=1.0, choices=("auto",))
+GP_ALIGN = HParam(
+    "gp_align", True,
+    "FedDA/FedGP: scale each source displacement by (lr_T/lr_S)·(steps_T/steps_S) so it is on the "
+    "target step's scale before combining (the authors' magnitude alignment)",
+    kind="bool")
+
+
+# ============================================================================ helpers
+def _slices(slices: Sequence[Any] | None, size: int) -> list[slice]:
+    """Normalise ``slices`` (slices or ``(name, slice)`` pairs, e.g. ``layout.param_slices()``)
+    to plain slices that tile ``[0, size)`` in order; ``None`` = the whole vector."""
+    if slices is None:
+        return [slice(0, size)]
+    out = [s[1] if isinstance(s, tuple) else s for s in slices]
+    pos = 0
+    for s in out:
+        if not isinstance(s, slice) or s.step not in (None, 1) or s.start != pos or s.stop <= s.start:
+            raise ValueError(f"slices must tile [0, {size}) in order without gaps, got {out}")
+        pos = s.stop
+    if pos != size:
+        raise ValueError(f"slices cover [0, {pos}) but the vectors have {size} entries")
+    return out
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """``⟨a, b⟩`` in float64, block by block in a fixed order (no BLAS: bit-reproducible)."""
+    total = 0.0
+    for s in range(0, a.shape[0], BLOCK):
+        total += float(np.add.reduce(a[s:s + BLOCK].astype(F64) * b[s:s + BLOCK].astype(F64)))
+    return total
+
+
+def _proj_coefficient(a: np.ndarray, b: np.ndarray) -> tuple[float, bool]:
+    """``(max(⟨a,b⟩,0)/‖b‖², clipped)``; coefficient 0 when ``b = 0``; ``clipped`` when ``⟨a,b⟩ < 0``."""
+    bb = _dot(b, b)
+    if bb <= 0.0:
+        return 0.0, False
+    ab = _dot(a, b)
+    return max(ab, 0.0) / bb, ab < 0.0
+
+
+# ============================================================================ projection
+def proj_plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``Proj₊(a | b) = max(⟨a,b⟩, 0) / ‖b‖² · b`` (float64): ``a`` projected on the *positive*
+    direction of ``b``; 0 when ``a`` points against ``b`` or ``b = 0``.
+
+    >>> proj_plus(np.array([3., 4.]), np.array([2., 0.]))
+    array([3., 0.])
+    >>> proj_plus(np.array([-1., 5.]), np.array([1., 0.]))
+    array([0., 0.])
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"proj_plus needs two vectors of one length, got {a.shape} and {b.shape}")
+    coef, _ = _proj_coefficient(a, b)
+    return coef * b.astype(F64)
+
+
+def proj_plus_per_tensor(a: np.ndarray, b: np.ndarray, slices: Sequence[Any] | None) -> np.ndarray:
+    """:func:`proj_plus` applied to each tensor's slice of ``a`` and ``b`` separately (float64).
+
+    ``slices``: slices or ``(name, slice)`` pairs tiling the vector (``layout.param_slices()``);
+    ``None`` = the whole vector as one tensor.
+
+    >>> proj_plus_per_tensor(np.array([1., 0., 0., 1.]), np.array([1., 0., 0., -1.]), [slice(0, 2), slice(2, 4)])
+    array([1., 0., 0., 0.])
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"proj_plus_per_tensor needs two vectors of one length, got {a.shape} and {b.shape}")
+    out = np.zeros(a.shape[0], F64)
+    for sl in _slices(slices, a.shape[0]):
+        coef, _ = _proj_coefficient(a[sl], b[sl])
+        if coef:
+            out[sl] = coef * b[sl].astype(F64)
+    return out
+
+
+# ============================================================================ combination
+@dataclass
+class Combination:
+    """Result of :func:`combine_with_target`: the combined displacement and, for FedGP, which
+    (source, tensor) projections were clipped to 0 (``⟨Δ_T, Δ̃_i⟩ < 0`` on that tensor)."""
+
+    update: np.ndarray  # float64 [P]
+    clipped: np.ndarray  # bool [N, K] (all False for FedDA)
+
+
+def _check_combine(target_update, source_updates, alphas, betas):
+    t = np.asarray(target_update)
+    s = np.asarray(source_updates)
+    if t.ndim != 1 or s.ndim != 2 or s.shape[1] != t.shape[0]:
+        raise ValueError(f"target_update [P] and source_updates [N, P] disagree: {t.shape} vs {s.shape}")
+    n = s.shape[0]
+    a = np.asarray(alphas, dtype=F64)
+    if a.shape != (n,) or (a < 0).any():
+        raise ValueError(f"alphas must be {n} non-negative weights, got {alphas}")
+    b = np.broadcast_to(np.asarray(betas, dtype=F64), (n,))
+    if (b < 0).any() or (b > 1).any() or not np.isfinite(b).all():
+        raise ValueError(f"betas must lie in [0, 1], got {betas}")
+    return t, s, a, b
+
+
+def combine_with_target(target_update: np.ndarray, source_updates: np.ndarray, alphas: np.ndarray,
+                        betas: np.ndarray | float, slices: Sequence[Any] | None = None,
+                        projection: bool = True) -> Combination:
+    """:func:`fedgp_combine` that also reports which projections were clipped (see there)."""
+    t, s, a, b = _check_combine(target_update, source_updates, alphas, betas)
+    sl = _slices(slices, t.shape[0])
+    clipped = np.zeros((s.shape[0], len(sl)), dtype=bool)
+    # Σ_i α_i (1−β_i) Δ_T  +  Σ_i α_i β_i (Proj₊ per tensor | Δ̃_i), in float64, source by source.
+    out = t.astype(F64) * float(np.sum(a * (1.0 - b)))
+    for i in range(s.shape[0]):
+        w = float(a[i] * b[i])
+        if w == 0.0:
+            if projection:  # still record clipping (a diagnostic of the directions, not of β)
+                for k, piece in enumerate(sl):
+                    clipped[i, k] = _proj_coefficient(t[piece], s[i, piece])[1]
+            continue
+        if not projection:
+            for st in range(0, t.shape[0], BLOCK):
+                out[st:st + BLOCK] += w * s[i, st:st + BLOCK].astype(F64)
+            continue
+        for k, piece in enumerate(sl):
+            coef, clipped[i, k] = _proj_coefficient(t[piece], s[i, piece])
+            if coef:
+                out[piece] += (w * coef) * s[i, piece].astype(F64)
+    return Combination(out, clipped)
+
+
+def fedgp_combine(target_update: np.ndarray, source_updates: np.ndarray, alphas: np.ndarray,
+                  betas: np.ndarray | float, slices: Sequence[Any] | None = None,
+                  projection: bool = True) -> np.ndarray:
+    """The FedGP (``projection=True``) or FedDA (``projection=False``) combined displacement
+    (float64 [P]; the rule adds ``global_lr ×`` it to θ):
+
+    * FedGP: ``Σ_i α_i [ (1−β_i) Δ_T + β_i Proj₊(Δ_T | Δ_i) ]``, Proj₊ per tensor of ``slices``
+      (``layout.param_slices()``; ``None`` = the whole vector is one tensor);
+    * FedDA: ``Σ_i α_i [ (1−β_i) Δ_T + β_i Δ_i ]`` (``slices`` play no role).
+
+    ``target_update`` ``[P]``, ``source_updates`` ``[N, P]`` (already magnitude-aligned, see
+    :func:`align_source_magnitude`), ``alphas`` ``[N]`` (normally summing to 1), ``betas`` ``[N]``
+    or one number in ``[0, 1]``.
+
+    >>> t = np.array([1., 1.])
+    >>> s = np.array([[2., 0.], [-1., 0.]])
+    >>> fedgp_combine(t, s, np.array([.5, .5]), 1.0)       # the opposed source adds nothing
+    array([0.5, 0. ])
+    >>> fedgp_combine(t, s, np.array([.5, .5]), 1.0, projection=False)
+    array([0.5, 0. ])
+    >>> fedgp_combine(t, s, np.array([.5, .5]), 0.0)       # β = 0: the target step
+    array([1., 1.])
+    """
+    return combine_with_target(target_update, source_updates, alphas, betas, slices, projection).update
+
+
+# ============================================================================ magnitude alignment
+def alignment_factor(steps_source: Any, steps_target: int, lr_source: float = 1.0,
+                     lr_target: float = 1.0) -> np.ndarray:
+    """``(lr_T/lr_S) · (steps_T/steps_S)`` per source (float64 array shaped like ``steps_source``).
+
+    >>> alignment_factor([12, 3], 3, lr_source=0.05, lr_target=0.01)
+    array([0.05, 0.2 ])
+    """
+    steps_s = np.asarray(steps_source, dtype=F64)
+    if (steps_s < 1).any() or steps_target < 1 or lr_source <= 0 or lr_target <= 0:
+        raise ValueError(f"steps must be >= 1 and learning rates > 0, got steps_source={steps_source}, "
+                         f"steps_target={steps_target}, lr_source={lr_source}, lr_target={lr_target}")
+    return (float(lr_target) / float(lr_source)) * (float(steps_target) / steps_s)
+
+
+def align_source_magnitude(source_updates: np.ndarray, steps_source: Any, steps_target: int,
+                           lr_source: float = 1.0, lr_target: float = 1.0,
+                           out: np.ndarray | None = None) -> np.ndarray:
+    """Scale each source displacement ``Δ_i`` (rows of ``source_updates`` ``[N, P]``) by
+    :func:`alignment_factor` so it is on the scale of the target's ``Δ_T``: a source that took
+    ``steps_S`` steps at ``lr_S`` moved about ``(lr_S·steps_S)/(lr_T·steps_T)`` times as far as
+    the target would along the same per-step direction (the authors scale by the learning-rate
+    ratio, the epoch ratio and the batches-per-epoch ratio, i.e. the step ratio). In fedtune
+    sources and target share ``local_lr``, so the factor is ``steps_T/steps_S``.
+
+    Returns an array of ``source_updates``' dtype (``out`` may be ``source_updates`` itself).
+
+    >>> align_source_magnitude(np.array([[4., -8.]], np.float32), [8], 2)
+    array([[ 1., -2.]], dtype=float32)
+    """
+    s = np.asarray(source_updates)
+    if s.ndim != 2:
+        raise ValueError(f"source_updates must be [N, P], got {s.shape}")
+    f = np.broadcast_to(alignment_factor(steps_source, steps_target, lr_source, lr_target), (s.shape[0],))
+    out = np.empty_like(s) if out is None else out
+    for i in range(s.shape[0]):
+        out[i] = (s[i].astype(F64) * float(f[i])).astype(s.dtype)
+    return out
+
+
+def source_step_scales(steps_source: Any, lr_source: float = 1.0, lr_target: float = 1.0) -> np.ndarray:
+    """Factors turning a source's round displacement ``Δ_i`` into its per-step displacement at
+    the target's learning rate: ``s_i = (lr_T/lr_S) · Δ_i / steps_i``.
+
+    >>> source_step_scales([4, 2])
+    array([0.25, 0.5 ])
+    """
+    steps_s = np.asarray(steps_source, dtype=F64)
+    if (steps_s < 1).any() or lr_source <= 0 or lr_target <= 0:
+        raise ValueError(f"steps must be >= 1 and learning rates > 0, got {steps_source}, {lr_source}, {lr_target}")
+    return (float(lr_target) / float(lr_source)) / steps_s
+
+
+# ============================================================================ auto-β
+def beta_from(sigma2: float, dist2: float) -> float:
+    """``σ² / (max(D, 0) + σ²)``, the β minimising ``(1−β)²σ² + β²D`` (Section 4.2);
+    ``0/0 := 0`` (keep the target step).
+
+    >>> beta_from(1.0, 3.0), beta_from(1.0, -0.5), beta_from(0.0, 0.0)
+    (0.25, 1.0, 0.0)
+    """
+    d = max(float(dist2), 0.0)
+    s = max(float(sigma2), 0.0)
+    return s / (d + s) if d + s > 0.0 else 0.0
+
+
+@dataclass
+class AutoBetaEstimates:
+    """The unbiased (unclipped) estimates of Appendix A.2 for one round.
+
+    ``sigma2``: ``σ̂²`` of the target's mean step; ``d2[i]``: ``d̂_i²``; ``tau_d2[i]``: ``τd̂_i²``,
+    the squared norm of the target mean's component orthogonal to ``s_i``.
+    """
+
+    sigma2: float
+    d2: np.ndarray  # float64 [N]
+    tau_d2: np.ndarray  # float64 [N]
+
+    @property
+    def beta_da(self) -> np.ndarray:
+        """``σ̂² / (max(d̂_i², 0) + σ̂²)`` per source."""
+        return np.array([beta_from(self.sigma2, d) for d in self.d2], dtype=F64)
+
+    @property
+    def beta_gp(self) -> np.ndarray:
+        """``σ̂² / (max(τd̂_i², 0) + σ̂²)`` per source."""
+        return np.array([beta_from(self.sigma2, d) for d in self.tau_d2], dtype=F64)
+
+
+def auto_beta_estimates(target_step_updates: np.ndarray, source_step_updates: np.ndarray,
+                        source_scales: Any = None) -> AutoBetaEstimates:
+    """``σ̂², d̂_i², τd̂_i²`` (METHODS.md §2, Appendix A.2 eqs. 90, 95, 105) on the whole vector.
+
+    ``target_step_updates`` ``[B, P]``: the target's per-step displacements ``t_b`` (``B ≥ 2``);
+    ``source_step_updates`` ``[N, P]`` (or ``[P]``): the sources' per-step displacements ``s_i``,
+    or their round displacements with ``source_scales[i]`` turning row ``i`` into ``s_i``
+    (:func:`source_step_scales`; saves a copy of the rows). With ``t̄`` the mean of the ``t_b``:
+
+    * ``σ̂² = Σ_b ‖t_b − t̄‖² / ((B−1) B)``
+    * ``d̂_i² = (1/B) Σ_b ‖s_i − t_b‖² − Σ_b ‖t_b − t̄‖² / (B−1)``
+    * ``τd̂_i² = (1/B) Σ_b ‖r_b‖² − Σ_b ‖r_b − r̄‖² / (B−1)``, ``r_b = t_b − ⟨t_b, u_i⟩ u_i``,
+      ``u_i = s_i/‖s_i‖`` (``u_i = 0`` when ``s_i = 0``)
+
+    Sums run block by block in float64 in a fixed order (no BLAS): bit-reproducible.
+
+    >>> t = np.array([[1., 0.], [3., 0.]]); s = np.array([[2., 1.]])
+    >>> e = auto_beta_estimates(t, s)
+    >>> float(e.sigma2), e.d2.tolist(), round(float(e.tau_d2[0]), 12)  # by hand: 2/(1·2), 2 − 2/1, 1.0 − 0.4/1
+    (1.0, [0.0], 0.6)
+    """
+    t = np.asarray(target_step_updates)
+    s = np.asarray(source_step_updates)
+    if s.ndim == 1:
+        s = s[None, :]
+    if t.ndim != 2 or s.ndim != 2 or t.shape[1] != s.shape[1]:
+        raise ValueError(f"target_step_updates [B, P] and source step updates [N, P] disagree: {t.shape} vs {s.shape}")
+    b, p = t.shape
+    n = s.shape[0]
+    if b < 2:
+        raise ValueError(f"auto-β needs at least 2 target steps per round to estimate the target variance, got {b}")
+    scales = np.ones(n, F64) if source_scales is None else np.broadcast_to(np.asarray(source_scales, F64), (n,))
+    sq = np.zeros(b, F64)  # ‖t_b‖²
+    centred = np.zeros(b, F64)  # ‖t_b − t̄‖²
+    dist = np.zeros((b, n), F64)  # ‖s_i − t_b‖²
+    inner = np.zeros((b, n), F64)  # ⟨t_b, s_i⟩
+    snorm = np.zeros(n, F64)  # ‖s_i‖²
+    for st in range(0, p, BLOCK):
+        tb = t[:, st:st + BLOCK].astype(F64)
+        mean = np.add.reduce(tb, axis=0) / b
+        dev = tb - mean
+        sq += np.add.reduce(tb * tb, axis=1)
+        centred += np.add.reduce(dev * dev, axis=1)
+        for i in range(n):
+            si = s[i, st:st + BLOCK].astype(F64) * float(scales[i])
+            snorm[i] += float(np.add.reduce(si * si))
+            diff = tb - si
+            dist[:, i] += np.add.reduce(diff * diff, axis=1)
+            inner[:, i] += np.add.reduce(tb * si, axis=1)
+    total_centred = float(np.sum(centred))
+    per_batch_var = total_centred / (b - 1)  # σ̂²(D̂_T,B): the variance of one step
+    sigma2 = per_batch_var / b
+    d2 = np.mean(dist, axis=0) - per_batch_var
+    tau_d2 = np.empty(n, F64)
+    for i in range(n):
+        proj = inner[:, i] / np.sqrt(snorm[i]) if snorm[i] > 0 else np.zeros(b, F64)  # ⟨t_b, u_i⟩
+        resid_sq = sq - proj * proj  # ‖r_b‖²
+        resid_var = (total_centred - float(np.sum((proj - proj.mean()) ** 2))) / (b - 1)  # Σ‖r_b − r̄‖²/(B−1)
+        tau_d2[i] = float(np.mean(resid_sq)) - resid_var
+    return AutoBetaEstimates(sigma2, d2, tau_d2)
+
+
+def auto_beta(target_step_updates: np.ndarray, source_step_update: np.ndarray) -> tuple[float, float]:
+    """``(β^DA, β^GP)`` for one source: ``σ̂²/(d̂² + σ̂²)`` and ``σ̂²/(τd̂² + σ̂²)``, with ``d̂²``
+    and ``τd̂²`` clipped at 0 (see :func:`auto_beta_estimates` for the estimators and what
+    ``t_b`` and ``s_i`` are).
+
+    >>> auto_beta(np.array([[1., 0.], [3., 0.]]), np.array([2., 1.]))  # σ̂² = 1, d̂² = 0, τd̂² = 0.6
+    (1.0, 0.625)
+    """
+    est = auto_beta_estimates(target_step_updates, np.asarray(source_step_update)[None, :]
+                              if np.ndim(source_step_update) == 1 else source_step_update)
+    if len(est.d2) != 1:
+        raise ValueError("auto_beta takes one source step update [P]; use auto_beta_estimates for several")
+    return float(est.beta_da[0]), float(est.beta_gp[0])
+
+
+# ============================================================================ server rules
+def _target_row(info: RoundInfo) -> int | None:
+    rows = [u for u, r in enumerate(info.roles) if r == "target"]
+    if len(rows) > 1:
+        raise ValueError(f"expected one target client, got {len(rows)} (ids {[info.client_ids[u] for u in rows]})")
+    return rows[0] if rows else None
+
+
+def _step(params: np.ndarray, update: np.ndarray, global_lr: float) -> np.ndarray:
+    return (params.astype(F64) + float(global_lr) * np.asarray(update, F64)).astype(np.float32)
+
+
+class TargetOnly(ServerRule):
+    """Target-only baseline: ``θ ← θ + global_lr · Δ_T``; the source clients' updates are
+    ignored (they still train, so the round's cost matches FedDA/FedGP). A round without the
+    target client (partial participation) leaves θ unchanged (diag ``target_missing``)."""
+
+    name = "target_only"
+    description = "target-only baseline (fda): θ ← θ + global_lr · Δ_T, sources ignored"
+    needs_target_client = True
+
+    def aggregate(self, params, updates, weights, *, extras, round, info):
+        t = _target_row(info)
+        if t is None:
+            return AggregateResult(np.array(params, np.float32), {"target_missing": 1.0})
+        return AggregateResult(_step(params, updates[t], self.global_lr), {"target_missing": 0.0})
+
+
+class _TargetSourceRule(ServerRule):
+    """Shared FedDA/FedGP machinery (the subclasses differ only in :attr:`projection`).
+
+    Hyperparameters: ``gp_beta`` (a number in [0, 1], default 0.5, or ``"auto"``) and
+    ``gp_align`` (default true: scale each ``Δ_i`` by ``(lr_T/lr_S)·(steps_T/steps_S)``,
+    :func:`align_source_magnitude`; fedtune's sources and target share ``local_lr``, so the
+    factor is ``steps_T/steps_S``). With ``gp_beta = "auto"`` the target client records its
+    per-step displacements and β_i is re-estimated every round (:func:`auto_beta_estimates`)
+    from ``t_b`` and ``s_i = (lr_T/lr_S)·Δ_i/steps_i`` (``Δ_i/steps_i`` without alignment).
+
+    Diagnostics: ``gp_beta.<id>`` (β used for source ``id``), ``gp_target_steps``; with auto
+    also ``gp_sigma2``, ``gp_d2.<id>``, ``gp_tau_d2.<id>`` (unclipped estimates),
+    ``gp_beta_da.<id>`` and ``gp_beta_gp.<id>``; FedGP also ``gp_clipped_frac`` (the fraction of
+    (source, tensor) pairs whose projection was clipped to 0, ``⟨Δ_T, Δ_i⟩ < 0`` on the tensor).
+    """
+
+    hparams = (GP_BETA, GP_ALIGN)
+    needs_target_client = True
+    projection: bool = True
+
+    def __init__(self, cfg: Any, layout: Any):
+        super().__init__(cfg, layout)
+        from fedtune.config import ConfigError
+
+        self.beta = cfg.param("gp_beta")
+        self.auto = self.beta == "auto"
+        self.align = bool(cfg.param("gp_align"))
+        if self.auto and cfg.local_steps is not None and int(cfg.local_steps) < 2:
+            raise ConfigError(
+                f"field 'gp_beta': 'auto' estimates the target variance from the target client's per-step updates "
+                f"and needs at least 2 local steps per round, but local_steps={cfg.local_steps}; allowed: "
+                f"local_steps >= 2, or a fixed gp_beta in [0, 1]")
+
+    @classmethod
+    def wants_target_steps_for(cls, cfg: Any) -> bool:
+        return cfg.param("gp_beta") == "auto"
+
+    def _param_slices(self) -> list[tuple[str, slice]] | None:
+        """The parameter tensors of the layout (``None``: treat the vector as one tensor)."""
+        return self.layout.param_slices() if hasattr(self.layout, "param_slices") else None
+
+    def aggregate(self, params, updates, weights, *, extras, round, info):
+        t = _target_row(info)
+        if t is None:
+            return AggregateResult(np.array(params, np.float32), {"target_missing": 1.0})
+        src = [u for u, r in enumerate(info.roles) if r == "source"]
+        diag: dict[str, float] = {"target_missing": 0.0, "gp_target_steps": float(info.steps[t])}
+        if not src:
+            return AggregateResult(_step(params, updates[t], self.global_lr), diag)
+        w = np.asarray(weights, F64)[src]
+        alphas = w / w.sum() if w.sum() > 0 else np.full(len(src), 1.0 / len(src))
+        steps_t = int(info.steps[t])
+        steps_s = [int(info.steps[u]) for u in src]
+        lr = float(self.cfg.local_lr)  # fedtune trains sources and target with the same local_lr
+        sources = updates[src]  # a copy (fancy indexing): safe to scale in place
+        if self.align:
+            align_source_magnitude(sources, steps_s, steps_t, lr_source=lr, lr_target=lr, out=sources)
+        ids = [info.client_ids[u] for u in src]
+        if self.auto:
+            step_updates = extras[t].get("step_updates") if extras and extras[t] else None
+            if step_updates is None:
+                raise ValueError("gp_beta='auto' needs the target client's extras['step_updates'] (the worker "
+                                 "records them when the rule's wants_target_steps_for(cfg) is true)")
+            if np.shape(step_updates)[0] < 2:
+                raise ValueError(
+                    f"gp_beta='auto' needs at least 2 target steps per round to estimate the target variance, the "
+                    f"target client took {np.shape(step_updates)[0]}; raise local_epochs or local_steps, or lower "
+                    f"batch_size")
+            # s_i = Δ̃_i / steps_T with alignment (= (lr_T/lr_S) Δ_i / steps_i), else Δ_i / steps_i.
+            scales = (np.full(len(src), 1.0 / steps_t) if self.align else source_step_scales(steps_s))
+            est = auto_beta_estimates(step_updates, sources, scales)
+            betas = est.beta_gp if self.projection else est.beta_da
+            diag["gp_sigma2"] = float(est.sigma2)
+            for k, cid in enumerate(ids):
+                diag[f"gp_d2.{cid}"] = float(est.d2[k])
+                diag[f"gp_tau_d2.{cid}"] = float(est.tau_d2[k])
+                diag[f"gp_beta_da.{cid}"] = float(est.beta_da[k])
+                diag[f"gp_beta_gp.{cid}"] = float(est.beta_gp[k])
+        else:
+            betas = np.full(len(src), float(self.beta), F64)
+        comb = combine_with_target(updates[t], sources, alphas, betas,
+                                   self._param_slices(), self.projection)
+        for k, cid in enumerate(ids):
+            diag[f"gp_beta.{cid}"] = float(betas[k])
+        if self.projection:
+            diag["gp_clipped_frac"] = float(comb.clipped.mean()) if comb.clipped.size else 0.0
+        return AggregateResult(_step(params, comb.update, self.global_lr), diag)
+
+
+class FedDA(_TargetSourceRule):
+    __doc__ = ("FedDA (seed 002, Def. 4.1): θ ← θ + global_lr · Σ_i α_i [(1−β_i) Δ_T + β_i Δ̃_i].\n\n"
+               + (_TargetSourceRule.__doc__ or ""))
+    name = "fedda"
+    description = "FedDA (fda): θ ← θ + Σ α_i[(1−β_i)Δ_T + β_i Δ_i]; gp_beta fixed or 'auto'"
+    projection = False
+
+
+class FedGP(_TargetSourceRule):
+    __doc__ = ("FedGP (seed 002, Def. 4.3): θ ← θ + global_lr · Σ_i α_i [(1−β_i) Δ_T + β_i Proj₊(Δ_T | Δ̃_i)],\n"
+               "the projection per parameter tensor.\n\n" + (_TargetSourceRule.__doc__ or ""))
+    name = "fedgp"
+    description = "FedGP (fda): θ ← θ + Σ α_i[(1−β_i)Δ_T + β_i Proj₊(Δ_T|Δ_i)] per tensor; gp_beta fixed or 'auto'"
+    projection = True
+
+
+__all__ = [
+    "AutoBetaEstimates", "Combination", "FedDA", "FedGP", "GP_ALIGN", "GP_BETA", "TargetOnly",
+    "align_source_magnitude", "alignment_factor", "auto_beta", "auto_beta_estimates", "beta_from",
+    "combine_with_target", "fedgp_combine", "proj_plus", "proj_plus_per_tensor", "source_step_scales",
+]

@@ -1,0 +1,391 @@
+"""GFM (global flat minima via global-model-constrained adversarial augmentation) and GCA.
+
+Seed 004, Algorithm 1; METHODS.md §4. Per client and round, starting from the global ``θ``:
+
+1. every local step ``e = 1..E``: draw a batch ``(x, y)``, augment it with the client's
+   augmenter ``x̃ = a(x; φ)`` (φ frozen, no gradient), take one model step on ``(x̃, y)`` —
+   a SAM step (:func:`fedtune.algorithms.sam.sam_step`, radius ``sam_rho``) for ``gfm``, a plain
+   local-SGD step for ``gca`` (the paper's "GCA" ablation: the augmentation without SAM);
+2. when ``e % gfm_interval == 0`` (the counter restarts every round, as in Algorithm 1), one
+   update of φ on the same batch (fresh noise) that *maximises*
+   ``L(f(a(x;φ); θ_local)) − L(f(a(x;φ); θ_global))``: hard for the local model, still recognised
+   by the global model. ``θ_global`` is a frozen copy of the model as received this round;
+   both models run in train mode (batch statistics, as TeachAugment's teacher) and neither's
+   batch-norm buffers change. The step is Adam with decoupled weight decay
+   :data:`AUG_WEIGHT_DECAY` (TeachAugment's AdamW, whose settings the paper keeps), learning rate
+   ``gfm_aug_lr`` (TeachAugment's 1e-3), through the functional ``torch.optim.adam.adam``.
+   The paper writes the φ update after the θ step on the same batch; so does this code.
+
+The reported training loss is the model's loss on the augmented batch at ``θ`` (before the step),
+the quantity the model step minimises.
+
+The augmenter φ and its Adam moments persist per client across rounds in ``ctx.state`` (on the
+client's actor). They are lost when that actor is restarted (``on_client_failure: retry/skip``):
+the client then starts again from an identity augmenter, so such a run is not bit-identical to an
+uninterrupted one. The initial φ is seeded from ``(seed, client_id)``, the augmentation noise
+from ``(seed, client_id, round)``: runs are reproducible and backend-independent.
+
+Diagnostics (example-weighted means over clients → ``diag.*`` columns): ``gfm_aug_local_loss``,
+``gfm_aug_global_loss`` (means over the round's augmenter updates; absent in a round without
+one), ``gfm_aug_updates`` (updates this round), and for ``gfm`` ``sam_sharpness``
+(mean ``L(θ+ε) − L(θ)``, see :mod:`fedtune.algorithms.sam`).
+
+GFM and GCA need images ``(N, C, H, W)``; on vector data (``rect4``) the first ``train`` call
+raises a :class:`~fedtune.config.ConfigError` naming the dataset (the method is built from the
+config alone, which does not know the input shape).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedtune.algorithms.base import HParam
+from fedtune.algorithms.client import (
+    ClientContext,
+    ClientMethod,
+    ClientOutcome,
+    batches,
+    local_steps,
+)
+from fedtune.algorithms.sam import (
+    SAM_RHO,
+    PositiveHParam,
+    cross_entropy_closure,
+    frozen_buffers,
+    make_local_sgd,
+    sam_step,
+)
+
+if TYPE_CHECKING:  # torch is imported lazily: the coordinator never needs it
+    import torch
+    from torch import nn
+
+GFM_INTERVAL = HParam("gfm_interval", 10, "GFM/GCA: update the augmenter every this many local steps (paper: 10)",
+                      kind="int", lo=1)
+GFM_AUG_LR = PositiveHParam("gfm_aug_lr", 1e-3, "GFM/GCA: Adam learning rate of the augmenter (TeachAugment: 1e-3)",
+                            lo=0.0)
+GFM_COLOR_SCALE = HParam("gfm_color_scale", 0.2, "GFM/GCA: colour scale range, alpha in [1 - s/2, 1 + s/2] "
+                         "(paper: 0.2; TerraInc 0.1)", lo=0.0, hi=2.0)
+GFM_GEOMETRY_SCALE = HParam("gfm_geometry_scale", 0.125, "GFM/GCA: residual affine range, A - I in [-s/2, s/2] "
+                            "(paper: 0.125; TerraInc 0.0625)", lo=0.0, hi=2.0)
+
+AUG_WEIGHT_DECAY = 1e-2  # TeachAugment's AdamW weight decay for the augmenter (decoupled; pulls φ to identity)
+AUG_BETAS = (0.9, 0.999)
+AUG_EPS = 1e-8
+STATE_KEY = "gfm_augmenter"
+
+
+def triangle_wave(v: torch.Tensor) -> torch.Tensor:
+    """``tri(v) = acos(cos πv)/π``: the period-2 triangle wave, ``v`` on ``[0, 1]``, ``2 − v`` on
+    ``[1, 2]``, folding any value back into ``[0, 1]``.
+
+    Computed piecewise from ``v mod 2`` (equal to the acos form, exact on ``[0, 1]``): the acos
+    form loses ~``sqrt(float eps)`` ≈ 3e-4 near 0 and 1 and has an infinite derivative at the
+    peaks, where TeachAugment patches the gradient by hand; here the gradient is ±1 everywhere
+    (the left derivative at the peaks).
+
+    >>> import torch
+    >>> triangle_wave(torch.tensor([-0.25, 0.0, 0.3, 1.0, 1.25, 2.5])).tolist()
+    [0.25, 0.0, 0.30000001192092896, 1.0, 0.75, 0.5]
+    """
+    import torch
+
+    r = torch.remainder(v, 2.0)
+    return torch.where(r <= 1.0, r, 2.0 - r)
+
+
+def _module_seed(*parts: int) -> int:
+    """A 63-bit seed from integers, identical in every process (as the runtime's derive_seed)."""
+    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0] >> 1)
+
+
+_AUGMENTER_CLASS: Any = None
+
+
+def _augmenter_class() -> Any:
+    """The ``Augmenter`` class, built on first use so this module imports without torch
+    (the coordinator imports the algorithm registry and must never import torch)."""
+    global _AUGMENTER_CLASS
+    if _AUGMENTER_CLASS is not None:
+        return _AUGMENTER_CLASS
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class _Augmenter(nn.Module):
+        """TeachAugment's (Suzuki, 2022) colour + geometry augmenter, as GFM uses it (App. D.2).
+
+        ``Augmenter(in_channels, color_scale=0.2, geometry_scale=0.125, noise_dim=64, hidden=128)``.
+        Sizes: TeachAugment's colour width 128; its noise dimension 128 (≈0.69M parameters) is
+        halved to 64 (≈0.18M for RGB), nearer the ≈0.25M the GFM paper reports for its augmenter.
+        ``forward(x, noise)`` maps normalised images ``x`` ``[B, C, H, W]`` to augmented ones:
+
+        * value range: the triangle wave expects ``[0, 1]``, fedtune's images are normalised
+          (``(raw − mean)/std``). The augmenter holds per-channel bounds ``value_lo/value_hi``
+          (buffers; :meth:`set_value_range`, GFM sets them to the client's training-data min/max
+          per channel, i.e. the normalisation's image of ``[0, 1]`` as far as the data reaches)
+          and works on ``u = (x − lo)/(hi − lo)``; the result is mapped back with ``lo + (hi − lo)·u``.
+          Geometry also acts on ``u``, so the zero padding of ``grid_sample`` is the darkest value.
+        * colour: per-pixel logits from 1×1 convolutions over the (normalised) image
+          (C→hidden→hidden→2C, LeakyReLU 0.2) plus a global branch from the noise vector
+          (noise_dim→4·noise_dim→4·noise_dim→2, shared by all channels), added, then
+          ``α = 1 + color_scale·(σ(·) − ½)``, ``β = σ(·) − ½`` (TeachAugment scales α only), and
+          ``u ← tri(α ⊙ u + β)``;
+        * geometry: a residual affine ``A = geometry_scale·(σ(g(noise)) − ½)`` (2×3, noise MLP as
+          above), ``u ← grid_sample(u, affine_grid(A + I))`` (bilinear, zero padding,
+          ``align_corners=False``).
+
+        The three output layers are zero-initialised, so at initialisation ``α = 1, β = 0, A = 0``
+        and the augmenter is the identity (exactly, up to float rounding of the range map and of
+        the bilinear sampling at pixel centres). Left out of TeachAugment, by choice: batch norm
+        and dropout in the hidden layers (clients may train on batches of one), the class-label
+        context input, the stochastic "random apply" gates, the colour regulariser and the replay
+        buffer of past augmenters. Plain torch ops only (no torchvision: its import costs ~2 s).
+        """
+
+        def __init__(self, in_channels: int, color_scale: float = 0.2, geometry_scale: float = 0.125,
+                     noise_dim: int = 64, hidden: int = 128, generator: torch.Generator | None = None):
+            super().__init__()
+            self.in_channels, self.noise_dim = int(in_channels), int(noise_dim)
+            self.color_scale, self.geometry_scale = float(color_scale), float(geometry_scale)
+            wide = 4 * self.noise_dim
+
+            def noise_mlp() -> nn.Sequential:
+                return nn.Sequential(nn.Linear(self.noise_dim, wide, bias=False), nn.LeakyReLU(0.2),
+                                     nn.Linear(wide, wide, bias=False), nn.LeakyReLU(0.2))
+
+            self.color_body = nn.Sequential(
+                nn.Conv2d(in_channels, hidden, 1, bias=False), nn.LeakyReLU(0.2),
+                nn.Conv2d(hidden, hidden, 1, bias=False), nn.LeakyReLU(0.2))
+            self.color_out = nn.Conv2d(hidden, 2 * in_channels, 1, bias=False)
+            self.color_noise_body = noise_mlp()
+            self.color_noise_out = nn.Linear(wide, 2, bias=False)
+            self.geometry_body = noise_mlp()
+            self.geometry_out = nn.Linear(wide, 6, bias=False)
+            self.register_buffer("value_lo", torch.zeros(in_channels))
+            self.register_buffer("value_hi", torch.ones(in_channels))
+            self.register_buffer("identity", torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
+            self.reset(generator)
+
+        def reset(self, generator: torch.Generator | None = None) -> None:
+            """TeachAugment's init: Kaiming-normal (a=0.2, fan_out) hidden layers, zero output layers."""
+            with torch.no_grad():
+                for m in self.modules():
+                    if isinstance(m, (nn.Conv2d, nn.Linear)):
+                        nn.init.kaiming_normal_(m.weight, 0.2, "fan_out", generator=generator)
+                for m in (self.color_out, self.color_noise_out, self.geometry_out):
+                    m.weight.zero_()
+
+        def set_value_range(self, lo: torch.Tensor, hi: torch.Tensor) -> None:
+            """Per-channel values that map to 0 and 1 for the triangle wave (see the class doc)."""
+            with torch.no_grad():
+                self.value_lo.copy_(torch.as_tensor(lo, dtype=self.value_lo.dtype).reshape(-1))
+                self.value_hi.copy_(torch.as_tensor(hi, dtype=self.value_hi.dtype).reshape(-1))
+
+        def sample_noise(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
+            return torch.randn(batch, self.noise_dim, generator=generator, device=self.value_lo.device)
+
+        def transforms(self, x: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            """``(α [B,C,H,W], β [B,C,H,W], A [B,2,3])`` for images ``x`` and noise ``[B, noise_dim]``."""
+            b, c = x.shape[0], self.in_channels
+            pixel = self.color_out(self.color_body(x))  # [B, 2C, H, W]
+            glob = self.color_noise_out(self.color_noise_body(noise)).reshape(b, 2, 1, 1)
+            alpha = 1.0 + self.color_scale * (torch.sigmoid(pixel[:, :c] + glob[:, :1]) - 0.5)
+            beta = torch.sigmoid(pixel[:, c:] + glob[:, 1:]) - 0.5
+            residual = self.geometry_scale * (torch.sigmoid(self.geometry_out(self.geometry_body(noise))) - 0.5)
+            return alpha, beta, residual.reshape(b, 2, 3)
+
+        def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+            if x.dim() != 4 or x.shape[1] != self.in_channels:
+                raise ValueError(f"augmenter for {self.in_channels}-channel images got input of shape {tuple(x.shape)}")
+            if noise is None:
+                noise = self.sample_noise(x.shape[0], generator)
+            alpha, beta, residual = self.transforms(x, noise)
+            lo = self.value_lo.reshape(1, -1, 1, 1)
+            span = self.value_hi.reshape(1, -1, 1, 1) - lo
+            span = torch.where(span > 0, span, torch.ones_like(span))
+            u = (x - lo) / span
+            u = triangle_wave(alpha * u + beta)
+            grid = F.affine_grid(residual + self.identity, list(u.shape), align_corners=False)
+            u = F.grid_sample(u, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+            return lo + span * u
+
+    _Augmenter.__name__ = _Augmenter.__qualname__ = "Augmenter"
+    _Augmenter.__module__ = __name__
+    _AUGMENTER_CLASS = _Augmenter
+    return _Augmenter
+
+
+def __getattr__(name: str) -> Any:
+    """``fedtune.algorithms.gfm.Augmenter`` (PEP 562): built, importing torch, on first access."""
+    if name == "Augmenter":
+        return _augmenter_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def new_augmenter(in_channels: int, *, color_scale: float = 0.2, geometry_scale: float = 0.125,
+                  noise_dim: int = 64, hidden: int = 128, generator: torch.Generator | None = None) -> nn.Module:
+    """An identity-initialised :class:`Augmenter` (``generator`` seeds its hidden layers)."""
+    return _augmenter_class()(in_channels, color_scale=color_scale, geometry_scale=geometry_scale,
+                              noise_dim=noise_dim, hidden=hidden, generator=generator)
+
+
+class AugmenterAdam:
+    """Adam (decoupled weight decay, i.e. AdamW) on the augmenter's parameters through the
+    functional ``torch.optim.adam.adam`` (no ``torch.optim.Optimizer``: its first use imports
+    ``torch._dynamo``). ``maximize=True``: it ascends the objective it is given the gradient of."""
+
+    def __init__(self, params, lr: float, weight_decay: float = AUG_WEIGHT_DECAY):
+        import torch
+
+        self.params = [p for p in params if p.requires_grad]
+        self.lr, self.weight_decay = float(lr), float(weight_decay)
+        self.exp_avgs = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sqs = [torch.zeros_like(p) for p in self.params]
+        self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.params]
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.steps[0]) if self.steps else 0
+
+    def step(self, grads) -> None:
+        import torch
+        from torch.optim.adam import adam
+
+        with torch.no_grad():
+            adam(self.params, list(grads), self.exp_avgs, self.exp_avg_sqs, [], self.steps, foreach=False,
+                 decoupled_weight_decay=True, amsgrad=False, beta1=AUG_BETAS[0], beta2=AUG_BETAS[1], lr=self.lr,
+                 weight_decay=self.weight_decay, eps=AUG_EPS, maximize=True)
+
+
+def augmenter_objective(augmenter: nn.Module, x: torch.Tensor, y: torch.Tensor, local_model: nn.Module,
+                        global_model: nn.Module, noise: torch.Tensor) -> tuple[torch.Tensor, float, float]:
+    """``(L_local − L_global, L_local, L_global)`` on ``a(x; φ, noise)`` (cross-entropy, both models
+    as they are: in train mode, batch-norm buffers move unless the caller freezes them, as
+    :func:`augmenter_update` does)."""
+    from torch.nn import functional as F
+
+    xa = augmenter(x, noise)
+    local = F.cross_entropy(local_model(xa), y)
+    glob = F.cross_entropy(global_model(xa), y)
+    return local - glob, float(local.detach()), float(glob.detach())
+
+
+def augmenter_update(augmenter: nn.Module, opt: AugmenterAdam, x: torch.Tensor, y: torch.Tensor,
+                     local_model: nn.Module, global_model: nn.Module, noise: torch.Tensor) -> tuple[float, float]:
+    """One ascent step of φ on ``L_local − L_global`` (Algorithm 1, lines 11-12). Gradients reach
+    φ only (``torch.autograd.grad``): the models' ``.grad`` are untouched. Returns
+    ``(L_local, L_global)`` before the step; φ is left unchanged if either is not finite."""
+    import torch
+
+    # Batch-norm buffers of both models are restored after the backward pass (frozen_buffers).
+    with frozen_buffers(local_model), frozen_buffers(global_model):
+        objective, local, glob = augmenter_objective(augmenter, x, y, local_model, global_model, noise)
+        if not (math.isfinite(local) and math.isfinite(glob)):
+            return local, glob
+        grads = torch.autograd.grad(objective, opt.params, allow_unused=True)
+    opt.step([torch.zeros_like(p) if g is None else g for p, g in zip(opt.params, grads)])
+    return local, glob
+
+
+class GCA(ClientMethod):
+    """Global-model-constrained adversarial augmentation with plain local SGD (GFM without SAM)."""
+
+    name = "gca"
+    description = "GCA: local SGD on images from an adversarial augmenter constrained by the global model (GFM ablation)"
+    hparams = (GFM_INTERVAL, GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE)
+    use_sam = False
+
+    def _augmenter(self, ctx: ClientContext) -> tuple[nn.Module, AugmenterAdam]:
+        """This client's augmenter and its Adam state (created on its first round)."""
+        import torch
+
+        cfg = self.cfg
+        if ctx.x.dim() != 4:
+            from fedtune.config import ConfigError
+
+            raise ConfigError(
+                f"field 'dataset': algorithm '{cfg.algorithm}' (client method {self.name}) augments images "
+                f"(N, C, H, W), but dataset '{cfg.dataset}' gives vectors of shape {tuple(ctx.x.shape[1:])}; "
+                "allowed: an image dataset (e.g. rotated-digits, pacs), or a client method without an augmenter "
+                "(sgd, sam, prox)")
+        held = ctx.state.get(STATE_KEY)
+        if held is None:
+            gen = torch.Generator().manual_seed(_module_seed(cfg.seed, ctx.client_id, 0x47464D))
+            aug = new_augmenter(ctx.x.shape[1], color_scale=cfg.param("gfm_color_scale"),
+                                geometry_scale=cfg.param("gfm_geometry_scale"), generator=gen)
+            dims = [0, 2, 3]
+            aug.set_value_range(ctx.x.amin(dim=dims).cpu(), ctx.x.amax(dim=dims).cpu())
+            aug = aug.to(ctx.device)
+            held = ctx.state[STATE_KEY] = (aug, AugmenterAdam(aug.parameters(), lr=cfg.param("gfm_aug_lr")))
+        return held
+
+    def train(self, ctx: ClientContext) -> ClientOutcome:
+        import torch
+        from torch import nn
+
+        model, cfg = ctx.model, self.cfg
+        augmenter, aug_opt = self._augmenter(ctx)
+        interval = int(cfg.param("gfm_interval"))
+        rho = float(cfg.param("sam_rho")) if self.use_sam else 0.0
+        model.train()
+        augmenter.train()
+        global_model = copy.deepcopy(model).requires_grad_(False)
+        opt = make_local_sgd(model, cfg)
+        noise_gen = torch.Generator(device=ctx.device).manual_seed(
+            _module_seed(cfg.seed, ctx.client_id, ctx.round, 0x4E4F49))
+        n = len(ctx.y)
+        total, sharpness, done = 0.0, 0.0, 0
+        local_losses: list[float] = []
+        global_losses: list[float] = []
+        for idx in batches(n, cfg.batch_size, local_steps(n, cfg), ctx.generator):
+            idx = idx.to(ctx.device)
+            x, y = ctx.x[idx], ctx.y[idx]
+            with torch.no_grad():
+                xa = augmenter(x, generator=noise_gen)
+            if self.use_sam:
+                step = sam_step(opt, cross_entropy_closure(model, xa, y), rho, model=model)
+                if not step.finite:
+                    return ClientOutcome(loss=step.loss if not math.isfinite(step.loss) else step.perturbed_loss,
+                                         steps=done + 1)
+                value = step.loss
+                sharpness += step.perturbed_loss - step.loss
+            else:
+                loss = nn.functional.cross_entropy(model(xa), y)
+                value = float(loss.detach())
+                if not math.isfinite(value):
+                    return ClientOutcome(loss=value, steps=done + 1)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            ctx.after_step()
+            total += value
+            done += 1
+            if done % interval == 0:
+                noise = augmenter.sample_noise(x.shape[0], noise_gen)
+                local, glob = augmenter_update(augmenter, aug_opt, x, y, model, global_model, noise)
+                if not (math.isfinite(local) and math.isfinite(glob)):
+                    return ClientOutcome(loss=local if not math.isfinite(local) else glob, steps=done)
+                local_losses.append(local)
+                global_losses.append(glob)
+        metrics: dict[str, float] = {"gfm_aug_updates": float(len(local_losses))}
+        if local_losses:
+            metrics["gfm_aug_local_loss"] = float(np.mean(local_losses))
+            metrics["gfm_aug_global_loss"] = float(np.mean(global_losses))
+        if self.use_sam:
+            metrics["sam_sharpness"] = sharpness / max(done, 1)
+        return ClientOutcome(loss=total / max(done, 1), steps=done, metrics=metrics)
+
+
+class GFM(GCA):
+    """GFM: SAM local steps on images from the global-model-constrained adversarial augmenter."""
+
+    name = "gfm"
+    description = "GFM: SAM steps on augmented images; augmenter maximises local - global loss (Alg. 1)"
+    hparams = (SAM_RHO, *GCA.hparams)
+    use_sam = True

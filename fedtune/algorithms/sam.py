@@ -1,0 +1,264 @@
+"""FedProx and SAM (FedSAM) client methods: local SGD with a proximal term, or sharpness-aware.
+
+* ``prox`` (FedProx, Li et al. 2020): minimise ``L(θ) + μ/2 ‖θ − θ_global‖²`` with local SGD,
+  ``θ_global`` the weights the client received this round. The proximal gradient
+  ``μ (θ − θ_global)`` is added to the batch gradient after ``backward`` (the same gradient as
+  differentiating the penalty, without putting it in the autograd graph); ``μ = 0`` adds nothing, so
+  it is bit-identical to ``sgd``. The reported training loss is the data (cross-entropy) loss only,
+  comparable across methods; the penalty is the ``diag.prox_penalty`` column (mean over steps).
+* ``sam`` (SAM, Foret et al. 2021; FedSAM, Caldarola et al. 2022): per batch, the ascent
+  ``ε = ρ ∇L(θ) / ‖∇L(θ)‖`` (one global norm over all trainable parameters), the gradient at
+  ``θ + ε``, and a step *from* ``θ`` with the local optimiser (:class:`LocalSGD`: momentum and
+  weight decay exactly as ``sgd``; weight decay acts on ``θ``, not on ``θ + ε``).
+  ``diag.sam_sharpness`` is the round's mean of ``L(θ + ε) − L(θ)`` on the batch (a one-sample
+  estimate of the flatness ``F_ρ`` of METHODS.md §6, free because SAM evaluates both losses).
+
+Batch-norm running statistics in SAM: the first forward pass (at ``θ``) updates them as in plain
+SGD; the second pass (at ``θ + ε``) normalises with its own batch statistics (train mode, as
+every SAM implementation does) but the model's buffers are restored afterwards, so running stats
+move exactly once per step, from the unperturbed weights (:func:`frozen_buffers`).
+
+``sam_rho`` is ONE :class:`HParam` object (:data:`SAM_RHO`) shared with GFM
+(:mod:`fedtune.algorithms.gfm`); its default 0.02 is the GFM paper's ρ (its "γ").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fedtune.algorithms.base import HParam
+from fedtune.algorithms.client import (
+    ClientContext,
+    ClientMethod,
+    ClientOutcome,
+    LocalSGD,
+    batches,
+    local_steps,
+)
+
+if TYPE_CHECKING:  # torch is imported lazily: the coordinator never needs it
+    import torch
+    from torch import nn
+
+
+@dataclass(frozen=True)
+class PositiveHParam(HParam):
+    """An :class:`HParam` whose lower bound ``lo`` is exclusive (``value > lo``), e.g. ``sam_rho > 0``.
+
+    >>> PositiveHParam("r", 1.0, "radius", lo=0.0).check(0.5, "test")
+    0.5
+    >>> PositiveHParam("r", 1.0, "radius", lo=0.0).check(0, "test")
+    Traceback (most recent call last):
+    ...
+    fedtune.config.ConfigError: field 'r' (test): 0 is out of range; allowed: > 0
+    """
+
+    def check(self, value: Any, owner: str) -> Any:
+        from fedtune.config import ConfigError
+
+        if self.lo is not None and not isinstance(value, bool):
+            try:
+                num = float(value)
+            except (TypeError, ValueError):
+                num = None  # the base check reports the type error
+            if num is not None and not num > self.lo:  # also rejects NaN
+                rng = f"> {self.lo:g}" + (f" and <= {self.hi:g}" if self.hi is not None else "")
+                raise ConfigError(f"field '{self.name}' ({owner}): {value!r} is out of range; allowed: {rng}")
+        return super().check(value, owner)
+
+
+PROX_MU = HParam("prox_mu", 0.01, "FedProx proximal weight mu: local loss + mu/2 ||theta - theta_global||^2", lo=0.0)
+SAM_RHO = PositiveHParam("sam_rho", 0.02, "SAM neighbourhood radius rho: eps = rho grad/||grad|| (GFM paper: 0.02)",
+                         lo=0.0)
+
+
+# ------------------------------------------------------------------------------------------------
+def sam_perturbation(grads: Sequence[torch.Tensor | None], rho: float) -> list[torch.Tensor | None]:
+    """SAM's ascent step ``ε = ρ g / ‖g‖`` with ``‖g‖`` the norm over *all* tensors together.
+
+    ``None`` entries (parameters without a gradient) stay ``None``. A zero gradient gives ``ε = 0``
+    (the norm is guarded by ``1e-12``, as in the reference implementation).
+
+    >>> import torch
+    >>> [e.tolist() for e in sam_perturbation([torch.tensor([3.0]), torch.tensor([4.0])], 0.5)]
+    [[0.30000001192092896], [0.4000000059604645]]
+    """
+    import torch
+
+    present = [g for g in grads if g is not None]
+    if not present:
+        return [None] * len(grads)
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach()) for g in present]))
+    scale = float(rho) / (norm + 1e-12)
+    return [None if g is None else g.detach() * scale.to(g.dtype) for g in grads]
+
+
+@contextlib.contextmanager
+def frozen_buffers(model: nn.Module | None) -> Iterator[None]:
+    """Run forward (and backward) passes without changing ``model``'s buffers (batch-norm running
+    mean/var and ``num_batches_tracked``): they are copied before and restored in place after, bit
+    for bit. The passes still normalise with batch statistics in train mode. Finish the backward
+    pass inside the block: autograd may have saved the buffers, and restoring them bumps their
+    version counter."""
+    if model is None:
+        yield
+        return
+    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    try:
+        yield
+    finally:
+        import torch
+
+        with torch.no_grad():
+            for b, copy in saved:
+                b.copy_(copy)
+
+
+@dataclass
+class SamStep:
+    """Losses of one SAM step: ``loss`` at ``θ`` (what the round reports), ``perturbed_loss`` at
+    ``θ + ε`` (NaN when the step stopped at a non-finite ``loss``)."""
+
+    loss: float
+    perturbed_loss: float
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.loss) and math.isfinite(self.perturbed_loss)
+
+
+def sam_step(optimizer: LocalSGD, closure: Callable[[], torch.Tensor], rho: float, *,
+             model: nn.Module | None = None) -> SamStep:
+    """One SAM step on ``optimizer.params``: gradient of ``closure()`` at ``θ``, ``ε`` from
+    :func:`sam_perturbation`, gradient at ``θ + ε`` (with ``model``'s buffers frozen, see
+    :func:`frozen_buffers`), ``θ`` restored exactly, then ``optimizer.step()`` with that gradient.
+
+    ``closure`` recomputes the loss from the current parameters (it is called twice). Nothing is
+    changed when the first loss is not finite. With plain SGD (no momentum/decay) the update is
+    ``θ' = θ − lr ∇L(θ + ρ ∇L(θ)/‖∇L(θ)‖)``.
+    """
+    import torch
+
+    params = optimizer.params
+    loss = closure()
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        return SamStep(value, math.nan)
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    eps = sam_perturbation(grads, rho)
+    saved = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p, e in zip(params, eps):
+            if e is not None:
+                p.add_(e)
+    with frozen_buffers(model):  # restored after the backward pass, which may read them
+        perturbed = closure()
+        perturbed_value = float(perturbed.detach())
+        perturbed_grads = torch.autograd.grad(perturbed, params, allow_unused=True)
+    with torch.no_grad():
+        for p, s in zip(params, saved):
+            p.copy_(s)
+    if not math.isfinite(perturbed_value):
+        return SamStep(value, perturbed_value)
+    for p, g in zip(params, perturbed_grads):
+        p.grad = g
+    optimizer.step()
+    return SamStep(value, perturbed_value)
+
+
+def add_prox_gradient(params: Sequence[torch.Tensor], anchors: Sequence[torch.Tensor], mu: float) -> float:
+    """Add FedProx's ``μ (θ − θ_anchor)`` to each ``param.grad`` (in place, where a gradient
+    exists) and return the penalty ``μ/2 ‖θ − θ_anchor‖²`` (over all params).
+
+    >>> import torch
+    >>> p = torch.tensor([1.0, 2.0], requires_grad=True); p.grad = torch.zeros(2)
+    >>> add_prox_gradient([p], [torch.zeros(2)], 0.5), p.grad.tolist()
+    (1.25, [0.5, 1.0])
+    """
+    import torch
+
+    total = 0.0
+    with torch.no_grad():
+        for p, a in zip(params, anchors):
+            diff = p.detach() - a
+            total += float(diff.pow(2).sum())
+            if p.grad is not None:
+                p.grad.add_(diff, alpha=float(mu))
+    return 0.5 * float(mu) * total
+
+
+def cross_entropy_closure(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """``() -> cross_entropy(model(x), y)`` for :func:`sam_step` (recomputed at the current weights)."""
+    from torch.nn import functional as F
+
+    return lambda: F.cross_entropy(model(x), y)
+
+
+def make_local_sgd(model: nn.Module, cfg: Any) -> LocalSGD:
+    """The run's local optimiser (``local_lr``, ``local_momentum``, ``weight_decay``)."""
+    return LocalSGD(model.parameters(), lr=cfg.local_lr, momentum=cfg.local_momentum, weight_decay=cfg.weight_decay)
+
+
+# ------------------------------------------------------------------------------------------------
+class Prox(ClientMethod):
+    name = "prox"
+    description = "FedProx: local SGD on loss + prox_mu/2 ||theta - theta_global||^2"
+    hparams = (PROX_MU,)
+
+    def train(self, ctx: ClientContext) -> ClientOutcome:
+        from torch import nn
+
+        model, cfg = ctx.model, self.cfg
+        mu = float(cfg.param("prox_mu"))
+        model.train()
+        opt = make_local_sgd(model, cfg)
+        anchors = [p.detach().clone() for p in opt.params] if mu > 0 else []
+        n = len(ctx.y)
+        total, penalty, done = 0.0, 0.0, 0
+        for idx in batches(n, cfg.batch_size, local_steps(n, cfg), ctx.generator):
+            idx = idx.to(ctx.device)
+            loss = nn.functional.cross_entropy(model(ctx.x[idx]), ctx.y[idx])
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                return ClientOutcome(loss=value, steps=done + 1)
+            opt.zero_grad()
+            loss.backward()
+            if mu > 0:
+                penalty += add_prox_gradient(opt.params, anchors, mu)
+            opt.step()
+            ctx.after_step()
+            total += value
+            done += 1
+        return ClientOutcome(loss=total / max(done, 1), steps=done,
+                             metrics={"prox_penalty": penalty / max(done, 1)})
+
+
+class SAM(ClientMethod):
+    name = "sam"
+    description = "SAM local steps (FedSAM): gradient at theta + sam_rho grad/||grad||, step from theta"
+    hparams = (SAM_RHO,)
+
+    def train(self, ctx: ClientContext) -> ClientOutcome:
+        model, cfg = ctx.model, self.cfg
+        rho = float(cfg.param("sam_rho"))
+        model.train()
+        opt = make_local_sgd(model, cfg)
+        n = len(ctx.y)
+        total, sharpness, done = 0.0, 0.0, 0
+        for idx in batches(n, cfg.batch_size, local_steps(n, cfg), ctx.generator):
+            idx = idx.to(ctx.device)
+            x, y = ctx.x[idx], ctx.y[idx]
+            step = sam_step(opt, cross_entropy_closure(model, x, y), rho, model=model)
+            if not step.finite:
+                return ClientOutcome(loss=step.loss if not math.isfinite(step.loss) else step.perturbed_loss,
+                                     steps=done + 1)
+            ctx.after_step()
+            total += step.loss
+            sharpness += step.perturbed_loss - step.loss
+            done += 1
+        return ClientOutcome(loss=total / max(done, 1), steps=done,
+                             metrics={"sam_sharpness": sharpness / max(done, 1)})

@@ -1,0 +1,1 @@
+"""Hyperparameter studies on Ray Tune: search spaces, trainable, results callback, sweeps, reports."""

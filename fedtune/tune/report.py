@@ -1,0 +1,758 @@
+"""``fedtune report STUDY_DIR``: tables, ``report.md`` and PNG plots of a study.
+
+A study directory ``OUTPUT/<study>`` holds ``rounds/<trial_id>.parquet`` (one row per round),
+usually ``trials.parquet`` (one row per finished trial), maybe ``optuna.db`` (the Optuna
+study of a sweep) and ``study.json`` (the sweep's settings). :func:`make_report` reads it
+through :func:`fedtune.results.load`, so it also works on a study that is still running:
+trials without a ``trials.parquet`` row yet are summarised from their rounds.
+
+Selection protocol (DomainBed's training-domain validation; METHODS.md §5):
+
+1. In every trial, the *reported round* is the one with the highest finite ``val_acc``
+   (source validation; earliest round on ties); its ``target_acc`` is the trial's result.
+2. Trials are grouped by (algorithm, target domain, seed); in each group the trial with the
+   highest ``val_acc`` at its reported round is *selected* (the hyperparameter choice; on ties
+   the first trial id in sorted order).
+3. A table cell (algorithm, target domain) is the mean of the selected trials' ``target_acc``
+   over seeds, ± the standard error ``std(ddof=1)/sqrt(n)`` when there are ≥ 2 seeds.
+   With several target domains an ``Avg`` column is added: the per-seed average over the
+   domains, then mean ± standard error over the seeds that have every domain (if no seed
+   has every domain yet, the mean of the domain means, marked ``*``, without an error).
+
+With *oracle* selection (``study.json`` says ``"selection": "oracle"``, or
+``make_report(..., selection="oracle")``) steps 1 and 2 use ``target_acc`` instead; every
+table title and plot title then says "oracle". A study with no target domain (the ``fl``
+setting, target accuracy over all clients' test splits) shows one column, ``all``.
+
+Outputs: ``STUDY_DIR/report.md``, ``STUDY_DIR/plots/convergence.png`` (``val_acc`` dashed and
+``target_acc`` solid vs round of each algorithm's selected trials, mean over seeds, one panel
+per target domain), ``STUDY_DIR/plots/sensitivity_<algorithm>.png`` (for every ``hp.<name>``
+that varies among an algorithm's trials: each trial's ``target_acc`` (filled) and ``val_acc``
+(hollow) at its reported round against the value, coloured by target domain, with a line
+through the mean target accuracy per value when there are at most 12 distinct values: the
+papers' ablation plots) and
+``STUDY_DIR/plots/importances.png`` (Optuna's fANOVA parameter importances, seed 0, of each
+study in ``optuna.db`` with ≥ 2 complete trials, for the first objective of a multi-objective
+study; otherwise the report says why they are missing). Plots use matplotlib's Agg canvas directly (no pyplot, no display).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedtune.config import ConfigError
+
+__all__ = ["SELECTIONS", "Cell", "Report", "make_report", "read_selection"]
+
+SELECTIONS = ("val", "oracle")
+"""``val``: honest selection by source validation accuracy; ``oracle``: by target accuracy."""
+
+NO_DOMAIN = "all"
+"""Column label of studies without a target domain (``fl``: all clients' test splits)."""
+
+AVERAGE = "Avg"
+"""Column label of the average over target domains."""
+
+_IDENTITY = ("algorithm", "target_domain", "seed", "dataset", "setting")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table entry: accuracies (fractions) of the selected trials, one per seed."""
+
+    values: tuple[float, ...]
+    partial: bool = False  # Avg only: not every seed has every domain
+
+    @property
+    def n(self) -> int:
+        """Number of seeds."""
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        """Mean over seeds (NaN when empty)."""
+        return float(np.mean(self.values)) if self.values else math.nan
+
+    @property
+    def se(self) -> float | None:
+        """Standard error over seeds, ``std(ddof=1) / sqrt(n)``; None with fewer than 2 seeds
+        (and for a partial average).
+
+        >>> round(Cell((0.5, 0.7)).se, 6)
+        0.1
+        """
+        if self.n < 2 or self.partial:
+            return None
+        return float(np.std(self.values, ddof=1) / math.sqrt(self.n))
+
+    def text(self) -> str:
+        """Percent with one decimal, ``mean ± se``.
+
+        >>> Cell((0.5, 0.7)).text(), Cell((0.825,)).text(), Cell(()).text()
+        ('60.0 ± 10.0', '82.5', '—')
+        """
+        if not self.values:
+            return "—"
+        out = f"{100 * self.mean:.1f}"
+        if self.se is not None:
+            out += f" ± {100 * self.se:.1f}"
+        return out + ("*" if self.partial else "")
+
+
+@dataclass
+class Report:
+    """Everything :func:`make_report` computed, plus where it wrote things.
+
+    ``trials``: one row per trial (``trial_id``, identity columns, ``status``,
+    ``rounds_done``, ``has_trial_row``, ``round`` / ``val_acc`` / ``target_acc`` at the
+    reported round, ``hp.*``). ``selected``: the selected trial per (algorithm, target
+    domain, seed). ``cells``: (algorithm, domain label or ``Avg``) -> :class:`Cell` of
+    target accuracy; ``val_cells`` the same for validation accuracy.
+    """
+
+    study_dir: Path
+    selection: str
+    trials: pd.DataFrame
+    selected: pd.DataFrame
+    algorithms: list[str]
+    domains: list[str]
+    cells: dict[tuple[str, str], Cell]
+    val_cells: dict[tuple[str, str], Cell]
+    importances: dict[str, dict[str, float]] = field(default_factory=dict)
+    importance_notes: list[str] = field(default_factory=list)
+    plots: dict[str, Path] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    markdown_path: Path | None = None
+
+    # -- labels ----------------------------------------------------------------------------
+    @property
+    def oracle(self) -> bool:
+        """True under oracle (target-accuracy) selection."""
+        return self.selection == "oracle"
+
+    @property
+    def selection_label(self) -> str:
+        """Words for titles: what chose the reported round and the trial."""
+        if self.oracle:
+            return "ORACLE selection by target accuracy (not a fair comparison)"
+        return "selection by source validation accuracy"
+
+    @property
+    def columns(self) -> list[str]:
+        """Table columns: the target domains, then ``Avg`` when there are several."""
+        return self.domains + ([AVERAGE] if len(self.domains) > 1 else [])
+
+    def title(self) -> str:
+        """Title of the main table."""
+        return f"Target accuracy (%) of {self.study_dir.name} — {self.selection_label}"
+
+    def status_counts(self) -> dict[str, int]:
+        """Trials per status."""
+        if self.trials.empty:
+            return {}
+        return {str(k): int(v) for k, v in self.trials["status"].value_counts().sort_index().items()}
+
+    def varying_hparams(self, algorithm: str) -> list[str]:
+        """``hp.*`` columns with ≥ 2 distinct values among ``algorithm``'s trials."""
+        return _varying(self.trials[self.trials["algorithm"] == algorithm])
+
+    # -- rendering -------------------------------------------------------------------------
+    def main_rows(self) -> list[list[str]]:
+        """Rows of the main table: algorithm, one cell per column, seeds, trials."""
+        rows = []
+        for a in self.algorithms:
+            seeds = self.selected.loc[self.selected["algorithm"] == a, "seed"].nunique()
+            ntrials = int((self.trials["algorithm"] == a).sum())
+            rows.append([a, *[self.cells[(a, c)].text() for c in self.columns], str(seeds), str(ntrials)])
+        return rows
+
+    def detail_rows(self, algorithm: str) -> tuple[list[str], list[list[str]]]:
+        """Header and rows of an algorithm's selected trials (its varying hyperparameters too)."""
+        hps = self.varying_hparams(algorithm)
+        header = ["target domain", "seed", "trial", "round", "val_acc", "target_acc", "status",
+                  *[h[3:] for h in hps]]
+        rows = []
+        sel = self.selected[self.selected["algorithm"] == algorithm]
+        for _, r in sel.iterrows():
+            rows.append([str(r["domain"]), _fmt(r["seed"]), str(r["trial_id"]), _fmt(r["round"]),
+                         _pct(r["val_acc"]), _pct(r["target_acc"]), str(r["status"]),
+                         *[_fmt(r.get(h)) for h in hps]])
+        return header, rows
+
+    def markdown(self) -> str:
+        """The text of ``report.md``."""
+        lines = [f"# Study report: {self.study_dir.name}", ""]
+        lines.append(f"Study directory: `{self.study_dir}`  ")
+        lines.append(f"Selection: **{self.selection_label}**.  ")
+        counts = ", ".join(f"{v} {k}" for k, v in self.status_counts().items()) or "none"
+        lines.append(f"Trials: {len(self.trials)} ({counts}).")
+        lines.append("")
+        if self.oracle:
+            lines += [("> **Oracle selection**: the reported round and the hyperparameters were chosen by "
+                       "*target* accuracy. These numbers are an upper bound, not an honest result."), ""]
+        lines += [f"## {self.title()}", ""]
+        if self.algorithms:
+            header = ["algorithm", *self.columns, "seeds", "trials"]
+            lines += _md_table(header, self.main_rows())
+            lines += ["", _protocol_text(self), ""]
+            lines += [f"## Validation accuracy (%) at the reported round — {self.selection_label}", ""]
+            vrows = [[a, *[self.val_cells[(a, c)].text() for c in self.columns]] for a in self.algorithms]
+            lines += _md_table(["algorithm", *self.columns], vrows)
+            lines.append("")
+            for a in self.algorithms:
+                header, rows = self.detail_rows(a)
+                lines += [f"### {a}: selected trials ({self.selection_label})", ""]
+                lines += _md_table(header, rows)
+                lines.append("")
+        else:
+            lines += ["No trial has a round with accuracies yet.", ""]
+        lines += ["## Plots", ""]
+        for key, path in self.plots.items():
+            rel = os.path.relpath(path, self.study_dir)
+            lines += [f"![{key}]({rel})", ""]
+        if not self.plots:
+            lines += ["No plots (nothing to plot yet, or plots were turned off).", ""]
+        lines += ["## Optuna parameter importances", ""]
+        for study, imp in self.importances.items():
+            lines += [f"Study `{study}` (fANOVA; each trial's objective as Optuna recorded it):", ""]
+            lines += _md_table(["parameter", "importance"], [[k, f"{v:.3f}"] for k, v in imp.items()])
+            lines.append("")
+        lines += [f"- {n}" for n in self.importance_notes]
+        if self.importance_notes:
+            lines.append("")
+        if self.notes:
+            lines += ["## Notes", "", *[f"- {n}" for n in self.notes], ""]
+        return "\n".join(lines)
+
+    def print(self, console: Any = None) -> None:
+        """Print the tables with rich."""
+        from rich.console import Console
+        from rich.table import Table
+
+        console = console or Console()
+        style = "bold red" if self.oracle else None
+        if not self.algorithms:
+            console.print(f"{self.study_dir}: no trial has a round with accuracies yet")
+        else:
+            t = Table(title=self.title(), title_style=style, caption=_protocol_text(self))
+            for col in ("algorithm", *self.columns, "seeds", "trials"):
+                t.add_column(col, justify="left" if col == "algorithm" else "right")
+            for row in self.main_rows():
+                t.add_row(*row)
+            console.print(t)
+            for a in self.algorithms:
+                header, rows = self.detail_rows(a)
+                t = Table(title=f"{a}: selected trials — {self.selection_label}", title_style=style)
+                for col in header:
+                    t.add_column(col, overflow="fold", no_wrap=col == "trial")
+                for row in rows:
+                    t.add_row(*row)
+                console.print(t)
+        for study, imp in self.importances.items():
+            t = Table(title=f"Optuna parameter importances (fANOVA) — study {study}")
+            t.add_column("parameter")
+            t.add_column("importance", justify="right")
+            for k, v in imp.items():
+                t.add_row(k, f"{v:.3f}")
+            console.print(t)
+        for n in [*self.importance_notes, *self.notes]:
+            console.print(f"[dim]{n}[/dim]")
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def read_selection(study_dir: str | os.PathLike[str]) -> str:
+    """The study's selection mode from ``STUDY_DIR/study.json`` (key ``selection``);
+    ``val`` when the file or the key is missing. A bad value is a ConfigError.
+
+    >>> read_selection(tempfile.mkdtemp())
+    'val'
+    """
+    path = Path(study_dir) / "study.json"
+    if not path.is_file():
+        return "val"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    value = data.get("selection", "val") if isinstance(data, dict) else "val"
+    if value not in SELECTIONS:
+        raise ConfigError(f"{path}: key 'selection': {value!r} is not allowed; allowed: {', '.join(SELECTIONS)}")
+    return value
+
+
+def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = None,
+                plots: bool = True, write: bool = True) -> Report:
+    """Summarise the study in ``study_dir``; write ``report.md`` and the plots there.
+
+    ``selection`` (``val`` or ``oracle``) overrides ``study.json``; ``plots=False`` skips
+    the PNGs and the Optuna importances; ``write=False`` writes nothing (the plots are then
+    skipped too). See the module docstring for the protocol.
+    """
+    from fedtune import results
+
+    study_dir = Path(study_dir)
+    if not study_dir.is_dir():
+        raise ConfigError(f"study directory '{study_dir}' does not exist")
+    if selection is None:
+        selection = read_selection(study_dir)
+    if selection not in SELECTIONS:
+        raise ConfigError(f"selection {selection!r} is not allowed; allowed: {', '.join(SELECTIONS)}")
+    rounds = results.load(study_dir).to_pandas()
+    has_trials_file = (study_dir / results.TRIALS_FILE).is_file()
+    trial_rows = results.load(study_dir, "trials").to_pandas() if has_trials_file else pd.DataFrame()
+    notes: list[str] = []
+    if not has_trials_file:
+        notes.append("no trials.parquet yet: every trial is summarised from its rounds")
+
+    trials = _summarise_trials(rounds, trial_rows, selection)
+    missing_row = trials[~trials["has_trial_row"]] if not trials.empty else trials
+    if has_trials_file and len(missing_row):
+        notes.append(f"{len(missing_row)} trial(s) without a trials.parquet row (still running or "
+                     f"interrupted), summarised from their rounds: {', '.join(missing_row['trial_id'])}")
+    no_metric = trials[trials["round"].isna()] if not trials.empty else trials
+    if len(no_metric):
+        notes.append(f"{len(no_metric)} trial(s) without any finite {'val_acc' if selection == 'val' else 'target_acc'} "
+                     f"(not selectable): {', '.join(no_metric['trial_id'])}")
+
+    selected = _select(trials, selection)
+    algorithms = sorted(selected["algorithm"].unique()) if not selected.empty else []
+    domains = _domain_order(selected)
+    cells = _cells(selected, algorithms, domains, "target_acc")
+    val_cells = _cells(selected, algorithms, domains, "val_acc")
+    if any(c.partial for c in cells.values()):
+        notes.append("* Avg of an algorithm without one seed covering every target domain: the mean of the "
+                     "domain means, without a standard error")
+
+    report = Report(study_dir=study_dir, selection=selection, trials=trials, selected=selected,
+                    algorithms=algorithms, domains=domains, cells=cells, val_cells=val_cells, notes=notes)
+    if write and plots:
+        report.importances, report.importance_notes = _importances(study_dir)
+        report.plots = _plots(report, rounds)
+    else:
+        report.importance_notes = ["Optuna importances not computed (plots turned off)"]
+    if write:
+        report.markdown_path = _write_text(study_dir / "report.md", report.markdown())
+    return report
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _summarise_trials(rounds: pd.DataFrame, trial_rows: pd.DataFrame, selection: str) -> pd.DataFrame:
+    """One row per trial, with the reported round chosen by ``val_acc`` (or ``target_acc``)."""
+    metric = "val_acc" if selection == "val" else "target_acc"
+    by_id: dict[str, dict[str, Any]] = {}
+    if not trial_rows.empty:
+        for _, r in trial_rows.iterrows():
+            if isinstance(r.get("trial_id"), str):
+                by_id[r["trial_id"]] = r.to_dict()
+    hp_cols = sorted({c for df in (rounds, trial_rows) for c in df.columns if str(c).startswith("hp.")})
+    out = []
+    for tid, g in rounds.groupby("trial_id", sort=True):
+        g = g.sort_values("round", kind="stable")
+        row: dict[str, Any] = {"trial_id": tid}
+        for c in _IDENTITY:
+            row[c] = _last(g[c]) if c in g else None
+        for c in hp_cols:
+            row[c] = _last(g[c]) if c in g else None
+        scores = pd.to_numeric(g[metric], errors="coerce").to_numpy(dtype=float)
+        finite = np.isfinite(scores)
+        if finite.any():
+            i = int(np.flatnonzero(scores == np.max(scores[finite]))[0])
+            best = g.iloc[i]
+            row.update(round=int(best["round"]), val_acc=_float(best["val_acc"]),
+                       target_acc=_float(best["target_acc"]))
+        else:
+            row.update(round=None, val_acc=math.nan, target_acc=math.nan)
+        row["rounds_done"] = int(g["round"].nunique())
+        tr = by_id.get(tid)
+        row["has_trial_row"] = tr is not None
+        if tr is not None and isinstance(tr.get("status"), str):
+            row["status"] = tr["status"]
+        else:
+            statuses = set(g["status"].dropna())
+            row["status"] = "diverged" if "diverged" in statuses else "running"
+        out.append(row)
+    for tid, tr in by_id.items():  # trials with a row but no rounds (e.g. failed at start)
+        if tid in set(rounds["trial_id"]):
+            continue
+        row = {"trial_id": tid, **{c: tr.get(c) for c in (*_IDENTITY, *hp_cols)},
+               "round": None, "val_acc": math.nan, "target_acc": math.nan,
+               "rounds_done": 0, "has_trial_row": True, "status": tr.get("status") or "unknown"}
+        out.append(row)
+    cols = ["trial_id", *_IDENTITY, "status", "rounds_done", "has_trial_row", "round", "val_acc",
+            "target_acc", *hp_cols]
+    df = pd.DataFrame(out, columns=cols)
+    df["domain"] = [NO_DOMAIN if _missing(d) else str(d) for d in df["target_domain"]]
+    return df.sort_values("trial_id", kind="stable").reset_index(drop=True)
+
+
+def _select(trials: pd.DataFrame, selection: str) -> pd.DataFrame:
+    """The best trial per (algorithm, domain, seed) by ``val_acc`` (or ``target_acc``)."""
+    metric = "val_acc" if selection == "val" else "target_acc"
+    ok = trials[trials["round"].notna() & trials["algorithm"].notna()].copy()
+    if ok.empty:
+        return ok
+    ok["seed_key"] = ok["seed"].map(lambda s: -1 if _missing(s) else int(s))
+    picks = []
+    for _, g in ok.groupby(["algorithm", "domain", "seed_key"], sort=True):
+        g = g.sort_values("trial_id", kind="stable")
+        picks.append(g.loc[g[metric].astype(float).idxmax()])
+    return pd.DataFrame(picks).reset_index(drop=True)
+
+
+def _domain_order(selected: pd.DataFrame) -> list[str]:
+    if selected.empty:
+        return []
+    ds = sorted(set(selected["domain"]), key=lambda d: (d == NO_DOMAIN, _natural(d)))
+    return ds
+
+
+def _cells(selected: pd.DataFrame, algorithms: list[str], domains: list[str], metric: str) -> dict[tuple[str, str], Cell]:
+    cells: dict[tuple[str, str], Cell] = {}
+    for a in algorithms:
+        sel = selected[selected["algorithm"] == a]
+        for d in domains:
+            vals = sel.loc[sel["domain"] == d].sort_values("seed_key")[metric].astype(float)
+            cells[(a, d)] = Cell(tuple(float(v) for v in vals if math.isfinite(v)))
+        if len(domains) > 1:
+            per_seed = []
+            for _, g in sel.groupby("seed_key", sort=True):
+                vals = {d: float(v) for d, v in zip(g["domain"], g[metric].astype(float)) if math.isfinite(v)}
+                if all(d in vals for d in domains):
+                    per_seed.append(float(np.mean([vals[d] for d in domains])))
+            if per_seed:
+                cells[(a, AVERAGE)] = Cell(tuple(per_seed))
+            elif all(cells[(a, d)].values for d in domains):
+                cells[(a, AVERAGE)] = Cell((float(np.mean([cells[(a, d)].mean for d in domains])),), partial=True)
+            else:
+                cells[(a, AVERAGE)] = Cell(())
+    return cells
+
+
+def _protocol_text(report: Report) -> str:
+    metric = "target" if report.oracle else "source validation"
+    avg = (" Avg: per-seed mean over the target domains, then mean ± SE over seeds."
+           if len(report.domains) > 1 else "")
+    return (f"Per trial, the round with the best {metric} accuracy; per (algorithm, target domain, seed), the "
+            f"trial with the best {metric} accuracy; cells: mean ± standard error over seeds.{avg}")
+
+
+# --------------------------------------------------------------------------- importances
+
+
+def _importances(study_dir: Path) -> tuple[dict[str, dict[str, float]], list[str]]:
+    path = study_dir / "optuna.db"
+    if not path.is_file():
+        return {}, [("Optuna importances: no optuna.db in the study directory (not an Optuna sweep, "
+                     "or its Optuna study was kept in memory)")]
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = f"sqlite:///{path}"
+    try:
+        names = optuna.get_all_study_names(storage=storage)
+    except Exception as exc:  # noqa: BLE001 -- a corrupt or foreign file: say so, keep the report
+        return {}, [f"Optuna importances: cannot read {path}: {exc}"]
+    if not names:
+        return {}, [f"Optuna importances: {path} holds no study"]
+    out: dict[str, dict[str, float]] = {}
+    notes: list[str] = []
+    for name in sorted(names):
+        study = optuna.load_study(study_name=name, storage=storage)
+        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        target = None
+        if len(study.directions) > 1:  # the first objective is the selection metric
+            target = _first_objective
+            notes.append(f"Optuna importances of study '{name}': multi-objective study; importances of its "
+                         "first objective")
+        if len(complete) < 2:
+            notes.append(f"Optuna importances of study '{name}': {len(complete)} complete trial(s); "
+                         "at least 2 are needed")
+        else:
+            try:
+                imp = optuna.importance.get_param_importances(
+                    study, evaluator=FanovaImportanceEvaluator(seed=0), target=target)
+            except Exception as exc:  # noqa: BLE001 -- e.g. no parameter common to all trials, or none varies
+                notes.append(f"Optuna importances of study '{name}': not computable: {exc}")
+                continue
+            if not imp:
+                notes.append(f"Optuna importances of study '{name}': no parameter appears in every complete trial")
+                continue
+            out[name] = {k: float(v) for k, v in imp.items()}
+    return out, notes
+
+
+def _first_objective(trial: Any) -> float:
+    return float(trial.values[0])
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _plots(report: Report, rounds: pd.DataFrame) -> dict[str, Path]:
+    out_dir = report.study_dir / "plots"
+    out_dir.mkdir(exist_ok=True)
+    made: dict[str, Path] = {}
+    if report.algorithms:
+        made["convergence"] = _plot_convergence(report, rounds, out_dir / "convergence.png")
+        for a in report.algorithms:
+            if report.varying_hparams(a):
+                made[f"sensitivity_{a}"] = _plot_sensitivity(report, a, out_dir / f"sensitivity_{a}.png")
+    if report.importances:
+        made["importances"] = _plot_importances(report, out_dir / "importances.png")
+    return made
+
+
+def _figure(n_panels: int, width: float = 4.2, height: float = 3.2, max_cols: int = 4):
+    from matplotlib.figure import Figure
+
+    cols = min(max_cols, max(1, n_panels))
+    rows = max(1, math.ceil(n_panels / cols))
+    fig = Figure(figsize=(width * cols, height * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[n_panels:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def _suptitle(fig: Any, text: str) -> None:
+    """A figure title wrapped to the figure's width (long titles would be cut off)."""
+    import textwrap
+
+    width = max(40, int(fig.get_figwidth() * 14))
+    fig.suptitle(textwrap.fill(text, width), fontsize=10)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=100)
+        _publish(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _plot_convergence(report: Report, rounds: pd.DataFrame, path: Path) -> Path:
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = _figure(len(report.domains))
+    colors = _colors(report.algorithms)
+    r = rounds.copy()
+    r["domain"] = [NO_DOMAIN if _missing(d) else str(d) for d in r["target_domain"]]
+    for ax, d in zip(axes, report.domains):
+        for a in report.algorithms:
+            ids = report.selected.loc[(report.selected["algorithm"] == a) & (report.selected["domain"] == d), "trial_id"]
+            if ids.empty:
+                continue
+            g = r[r["trial_id"].isin(set(ids))]
+            for metric, style in (("target_acc", "-"), ("val_acc", "--")):
+                vals = g[["trial_id", "round", metric]].copy()
+                vals[metric] = pd.to_numeric(vals[metric], errors="coerce")
+                curve = vals.dropna().groupby("round")[metric].mean()
+                if curve.empty:
+                    continue
+                label = f"{a} {'target' if metric == 'target_acc' else 'val'}"
+                ax.plot(curve.index, 100 * curve.to_numpy(), style, color=colors[a], marker=".", label=label)
+        ax.set_title(f"target domain {d}" if d != NO_DOMAIN else "all clients' test data", fontsize=10)
+        ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    seeds = report.selected["seed"].nunique()
+    _suptitle(fig, f"Convergence of each algorithm's selected trial (mean over {seeds} seed(s); solid: target, "
+                   f"dashed: source validation) — {report.selection_label}")
+    return _save(fig, path)
+
+
+def _plot_sensitivity(report: Report, algorithm: str, path: Path) -> Path:
+    hps = report.varying_hparams(algorithm)
+    fig, axes = _figure(len(hps), max_cols=3)
+    trials = report.trials[(report.trials["algorithm"] == algorithm) & report.trials["round"].notna()]
+    colors = _colors(report.domains)
+    for ax, h in zip(axes, hps):
+        xs, ticks, log = _x_positions(trials[h])
+        for d in report.domains:
+            mask = (trials["domain"] == d).to_numpy() & ~np.isnan(xs)
+            if not mask.any():
+                continue
+            x = xs[mask]
+            label = f"{d}" if len(report.domains) > 1 else None
+            ax.scatter(x, 100 * trials["target_acc"].to_numpy(dtype=float)[mask], color=colors[d], label=label, s=22)
+            ax.scatter(x, 100 * trials["val_acc"].to_numpy(dtype=float)[mask], facecolors="none",
+                       edgecolors=colors[d], s=22)
+            if len(set(x.tolist())) <= 12:  # a grid of values: join the mean target accuracy per value
+                means = pd.Series(100 * trials["target_acc"].to_numpy(dtype=float)[mask]).groupby(x).mean()
+                ax.plot(means.index, means.to_numpy(), "-", color=colors[d], alpha=0.6, linewidth=1)
+        if log:
+            ax.set_xscale("log")
+        if ticks is not None:
+            ax.set_xticks(ticks[0], labels=ticks[1])
+        ax.set_xlabel(h[3:])
+        ax.set_ylabel("accuracy (%) at the reported round")
+        ax.grid(alpha=0.3)
+        if len(report.domains) > 1:
+            ax.legend(title="target domain", fontsize=7, title_fontsize=7)
+    _suptitle(fig, f"{algorithm}: sensitivity to each varied hyperparameter (filled: target, hollow: source "
+                   f"validation; one point per trial) — {report.selection_label}")
+    return _save(fig, path)
+
+
+def _plot_importances(report: Report, path: Path) -> Path:
+    fig, axes = _figure(len(report.importances), width=5.0, max_cols=2)
+    for ax, (name, imp) in zip(axes, report.importances.items()):
+        items = sorted(imp.items(), key=lambda kv: kv[1])
+        ax.barh([k for k, _ in items], [v for _, v in items], color="tab:blue")
+        ax.set_xlabel("importance (fANOVA, normalised)")
+        ax.set_title(f"Optuna study {name}", fontsize=10)
+    _suptitle(fig, "Optuna parameter importances (each study's own objective)")
+    return _save(fig, path)
+
+
+def _x_positions(values: pd.Series) -> tuple[np.ndarray, tuple[list[float], list[str]] | None, bool]:
+    """x coordinates of hyperparameter values: numbers as such (log axis when all > 0 and
+    spanning ≥ 20×), text/bool values as categories to the right of the numbers (e.g.
+    gp_beta ∈ [0, 1] ∪ {auto}). Returns (x, optional (tick positions, labels), log)."""
+    nums: list[float | None] = []
+    for v in values:
+        nums.append(_as_number(v))
+    cats = sorted({str(v) for v, n in zip(values, nums) if n is None and not _missing(v)})
+    finite = [n for n in nums if n is not None]
+    if not cats:
+        x = np.array([np.nan if n is None else n for n in nums], dtype=float)
+        log = bool(finite) and min(finite) > 0 and max(finite) / min(finite) >= 20
+        return x, None, log
+    lo, hi = (min(finite), max(finite)) if finite else (0.0, 0.0)
+    span = (hi - lo) or 1.0
+    cat_x = {c: (hi if finite else 0.0) + (i + 1) * 0.25 * span for i, c in enumerate(cats)}
+    x = np.array([n if n is not None else cat_x.get(str(v), np.nan) if not _missing(v) else np.nan
+                  for v, n in zip(values, nums)], dtype=float)
+    num_ticks = sorted(set(np.linspace(lo, hi, 3).tolist())) if finite else []
+    ticks = (num_ticks + list(cat_x.values()), [f"{t:g}" for t in num_ticks] + cats)
+    return x, ticks, False
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _missing(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _last(col: pd.Series) -> Any:
+    vals = col.dropna()
+    if vals.empty:
+        return None
+    v = vals.iloc[-1]
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _float(v: Any) -> float:
+    try:
+        return math.nan if _missing(v) else float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _as_number(v: Any) -> float | None:
+    """A hyperparameter value as a number (JSON-encoded numbers in text columns too)."""
+    if _missing(v) or isinstance(v, (bool, np.bool_)):
+        return None
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return float(v)
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _varying(trials: pd.DataFrame) -> list[str]:
+    out = []
+    for c in trials.columns:
+        if str(c).startswith("hp."):
+            distinct = {json.dumps(v, default=str) if not isinstance(v, str) else v
+                        for v in trials[c] if not _missing(v)}
+            if len(distinct) >= 2:
+                out.append(c)
+    return out
+
+
+def _natural(s: str) -> tuple:
+    """Sort key putting numeric domain names ("0", "15", "30") in numeric order."""
+    try:
+        return (0, float(s), s)
+    except ValueError:
+        return (1, 0.0, s)
+
+
+def _colors(keys: list[str]) -> dict[str, Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    return {k: cmap(i % 10) for i, k in enumerate(keys)}
+
+
+def _pct(v: Any) -> str:
+    f = _float(v)
+    return "—" if math.isnan(f) else f"{100 * f:.1f}"
+
+
+def _fmt(v: Any) -> str:
+    if _missing(v):
+        return "—"
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):.4g}"
+    if isinstance(v, (np.integer,)):
+        return str(int(v))
+    return str(v)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    def esc(s: str) -> str:
+        return str(s).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(esc(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    return lines
+
+
+def _publish(tmp: str, path: Path) -> None:
+    """Give the temp file ordinary permissions (mkstemp makes it 0600), then move it in place."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, path)
+
+
+def _write_text(path: Path, text: str) -> Path:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        _publish(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

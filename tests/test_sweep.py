@@ -1,0 +1,345 @@
+"""``fedtune sweep``: option and input validation (no Ray), the Optuna bookkeeping of
+FedtuneOptunaSearch (PRUNED / FAIL / COMPLETE, intermediate values), and three small real
+studies on the session's Ray: ASHA -> PRUNED, a driver killed with SIGKILL then ``--resume``
+(exactly-once rounds, Optuna completeness) followed by the ``--seeds`` re-run (mean ± se)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedtune.config import ConfigError, RunConfig
+from fedtune.tune import sweep
+from fedtune.tune.sweep import SweepOptions, objective_values, plan_study, run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def opts(tmp_path, **kw) -> SweepOptions:
+    base = {"algorithms": ["fedavg"], "rounds": 2, "num_samples": 2, "output": str(tmp_path), "name": "s",
+            "overrides": {"local_steps": 1}, "report": False}
+    base.update(kw)
+    return SweepOptions(**base)
+
+
+def write_space(tmp_path, text: str, name: str = "space.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# ------------------------------------------------------------------------------------------------
+# Validation: every bad input is a ConfigError before Ray starts.
+@pytest.mark.parametrize("kw, words", [
+    ({"algorithms": ["nope"]}, ["'--algorithm'", "'nope' is unknown", "fedavg"]),
+    ({"metric": ["target_acc"]}, ["'target_acc'", "--selection val", "val_acc"]),
+    ({"selection": "oracle", "metric": ["val_acc"]}, ["oracle", "target_acc"]),
+    ({"sampler": "nsga2", "metric": ["val_acc", "target_acc"]}, ["cost metric", "server_s"]),
+    ({"num_samples": 0}, ["'--num-samples'", ">= 1"]),
+    ({"overrides": {"local_lr": 0.1}}, ["local_lr", "sampled by search space"]),
+    ({"overrides": {"rounds": 3}}, ["--rounds"]),
+    ({"overrides": {"no_such_field": 1}}, ["unknown field 'no_such_field'"]),
+    ({"dataset": "rotated-digits", "target_domain": "999"}, ["999"]),
+])
+def test_bad_options_fail_before_anything_starts(tmp_path, kw, words):
+    from fedtune.data import DataError
+
+    with pytest.raises((ConfigError, DataError)) as err:
+        plan_study(opts(tmp_path, **kw))
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+
+
+def test_bad_space_files_name_the_file_and_the_key(tmp_path):
+    unknown = write_space(tmp_path, "algorithm: fedavg\nparams:\n  local_lr: {distribution: uniform, low: 0.01,"
+                                    " high: 0.1, default: 0.05, bogus: 1}\n", "unknown.yaml")
+    out_of_range = write_space(tmp_path, "algorithm: fedavg\nparams:\n  local_momentum: {distribution: uniform,"
+                                         " low: 0.0, high: 2.0, default: 0.5}\n", "range.yaml")
+    malformed = write_space(tmp_path, "algorithm: fedavg\nparams: [unclosed\n", "bad.yaml")
+    for path, words in ((unknown, ["unknown.yaml", "bogus"]), (out_of_range, ["range.yaml", "local_momentum", "2"]),
+                        (malformed, ["bad.yaml", "not valid YAML"])):
+        with pytest.raises(ConfigError) as err:
+            plan_study(opts(tmp_path, algorithms=[], spaces=[path]))
+        for w in words:
+            assert w in str(err.value)
+
+
+def test_leave_one_domain_out_plans_one_search_per_target(tmp_path):
+    plan = plan_study(opts(tmp_path, algorithms=["fedavg", "fedprox"], target_domain="all", name="lodo"))
+    domains = ["0", "15", "30", "45", "60", "75"]
+    assert [s.key for s in plan.searches] == [f"{a}/{d}" for a in ("fedavg", "fedprox") for d in domains]
+    assert plan.searches[1].optuna_study("lodo") == "lodo/fedavg/15"
+    assert plan.searches[1].tune_name == "fedavg--15"
+    assert plan.fixed["fedprox/45"]["target_domain"] == "45" and plan.fixed["fedprox/45"]["algorithm"] == "fedprox"
+    assert plan.study_dir == tmp_path / "lodo"
+    single = plan_study(opts(tmp_path, target_domain="30"))
+    assert [s.key for s in single.searches] == ["fedavg"] and single.fixed["fedavg"]["target_domain"] == "30"
+
+
+def test_resume_of_a_missing_study_and_rerun_of_an_existing_one_are_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no study 'missing'"):
+        run_sweep(opts(tmp_path, name="missing"), resume=True)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "study.json").write_text("{}")
+    with pytest.raises(ConfigError, match="already exists.*--resume"):
+        run_sweep(opts(tmp_path, name="taken"))
+
+
+def test_concurrency_is_capped_with_the_numbers():
+    cfg = {"dataset": "rect4", "client_cpus": 0.5, "max_client_actors": 1}
+    n, warning = sweep.concurrency_cap([cfg], 8, {"CPU": 2.0}, nodes=[{"CPU": 2.0}])
+    assert n == 4 and "8 concurrent trials need 4 CPU" in warning and "0.5 CPU" in warning and "at most 4" in warning
+    assert sweep.concurrency_cap([cfg], 3, {"CPU": 2.0}, nodes=[{"CPU": 2.0}]) == (3, None)
+    assert sweep.concurrency_cap([cfg], None, {"CPU": 2.0}, nodes=[{"CPU": 2.0}]) == (4, None)
+    # rect4 has 3 source clients; by default a trial takes as many client actors as fit: 2 x 1 CPU
+    assert sweep.concurrency_cap([{"dataset": "rect4"}], 2, {"CPU": 2.0}, nodes=[{"CPU": 2.0}])[0] == 1
+    with pytest.raises(ConfigError, match="CPU"):
+        sweep.concurrency_cap([{"dataset": "rect4", "client_cpus": 4}], 1, {"CPU": 2.0}, nodes=[{"CPU": 2.0}])
+
+
+def test_objective_is_the_best_round_of_an_accuracy_and_the_mean_of_a_cost():
+    per_round = {1: {"val_acc": 0.2, "server_s": 1.0}, 2: {"val_acc": float("nan"), "server_s": 3.0},
+                 3: {"val_acc": 0.5, "server_s": 2.0}}
+    assert objective_values(per_round, ["val_acc", "server_s"], ["max", "min"]) == [0.5, 2.0]
+    assert objective_values(per_round, ["val_acc"], ["min"]) == [0.2]
+    assert objective_values({1: {"val_acc": float("nan")}}, ["val_acc"], ["max"]) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# FedtuneOptunaSearch's bookkeeping, driven by hand (no Tune loop).
+def make_searcher(tmp_path, metrics=("val_acc",), space="fedavg", name="x"):
+    import optuna
+
+    from fedtune.tune.spaces import load_space
+
+    S = sweep._searcher_class()
+    fixed = {"algorithm": load_space(space).algorithm, "rounds": 3, "local_steps": 1}
+    return S(load_space(space).optuna_define_by_run, metrics=list(metrics), modes=[sweep.METRICS[m] for m in metrics],
+             rounds=3, fixed=fixed, sampler=optuna.samplers.RandomSampler(seed=0), study_name=f"{name}/{space}",
+             storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")), fixed
+
+
+def test_searcher_tells_pruned_fail_and_complete_with_intermediate_values(tmp_path):
+    from optuna.trial import TrialState
+
+    s, fixed = make_searcher(tmp_path)
+    configs = {t: s.suggest(t) for t in ("early", "full", "nan", "boom")}
+    r = lambda rnd, acc, **kw: {"round": rnd, "training_iteration": rnd, "val_acc": acc, "target_acc": 0.1,
+                                "status": "ok", **kw}
+    s.on_trial_result("early", r(1, 0.30))
+    s.on_trial_complete("early", r(2, 0.25, done=True))  # stopped by a scheduler after round 2 of 3
+    for rnd, acc in ((1, 0.2), (2, 0.6)):
+        s.on_trial_result("full", r(rnd, acc))
+    s.on_trial_result("full", r(1, 0.2))  # a restarted trial replays round 1: ignored, no error
+    s.on_trial_complete("full", r(3, 0.5, done=True))
+    s.on_trial_result("nan", r(1, 0.4))
+    s.on_trial_complete("nan", r(2, float("nan"), status="diverged", done=True))
+    s.on_trial_complete("boom", None, error=True)
+    s.on_trial_complete("full", r(3, 0.5, done=True))  # a second completion changes nothing
+
+    trials = {t.user_attrs["tune_trial_id"]: t for t in s._ot_study.get_trials()}
+    early, full, nan, boom = (trials[k] for k in ("early", "full", "nan", "boom"))
+    assert early.state == TrialState.PRUNED and early.intermediate_values == {1: 0.30, 2: 0.25}
+    assert early.value == 0.25 and early.user_attrs["fedtune_status"] == "pruned" and early.user_attrs["rounds_done"] == 2
+    assert full.state == TrialState.COMPLETE and full.value == 0.6  # best round, not the last
+    assert full.intermediate_values == {1: 0.2, 2: 0.6, 3: 0.5}
+    assert nan.state == TrialState.FAIL and nan.user_attrs["fedtune_status"] == "diverged"
+    assert nan.intermediate_values == {1: 0.4}
+    assert boom.state == TrialState.FAIL and boom.user_attrs["fedtune_status"] == "failed"
+    # the Optuna record names the Arrow store's trial and holds the full configuration
+    cfg = RunConfig.from_dict({**fixed, **configs["full"]})
+    assert full.user_attrs["fedtune_trial_id"] == cfg.trial_id()
+    assert full.user_attrs["config"]["local_lr"] == configs["full"]["local_lr"] == full.params["local_lr"]
+
+
+def test_multi_objective_searcher_and_switches(tmp_path):
+    from optuna.trial import TrialState
+
+    s, _ = make_searcher(tmp_path, metrics=("val_acc", "server_s"))
+    s.suggest("a")
+    for rnd, acc, srv in ((1, 0.1, 0.2), (2, 0.3, 0.4)):
+        s.on_trial_result("a", {"round": rnd, "val_acc": acc, "server_s": srv, "status": "ok"})
+    s.on_trial_complete("a", {"round": 3, "val_acc": 0.2, "server_s": 0.6, "status": "ok", "done": True})
+    (t,) = s._ot_study.get_trials()
+    assert t.state == TrialState.COMPLETE and t.values == pytest.approx([0.3, 0.4])
+    assert t.intermediate_values == {}  # Optuna has none for several objectives
+    # a conditional space: the switch is an Optuna parameter but never a trial config key
+    g, _ = make_searcher(tmp_path, space="fedgp", name="y")
+    config = g.suggest("b")
+    (t,) = g._ot_study.get_trials()
+    assert "switch.gp_beta_mode" in t.params and not any(k.startswith("switch.") for k in config)
+    assert (config["gp_beta"] == "auto") == (t.params["switch.gp_beta_mode"] == "auto")
+
+
+def test_interruption_detection():
+    assert sweep._interrupted({"started": {"a"}, "ended": {"a"}, "statuses": {"a": "TERMINATED"}, "num_trials": 1}, 1) is False
+    assert sweep._interrupted({"started": {"a"}, "ended": set(), "statuses": {"a": "TERMINATED"}, "num_trials": 1}, 1)
+    assert sweep._interrupted({"started": set(), "ended": set(), "statuses": {"a": "PENDING"}, "num_trials": 1}, 1)
+    assert sweep._interrupted({"started": set(), "ended": set(), "statuses": {}, "num_trials": 1}, 2)
+
+
+# ------------------------------------------------------------------------------------------------
+# The command line (subprocesses: argument parsing and exit codes; no Ray starts).
+def fedtune_cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fedtune.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def test_cli_help_and_bad_input_exit_2_without_a_traceback(tmp_path):
+    help_ = fedtune_cli("sweep", "--help", cwd=tmp_path)
+    assert help_.returncode == 0
+    for flag in ("--target-domain", "--num-samples", "--seeds", "--max-concurrent", "--scheduler", "--sampler",
+                 "--selection", "--resume", "--set", "SPACE.yaml"):
+        assert flag in help_.stdout
+    for args, words in ((["--algorithm", "nope"], "'nope' is unknown"),
+                        (["--resume", "--name", "missing"], "no study 'missing'"),
+                        (["--resume", "--algorithm", "fedavg"], "--algorithms cannot change"),
+                        (["--metric", "target_acc"], "honest selection")):
+        res = fedtune_cli("sweep", "--output", str(tmp_path), *args, cwd=tmp_path)
+        assert res.returncode == 2, res.stderr
+        assert words in res.stderr and "Traceback" not in res.stderr, res.stderr
+    bad_choice = fedtune_cli("sweep", "--sampler", "grid", cwd=tmp_path)
+    assert bad_choice.returncode == 2 and "invalid choice" in bad_choice.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# Real studies on the session's Ray (2 CPUs: one trial at a time).
+def load_optuna(study_dir: Path, name: str):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=sweep.optuna_storage_url(study_dir))
+
+
+def rounds_by_trial(study_dir: Path) -> dict[str, dict[int, dict]]:
+    from fedtune import results
+
+    out: dict[str, dict[int, dict]] = {}
+    for row in results.load(study_dir).to_pylist():
+        out.setdefault(row["trial_id"], {})
+        assert row["round"] not in out[row["trial_id"]], ("duplicate round", row["trial_id"], row["round"])
+        out[row["trial_id"]][row["round"]] = row
+    return out
+
+
+ASHA_SPACE = """algorithm: fedavg
+params:
+  local_lr:       {distribution: categorical, choices: [0.2, 1.0e-5], default: 0.2}
+  weight_decay:   {distribution: uniform, low: 0.0, high: 1.0e-3, default: 0.0}
+  local_momentum: {distribution: fixed, value: 0.9}
+"""
+
+
+@pytest.mark.ray
+def test_asha_stops_trials_early_and_optuna_records_them_pruned(ray_session, tmp_path):
+    from optuna.trial import TrialState
+
+    from fedtune import results
+
+    space = write_space(tmp_path, ASHA_SPACE)
+    # Seeded random sampling draws local_lr = 0.2, 0.2, 1e-5, 1e-5 (checked by hand); one trial at a
+    # time, so ASHA's rung-1 cutoff (median of the recorded round-1 val_acc) is set by the first two,
+    # which learn, and both lr = 1e-5 trials (still at the initial accuracy) stop after round 1.
+    o = opts(tmp_path, algorithms=[], spaces=[space], rounds=3, num_samples=4, scheduler="asha", grace_period=1,
+             reduction_factor=2.0, max_concurrent=1, name="asha", overrides={"local_steps": 2}, sampler="random",
+             sampler_seed=2)
+    result = run_sweep(o)
+    study_dir = result.study_dir
+    data = json.loads((study_dir / "study.json").read_text())
+    assert data["selection"] == "val" and data["algorithms"] == ["fedavg"] and data["searches"]["fedavg"]["status"] == "done"
+
+    study = load_optuna(study_dir, "asha/fedavg")
+    rows = rounds_by_trial(study_dir)
+    trials = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
+    states = [t.state for t in study.trials]
+    assert len(study.trials) == 4 and TrialState.RUNNING not in states
+    assert TrialState.PRUNED in states and TrialState.COMPLETE in states
+    for t in study.trials:
+        tid = t.user_attrs["fedtune_trial_id"]
+        val = {rnd: row["val_acc"] for rnd, row in rows[tid].items()}
+        # every round's val_acc is an intermediate value at step = round, and nothing else is
+        assert t.intermediate_values == pytest.approx(val)
+        if t.state == TrialState.PRUNED:
+            assert max(val) < 3 and trials[tid]["status"] == "pruned" and t.user_attrs["fedtune_status"] == "pruned"
+            assert t.value == pytest.approx(val[max(val)])  # Optuna keeps the last intermediate value
+        else:
+            assert sorted(val) == [1, 2, 3] and trials[tid]["status"] == "completed"
+            assert t.value == pytest.approx(max(val.values())) == pytest.approx(trials[tid]["best_val_acc"])
+    assert [t.params["local_lr"] for t in study.trials] == [0.2, 0.2, 1e-5, 1e-5]
+    for t in study.trials[2:]:
+        assert t.state == TrialState.PRUNED and list(t.intermediate_values) == [1]
+    assert study.trials[0].state == TrialState.COMPLETE
+
+
+@pytest.mark.ray
+def test_killed_driver_resumes_exactly_once_then_reruns_the_selected_config_with_seeds(ray_session, tmp_path):
+    from optuna.trial import TrialState
+
+    from fedtune import results
+    from fedtune.tune.report import make_report
+
+    study_dir = tmp_path / "res"
+    address = ray_session.get_runtime_context().gcs_address
+    cmd = [sys.executable, "-m", "fedtune.cli", "sweep", "--algorithm", "fedavg", "--rounds", "3",
+           "--num-samples", "2", "--seeds", "2", "--set", "local_steps=1", "--output", str(tmp_path),
+           "--name", "res", "--address", address, "--no-report"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            if (study_dir / "trials.parquet").is_file() and results.load(study_dir, "trials").num_rows >= 1:
+                break
+            time.sleep(0.3)
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        os.kill(proc.pid, signal.SIGKILL)  # the driver dies mid-study, after its first trial
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = results.load(study_dir, "trials").to_pylist()
+    assert len(before) == 1 and json.loads((study_dir / "study.json").read_text())["searches"]["fedavg"]["status"] == "running"
+
+    run_sweep(SweepOptions(output=str(tmp_path), name="res", report=False), resume=True)
+
+    rows = rounds_by_trial(study_dir)  # asserts (trial, round) exactly once
+    trials = results.load(study_dir, "trials").to_pylist()
+    search = [t for t in trials if t["seed"] == 0]
+    assert len(search) == 2 and {t["status"] for t in search} == {"completed"}
+    for t in trials:
+        assert sorted(rows[t["trial_id"]]) == [1, 2, 3]
+    # The trial that finished before the kill is kept once: if Tune's last snapshot (every 2 s) still
+    # had it running, it ran again from round 1 and, being deterministic, rewrote identical rows.
+    first = before[0]
+    again = [t for t in search if t["trial_id"] == first["trial_id"]]
+    assert len(again) == 1 and again[0]["best_val_acc"] == first["best_val_acc"]
+
+    study = load_optuna(study_dir, "res/fedavg")
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert all(t.state.is_finished() for t in study.trials)  # nothing left RUNNING
+    # Tune restored the experiment (a restart would have asked 2 more trials): 2 complete trials,
+    # exactly the search's trials of the Arrow store; any other Optuna trial was asked by the dead driver
+    assert sorted(t.user_attrs["fedtune_trial_id"] for t in complete) == sorted(t["trial_id"] for t in search)
+    assert all(t.user_attrs["fedtune_status"] == "orphaned" for t in study.trials if t.state != TrialState.COMPLETE)
+
+    # --seeds 2: the selected configuration (best val_acc at its best round) ran again with seed 1
+    best = max(sorted(search, key=lambda t: t["trial_id"]), key=lambda t: t["best_val_acc"])  # first on ties
+    (rerun,) = [t for t in trials if t["seed"] == 1]
+    pick = lambda t: {k: v for k, v in json.loads(t["config_json"]).items() if k not in ("seed", "name", "output")}
+    assert pick(rerun) == pick(best)
+    seeds_state = json.loads((study_dir / "study.json").read_text())["searches"]["fedavg seeds"]
+    assert seeds_state["status"] == "done" and seeds_state["trial_ids"] == [best["trial_id"], rerun["trial_id"]]
+    report = make_report(study_dir, plots=False, write=False)
+    (domain,) = report.domains
+    cell = report.cells[("fedavg", domain)]
+    honest = [t["target_acc_at_best_val"] for t in (best, rerun)]
+    assert cell.n == 2 and cell.mean == pytest.approx(np.mean(honest))
+    assert cell.se == pytest.approx(abs(honest[0] - honest[1]) / 2)  # std(ddof=1)/sqrt(2) of two values
+    assert "±" in cell.text() or math.isclose(honest[0], honest[1])
