@@ -12,6 +12,7 @@ from torch import nn
 from fedtune.algorithms import CLIENT_METHODS, ClientContext, all_hparams
 from fedtune.algorithms.client import LocalSGD
 from fedtune.algorithms.gfm import (
+    STATE_KEY,
     AugmenterAdam,
     augmenter_objective,
     augmenter_update,
@@ -253,14 +254,106 @@ def test_gfm_interval_controls_the_number_of_augmenter_updates(interval, expecte
     out = method.train(ctx)
     assert out.steps == 5 and math.isfinite(out.loss) and len(calls) == 5  # after_step after every model step
     assert out.metrics["gfm_aug_updates"] == expected
-    (aug, opt), = state.values()
-    assert opt.num_steps == expected
+    assert list(state) == [STATE_KEY]
+    assert state[STATE_KEY]["adam.step.geometry_out.weight"] == expected  # Adam steps taken
     assert ("gfm_aug_local_loss" in out.metrics) == (expected > 0)
     assert ("gfm_aug_global_loss" in out.metrics) == (expected > 0)
     # φ persists in ctx.state across rounds: the next round continues the same augmenter and Adam
     method.train(_ctx(_small_cnn(), x, y, cfg, state=state, round=2))
-    (aug2, opt2), = state.values()
-    assert aug2 is aug and opt2.num_steps == 2 * expected
+    assert state[STATE_KEY]["adam.step.geometry_out.weight"] == 2 * expected
+
+
+def _plain_leaves(value, where="state"):
+    """Every leaf of ``value`` (through dicts, lists, tuples) with its path."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _plain_leaves(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _plain_leaves(v, f"{where}[{i}]")
+    else:
+        yield where, value
+
+
+@pytest.mark.parametrize("algorithm", ["gfm", "gca"])
+def test_gfm_client_state_is_plain_numpy_and_numbers(algorithm):
+    # Checkpoints store client state as NumPy arrays and JSON values only (no pickle).
+    x, y = _images(n=8, c=3)
+    cfg = _cfg(algorithm=algorithm, gfm_interval=1, local_steps=2, batch_size=4)
+    state: dict = {}
+    CLIENT_METHODS[algorithm](cfg).train(_ctx(_small_cnn(c=3), x, y, cfg, state=state))
+    leaves = list(_plain_leaves(state))
+    bad = [(w, type(v).__name__) for w, v in leaves
+           if not (type(v) in (int, float, str, bool) or (isinstance(v, np.ndarray) and v.dtype == np.float32))]
+    assert not bad
+    held = state[STATE_KEY]
+    aug = new_augmenter(3, generator=torch.Generator().manual_seed(0))
+    # every parameter and buffer of the augmenter, and Adam moments + step per parameter
+    assert {k for k in held if k.startswith("aug.")} == {f"aug.{n}" for n in aug.state_dict()}
+    for name, p in aug.named_parameters():
+        assert held[f"adam.exp_avg.{name}"].shape == held[f"adam.exp_avg_sq.{name}"].shape == tuple(p.shape)
+        assert held[f"adam.step.{name}"] == 2.0  # two augmenter updates (interval 1, 2 steps)
+    # the value range buffers are the data's per-channel min / max
+    np.testing.assert_array_equal(held["aug.value_lo"], x.amin(dim=(0, 2, 3)).numpy())
+    # the augmenter moved away from its zero-initialised output layer
+    assert np.abs(held["aug.geometry_out.weight"]).max() > 0
+
+
+@pytest.mark.parametrize("algorithm", ["gfm", "gca"])
+def test_gfm_continues_bit_identically_from_a_copy_of_its_state_in_a_fresh_method(algorithm):
+    import copy
+
+    x, y = _images(n=12, c=3)
+    cfg = _cfg(algorithm=algorithm, gfm_interval=1, local_steps=3, batch_size=4, local_lr=0.05)
+    method = CLIENT_METHODS[algorithm](cfg)
+    state: dict = {}
+    model = _small_cnn(c=3)
+    method.train(_ctx(model, x, y, cfg, state=state, round=1))
+    saved_state, saved_model = copy.deepcopy(state), copy.deepcopy(model)
+
+    def continue_rounds(method, model, state):
+        losses = [method.train(_ctx(model, x, y, cfg, state=state, round=r)).loss for r in (2, 3)]
+        return losses, _params(model)
+
+    straight = continue_rounds(method, model, state)  # the cached augmenter object
+    fresh = continue_rounds(CLIENT_METHODS[algorithm](cfg), copy.deepcopy(saved_model), copy.deepcopy(saved_state))
+    assert fresh[0] == straight[0]
+    assert all(torch.equal(a, b) for a, b in zip(fresh[1], straight[1]))
+    # the same method object given a copied dict rebuilds from it too, with the same numbers
+    again = continue_rounds(method, copy.deepcopy(saved_model), copy.deepcopy(saved_state))
+    assert again[0] == straight[0] and all(torch.equal(a, b) for a, b in zip(again[1], straight[1]))
+    # the state matters: an empty one (a new identity augmenter) continues differently
+    lost = continue_rounds(CLIENT_METHODS[algorithm](cfg), copy.deepcopy(saved_model), {})
+    assert not all(torch.equal(a, b) for a, b in zip(lost[1], straight[1]))
+
+
+def test_gfm_checkpoint_round_trip_matches_an_uninterrupted_run(tmp_path):
+    from fedtune.runtime import FederatedRun
+    from fedtune.tune.trainable import read_checkpoint, write_checkpoint
+
+    cfg = RunConfig.from_dict({"algorithm": "gfm", "dataset": "rotated-digits", "setting": "fdg", "rounds": 3,
+                               "local_steps": 2, "batch_size": 8, "model": "mlp", "mlp_hidden": [16],
+                               "gfm_interval": 1, "backend": "local", "output": str(tmp_path)})
+    cols = ("train_loss", "val_acc", "target_acc", "diag.gfm_aug_local_loss", "diag.sam_sharpness")
+
+    def rounds(fr, n):
+        return [tuple(m[c] for c in cols) for m in (fr.step().metrics for _ in range(n))]
+
+    with FederatedRun(cfg) as fr:
+        straight = rounds(fr, 3)
+    with FederatedRun(cfg) as fr:
+        first = rounds(fr, 2)
+        write_checkpoint(tmp_path / "ckpt", fr.get_state())  # raised TypeError with live modules in ctx.state
+    state = read_checkpoint(tmp_path / "ckpt")
+    assert all(STATE_KEY in s for s in state["clients"].values())
+    with FederatedRun(cfg) as fr:
+        fr.set_state(state)
+        resumed = rounds(fr, 1)
+    assert first + resumed == straight
+    # the augmenter state matters: without it round 3 differs
+    with FederatedRun(cfg) as fr:
+        fr.set_state({**state, "clients": {}})
+        assert rounds(fr, 1) != straight[2:]
 
 
 def test_gfm_moves_batchnorm_stats_once_per_step_and_keeps_the_augmenter_on_the_client():

@@ -19,11 +19,18 @@ Seed 004, Algorithm 1; METHODS.md §4. Per client and round, starting from the g
 The reported training loss is the model's loss on the augmented batch at ``θ`` (before the step),
 the quantity the model step minimises.
 
-The augmenter φ and its Adam moments persist per client across rounds in ``ctx.state`` (on the
-client's actor). They are lost when that actor is restarted (``on_client_failure: retry/skip``):
-the client then starts again from an identity augmenter, so such a run is not bit-identical to an
-uninterrupted one. The initial φ is seeded from ``(seed, client_id)``, the augmentation noise
-from ``(seed, client_id, round)``: runs are reproducible and backend-independent.
+The augmenter φ and its Adam moments persist per client across rounds in ``ctx.state`` as plain
+data only (:func:`augmenter_state`: float32 NumPy arrays and numbers, no module or optimiser
+object), so they go into fedtune's checkpoints (which store NumPy arrays and JSON values, never
+pickle). Each ``train`` call rebuilds the augmenter and its Adam state from them
+(:func:`restore_augmenter`) unless the method instance still holds the module it wrote that very
+state from (a per-client cache, checked by the identity of the state dict), and writes the new
+state back when it returns. A fresh process given the same ``ctx.state`` continues bit-identically.
+The state is lost when the client's actor is restarted without a checkpoint
+(``on_client_failure: retry/skip``): the client then starts again from an identity augmenter, so
+such a run is not bit-identical to an uninterrupted one. The initial φ is seeded from
+``(seed, client_id)``, the augmentation noise from ``(seed, client_id, round)``: runs are
+reproducible and backend-independent.
 
 Diagnostics (example-weighted means over clients → ``diag.*`` columns): ``gfm_aug_local_loss``,
 ``gfm_aug_global_loss`` (means over the round's augmenter updates; absent in a round without
@@ -263,6 +270,74 @@ class AugmenterAdam:
                  weight_decay=self.weight_decay, eps=AUG_EPS, maximize=True)
 
 
+def augmenter_state(augmenter: nn.Module, opt: AugmenterAdam) -> dict[str, Any]:
+    """The augmenter and its Adam state as plain data (for ``ctx.state`` and checkpoints): fresh
+    float32 NumPy copies of every ``state_dict`` entry (``aug.<name>``: parameters and buffers),
+    of the Adam moments and step counts (``adam.exp_avg.<name>``, ``adam.exp_avg_sq.<name>``,
+    ``adam.step.<name>``, per parameter name), and the construction settings as plain numbers
+    (``in_channels``, ``noise_dim``, ``hidden``, ``color_scale``, ``geometry_scale``, ``lr``,
+    ``weight_decay``). :func:`restore_augmenter` turns it back, bit-identically.
+
+    >>> import torch
+    >>> aug = new_augmenter(1, noise_dim=4, hidden=2, generator=torch.Generator().manual_seed(0))
+    >>> state = augmenter_state(aug, AugmenterAdam(aug.parameters(), lr=0.1))
+    >>> state["aug.color_out.weight"].shape, state["adam.step.color_out.weight"].dtype, state["lr"]
+    ((2, 2, 1, 1), dtype('float32'), 0.1)
+    """
+
+    def plain(t: torch.Tensor) -> np.ndarray:
+        return np.array(t.detach().cpu().numpy(), dtype=np.float32, copy=True)
+
+    state: dict[str, Any] = {
+        "in_channels": int(augmenter.in_channels), "noise_dim": int(augmenter.noise_dim),
+        "hidden": int(augmenter.color_body[0].out_channels), "color_scale": float(augmenter.color_scale),
+        "geometry_scale": float(augmenter.geometry_scale), "lr": float(opt.lr),
+        "weight_decay": float(opt.weight_decay),
+    }
+    for name, value in augmenter.state_dict().items():
+        state[f"aug.{name}"] = plain(value)
+    by_param = {id(p): name for name, p in augmenter.named_parameters()}
+    for p, m, v, step in zip(opt.params, opt.exp_avgs, opt.exp_avg_sqs, opt.steps):
+        name = by_param[id(p)]
+        state[f"adam.exp_avg.{name}"] = plain(m)
+        state[f"adam.exp_avg_sq.{name}"] = plain(v)
+        state[f"adam.step.{name}"] = plain(step)
+    return state
+
+
+def restore_augmenter(state: dict[str, Any], device: Any = "cpu") -> tuple[nn.Module, AugmenterAdam]:
+    """The augmenter (on ``device``) and its :class:`AugmenterAdam` from :func:`augmenter_state`'s
+    output; the arrays are copied (the module never shares memory with ``state``). Adam step
+    counts stay on the CPU, as :class:`AugmenterAdam` keeps them.
+
+    >>> import torch
+    >>> aug = new_augmenter(1, noise_dim=4, hidden=2, generator=torch.Generator().manual_seed(0))
+    >>> opt = AugmenterAdam(aug.parameters(), lr=0.1)
+    >>> back, back_opt = restore_augmenter(augmenter_state(aug, opt))
+    >>> all(torch.equal(a, b) for a, b in zip(aug.state_dict().values(), back.state_dict().values()))
+    True
+    """
+    import torch
+
+    # A throwaway generator: the hidden layers' init is overwritten, and the global RNG stays untouched.
+    aug = new_augmenter(int(state["in_channels"]), color_scale=float(state["color_scale"]),
+                        geometry_scale=float(state["geometry_scale"]), noise_dim=int(state["noise_dim"]),
+                        hidden=int(state["hidden"]), generator=torch.Generator().manual_seed(0))
+    aug.load_state_dict({name: torch.from_numpy(np.array(state[f"aug.{name}"], dtype=np.float32))
+                         for name in aug.state_dict()})
+    aug = aug.to(device)
+    opt = AugmenterAdam(aug.parameters(), lr=float(state["lr"]), weight_decay=float(state["weight_decay"]))
+    names = [name for name, p in aug.named_parameters() if p.requires_grad]
+
+    def tensor(key: str, like: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.array(state[key], dtype=np.float32)).to(like.device)
+
+    opt.exp_avgs = [tensor(f"adam.exp_avg.{n}", p) for n, p in zip(names, opt.params)]
+    opt.exp_avg_sqs = [tensor(f"adam.exp_avg_sq.{n}", p) for n, p in zip(names, opt.params)]
+    opt.steps = [tensor(f"adam.step.{n}", s) for n, s in zip(names, opt.steps)]
+    return aug, opt
+
+
 def augmenter_objective(augmenter: nn.Module, x: torch.Tensor, y: torch.Tensor, local_model: nn.Module,
                         global_model: nn.Module, noise: torch.Tensor) -> tuple[torch.Tensor, float, float]:
     """``(L_local − L_global, L_local, L_global)`` on ``a(x; φ, noise)`` (cross-entropy, both models
@@ -301,8 +376,17 @@ class GCA(ClientMethod):
     hparams = (GFM_INTERVAL, GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE)
     use_sam = False
 
+    def __init__(self, cfg: Any):
+        super().__init__(cfg)
+        # client id -> (the ctx.state dict last written, its live augmenter, its Adam): saves the
+        # rebuild while ctx.state still holds that very dict; never the source of truth.
+        self._cache: dict[int, tuple[dict[str, Any], Any, AugmenterAdam]] = {}
+
     def _augmenter(self, ctx: ClientContext) -> tuple[nn.Module, AugmenterAdam]:
-        """This client's augmenter and its Adam state (created on its first round)."""
+        """This client's augmenter and its Adam state: created on its first round, else the cached
+        module if ``ctx.state[STATE_KEY]`` is the very dict this instance last wrote for the client,
+        else rebuilt from that plain state (:func:`restore_augmenter`: a restored checkpoint, a
+        fresh process)."""
         import torch
 
         cfg = self.cfg
@@ -315,22 +399,38 @@ class GCA(ClientMethod):
                 "allowed: an image dataset (e.g. rotated-digits, pacs), or a client method without an augmenter "
                 "(sgd, sam, prox)")
         held = ctx.state.get(STATE_KEY)
-        if held is None:
-            gen = torch.Generator().manual_seed(_module_seed(cfg.seed, ctx.client_id, 0x47464D))
-            aug = new_augmenter(ctx.x.shape[1], color_scale=cfg.param("gfm_color_scale"),
-                                geometry_scale=cfg.param("gfm_geometry_scale"), generator=gen)
-            dims = [0, 2, 3]
-            aug.set_value_range(ctx.x.amin(dim=dims).cpu(), ctx.x.amax(dim=dims).cpu())
-            aug = aug.to(ctx.device)
-            held = ctx.state[STATE_KEY] = (aug, AugmenterAdam(aug.parameters(), lr=cfg.param("gfm_aug_lr")))
-        return held
+        cached = self._cache.get(ctx.client_id)
+        if held is not None and cached is not None and cached[0] is held:
+            return cached[1], cached[2]
+        if held is not None:
+            return restore_augmenter(held, ctx.device)
+        gen = torch.Generator().manual_seed(_module_seed(cfg.seed, ctx.client_id, 0x47464D))
+        aug = new_augmenter(ctx.x.shape[1], color_scale=cfg.param("gfm_color_scale"),
+                            geometry_scale=cfg.param("gfm_geometry_scale"), generator=gen)
+        dims = [0, 2, 3]
+        aug.set_value_range(ctx.x.amin(dim=dims).cpu(), ctx.x.amax(dim=dims).cpu())
+        aug = aug.to(ctx.device)
+        return aug, AugmenterAdam(aug.parameters(), lr=cfg.param("gfm_aug_lr"))
+
+    def _keep(self, ctx: ClientContext, augmenter: nn.Module, opt: AugmenterAdam) -> None:
+        """Write the client's augmenter state to ``ctx.state`` (plain data) and cache the live
+        objects against that very dict."""
+        state = augmenter_state(augmenter, opt)
+        ctx.state[STATE_KEY] = state
+        self._cache[ctx.client_id] = (state, augmenter, opt)
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
+        augmenter, aug_opt = self._augmenter(ctx)
+        try:
+            return self._train(ctx, augmenter, aug_opt)
+        finally:
+            self._keep(ctx, augmenter, aug_opt)
+
+    def _train(self, ctx: ClientContext, augmenter: nn.Module, aug_opt: AugmenterAdam) -> ClientOutcome:
         import torch
         from torch import nn
 
         model, cfg = ctx.model, self.cfg
-        augmenter, aug_opt = self._augmenter(ctx)
         interval = int(cfg.param("gfm_interval"))
         rho = float(cfg.param("sam_rho")) if self.use_sam else 0.0
         model.train()
