@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", default="fedtune_results")
     ap.add_argument("--methods", nargs="*", default=None, help="only these method labels")
     ap.add_argument("--json", default=None, help="also write the raw per-run numbers here")
+    ap.add_argument("--report-only", action="store_true", help="print the tables of the runs already stored; run nothing")
     args = ap.parse_args(argv)
 
     from fedtune.config import RunConfig
@@ -207,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             results[key] = done[tid]
         else:
             todo.append((key, cfg))
+    if args.report_only:
+        todo = []
     print(f"{len(jobs)} runs, {len(results)} already in {Path(args.output) / study}, {len(todo)} to go "
           f"({args.jobs} in parallel)", flush=True)
     t0 = time.perf_counter()
