@@ -11,7 +11,8 @@ For each number of clients ``U`` the script builds ``[U, M]`` float32 updates sh
 round's (a shared component plus client-specific parts of different sizes; ``M = 11.7M`` is
 ResNet-18, the paper's FDG model; ``U = 100`` takes 4.7 GB), then times on the same updates:
 
-* FedOMG (``fedomg_step``: exact solver, κ = ``--kappa``, ``global_lr`` 0.05): ``gram`` (one
+* FedOMG (``fedomg_step``: exact solver, κ = ``--kappa``, ``global_lr`` 0.05, fedtune's default
+  server step, not the paper's η_g; the step size does not change the timings): ``gram`` (one
   blockwise float64 pass, ``U² M / 2`` multiply-adds), ``solve`` (the certified exact solve from
   ``G`` alone) and ``combine`` (one weighted sum, the same kernel as FedAvg's);
 * FedAvg's ``fedavg_step`` (one weighted sum);

@@ -1,252 +1,396 @@
 """Do the seed papers' qualitative claims hold under one honest protocol? (a script, not a test)
 
-Runs, for every held-out target domain and ``--seeds`` seeds, the domain-generalisation methods
-(FedAvg, FedOMG, FedSAM, FedSAM+OMG, GFM, FedGaLA) in the leave-one-domain-out FDG setting and the
-domain-adaptation methods (FedAvg, target-only, FedDA and FedGP at β ∈ {0.2, 0.5, 0.8} and auto) in
-the FDA setting, all from scratch with one budget. Every number is the target accuracy at the
-round chosen by *source validation* accuracy (honest, DomainBed's training-domain validation);
-the oracle (best target accuracy over rounds) is printed beside it only as a label-leaking
-reference. Tables: mean ± standard error over seeds, per target domain and averaged over domains.
-Then each claim is checked and printed as held / not held.
+Every method is **tuned with the same budget by ``fedtune sweep``**: the same number of Optuna
+trials per search (the first is the search space's defaults, the papers' settings), the same
+rounds, local epochs and batch size, the same search-space policy for the knobs all methods
+share (``local_lr``, ``local_momentum``, ``weight_decay`` and ``global_lr`` with one range and
+distribution everywhere: ``search_spaces/*.yaml``), and the whole search repeated over
+``--trial-seeds`` (different sampler and data seeds), so every ± is over independent searches
+and includes selection variance, as DomainBed's. Each (method, held-out domain) is one study
+under ``OUTPUT/claims-<part>/``; the script re-runs nothing that is already there
+(``fedtune sweep --resume``), so an interrupted benchmark continues where it stopped.
 
-Every run lands in ``OUTPUT/paper_claims-<dataset>`` (the normal Arrow store); runs already there
-are not repeated, so an interrupted benchmark continues where it stopped.
+Parts:
 
-    python benchmarks/paper_claims.py                          # rotated-digits, all domains, 3 seeds
-    python benchmarks/paper_claims.py --dataset pacs --data-root ../shared/data/PACS64 \\
-        --rounds 12 --local-steps 25 --jobs 2
+* ``fdg`` — rotated-digits, leave-one-domain-out over every domain: FedAvg, FedOMG, FedSAM,
+  FedSAM+OMG, GFM, FedGaLA with the descent gate (fedtune's default) and with the literal gate
+  (the paper's formula and the authors' code).
+* ``fda`` — rotated-digits with a labelled target sample: FedAvg, target-only, FedDA and FedGP at
+  fixed β ∈ {0.2, 0.5, 0.8} (fedtune's convention: β weights the *source* term, the paper's Def.
+  4.3) and auto-β; selected by source validation (``val``) and by the target client's held-out
+  labels (``target-val``).
+* ``pacs`` — PACS at 32 px (``--data-root``, e.g. ``../shared/data/PACS64``), the cnn from scratch,
+  two held-out domains, few rounds: sized for a 2-core machine. ``--model resnet18 --image-size 64``
+  gives the GPU variant.
+
+Every table also shows DomainBed's oracle (a fixed target slice chooses, last round only),
+labelled as such. Claims are checked on the honest (``val``) numbers: a claim *holds* when the
+difference of the two averages exceeds twice its standard error over trial seeds, is *not held*
+when it is beyond two standard errors the other way, and is *undecided* otherwise.
+
+    python benchmarks/paper_claims.py --part fdg fda               # rotated-digits
+    python benchmarks/paper_claims.py --part pacs --data-root ../shared/data/PACS64
+    python benchmarks/paper_claims.py --part all --jobs 4 --cpus-per-job 4 --markdown evidence.md
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
+import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# label -> RunConfig overrides. FedOMG is run at the paper's η_g = 0.05 and at FedAvg's η_g = 1.
-FDG_METHODS: dict[str, dict[str, Any]] = {
-    "FedAvg": {"algorithm": "fedavg"},
-    "FedOMG (η_g=0.05)": {"algorithm": "fedomg"},
-    "FedOMG (η_g=1)": {"algorithm": "fedomg", "global_lr": 1.0},
-    "FedSAM": {"algorithm": "fedsam"},
-    "FedSAM+OMG (η_g=1)": {"algorithm": "fedomg", "client_method": "sam", "global_lr": 1.0},
-    "GFM": {"algorithm": "gfm"},
-    "FedGaLA": {"algorithm": "fedgala"},
-}
-FDA_METHODS: dict[str, dict[str, Any]] = {
-    "FedAvg (fda)": {"algorithm": "fedavg"},
-    "Target-only": {"algorithm": "target-only"},
-    **{f"FedDA β={b}": {"algorithm": "fedda", "gp_beta": b} for b in (0.2, 0.5, 0.8, "auto")},
-    **{f"FedGP β={b}": {"algorithm": "fedgp", "gp_beta": b} for b in (0.2, 0.5, 0.8, "auto")},
-}
+
+@dataclass(frozen=True)
+class Method:
+    """A table row: an algorithm's search space, with some parameters pinned (``pin``) or added."""
+
+    label: str
+    algorithm: str
+    pin: dict[str, Any] = field(default_factory=dict)  # parameter -> fixed value (replaces its distribution)
+    merge: tuple[str, ...] = ()  # other algorithms' spaces whose parameters are added (FedSAM+OMG)
+    drop_switches: bool = False  # FDA fixed-β rows: no "fixed or auto" switch, β pinned
+
+    @property
+    def slug(self) -> str:
+        out = "".join(c if c.isalnum() else "-" for c in self.label.lower())
+        return "-".join(p for p in out.split("-") if p)
 
 
-def _one(cfg_dict: dict[str, Any]) -> dict[str, Any]:
-    """Run one configuration (in a worker process) and return its honest/oracle numbers."""
-    from fedtune.config import RunConfig
-    from fedtune.runtime.driver import run
+FDG = [
+    Method("FedAvg", "fedavg"),
+    Method("FedOMG", "fedomg"),
+    Method("FedSAM", "fedsam"),
+    Method("FedSAM+OMG", "fedsam", pin={"server_rule": "fedomg"}, merge=("fedomg",)),
+    Method("GFM", "gfm"),
+    Method("FedGaLA (descent gate)", "fedgala", pin={"gala_gate": "descent"}),
+    Method("FedGaLA (literal gate)", "fedgala", pin={"gala_gate": "literal"}),
+]
+FDA = [
+    Method("FedAvg (fda)", "fedavg"),
+    Method("Target-only", "target-only"),
+    *[Method(f"{r} β={b}", r.lower(), pin={"gp_beta": b}, drop_switches=True)
+      for r in ("FedDA", "FedGP") for b in (0.2, 0.5, 0.8)],
+    *[Method(f"{r} β=auto", r.lower(), pin={"gp_beta": "auto"}, drop_switches=True) for r in ("FedDA", "FedGP")],
+]
+PACS = [m for m in FDG if m.label in ("FedAvg", "FedOMG", "FedSAM", "GFM", "FedGaLA (descent gate)",
+                                      "FedGaLA (literal gate)")]
 
-    cfg = RunConfig.from_dict(cfg_dict)
+
+@dataclass
+class Part:
+    name: str
+    title: str
+    dataset: str
+    setting: str
+    methods: list[Method]
+    domains: list[str] | None  # None: every domain of the dataset
+    protocols: tuple[str, ...]
+    overrides: dict[str, Any]
+
+
+def parts(args: argparse.Namespace) -> dict[str, Part]:
+    common = {"batch_size": args.batch_size, "client_cpus": 1.0, "max_client_actors": 1}
+    digits = {**common, "model": args.model or "mlp", "local_epochs": 1}
+    pacs = {**common, "model": args.model or "cnn", "image_size": args.image_size or 32,
+            "local_steps": args.local_steps or 10}
+    if args.local_steps:
+        digits = {**digits, "local_steps": args.local_steps}
+    if args.client_gpus:  # e.g. on a GPU machine: client actors share the GPU(s)
+        digits["client_gpus"] = pacs["client_gpus"] = args.client_gpus
+    return {
+        "fdg": Part("fdg", "FDG, leave-one-domain-out on rotated-digits", "rotated-digits", "fdg", FDG,
+                    args.domains, ("val", "oracle"), digits),
+        "fda": Part("fda", "FDA on rotated-digits (labelled target sample)", "rotated-digits", "fda", FDA,
+                    args.domains or ["0", "30", "75"], ("val", "target-val", "oracle"),
+                    {**digits, "local_steps": args.local_steps or 10, "target_fraction": args.target_fraction}),
+        "pacs": Part("pacs", "FDG on PACS (leave-one-domain-out, two held-out domains)", "pacs", "fdg", PACS,
+                     args.domains or ["sketch", "art_painting"], ("val", "oracle"), pacs),
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+def space_file(method: Method, setting: str, folder: Path) -> Path:
+    """The method's search space: fedtune's own file, with the method's pins and merges."""
+    from fedtune.tune.spaces import load_space
+
+    doc = yaml.safe_load(Path(load_space(method.algorithm).source).read_text())
+    params = dict(doc.get("params") or {})
+    for other in method.merge:
+        extra = yaml.safe_load(Path(load_space(other).source).read_text())
+        for k, v in (extra.get("params") or {}).items():
+            if k not in params or k == "global_lr":  # the merged server rule's own default step
+                params[k] = v
+    if method.drop_switches:
+        doc.pop("switches", None)
+        for k, v in list(params.items()):
+            if isinstance(v, dict):
+                params[k] = {kk: vv for kk, vv in v.items() if kk not in ("when", "otherwise")}
+    for k, v in method.pin.items():
+        if k in ("client_method", "server_rule"):  # a composed pair: top-level keys of a space
+            doc[k] = v
+        else:
+            params[k] = {"distribution": "fixed", "value": v}
+    doc["params"] = params
+    doc["description"] = f"{method.label} (benchmarks/paper_claims.py)"
+    if setting != "fdg":
+        doc["setting"] = setting
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{method.slug}.yaml"
+    text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def study_name(method: Method, domain: str) -> str:
+    return f"{method.slug}--{domain}"
+
+
+def sweep_command(args: argparse.Namespace, part: Part, method: Method, domain: str, out: Path) -> list[str]:
+    space = space_file(method, part.setting, out / "spaces")
+    name = study_name(method, domain)
+    cmd = [sys.executable, "-m", "fedtune.cli", "sweep", str(space), "--algorithm", method.algorithm,
+           "--dataset", part.dataset, "--target-domain", domain, "--rounds", str(args.rounds),
+           "--num-samples", str(args.trials), "--trial-seeds", str(args.trial_seeds),
+           "--sampler", args.sampler, "--output", str(out), "--name", name, "--no-report",
+           "--set", f"setting={part.setting}", "--set", f"num_cpus={args.cpus_per_job}"]
+    if args.num_gpus_per_job:
+        cmd += ["--set", f"num_gpus={args.num_gpus_per_job}"]
+    if part.dataset != "rotated-digits":
+        cmd += ["--data-root", str(Path(args.data_root).resolve())]
+    for k, v in part.overrides.items():
+        cmd += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
+    if (out / name / "study.json").exists():
+        cmd.append("--resume")
+    return cmd
+
+
+def run_study(cmd: list[str], log: Path) -> tuple[int, float]:
     t0 = time.perf_counter()
-    res = run(cfg, progress=False)
-    return {"trial_id": res.trial_id, "status": res.status, "wall_s": time.perf_counter() - t0,
-            **_select(res.rows)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    with log.open("a") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
+    return rc, time.perf_counter() - t0
 
 
-def _select(rows: list[dict[str, Any]]) -> dict[str, float]:
-    vals = [(r.get("val_acc"), r.get("target_acc")) for r in rows]
-    vals = [(v, t) for v, t in vals if v is not None and t is not None and math.isfinite(v) and math.isfinite(t)]
-    if not vals:
-        return {"honest": float("nan"), "oracle": float("nan")}
-    best = max(range(len(vals)), key=lambda i: (vals[i][0], -i))  # highest val_acc, earliest on ties
-    return {"honest": float(vals[best][1]), "oracle": float(max(t for _, t in vals))}
+# ------------------------------------------------------------------------------------------------
+def selected(study_dir: Path, protocol: str) -> dict[int, float]:
+    """trial seed -> reported target accuracy of the trial that ``protocol`` selects in that
+    seed's search: ``fedtune report``'s own selection (:mod:`fedtune.selection`, the one owner
+    of the protocol; search k of ``--trial-seeds`` runs with seed ``seed + k``)."""
+    from fedtune.tune.report import make_report
 
-
-def _done(output: str, study: str) -> dict[str, dict[str, float]]:
-    """trial_id -> numbers of runs already in the store (completed or diverged)."""
-    from fedtune import results
-
-    path = Path(output) / study
-    if not (path / "trials.parquet").exists():
+    rep = make_report(study_dir, selection=protocol, plots=False, write=False)
+    if rep.selected.empty:
         return {}
-    out = {}
-    for tid in results.load(path, table="trials").to_pylist():
-        if tid.get("status") not in ("completed", "diverged"):
-            continue
-        rows = results.load(path / "rounds" / f"{tid['trial_id']}.parquet").to_pylist()
-        out[tid["trial_id"]] = {"status": tid["status"], **_select(rows)}
-    return out
+    return {int(r["seed"]): float(r["target_acc"]) for _, r in rep.selected.iterrows()
+            if math.isfinite(float(r["target_acc"]))}
 
 
-def _mean_se(xs: list[float]) -> tuple[float, float]:
+def _mean_se(xs: list[float]) -> tuple[float, float, int]:
     a = np.array([x for x in xs if math.isfinite(x)], dtype=float)
     if len(a) == 0:
-        return float("nan"), float("nan")
-    return float(a.mean()), float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else 0.0
+        return math.nan, math.nan, 0
+    return float(a.mean()), (float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else math.nan), len(a)
 
 
-def _table(title: str, methods: list[str], domains: list[str], res: dict, key: str) -> str:
-    lines = [f"### {title}", "", "| method | " + " | ".join(domains) + " | average |",
-             "|---|" + "---|" * (len(domains) + 1)]
-    for m in methods:
-        cells, per_seed_avg = [], {}
-        for d in domains:
-            xs = [v[key] for (mm, dd, s), v in res.items() if mm == m and dd == d]
-            mu, se = _mean_se(xs)
-            cells.append(f"{100 * mu:.1f} ± {100 * se:.1f}")
-            for (mm, dd, s), v in res.items():
-                if mm == m and dd == d:
-                    per_seed_avg.setdefault(s, []).append(v[key])
-        avgs = [float(np.mean(v)) for v in per_seed_avg.values() if len(v) == len(domains)]
-        mu, se = _mean_se(avgs)
-        lines.append(f"| {m} | " + " | ".join(cells) + f" | {100 * mu:.1f} ± {100 * se:.1f} |")
+def _cell(mu: float, se: float) -> str:
+    if not math.isfinite(mu):
+        return "—"
+    return f"{100 * mu:.1f} ± {100 * se:.1f}" if math.isfinite(se) else f"{100 * mu:.1f}"
+
+
+def collect(part: Part, domains: list[str], out: Path) -> dict[str, dict[str, dict[str, dict[int, float]]]]:
+    """protocol -> method label -> domain -> {trial seed: selected target accuracy}."""
+    res: dict[str, dict[str, dict[str, dict[int, float]]]] = {}
+    for p in part.protocols:
+        for m in part.methods:
+            for d in domains:
+                sd = out / study_name(m, d)
+                if (sd / "trials.parquet").exists():
+                    res.setdefault(p, {}).setdefault(m.label, {})[d] = selected(sd, p)
+    return res
+
+
+def averages(per_domain: dict[str, dict[int, float]], domains: list[str]) -> dict[int, float]:
+    """trial seed -> average over domains (only seeds present in every domain)."""
+    seeds = set.intersection(*(set(per_domain.get(d, {})) for d in domains)) if domains else set()
+    return {s: float(np.mean([per_domain[d][s] for d in domains])) for s in sorted(seeds)}
+
+
+def table(part: Part, protocol: str, domains: list[str], res: dict) -> str:
+    from fedtune.selection import LABELS
+
+    rows = res.get(protocol, {})
+    head = f"#### {part.title} — {LABELS[protocol]}"
+    lines = [head, "", "| method | " + " | ".join(domains) + " | average |", "|---|" + "---|" * (len(domains) + 1)]
+    for m in part.methods:
+        if m.label not in rows:
+            continue
+        cells = [_cell(*_mean_se(list(rows[m.label].get(d, {}).values()))[:2]) for d in domains]
+        avg = averages(rows[m.label], domains)
+        lines.append(f"| {m.label} | " + " | ".join(cells) + f" | {_cell(*_mean_se(list(avg.values()))[:2])} |")
     return "\n".join(lines)
 
 
-def _avg(res: dict, method: str, key: str = "honest") -> float:
-    xs = [v[key] for (m, _, _), v in res.items() if m == method and math.isfinite(v[key])]
-    return float(np.mean(xs)) if xs else float("nan")
+def compare(res: dict, domains: list[str], a: str, b: str, protocol: str = "val") -> tuple[str, str]:
+    """Verdict on "a > b": the paired difference of the domain averages per trial seed."""
+    rows = res.get(protocol, {})
+    if a not in rows or b not in rows:
+        return "n/a", f"{a} or {b} not run"
+    xa, xb = averages(rows[a], domains), averages(rows[b], domains)
+    seeds = sorted(set(xa) & set(xb))
+    diff = [xa[s] - xb[s] for s in seeds]
+    mu, se, n = _mean_se(diff)
+    ma, mb = np.mean([xa[s] for s in seeds]) if seeds else math.nan, np.mean([xb[s] for s in seeds]) if seeds else math.nan
+    detail = (f"{a} {100 * ma:.1f} vs {b} {100 * mb:.1f}; paired difference {100 * mu:+.1f} ± "
+              f"{100 * se:.1f} over {n} trial seeds")
+    if n < 2 or not math.isfinite(se):
+        return "undecided", detail + " (too few trial seeds for an error bar)"
+    if mu > 2 * se:
+        return "held", detail
+    if mu < -2 * se:
+        return "NOT held", detail
+    return "undecided", detail + " (within two standard errors)"
 
 
-def _claims(fdg: dict, fda: dict) -> list[tuple[str, bool | None, str]]:
-    out: list[tuple[str, bool | None, str]] = []
+def spread(res: dict, domains: list[str], rule: str, protocol: str = "val") -> float:
+    rows = res.get(protocol, {})
+    xs = []
+    for b in (0.2, 0.5, 0.8):
+        avg = averages(rows.get(f"{rule} β={b}", {}), domains)
+        if avg:
+            xs.append(float(np.mean(list(avg.values()))))
+    return max(xs) - min(xs) if len(xs) == 3 else math.nan
 
-    def cmp(name: str, a: str, b: str, res: dict) -> None:
-        x, y = _avg(res, a), _avg(res, b)
-        ok = None if not (math.isfinite(x) and math.isfinite(y)) else x > y
-        out.append((name, ok, f"{a} {100 * x:.1f} vs {b} {100 * y:.1f}"))
 
-    if fdg:
-        best_omg = max(("FedOMG (η_g=0.05)", "FedOMG (η_g=1)"), key=lambda m: _avg(fdg, m))
-        cmp("FedOMG > FedAvg under domain shift (paper's η_g=0.05)", "FedOMG (η_g=0.05)", "FedAvg", fdg)
-        cmp("FedOMG > FedAvg under domain shift (η_g=1)", "FedOMG (η_g=1)", "FedAvg", fdg)
-        cmp("FedSAM+OMG > FedSAM", "FedSAM+OMG (η_g=1)", "FedSAM", fdg)
-        cmp("GFM ≥ FedSAM", "GFM", "FedSAM", fdg)
-        cmp("FedSAM ≥ FedAvg", "FedSAM", "FedAvg", fdg)
-        cmp("FedGaLA > FedAvg", "FedGaLA", "FedAvg", fdg)
-        del best_omg
-    if fda:
-        spread = {}
-        for rule in ("FedDA", "FedGP"):
-            xs = [_avg(fda, f"{rule} β={b}") for b in (0.2, 0.5, 0.8)]
-            spread[rule] = max(xs) - min(xs)
-        ok = spread["FedGP"] < spread["FedDA"]
-        out.append(("FedGP is robust to β, FedDA is not (spread of averages over β ∈ {0.2,0.5,0.8})", ok,
-                    f"FedGP spread {100 * spread['FedGP']:.1f} vs FedDA spread {100 * spread['FedDA']:.1f}"))
-        fixed_da = np.mean([_avg(fda, f"FedDA β={b}") for b in (0.2, 0.5, 0.8)])
-        x = _avg(fda, "FedDA β=auto")
-        out.append(("auto-β rescues FedDA (auto ≥ mean of fixed β)", bool(x >= fixed_da),
-                    f"FedDA auto {100 * x:.1f} vs fixed-β mean {100 * fixed_da:.1f}"))
-        cmp("FedGP (β=0.5) > FedDA (β=0.5)", "FedGP β=0.5", "FedDA β=0.5", fda)
-        cmp("FedGP (auto) > FedAvg", "FedGP β=auto", "FedAvg (fda)", fda)
-        cmp("FedGP (auto) > target-only", "FedGP β=auto", "Target-only", fda)
+def claims(name: str, res: dict, domains: list[str]) -> list[tuple[str, str, str]]:
+    out = []
+    if name in ("fdg", "pacs"):
+        for claim, a, b in (("FedOMG > FedAvg under domain shift (FedOMG paper)", "FedOMG", "FedAvg"),
+                            ("FedSAM+OMG > FedSAM (FedOMG paper)", "FedSAM+OMG", "FedSAM"),
+                            ("GFM > FedSAM (GFM paper)", "GFM", "FedSAM"),
+                            ("GFM > FedAvg (GFM paper)", "GFM", "FedAvg"),
+                            ("FedGaLA > FedAvg (FedGaLA paper; descent gate)", "FedGaLA (descent gate)", "FedAvg"),
+                            ("FedGaLA > FedAvg (FedGaLA paper; literal gate, as published)",
+                             "FedGaLA (literal gate)", "FedAvg")):
+            v, d = compare(res, domains, a, b)
+            if v != "n/a":
+                out.append((claim, v, d))
+    if name == "fda":
+        for protocol in ("val", "target-val"):
+            sp_gp, sp_da = spread(res, domains, "FedGP", protocol), spread(res, domains, "FedDA", protocol)
+            if math.isfinite(sp_gp) and math.isfinite(sp_da):
+                out.append((f"FedGP is more robust to β than FedDA ({protocol})",
+                            "held" if sp_gp < sp_da else "NOT held",
+                            f"spread of the averages over β ∈ {{0.2, 0.5, 0.8}}: FedGP {100 * sp_gp:.1f}, "
+                            f"FedDA {100 * sp_da:.1f} (no error bar: a descriptive comparison)"))
+            for claim, a, b in (("FedGP > FedDA at β=0.5", "FedGP β=0.5", "FedDA β=0.5"),
+                                ("auto-β FedDA > FedDA at β=0.5", "FedDA β=auto", "FedDA β=0.5"),
+                                ("FedGP (auto) > FedAvg", "FedGP β=auto", "FedAvg (fda)"),
+                                ("FedGP (auto) > target-only", "FedGP β=auto", "Target-only"),
+                                ("FedDA (auto) > target-only", "FedDA β=auto", "Target-only")):
+                v, d = compare(res, domains, a, b, protocol)
+                if v != "n/a":
+                    out.append((f"{claim} ({protocol})", v, d))
     return out
 
 
+# ------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", default="rotated-digits")
-    ap.add_argument("--data-root", default=None)
-    ap.add_argument("--domains", nargs="*", default=None, help="target domains (default: all)")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--part", choices=("fdg", "fda", "all"), default="all")
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--local-steps", type=int, default=None, help="default: one local epoch per round")
+    ap.add_argument("--part", nargs="+", choices=("fdg", "fda", "pacs", "all"), default=["fdg", "fda"])
+    ap.add_argument("--data-root", default="../shared/data/PACS64", help="pacs: folder holding PACS/")
+    ap.add_argument("--domains", nargs="*", default=None, help="held-out domains (default: per part)")
+    ap.add_argument("--trials", type=int, default=5, help="Optuna trials per search (the first: the defaults)")
+    ap.add_argument("--trial-seeds", type=int, default=3, help="independent searches per (method, domain)")
+    ap.add_argument("--sampler", default="tpe", help="fedtune sweep --sampler")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--local-steps", type=int, default=None, help="default: 1 local epoch (fdg), 10 steps (fda: the target's few labels still give auto-β "
+                    "several steps; pacs)")
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--target-fraction", type=float, default=0.05, help="fda: labelled share of the target domain")
-    ap.add_argument("--eval-every", type=int, default=1)
-    ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (processes, 1 torch thread each)")
-    ap.add_argument("--output", default="fedtune_results")
+    ap.add_argument("--model", default=None, help="default: mlp (digits), cnn (pacs)")
+    ap.add_argument("--image-size", type=int, default=None, help="pacs: pixels per side (default 32)")
+    ap.add_argument("--client-gpus", type=float, default=None, help="GPU share of each client actor")
+    ap.add_argument("--target-fraction", type=float, default=0.2,
+                    help="fda: labelled share of the target domain (a fifth of it is the target client's validation)")
+    ap.add_argument("--jobs", type=int, default=1, help="studies run side by side (one fedtune sweep each)")
+    ap.add_argument("--cpus-per-job", type=int, default=2, help="num_cpus of each study's Ray")
+    ap.add_argument("--num-gpus-per-job", type=float, default=None, help="num_gpus of each study's Ray")
+    ap.add_argument("--output", default="fedtune_results/paper_claims")
     ap.add_argument("--methods", nargs="*", default=None, help="only these method labels")
-    ap.add_argument("--json", default=None, help="also write the raw per-run numbers here")
-    ap.add_argument("--report-only", action="store_true", help="print the tables of the runs already stored; run nothing")
+    ap.add_argument("--markdown", default=None, help="also write the tables and verdicts to this file")
+    ap.add_argument("--report-only", action="store_true", help="tables of the studies already stored; run nothing")
     args = ap.parse_args(argv)
 
-    from fedtune.config import RunConfig
     from fedtune.data import dataset_info
 
-    info = dataset_info(args.dataset, root=args.data_root) if args.data_root else dataset_info(args.dataset)
-    domains = list(args.domains or info.domains)
-    study = f"paper_claims-{args.dataset}"
-    base = {"dataset": args.dataset, "data_root": args.data_root, "rounds": args.rounds,
-            "local_steps": args.local_steps, "batch_size": args.batch_size, "backend": "local",
-            "eval_every": args.eval_every, "output": args.output, "name": study, "client_cpus": 1.0}
-    if args.model:
-        base["model"] = args.model
-    parts = [("fdg", FDG_METHODS), ("fda", FDA_METHODS)]
-    jobs: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for setting, methods in parts:
-        if args.part not in (setting, "all"):
-            continue
-        for label, over in methods.items():
-            if args.methods and label not in args.methods:
-                continue
-            for d in domains:
-                for s in range(args.seeds):
-                    cfg = {**base, **over, "setting": setting, "target_domain": d, "seed": s, "data_seed": 0}
-                    if setting == "fda":
-                        cfg["target_fraction"] = args.target_fraction
-                    jobs[(setting, label, d, s)] = cfg  # type: ignore[index]
-
-    done = _done(args.output, study)
-    results: dict[tuple, dict[str, Any]] = {}
-    todo = []
-    for key, cfg in jobs.items():
-        tid = RunConfig.from_dict(cfg).trial_id()
-        if tid in done:
-            results[key] = done[tid]
+    chosen = ["fdg", "fda", "pacs"] if "all" in args.part else args.part
+    all_parts = parts(args)
+    budget = (f"{args.trials} Optuna trials per search (the first = the space's defaults), "
+              f"{args.trial_seeds} trial seeds (independent searches), {args.rounds} rounds, batch {args.batch_size}, "
+              f"sampler {args.sampler}")
+    jobs: list[tuple[Part, Method, str, list[str]]] = []
+    doms: dict[str, list[str]] = {}
+    for name in chosen:
+        part = all_parts[name]
+        if part.dataset == "pacs":
+            info = dataset_info("pacs", root=args.data_root)
         else:
-            todo.append((key, cfg))
-    if args.report_only:
-        todo = []
-    print(f"{len(jobs)} runs, {len(results)} already in {Path(args.output) / study}, {len(todo)} to go "
-          f"({args.jobs} in parallel)", flush=True)
-    t0 = time.perf_counter()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futs = {pool.submit(_one, cfg): key for key, cfg in todo}
-        for i, fut in enumerate(as_completed(futs), 1):
-            key = futs[fut]
-            try:
-                results[key] = fut.result()
-            except Exception as exc:  # a crashed run is reported, the benchmark goes on
-                results[key] = {"status": f"error: {exc}", "honest": float("nan"), "oracle": float("nan")}
-            r = results[key]
-            print(f"[{i}/{len(todo)} {time.perf_counter() - t0:6.0f}s] {key[0]} {key[1]:<20} target={key[2]:<8} "
-                  f"seed={key[3]}  {r['status']:<9} honest={r['honest']:.3f} oracle={r['oracle']:.3f}", flush=True)
-
-    fdg = {k[1:]: v for k, v in results.items() if k[0] == "fdg"}
-    fda = {k[1:]: v for k, v in results.items() if k[0] == "fda"}
-    budget = (f"{args.dataset}, model {args.model or info.default_model} from scratch, {args.rounds} rounds, "
-              f"{'1 local epoch' if args.local_steps is None else f'{args.local_steps} local steps'} per round, "
-              f"batch {args.batch_size}, {args.seeds} seeds")
-    print(f"\n## Paper claims on {budget}\n")
-    print("Target accuracy (%) at the round chosen by source validation accuracy; mean ± s.e. over seeds.\n")
-    for name, res, methods in (("FDG, leave-one-domain-out", fdg, FDG_METHODS), ("FDA", fda, FDA_METHODS)):
-        ms = [m for m in methods if any(k[0] == m for k in res)]
-        if ms:
-            print(_table(f"{name} — honest (val-selected)", ms, domains, res, "honest") + "\n")
-            print(_table(f"{name} — oracle (best target round; label-leaking reference)", ms, domains, res, "oracle") + "\n")
-    diverged = sorted({f"{k[1]}/{k[2]}/seed {k[3]}" for k, v in results.items() if v.get("status") != "completed"})
-    if diverged:
-        print("Runs that did not complete: " + ", ".join(diverged) + "\n")
-    print("### Claims\n")
-    for name, ok, detail in _claims(fdg, fda):
-        mark = "n/a" if ok is None else ("held" if ok else "NOT held")
-        print(f"- {name}: **{mark}** ({detail})")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"|".join(map(str, k)): v for k, v in results.items()}, indent=1))
+            info = dataset_info(part.dataset)
+        doms[name] = list(part.domains or info.domains)
+        out = Path(args.output) / f"claims-{name}"
+        for m in part.methods:
+            if args.methods and m.label not in args.methods:
+                continue
+            for d in doms[name]:
+                jobs.append((part, m, d, sweep_command(args, part, m, d, out)))
+    if not args.report_only:
+        print(f"{len(jobs)} studies ({budget}); {args.jobs} at a time", flush=True)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futs = {}
+            for part, m, d, cmd in jobs:
+                out = Path(args.output) / f"claims-{part.name}"
+                out.mkdir(parents=True, exist_ok=True)
+                futs[pool.submit(run_study, cmd, out / f"{study_name(m, d)}.log")] = (part, m, d)
+            for i, fut in enumerate(as_completed(futs), 1):
+                part, m, d = futs[fut]
+                rc, secs = fut.result()
+                print(f"[{i}/{len(jobs)} {time.perf_counter() - t0:6.0f}s] {part.name} {m.label:<24} target={d:<13} "
+                      f"exit {rc} in {secs:.0f}s", flush=True)
+    md: list[str] = [f"Budget: {budget}.", ""]
+    for name in chosen:
+        part = all_parts[name]
+        out = Path(args.output) / f"claims-{name}"
+        res = collect(part, doms[name], out)
+        over = ", ".join(f"{k}={v}" for k, v in part.overrides.items())
+        md += [f"### {part.title}", "", f"Fixed for every method: {over}.", ""]
+        for p in part.protocols:
+            md += [table(part, p, doms[name], res), ""]
+        md += ["Claims (honest selection; a verdict needs the paired difference beyond two standard errors):", ""]
+        md += [f"- {c}: **{v}** ({d})" for c, v, d in claims(name, res, doms[name])]
+        md.append("")
+    text = "\n".join(md)
+    print("\n" + text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
     return 0
 
 

@@ -54,9 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                                         "accuracy tables, STUDY_DIR/report.md, PNG plots in STUDY_DIR/plots/. "
                                         "Works while the study is still running.")
     report.add_argument("study_dir", metavar="STUDY_DIR", help="study directory, e.g. fedtune_results/default")
-    report.add_argument("--selection", choices=["val", "oracle"],
-                        help="choose rounds and trials by source validation (honest) or target accuracy "
-                             "(oracle, labelled as such); default: STUDY_DIR/study.json's, else val")
+    report.add_argument("--selection", choices=["val", "target-val", "oracle"],
+                        help="val: by source validation (honest); target-val (fda): by the target client's "
+                             "held-out labels; oracle: by a held-out slice of the target, last round (labelled "
+                             "oracle); default: STUDY_DIR/study.json's, else val")
     report.add_argument("--no-plots", action="store_true", help="skip the PNG plots and Optuna importances")
     return parser
 
@@ -183,25 +184,29 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from fedtune.data import DataError
+    from fedtune.results import CorruptResultsError
     from fedtune.runtime import ClientFailure, ResourceError
+    from fedtune.runtime.driver import sigterm_as_interrupt
 
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "datasets":
-            return cmd_datasets()
-        if args.command == "algorithms":
-            return cmd_algorithms()
-        if args.command == "fields":
-            return cmd_fields()
-        if args.command == "sweep":
-            from fedtune.tune.sweep import cmd_sweep
+        # SIGTERM (kill, a scheduler's stop) ends a command like Ctrl-C: recorded as interrupted, exit 130.
+        with sigterm_as_interrupt():
+            if args.command == "run":
+                return cmd_run(args)
+            if args.command == "datasets":
+                return cmd_datasets()
+            if args.command == "algorithms":
+                return cmd_algorithms()
+            if args.command == "fields":
+                return cmd_fields()
+            if args.command == "sweep":
+                from fedtune.tune.sweep import cmd_sweep
 
-            return cmd_sweep(args)
-        if args.command == "report":
-            return cmd_report(args)
-    except (ConfigError, DataError, ResourceError, ClientFailure) as exc:
+                return cmd_sweep(args)
+            if args.command == "report":
+                return cmd_report(args)
+    except (ConfigError, DataError, ResourceError, ClientFailure, CorruptResultsError) as exc:
         print(f"fedtune: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

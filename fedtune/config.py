@@ -66,6 +66,7 @@ class RunConfig:
     val_fraction: float = _f(0.2, "per-client validation hold-out (source validation = model selection)", lo=0.0, hi=0.9)
     test_fraction: float = _f(0.2, "fl: per-client test hold-out", lo=0.0, hi=0.9, lo_open=True)
     probe_fraction: float = _f(0.1, "ufdg: fraction of the target domain's labels for the linear probe", lo=0.0, hi=1.0, lo_open=True)
+    oracle_fraction: float = _f(0.2, "fdg/fda/ufdg: fraction of the target domain held out (stratified, fixed by data_seed) as the oracle slice: scored as oracle_acc, never part of target_acc; 0: no slice (no oracle selection)", lo=0.0, hi=0.9)
     model: str | None = _f(None, "cnn, mlp or resnet18; default: the dataset's", choices=MODELS)
     mlp_hidden: list[int] = _f(None, "hidden layer widths of the mlp model ([] = linear model)", factory=lambda: [256, 256])
     pretrained_path: str | None = _f(None, "resnet18 only: local state_dict file to start from (loaded with weights_only=True)")

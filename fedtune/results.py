@@ -75,8 +75,10 @@ _ROUND_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("seed", pa.int64(), "Random seed of the trial."),
     ("round", pa.int64(), "Communication round index."),
     ("train_loss", pa.float64(), "Mean client training loss of the round (NaN if diverged)."),
-    ("val_acc", pa.float64(), "Validation accuracy on the source clients' validation splits."),
-    ("target_acc", pa.float64(), "Accuracy on the held-out target domain."),
+    ("val_acc", pa.float64(), "Validation accuracy on the *source* clients' validation splits (selection protocol `val`)."),
+    ("target_acc", pa.float64(), "The reported accuracy: on the held-out target domain minus its oracle slice (and, in fda, the target client's labelled sample; in ufdg, the probe split); in fl, on all clients' test splits. Never used to choose anything."),
+    ("target_val_acc", pa.float64(), "fda only: accuracy on the target client's validation split (`val_fraction` of its labelled sample; selection protocol `target-val`); never part of `val_acc`."),
+    ("oracle_acc", pa.float64(), "Accuracy on the oracle slice (`oracle_fraction` of the target domain, stratified, fixed by `data_seed`; never part of `target_acc`), for selection protocol `oracle`; null in fl."),
     ("wall_s", pa.float64(), "Wall-clock seconds of the round."),
     ("client_s", pa.float64(), "Wall seconds of the round's fit phase (broadcast, client training on all actors, updates back)."),
     ("server_s", pa.float64(), "Seconds spent in server aggregation during the round."),
@@ -88,18 +90,21 @@ _ROUND_COLUMNS: list[tuple[str, pa.DataType, str]] = [
 
 _TRIAL_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     *_ROUND_COLUMNS[:9],  # study .. seed
-    ("status", pa.string(), "Trial status: `completed`, `diverged` (NaN/Inf loss or weights), `failed` (an error; see `error`), `interrupted` (Ctrl-C); sweeps add `pruned`."),
+    ("status", pa.string(), "Trial status: `completed`, `diverged` (NaN/Inf loss or weights), `failed` (an error; see `error`), `interrupted` (Ctrl-C or SIGTERM); sweeps add `pruned`."),
     ("rounds_done", pa.int64(), "Number of rounds recorded."),
     ("final_val_acc", pa.float64(), "`val_acc` of the last round that has one."),
     ("final_target_acc", pa.float64(), "`target_acc` of the last round that has one."),
-    ("best_val_acc", pa.float64(), "Highest finite `val_acc` over the rounds."),
-    ("best_round", pa.int64(), "Round with the highest `val_acc` (earliest on ties)."),
+    ("best_val_acc", pa.float64(), "Highest finite `val_acc` over the rounds (the trial's score under selection `val`)."),
+    ("best_round", pa.int64(), "Round with the highest `val_acc` (earliest on ties): the reported round under `val`."),
     (
         "target_acc_at_best_val",
         pa.float64(),
         "`target_acc` at `best_round`: honest, validation-selected target accuracy.",
     ),
-    ("best_target_acc", pa.float64(), "Highest finite `target_acc` (oracle selection)."),
+    ("best_target_val_acc", pa.float64(), "fda: highest finite `target_val_acc` (the trial's score under selection `target-val`)."),
+    ("target_val_round", pa.int64(), "fda: round with the highest `target_val_acc` (earliest on ties): the reported round under `target-val`."),
+    ("target_acc_at_best_target_val", pa.float64(), "fda: `target_acc` at `target_val_round`."),
+    ("final_oracle_acc", pa.float64(), "`oracle_acc` of the last evaluated round (the trial's score under selection `oracle`, which reports `final_target_acc`); null for a diverged trial."),
     (
         "total_wall_s",
         pa.float64(),
@@ -134,18 +139,56 @@ _JSON_PREFIXES = ("hp.",)
 # --------------------------------------------------------------------------- names
 
 
+NAME_RULE = "a non-empty folder name without '/', '\\' or NUL that does not start with '.'"
+"""What a study name or trial id may be (one path component, not hidden)."""
+
+
+class CorruptResultsError(ValueError):
+    """A results file cannot be read (truncated or not Parquet); the message names the file and
+    what to do. ``path`` is the file."""
+
+    def __init__(self, path: Path, cause: BaseException):
+        self.path = Path(path)
+        if self.path.parent.name == ROUNDS_DIR:
+            what = ("delete it (or rename it to *.corrupt); `fedtune sweep --resume` then re-runs that trial "
+                    "(a run is deterministic given its configuration, so it gives the same rows), or re-run "
+                    "the `fedtune run` that wrote it")
+        else:
+            what = ("delete it (or rename it to *.corrupt); `fedtune sweep --resume` rebuilds the trial rows of "
+                    "finished searches' trials it re-runs, and `fedtune run` re-writes its own row")
+        super().__init__(f"results file '{self.path}' is unreadable ({type(cause).__name__}: "
+                         f"{str(cause).splitlines()[0] if str(cause) else 'truncated or not Parquet'}); {what}")
+
+
 def _check_name(value: object, field: str) -> str:
-    """Return ``value`` if it is usable as a single path component, else raise ValueError."""
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"invalid {field} {value!r}: {field} must be a non-empty string")
+    """Return ``value`` if it is usable as a single path component, else raise ConfigError (a
+    ValueError) naming :data:`NAME_RULE`."""
+    from fedtune.config import ConfigError
+
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"invalid {field} {value!r}: allowed: {NAME_RULE}")
     bad = [s for s in ("/", "\\", os.sep, os.altsep, "\0") if s and s in value]
     if bad:
-        raise ValueError(
-            f"invalid {field} {value!r}: {field} must not contain path separators or NUL"
+        raise ConfigError(
+            f"invalid {field} {value!r}: {field} must not contain path separators or NUL; allowed: {NAME_RULE}"
         )
     if value.startswith("."):
-        raise ValueError(f"invalid {field} {value!r}: {field} must not start with '.'")
+        raise ConfigError(f"invalid {field} {value!r}: {field} must not start with '.'; allowed: {NAME_RULE}")
     return value
+
+
+def check_output_dir(output: str | os.PathLike[str], option: str = "field 'output'") -> Path:
+    """Refuse an output directory that is, or lies under, an existing non-directory (before anything
+    runs, instead of failing when the first result is written). Returns ``Path(output)``."""
+    from fedtune.config import ConfigError
+
+    path = Path(output)
+    for p in (path, *path.parents):
+        if p.exists() and not p.is_dir():
+            where = "is" if p == path else f"lies under '{p}', which is"
+            raise ConfigError(f"{option}: '{output}' {where} a file, not a directory; allowed: a directory "
+                              "(existing, or one that can be created)")
+    return path
 
 
 # --------------------------------------------------------------------------- values -> Arrow
@@ -402,10 +445,40 @@ def _atomic_write(table: pa.Table, path: Path) -> Path:
 
 
 def _read(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """Read one Parquet file; an unreadable one (truncated, not Parquet) is a
+    :class:`CorruptResultsError` naming it and what to do."""
     # Open the file once and read through that handle: opening the path twice (as
     # pq.read_table(str) may) can mix two versions of a file being replaced concurrently.
-    with pa.OSFile(str(path), "rb") as f:
-        return pq.ParquetFile(f).read(columns=columns)
+    try:
+        with pa.OSFile(str(path), "rb") as f:
+            return pq.ParquetFile(f).read(columns=columns)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+            raise
+        raise CorruptResultsError(Path(path), exc) from None
+
+
+def corrupt_files(path: str | os.PathLike[str], table: str = "rounds") -> list[Path]:
+    """The files :func:`load` would read for ``table`` under ``path`` that cannot be read."""
+    p = Path(path)
+    files = [p] if p.is_file() else _files(p, table)
+    bad = []
+    for f in files:
+        try:
+            with pa.OSFile(str(f), "rb") as fh:
+                pq.ParquetFile(fh).read()
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError):
+            bad.append(f)
+    return bad
+
+
+def quarantine(path: str | os.PathLike[str]) -> Path:
+    """Rename an unreadable results file to ``<name>.corrupt`` (kept for inspection, ignored by
+    :func:`load`); returns the new path."""
+    p = Path(path)
+    target = p.with_name(p.name + ".corrupt")
+    os.replace(p, target)
+    return target
 
 
 # --------------------------------------------------------------------------- the store
@@ -425,7 +498,7 @@ class ResultsStore:
     >>> ResultsStore("/tmp", "a/b")
     Traceback (most recent call last):
     ...
-    ValueError: invalid name 'a/b': name must not contain path separators or NUL
+    fedtune.config.ConfigError: invalid name 'a/b': name must not contain path separators or NUL; allowed: a non-empty folder name without '/', '\\' or NUL that does not start with '.'
     """
 
     def __init__(self, output: str | os.PathLike[str], study: str) -> None:
@@ -537,11 +610,14 @@ def summarize_trial(
     """Build the ``trials.parquet`` row of a trial from its round rows (which may be empty).
 
     Identity columns (study, trial_id, algorithm, ...) come from the last round row, else
-    from ``config``. Rows are ordered by ``round`` (duplicates: the last one wins).
-    ``best_round`` is the round with the highest finite ``val_acc`` (earliest on ties; NaN
-    ignored) and ``target_acc_at_best_val`` the target accuracy *at that round* (honest
-    selection), while ``best_target_acc`` is the oracle maximum. ``final_*`` are the values
-    of the last round that has one (NaN included, so a diverged trial ends in NaN).
+    from ``config``. Rows are ordered by ``round`` (duplicates: the last one wins). The
+    reported round and score of each selection protocol come from
+    :func:`fedtune.selection.choose_round`: ``best_round`` / ``best_val_acc`` /
+    ``target_acc_at_best_val`` (``val``: the highest finite ``val_acc``, earliest on ties, and
+    the target accuracy *at that round*), ``target_val_round`` / ``best_target_val_acc`` /
+    ``target_acc_at_best_target_val`` (``target-val``, fda) and ``final_oracle_acc``
+    (``oracle``: the last evaluated round). ``final_*`` are the values of the last round that
+    has one (NaN included, so a diverged trial ends in NaN).
     ``hp.*`` columns of the rows (and ``hp.*`` keys or an ``hp`` dict of ``config``) are
     copied over; ``config_json`` is ``config`` as sorted JSON.
 
@@ -550,7 +626,7 @@ def summarize_trial(
     ...         {"round": 2, "val_acc": 0.6, "target_acc": 0.9}]
     >>> s = summarize_trial(rows, config={"trial_id": "t"}, status="ok", error=None,
     ...                     started_at=0.0, ended_at=12.5)
-    >>> s["best_round"], s["target_acc_at_best_val"], s["best_target_acc"], s["total_wall_s"]
+    >>> s["best_round"], s["target_acc_at_best_val"], s["final_target_acc"], s["total_wall_s"]
     (1, 0.3, 0.9, 12.5)
     """
     by_round: dict[Any, Mapping[str, Any]] = {}
@@ -577,12 +653,11 @@ def summarize_trial(
                 return float(r[col])
         return None
 
-    best_i = None
-    for i, r in enumerate(ordered):
-        v = r.get("val_acc")
-        if _finite(v) and (best_i is None or float(v) > float(ordered[best_i]["val_acc"])):
-            best_i = i
-    targets = [float(r["target_acc"]) for r in ordered if _finite(r.get("target_acc"))]
+    from fedtune import selection
+
+    val = selection.choose_round(ordered, "val")
+    tval = selection.choose_round(ordered, "target-val")
+    oracle = selection.choose_round(ordered, "oracle")
 
     start, end = _to_timestamp(started_at, "started_at"), _to_timestamp(ended_at, "ended_at")
     if start is not None and end is not None:
@@ -591,26 +666,27 @@ def summarize_trial(
         walls = [float(r["wall_s"]) for r in ordered if _finite(r.get("wall_s"))]
         total = float(sum(walls)) if walls else None
 
-    best = ordered[best_i] if best_i is not None else None
+    def score(c: selection.Choice, v: float) -> float | None:
+        return None if c.round is None or math.isnan(v) else v
+
     out.update(
         status=status,
         rounds_done=len(ordered),
         final_val_acc=last("val_acc"),
         final_target_acc=last("target_acc"),
-        best_val_acc=float(best["val_acc"]) if best else None,
-        best_round=(best.get("round", best_i) if best else None),
-        target_acc_at_best_val=(
-            float(best["target_acc"]) if best and best.get("target_acc") is not None else None
-        ),
-        best_target_acc=max(targets) if targets else None,
+        best_val_acc=score(val, val.score),
+        best_round=val.round,
+        target_acc_at_best_val=score(val, val.target_acc),
+        best_target_val_acc=score(tval, tval.score),
+        target_val_round=tval.round,
+        target_acc_at_best_target_val=score(tval, tval.target_acc),
+        final_oracle_acc=score(oracle, oracle.score),
         total_wall_s=total,
         started_at=start,
         ended_at=end,
         error=error,
         config_json=_to_json(dict(config)),
     )
-    if out["best_round"] is not None:
-        out["best_round"] = int(out["best_round"])
 
     hps: dict[str, Any] = {}
     if isinstance(config.get("hp"), Mapping):

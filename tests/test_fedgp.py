@@ -280,14 +280,16 @@ def test_target_only_rule_and_missing_clients():
     np.testing.assert_array_equal(res.params, [1.0, 1.0])
 
 
-def test_auto_beta_rule_uses_the_target_steps_and_per_step_source_displacements():
+def test_auto_beta_rule_uses_the_target_steps_and_the_sources_mean_raw_steps():
     params, updates, weights, info = hand_round()
-    steps = np.array([[0.8, 0.3], [0.2, 0.7]], np.float32)  # Σ = Δ_T = (1, 1)
-    extras = [{}, {}, {"step_updates": steps}]
+    steps = np.array([[0.8, 0.3], [0.2, 0.7]], np.float32)  # the target's raw steps −lr·∇_b
+    # the sources' mean raw steps s_i (not Δ_i / steps_i = (1, 0), (0, 1): with momentum those differ)
+    src_means = [np.array([0.9, 0.1], np.float32), np.array([0.2, 0.6], np.float32)]
+    extras = [{"mean_step_update": src_means[0]}, {"mean_step_update": src_means[1]}, {"step_updates": steps}]
     fedgp = rule(FedGP, "fedgp", gp_beta="auto")
     res = fedgp.aggregate(params, updates.copy(), weights, extras=extras, round=1, info=info)
-    # s_i = Δ̃_i / steps_T = Δ_i / steps_i: (1, 0) and (0, 1)
-    est = auto_beta_estimates(steps, np.array([[1., 0.], [0., 1.]]))
+    est = auto_beta_estimates(steps, np.stack(src_means))
+    assert not np.allclose(est.d2, auto_beta_estimates(steps, np.array([[1., 0.], [0., 1.]])).d2)
     diag = res.diagnostics
     assert diag["gp_sigma2"] == pytest.approx(est.sigma2, rel=1e-12)
     for i in (0, 1):
@@ -305,6 +307,8 @@ def test_auto_beta_rule_uses_the_target_steps_and_per_step_source_displacements(
     # missing or too few step updates are explained
     with pytest.raises(ValueError, match="step_updates"):
         fedgp.aggregate(params, updates.copy(), weights, extras=[{}] * 3, round=1, info=info)
+    with pytest.raises(ValueError, match=r"mean_step_update.*\[1\]"):
+        fedgp.aggregate(params, updates.copy(), weights, extras=[extras[0], {}, extras[2]], round=1, info=info)
     with pytest.raises(ValueError, match="at least 2"):
         fedgp.aggregate(params, updates.copy(), weights, extras=[{}, {}, {"step_updates": steps[:1]}], round=1,
                         info=info)
@@ -383,3 +387,40 @@ def test_end_to_end_fda_runs(tmp_path):
         assert r0["target_acc"] == pytest.approx(rt["target_acc"], abs=1e-9)
     # and the sources matter with β = 0.5
     assert rows["fedgp"][1]["train_loss"] != pytest.approx(rows["target-only"][1]["train_loss"], rel=1e-5)
+
+
+# ================================================================================ batch-norm buffers
+def test_buffers_follow_the_fda_rule():
+    from fedtune.algorithms import FedAvg, fedavg_buffers
+
+    params, updates, weights, info = hand_round()
+    old = np.array([0.0, 1.0, 2.0], np.float32)  # the global running mean/var entries
+    client = np.array([[4.0, 1.0, 2.0],  # source 0
+                       [0.0, 5.0, 2.0],  # source 1
+                       [1.0, 2.0, 0.5]], np.float32)  # target
+    # target-only: exactly the target's buffers (the sources' ≈ all of the data no longer leak in)
+    r = rule(TargetOnly, "target-only")
+    r.aggregate(params, updates.copy(), weights, extras=[{}] * 3, round=1, info=info)
+    out = r.aggregate_buffers(old, client, weights, info=info)
+    assert out.dtype == np.float32 and np.array_equal(out, client[2])
+    # FedDA / FedGP at β = 0.5, α = (0.75, 0.25): B + 0.5·ΔB_T + 0.5·(0.75 ΔB_0 + 0.25 ΔB_1)
+    # ΔB_T = (1, 1, −1.5), ΔB_0 = (4, 0, 0), ΔB_1 = (0, 4, 0)
+    expected = old + 0.5 * np.array([1.0, 1.0, -1.5]) + 0.5 * np.array([3.0, 1.0, 0.0])
+    for cls, name in ((FedDA, "fedda"), (FedGP, "fedgp")):
+        r = rule(cls, name)
+        r.aggregate(params, updates.copy(), weights, extras=[{}] * 3, round=1, info=info)
+        np.testing.assert_allclose(r.aggregate_buffers(old, client, weights, info=info), expected, rtol=1e-7)
+    # β = 0.25 (source weight): 0.75·ΔB_T + 0.25·(3, 1, 0)
+    r = rule(FedDA, "fedda", gp_beta=0.25)
+    r.aggregate(params, updates.copy(), weights, extras=[{}] * 3, round=1, info=info)
+    np.testing.assert_allclose(r.aggregate_buffers(old, client, weights, info=info),
+                               old + 0.75 * np.array([1.0, 1.0, -1.5]) + 0.25 * np.array([3.0, 1.0, 0.0]), rtol=1e-7)
+    # no target this round: unchanged; FedAvg: the weighted mean, as before
+    src_only = RoundInfo((0, 1), ("source", "source"), (4, 8), (30, 10))
+    r.aggregate(params, updates[:2].copy(), weights[:2], extras=[{}] * 2, round=2, info=src_only)
+    assert np.array_equal(r.aggregate_buffers(old, client[:2], weights[:2], info=src_only), old)
+    fedavg = FedAvg(RunConfig.from_dict({"algorithm": "fedavg", "backend": "local"}), layout_of(1, 1))
+    assert np.array_equal(fedavg.aggregate_buffers(old, client, weights, info=info), fedavg_buffers(client, weights))
+    # calling it without the round's aggregate is a programming error, not a silent FedAvg
+    with pytest.raises(RuntimeError, match="aggregate"):
+        rule(FedGP, "fedgp").aggregate_buffers(old, client, weights, info=info)

@@ -30,32 +30,91 @@ def _cfg(**kw) -> RunConfig:
 
 
 # ================================================================================ global alignment
-def test_two_clients_by_hand():
-    # p = (1/4, 3/4), Δ1 = (1, 0), Δ2 = (1, 1)  =>  v1 = (1/4, 0), v2 = (3/4, 3/4)
-    # a0 = mean v = (1/2, 3/8), |a0| = 5/8
-    # cos(v1, a0) = (1/8) / (1/4 · 5/8) = 4/5 ;  cos(v2, a0) = (3/8 + 9/32) / (3√2/4 · 5/8) = 0.7·√2
+def _layout(*sizes):
+    from fedtune.layout import FlatLayout, TensorSlot
+
+    slots, off = [], 0
+    for k, n in enumerate(sizes):
+        slots.append(TensorSlot(f"t{k}", (n,), off, n, True))
+        off += n
+    return FlatLayout(tuple(slots), off, off)
+
+
+def test_two_clients_by_hand_whole_vector():
+    # p = (1/4, 3/4), Δ1 = (1, 0), Δ2 = (1, 1)  =>  a0 = Σ p Δ = (1, 3/4), |a0| = 5/4
+    # cos(Δ1, a0) = 1 / (5/4) = 4/5 ;  cos(Δ2, a0) = (7/4) / (√2 · 5/4) = 0.7·√2
     updates = np.array([[1.0, 0.0], [1.0, 1.0]], np.float32)
     p = np.array([0.25, 0.75])
     c1, c2 = 0.8, 0.7 * math.sqrt(2.0)
-    raw = np.array([(c1 + 1) / 2, (c2 + 1) / 2])
+    raw = p * np.array([(c1 + 1) / 2, (c2 + 1) / 2])
     w_expected = raw / raw.sum()
     w, a = gala_global_weights(updates, p, iters=1)
     np.testing.assert_allclose(w, w_expected, rtol=1e-12)
-    assert w.sum() == pytest.approx(1.0, abs=1e-15)
-    a_expected = w_expected[0] * np.array([0.25, 0.0]) + w_expected[1] * np.array([0.75, 0.75])
+    a_expected = w_expected[0] * np.array([1.0, 0.0]) + w_expected[1] * np.array([1.0, 1.0])
     np.testing.assert_allclose(a, a_expected, rtol=1e-12)
+    # FedAvg scale: a is a convex combination of the updates (not 1/U of one)
+    assert np.linalg.norm(a) == pytest.approx(np.linalg.norm(updates.T @ p), rel=0.05)
 
     # a second iteration reweights against that a (cosines written out again by hand)
-    a1 = a_expected
-    n1 = math.hypot(*a1)
-    d1, d2 = a1[0] / n1, (a1[0] + a1[1]) / (math.sqrt(2.0) * n1)
-    raw2 = np.array([(d1 + 1) / 2, (d2 + 1) / 2])
+    n1 = math.hypot(*a_expected)
+    d1, d2 = a_expected[0] / n1, (a_expected[0] + a_expected[1]) / (math.sqrt(2.0) * n1)
+    raw2 = p * np.array([(d1 + 1) / 2, (d2 + 1) / 2])
     w2_expected = raw2 / raw2.sum()
     w2, a2 = gala_global_weights(updates, p, iters=2)
     np.testing.assert_allclose(w2, w2_expected, rtol=1e-12)
-    np.testing.assert_allclose(a2, w2_expected[0] * np.array([0.25, 0.0]) + w2_expected[1] * np.array([0.75, 0.75]),
-                               rtol=1e-12)
+    np.testing.assert_allclose(a2, w2_expected @ updates.astype(np.float64), rtol=1e-12)
     assert not np.allclose(w2, w)  # the iteration does change the weights here
+
+
+def test_per_tensor_weights_by_hand_and_differ_from_whole_vector():
+    # tensor A = entries 0:2 as in the whole-vector case; tensor B = entries 2:4 where client 1
+    # points exactly against the FedAvg direction: a_B = (0, 0.5 − 0.75) => cos = (−1, +1) => w_B = (0, 1)
+    updates = np.array([[1.0, 0.0, 0.0, 2.0], [1.0, 1.0, 0.0, -1.0]], np.float32)
+    p = np.array([0.25, 0.75])
+    c1, c2 = 0.8, 0.7 * math.sqrt(2.0)
+    raw = p * np.array([(c1 + 1) / 2, (c2 + 1) / 2])
+    wA = raw / raw.sum()
+    lay = _layout(2, 2)
+    w, a = gala_global_weights(updates, p, iters=1, slices=lay.param_slices())
+    np.testing.assert_allclose(w, [wA, [0.0, 1.0]], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(a, [1.0, wA[1], 0.0, -1.0], rtol=1e-12)
+    whole_w, whole_a = gala_global_weights(updates, p, iters=1)
+    assert not np.allclose(whole_a, a, atol=1e-3)
+    # the rule's step and its diagnostic (parameter-count-weighted mean of the per-tensor weights)
+    info = RoundInfo((3, 8), ("source",) * 2, (1,) * 2, (1, 3))
+    theta = np.zeros(4, np.float32)
+    res = _rule(lay, gala_iters=1).aggregate(theta, updates, p, extras=[{}] * 2, round=1, info=info)
+    np.testing.assert_allclose(res.params, a, rtol=1e-6)
+    assert res.diagnostics == pytest.approx({"gala_w.3": (wA[0] + 0.0) / 2, "gala_w.8": (wA[1] + 1.0) / 2})
+    res_whole = _rule(lay, gala_iters=1, gala_weights="whole").aggregate(theta, updates, p, extras=[{}] * 2,
+                                                                        round=1, info=info)
+    np.testing.assert_allclose(res_whole.params, whole_a, rtol=1e-6)
+    assert res_whole.diagnostics == pytest.approx({"gala_w.3": whole_w[0], "gala_w.8": whole_w[1]})
+
+
+@pytest.mark.parametrize("weights_mode", ["per-tensor", "whole"])
+@pytest.mark.parametrize("mix", [1.0, 0.3])
+def test_equal_alignments_are_fedavg_bit_for_bit(weights_mode, mix):
+    rng = np.random.default_rng(1)
+    lay = _layout(37, 5, 200)
+    theta = rng.normal(size=242).astype(np.float32)
+    delta = rng.normal(size=242).astype(np.float32)
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    info = RoundInfo.sources(4)
+    rule = _rule(lay, gala_mix=mix, global_lr=0.7, gala_weights=weights_mode)
+    # identical updates: every cosine is 1
+    same = np.stack([delta] * 4)
+    res = rule.aggregate(theta, same, p, extras=[{}] * 4, round=1, info=info)
+    assert res.params.dtype == np.float32
+    assert np.array_equal(res.params, fedavg_step(theta, same, p, 0.7))
+    assert [res.diagnostics[f"gala_w.{u}"] for u in range(4)] == pytest.approx(p.tolist(), rel=1e-12)
+    # two different updates, mirror images about their mean (u, ±v): equal cosines in every tensor
+    sym = np.stack([delta, delta])
+    sym[1, 121:] *= -1
+    half = np.array([0.5, 0.5])
+    sym_res = _rule(lay, gala_mix=mix, gala_weights=weights_mode).aggregate(
+        theta, sym, half, extras=[{}] * 2, round=1, info=RoundInfo.sources(2))
+    assert np.array_equal(sym_res.params, fedavg_step(theta, sym, half, 1.0))
 
 
 def test_better_aligned_client_gets_more_weight_and_more_iterations_sharpen():
@@ -70,19 +129,6 @@ def test_better_aligned_client_gets_more_weight_and_more_iterations_sharpen():
     assert w5[2] <= w1[2]
 
 
-def test_identical_updates_give_equal_weights_and_a_equals_the_common_v():
-    delta = np.random.default_rng(1).normal(size=37).astype(np.float32)
-    updates = np.stack([delta] * 4)
-    p = np.full(4, 0.25)
-    w, a = gala_global_weights(updates, p, iters=3)
-    assert np.all(w == w[0]) and w[0] == pytest.approx(0.25, abs=1e-15)
-    np.testing.assert_allclose(a, 0.25 * delta.astype(np.float64), rtol=1e-12, atol=0)
-    # unequal sizes: same direction => still equal weights (cosines ignore scale), a = Σ w p Δ = Δ / 4
-    w2, a2 = gala_global_weights(updates, np.array([0.1, 0.2, 0.3, 0.4]), iters=3)
-    assert np.all(w2 == w2[0])
-    np.testing.assert_allclose(a2, 0.25 * delta.astype(np.float64), rtol=1e-12)
-
-
 def test_zero_updates_are_handled_without_nan():
     updates = np.zeros((2, 5), np.float32)
     w, a = gala_global_weights(updates, np.array([0.5, 0.5]))
@@ -95,13 +141,12 @@ def test_bad_inputs_raise():
         gala_global_weights(np.ones((2, 3), np.float32), np.array([0.5, 0.5]), iters=0)
     with pytest.raises(ValueError, match="client count"):
         gala_global_weights(np.ones((2, 3), np.float32), np.array([1.0]))
+    with pytest.raises(ValueError, match="cover"):
+        gala_global_weights(np.ones((2, 3), np.float32), np.array([0.5, 0.5]), slices=[slice(0, 2)])
 
 
-def _rule(**params) -> Gala:
-    from fedtune.layout import FlatLayout
-
-    cfg = _cfg(**params)
-    return Gala(cfg, FlatLayout((), 0, 0))
+def _rule(layout=None, **params) -> Gala:
+    return Gala(_cfg(**params), layout if layout is not None else _layout(300))
 
 
 def test_gala_mix_zero_is_fedavg_bit_for_bit_and_mix_one_is_theta_plus_a():
@@ -109,20 +154,24 @@ def test_gala_mix_zero_is_fedavg_bit_for_bit_and_mix_one_is_theta_plus_a():
     theta = rng.normal(size=300).astype(np.float32)
     updates = rng.normal(size=(3, 300)).astype(np.float32)
     p = np.array([0.2, 0.3, 0.5])
+    lay = _layout(100, 200)
     info = RoundInfo((4, 7, 9), ("source",) * 3, (1,) * 3, (2, 3, 5))
-    res0 = _rule(gala_mix=0.0, global_lr=0.5).aggregate(theta, updates, p, extras=[{}] * 3, round=1, info=info)
+    res0 = _rule(lay, gala_mix=0.0, global_lr=0.5).aggregate(theta, updates, p, extras=[{}] * 3, round=1, info=info)
     np.testing.assert_array_equal(res0.params, fedavg_step(theta, updates, p, 0.5))
-    res1 = _rule(global_lr=0.5).aggregate(theta, updates, p, extras=[{}] * 3, round=1, info=info)
-    _, a = gala_global_weights(updates, p, iters=3)
+    res1 = _rule(lay, global_lr=0.5).aggregate(theta, updates, p, extras=[{}] * 3, round=1, info=info)
+    _, a = gala_global_weights(updates, p, iters=3, slices=lay.param_slices())
     np.testing.assert_allclose(res1.params, theta + 0.5 * a, rtol=0, atol=1e-6)
     assert not np.allclose(res1.params, res0.params, atol=1e-4)
     # mix in between: the straight line between the two (global_lr scales both parts)
-    half = _rule(gala_mix=0.5, global_lr=0.5).aggregate(theta, updates, p, extras=[{}] * 3, round=1, info=info)
+    half = _rule(lay, gala_mix=0.5, global_lr=0.5).aggregate(theta, updates, p, extras=[{}] * 3, round=1, info=info)
     np.testing.assert_allclose(half.params, 0.5 * (res0.params + res1.params), rtol=0, atol=1e-6)
     # diagnostics: one normalised weight per client id
     assert sorted(res1.diagnostics) == ["gala_w.4", "gala_w.7", "gala_w.9"]
     assert sum(res1.diagnostics.values()) == pytest.approx(1.0)
     assert res1.params.dtype == np.float32
+    # per-tensor needs a layout with parameter tensors
+    with pytest.raises(ValueError, match="gala_weights"):
+        Gala(_cfg(), _layout()).aggregate(theta, updates, p, extras=[{}] * 3, round=1, info=info)
 
 
 def test_gala_iters_reaches_the_rule():
@@ -130,14 +179,16 @@ def test_gala_iters_reaches_the_rule():
     updates = rng.normal(size=(3, 40)).astype(np.float32)
     p = np.full(3, 1 / 3)
     info = RoundInfo.sources(3)
-    d1 = _rule(gala_iters=1).aggregate(np.zeros(40, np.float32), updates, p, extras=[{}] * 3, round=1, info=info)
+    d1 = _rule(_layout(40), gala_iters=1).aggregate(np.zeros(40, np.float32), updates, p, extras=[{}] * 3,
+                                                    round=1, info=info)
     w1, _ = gala_global_weights(updates, p, iters=1)
     assert [d1.diagnostics[f"gala_w.{u}"] for u in range(3)] == pytest.approx(w1.tolist(), rel=1e-12)
     _, w3, _ = gala_step(np.zeros(40, np.float32), updates, p, iters=3)
     assert not np.allclose(w1, w3, rtol=1e-9)
 
 
-@pytest.mark.parametrize("key,value", [("gala_tau", 2.0), ("gala_tau", -1.5), ("gala_iters", 0), ("gala_mix", 1.5)])
+@pytest.mark.parametrize("key,value", [("gala_tau", 2.0), ("gala_tau", -1.5), ("gala_iters", 0), ("gala_mix", 1.5),
+                                       ("gala_gate", "ascent"), ("gala_weights", "layer")])
 def test_bad_hyperparameters_are_config_errors_naming_the_field(key, value):
     with pytest.raises(ConfigError, match=key):
         _cfg(**{key: value})
@@ -150,6 +201,7 @@ def test_registration():
     assert GalaClient.needs_global_move and GalaClient.supervised
     cfg = _cfg()
     assert (cfg.param("gala_tau"), cfg.param("gala_iters"), cfg.param("gala_mix")) == (0.0, 3, 1.0)
+    assert (cfg.param("gala_gate"), cfg.param("gala_weights")) == ("descent", "per-tensor")
 
 
 # ================================================================================ local gate
@@ -189,6 +241,42 @@ def test_threshold_is_strict_and_zero_reference_is_not_gated():
         opt.step()
         assert (not torch.equal(w.detach(), torch.zeros(2))) == moved
         assert torch.equal(z.detach(), -c)
+
+
+def test_descent_and_literal_gates_disagree_by_hand():
+    # tensor 1: r = +∇ (cos(−∇, r) = −1, cos(+∇, r) = +1); tensor 2: r ⟂ ∇ (both cosines 0, at τ = 0:
+    # descent's strict > skips, literal's >= steps); tensor 3: r = −∇ (descent steps, literal skips)
+    c = [torch.tensor([1.0, -2.0]), torch.tensor([1.0, 0.0]), torch.tensor([0.5, 0.5])]
+    refs = [c[0].clone(), torch.tensor([0.0, 3.0]), -c[2]]
+    moved = {}
+    for gate in ("descent", "literal"):
+        ws = [torch.zeros(2, requires_grad=True) for _ in range(3)]
+        opt = GatedSGD(ws, lr=0.1, reference=refs, tau=0.0, gate=gate)
+        sum((w * ci).sum() for w, ci in zip(ws, c)).backward()
+        opt.step()
+        moved[gate] = [not torch.equal(w.detach(), torch.zeros(2)) for w in ws]
+        for w, ci, m in zip(ws, c, moved[gate]):
+            if m:
+                torch.testing.assert_close(w.detach(), -0.1 * ci, rtol=0, atol=0)
+        assert opt.metrics() == {"gala_skipped": pytest.approx(sum(not m for m in moved[gate]) / 3)}
+    assert moved == {"descent": [False, False, True], "literal": [True, True, False]}
+    with pytest.raises(ValueError, match="gate"):
+        GatedSGD([torch.zeros(2, requires_grad=True)], lr=0.1, gate="ascent")
+
+
+def test_gala_gate_reaches_the_client_and_skips_are_recorded_for_both():
+    x, y = _data()
+    res = {}
+    for gate in ("descent", "literal"):
+        cfg = _cfg(gala_gate=gate, local_steps=4, batch_size=8)
+        a, _ = _twin_models()
+        move = np.ones(_num_params(a), np.float32)
+        out = GalaClient(cfg).train(_ctx(a, x, y, cfg, {"global_move": move}))
+        res[gate] = out.metrics["gala_skipped"]
+        assert 0.0 <= res[gate] <= 1.0
+    # on every tensor-step the two cosines are negatives of each other: away from cos = 0 exactly
+    # one gate passes at τ = 0, so the skipped fractions add up to 1
+    assert res["descent"] + res["literal"] == pytest.approx(1.0)
 
 
 def test_skipped_tensor_keeps_its_momentum_buffer_and_gets_no_weight_decay():
@@ -318,8 +406,8 @@ def test_gated_client_mixin_wraps_any_loss():
             for _ in range(3):
                 opt.zero_grad()
                 ctx.model(ctx.x).pow(2).sum().backward()
+                ctx.record_step(opt.params, [p.grad for p in opt.params])
                 opt.step()
-                ctx.after_step()
             return ClientOutcome(loss=0.0, steps=3)
 
     class GatedOutputNorm(GatedClientMixin, OutputNorm):
@@ -361,3 +449,36 @@ def test_fedgala_end_to_end_local_backend(tmp_path):
     names = table.column_names
     assert "diag.gala_skipped" in names and sum(c.startswith("diag.gala_w.") for c in names) == 5
     assert table.column("diag.gala_skipped").to_pylist()[0] == 0.0
+
+
+def test_the_global_move_reaching_clients_is_new_minus_old_weights():
+    """The reference FedGaLA's clients receive is θ^t − θ^(t−1) (not its negative), driven through
+    the coordinator with the local pool for three rounds."""
+    from fedtune.runtime.coordinator import Coordinator
+    from fedtune.runtime.driver import build_plan
+
+    cfg = RunConfig.from_dict({"algorithm": "fedgala", "dataset": "rotated-digits", "setting": "fdg",
+                               "model": "mlp", "mlp_hidden": [8], "rounds": 3, "local_steps": 2, "batch_size": 16,
+                               "backend": "local"})
+    coord = Coordinator(cfg.to_dict(), build_plan(cfg), {"kind": "local"})
+    seen = []
+    fit = coord.pool.fit
+
+    def spy(weights, payload, round, client_ids):
+        seen.append(None if "global_move" not in payload else np.array(payload["global_move"]))
+        return fit(weights, payload, round, client_ids)
+
+    coord.pool.fit = spy
+    P = coord.layout.num_params
+    history = [coord.weights.copy()]
+    try:
+        for r in (1, 2, 3):
+            assert coord.run_round(r, evaluate=False).status == "ok"
+            history.append(coord.weights.copy())
+    finally:
+        coord.shutdown()
+    assert seen[0] is None  # no move before the first aggregation
+    for r in (2, 3):
+        expected = history[r - 1][:P] - history[r - 2][:P]
+        assert np.abs(expected).max() > 0
+        np.testing.assert_array_equal(seen[r - 1], expected)

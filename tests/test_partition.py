@@ -30,7 +30,7 @@ def _all_pieces(plan: FederatedPlan) -> list[dict]:
     out = []
     for c in plan.clients:
         out += [c.train, c.val, c.test]
-    return out + [plan.target_test, plan.target_probe]
+    return out + [plan.target_test, plan.target_probe, plan.target_oracle]
 
 
 def _assert_disjoint_complete(plan: FederatedPlan, labels: dict) -> None:
@@ -56,7 +56,7 @@ def test_settings_constant():
 
 
 def test_fdg_lodo_default_target_and_sizes():
-    plan = make_plan(TOY, TOY_LABELS, setting="fdg", target_domain=None)
+    plan = make_plan(TOY, TOY_LABELS, setting="fdg", target_domain=None, oracle_fraction=0.0)
     assert plan.setting == "fdg"
     assert plan.target_domains == ("A",) and plan.source_domains == ("B", "C")
     assert [c.name for c in plan.clients] == ["B#0", "C#0"]
@@ -105,11 +105,12 @@ def test_fdg_on_rotated_digits_complete():
 
 # ----------------------------------------------------------------------------- fda / ufdg
 def test_fda_target_client():
-    plan = make_plan(TOY, TOY_LABELS, setting="fda", target_domain="C", target_fraction=0.1)
+    plan = make_plan(TOY, TOY_LABELS, setting="fda", target_domain="C", target_fraction=0.1, val_fraction=0.0,
+                     oracle_fraction=0.0)
     assert [c.name for c in plan.clients] == ["A#0", "B#0", "target"]
     t = plan.clients[-1]
     assert (t.role, t.domain, t.client_id) == ("target", "C", 2)
-    assert _n(t.train) == 5 and t.val == {}  # round(0.1 * 50)
+    assert _n(t.train) == 5 and t.val == {}  # round(0.1 * 50); val_fraction 0: no target-val split
     assert _n(plan.target_test) == 45
     # stratified: 50 labels cycling 0,1,2 -> counts 17,17,16 -> 5 taken as 2,2,1 (or similar)
     hist = np.bincount(TOY_LABELS["C"][t.train["C"]], minlength=3)
@@ -118,16 +119,49 @@ def test_fda_target_client():
 
 
 def test_fda_at_least_one_target_example():
-    plan = make_plan(TOY, TOY_LABELS, setting="fda", target_domain="A", target_fraction=0.001)
+    plan = make_plan(TOY, TOY_LABELS, setting="fda", target_domain="A", target_fraction=0.001, oracle_fraction=0.0)
     assert _n(plan.clients[-1].train) == 1 and _n(plan.target_test) == 29
 
 
 def test_ufdg_probe_split():
-    plan = make_plan(TOY, TOY_LABELS, setting="ufdg", target_domain="B", probe_fraction=0.25)
+    plan = make_plan(TOY, TOY_LABELS, setting="ufdg", target_domain="B", probe_fraction=0.25, oracle_fraction=0.0)
     assert [c.name for c in plan.clients] == ["A#0", "C#0"]
     assert _n(plan.target_probe) == 10 and _n(plan.target_test) == 30  # round(0.25 * 40)
     np.testing.assert_array_equal(np.bincount(TOY_LABELS["B"][plan.target_probe["B"]]), [4, 3, 3])
     _assert_disjoint_complete(plan, TOY_LABELS)
+
+
+def test_fda_target_val_split_is_disjoint_from_the_target_clients_training_data():
+    plan = make_plan(TOY, TOY_LABELS, setting="fda", target_domain="C", target_fraction=0.2, val_fraction=0.25)
+    t = plan.clients[-1]
+    train, val = t.train["C"], t.val["C"]
+    assert len(train) + len(val) == 10 and len(val) == 2  # round(0.2 * 50) labelled, round(0.25 * 10) held out
+    assert np.intersect1d(train, val).size == 0
+    for other in (plan.target_test["C"], plan.target_oracle["C"]):  # never reported, never the oracle slice
+        assert np.intersect1d(other, np.concatenate([train, val])).size == 0
+    assert all(c.role == "source" for c in plan.clients[:-1])
+    _assert_disjoint_complete(plan, TOY_LABELS)
+
+
+@pytest.mark.parametrize("setting", ["fdg", "fda", "ufdg"])
+def test_oracle_slice_is_held_out_of_the_reported_target_and_fixed_across_seeds(setting):
+    labels = {"A": np.arange(200) % 3, "B": np.arange(300) % 3, "C": np.arange(250) % 3}
+    plans = [make_plan(TOY, labels, setting=setting, target_domain="B", seed=s, oracle_fraction=0.2)
+             for s in (0, 1, 7)]
+    slices = [p.target_oracle["B"] for p in plans]
+    assert len(slices[0]) == 60 and np.bincount(labels["B"][slices[0]]).tolist() == [20, 20, 20]  # stratified
+    for p, sl in zip(plans, slices):
+        np.testing.assert_array_equal(sl, slices[0])  # the run seed never moves the slice
+        assert np.intersect1d(sl, p.target_test["B"]).size == 0
+        _assert_disjoint_complete(p, labels)
+    assert _n(plans[0].target_test) + 60 + sum(_n(c.train) + _n(c.val) for c in plans[0].clients
+                                               if c.role == "target") + _n(plans[0].target_probe) == 300
+    other = make_plan(TOY, labels, setting=setting, target_domain="B", seed=0, oracle_fraction=0.2, data_seed=1)
+    assert not np.array_equal(other.target_oracle["B"], slices[0])  # data_seed chooses the slice
+    none = make_plan(TOY, labels, setting=setting, target_domain="B", oracle_fraction=0.0)
+    assert none.target_oracle == {}
+    fl = make_plan(TOY, labels, setting="fl", target_domain=None, oracle_fraction=0.2, num_clients=4)
+    assert fl.target_oracle == {}
 
 
 # ----------------------------------------------------------------------------- fl

@@ -45,8 +45,12 @@ def trial_rows(algorithm: str, domain: str, seed: int, config: str) -> tuple[str
     hp_name, hp_values = HP[algorithm]
     base = {"algorithm": algorithm, "target_domain": domain, "seed": seed, "dataset": "rotated-digits",
             "setting": "fdg", "status": "ok", hp_name: hp_values[config], "hp.global_lr": 1.0}
-    rounds = [(1, 0.50, 0.30), (2, v, t), (3, v - 0.05, t + 0.10)]
-    return tid, [{**base, "round": r, "val_acc": va, "target_acc": ta, "wall_s": 1.0} for r, va, ta in rounds]
+    # oracle_acc (the held-out target slice): the val-best config peaks at round 2 (0.9) but ends
+    # lower (0.5) than the target-best one (0.6): oracle selection looks at the last round only
+    o2, o3 = (0.90, 0.50) if config == "val-best" else (0.55, 0.60)
+    rounds = [(1, 0.50, 0.30, 0.2), (2, v, t, o2), (3, v - 0.05, t + 0.10, o3)]
+    return tid, [{**base, "round": r, "val_acc": va, "target_acc": ta, "oracle_acc": oa, "wall_s": 1.0}
+                 for r, va, ta, oa in rounds]
 
 
 def build_study(output: Path, name: str = "study") -> Path:
@@ -61,7 +65,7 @@ def build_study(output: Path, name: str = "study") -> Path:
     # A diverged trial: a huge target accuracy in round 1, NaN validation afterwards. Its best
     # finite val_acc (0.55) loses to 0.80, so it is never selected despite its target 0.99.
     rows = [{"algorithm": "fedavg", "target_domain": "0", "seed": 0, "round": 1, "val_acc": 0.55,
-             "target_acc": 0.99, "status": "ok", "hp.local_lr": 1.0, "hp.global_lr": 1.0},
+             "target_acc": 0.99, "oracle_acc": 0.99, "status": "ok", "hp.local_lr": 1.0, "hp.global_lr": 1.0},
             {"algorithm": "fedavg", "target_domain": "0", "seed": 0, "round": 2, "val_acc": math.nan,
              "target_acc": math.nan, "status": "diverged", "hp.local_lr": 1.0, "hp.global_lr": 1.0}]
     store.write_rounds(DIVERGED, rows)
@@ -188,23 +192,25 @@ def test_oracle_selection_from_study_json_is_labelled_everywhere(study, tmp_path
     monkeypatch.setattr(report_mod, "_save", recording_save)
     r = make_report(d)
     assert r.oracle
-    # oracle: round 3 (best target) of the target-best trial = T0 + 0.15, except where the
-    # diverged trial's round-1 target accuracy 0.99 wins (fedavg, domain 0, seed 0)
+    # oracle: the last round's oracle_acc chooses (0.6 > 0.5: the target-best trial, although
+    # val-best's round-2 oracle_acc 0.9 is the highest); reported: its round-3 target = T0 + 0.15.
+    # The diverged trial (oracle_acc 0.99 in round 1) has no last model and is never selected.
     sel = r.selected.set_index("trial_id")
-    assert sel.loc[DIVERGED, "round"] == 1
-    others = sel.drop(index=DIVERGED)
-    assert set(others["round"]) == {3} and len(others) == 7
-    assert set(others.index.str.endswith("-target-best")) == {True}
-    assert r.cells[("fedavg", "0")].mean == pytest.approx((0.99 + 0.59) / 2)
-    assert r.cells[("fedavg", "0")].se == pytest.approx(0.20)
+    assert DIVERGED not in sel.index and len(sel) == 8
+    assert set(sel["round"]) == {3} and set(sel["score"]) == {0.6}
+    assert set(sel.index.str.endswith("-target-best")) == {True}
+    assert r.cells[("fedavg", "0")].mean == pytest.approx(0.57)
+    assert r.cells[("fedavg", "0")].se == pytest.approx(0.02)
     assert r.cells[("fedavg", "15")].mean == pytest.approx(0.68)
     assert r.cells[("fedavg", "15")].se == pytest.approx(0.03)
     assert r.cells[("fedomg", AVERAGE)].mean == pytest.approx(0.63)  # per seed .60 and .66
     assert r.cells[("fedomg", AVERAGE)].se == pytest.approx(0.03)
     # every table title and every plot title says oracle
     text = (d / "report.md").read_text()
-    headings = [line for line in text.splitlines() if line.startswith(("## Target", "## Validation", "### "))]
+    headings = [line for line in text.splitlines() if line.startswith(("## Target", "## Oracle", "### "))]
     assert len(headings) == 4 and all("ORACLE" in h for h in headings)
+    assert r.trials.set_index("trial_id").loc[DIVERGED, "round"] is None or math.isnan(
+        r.trials.set_index("trial_id").loc[DIVERGED, "round"])
     assert len(titles) == 3 and all("ORACLE" in t for t in titles)
     assert "oracle" in r.title().lower()
 
@@ -214,10 +220,65 @@ def test_selection_override_and_bad_study_json(study, tmp_path):
     r = make_report(d, selection="oracle", plots=False)
     assert r.oracle and r.plots == {}
     (d / "study.json").write_text(json.dumps({"selection": "best"}))
-    with pytest.raises(ConfigError, match="study.json: key 'selection': 'best' is not allowed; allowed: val, oracle"):
+    with pytest.raises(ConfigError, match="study.json: key 'selection': 'best' is not allowed; allowed: val, target-val, oracle"):
         make_report(d, plots=False)
     with pytest.raises(ConfigError, match="does not exist"):
         make_report(tmp_path / "nope")
+
+
+def fda_study(output: Path, name: str, study_json: dict | None = None) -> Path:
+    """Two fda trials per seed: "a" wins on source validation, "b" on the target client's
+    validation (target_val_acc) at a different round; seeds 0 and 1."""
+    store = ResultsStore(output, name)
+    for seed in (0, 1):
+        for cfg, rounds in (("a", [(1, 0.9, 0.2, 0.10), (2, 0.8, 0.3, 0.20)]),
+                            ("b", [(1, 0.6, 0.7, 0.40 + seed / 10), (2, 0.5, 0.4, 0.50)])):
+            tid = f"fedda-s{seed}-{cfg}"
+            store.write_rounds(tid, [{"algorithm": "fedda", "target_domain": "0", "seed": seed, "setting": "fda",
+                                      "round": r, "val_acc": v, "target_val_acc": tv, "target_acc": t,
+                                      "oracle_acc": 0.5, "status": "ok"} for r, v, tv, t in rounds])
+    if study_json is not None:
+        (store.study_dir / "study.json").write_text(json.dumps(study_json))
+    return store.study_dir
+
+
+def test_target_val_selection_picks_by_the_target_clients_validation(tmp_path):
+    d = fda_study(tmp_path, "fda")
+    honest = make_report(d, plots=False, write=False)
+    assert set(honest.selected["trial_id"]) == {"fedda-s0-a", "fedda-s1-a"} and set(honest.selected["round"]) == {1}
+    assert honest.cells[("fedda", "0")].mean == pytest.approx(0.10)
+    tv = make_report(d, selection="target-val", plots=False, write=False)
+    assert set(tv.selected["trial_id"]) == {"fedda-s0-b", "fedda-s1-b"}
+    assert set(tv.selected["round"]) == {1} and list(tv.selected["score"]) == [0.7, 0.7]
+    assert tv.cells[("fedda", "0")].mean == pytest.approx(0.45) and tv.cells[("fedda", "0")].se == pytest.approx(0.05)
+    assert "target-val" in tv.title() and "target_val_acc" in tv.detail_rows("fedda")[0]
+
+
+def test_target_val_outside_fda_and_oracle_in_fl_are_refused(study, tmp_path):
+    with pytest.raises(ConfigError, match="selection 'target-val' needs setting fda.*allows: val, oracle"):
+        make_report(study, selection="target-val", plots=False, write=False)
+    store = ResultsStore(tmp_path, "fl")
+    store.write_rounds("t", [{"algorithm": "fedavg", "setting": "fl", "seed": 0, "round": 1, "val_acc": 0.5,
+                              "target_acc": 0.6}])
+    with pytest.raises(ConfigError, match="selection 'oracle' needs a held-out target domain.*allowed: val"):
+        make_report(store.study_dir, selection="oracle", plots=False, write=False)
+    with pytest.raises(ConfigError, match="allowed: val, target-val, oracle"):
+        make_report(study, selection="best", plots=False, write=False)
+
+
+@pytest.mark.parametrize("study_json, words", [
+    ({"trial_seeds": 2, "seeds": [0]}, "± over 2 independent searches (includes selection variance)"),
+    ({"seeds": [0, 1]}, "± over 2 re-runs of the selected configuration; excludes selection variance"),
+])
+def test_tables_say_whether_the_error_includes_selection_variance(tmp_path, study_json, words):
+    from rich.console import Console
+
+    d = fda_study(tmp_path, "v", study_json)
+    r = make_report(d, plots=False)
+    assert words in r.title() and words in (d / "report.md").read_text()
+    console = Console(record=True, width=300)
+    r.print(console)
+    assert words in " ".join(console.export_text().split())  # rich wraps long titles
 
 
 # --------------------------------------------------------------------------- partial studies

@@ -339,7 +339,7 @@ def test_summarize_trial_selects_by_val_acc():
     assert s["best_round"] == 2  # earliest of the tied best rounds
     assert s["best_val_acc"] == 0.80
     assert s["target_acc_at_best_val"] == 0.30  # honest: at the selected round
-    assert s["best_target_acc"] == 0.95  # oracle
+    assert "best_target_acc" not in s  # the old oracle (best target round on the reported set) is gone
     assert s["final_val_acc"] == 0.70 and s["final_target_acc"] == 0.20  # round 4 is last
     assert s["rounds_done"] == 5
     assert s["total_wall_s"] == 5.0
@@ -347,6 +347,22 @@ def test_summarize_trial_selects_by_val_acc():
     assert s["hp.lr"] == 0.1
     assert json.loads(s["config_json"]) == cfg
     assert set(TRIAL_CORE_SCHEMA.names) <= set(s)
+
+
+def test_summarize_trial_records_every_selection_protocol():
+    # val picks round 1, target-val round 2, oracle the last round (3): three different rounds
+    rows = [
+        _round("t", 1, val_acc=0.9, target_val_acc=0.1, oracle_acc=0.2, target_acc=0.31),
+        _round("t", 2, val_acc=0.5, target_val_acc=0.8, oracle_acc=0.9, target_acc=0.32),
+        _round("t", 3, val_acc=0.4, target_val_acc=0.3, oracle_acc=0.6, target_acc=0.33),
+    ]
+    s = summarize_trial(rows, config={}, status="completed", error=None, started_at=None, ended_at=None)
+    assert (s["best_round"], s["best_val_acc"], s["target_acc_at_best_val"]) == (1, 0.9, 0.31)
+    assert (s["target_val_round"], s["best_target_val_acc"], s["target_acc_at_best_target_val"]) == (2, 0.8, 0.32)
+    assert s["final_oracle_acc"] == 0.6 and s["final_target_acc"] == 0.33  # last round, not the best (0.9)
+    diverged = rows[:2] + [_round("t", 3, status="diverged", val_acc=float("nan"), oracle_acc=float("nan"))]
+    s = summarize_trial(diverged, config={}, status="diverged", error=None, started_at=None, ended_at=None)
+    assert s["final_oracle_acc"] is None and s["best_round"] == 1  # no last model to report
 
 
 def test_summarize_trial_nan_and_empty(tmp_path):
@@ -359,7 +375,7 @@ def test_summarize_trial_nan_and_empty(tmp_path):
     s = summarize_trial(rows, config={}, status="diverged", error=None,
                         started_at=start, ended_at=start + dt.timedelta(seconds=90))
     assert s["best_round"] == 1 and s["best_val_acc"] == 0.6  # NaN never wins
-    assert s["target_acc_at_best_val"] == 0.5 and s["best_target_acc"] == 0.5
+    assert s["target_acc_at_best_val"] == 0.5
     assert math.isnan(s["final_val_acc"]) and math.isnan(s["final_target_acc"])
     assert s["total_wall_s"] == 90.0
 
@@ -367,7 +383,7 @@ def test_summarize_trial_nan_and_empty(tmp_path):
     s2 = summarize_trial(all_nan, config={}, status="diverged", error=None,
                          started_at=None, ended_at=None)
     assert s2["best_round"] is None and s2["best_val_acc"] is None
-    assert s2["target_acc_at_best_val"] is None and s2["best_target_acc"] is None
+    assert s2["target_acc_at_best_val"] is None and s2["final_oracle_acc"] is None
 
     cfg = {"study": "s", "trial_id": "e", "dataset": "digits", "seed": 3, "hp.lr": 0.5}
     s3 = summarize_trial([], config=cfg, status="error", error="Traceback: boom",

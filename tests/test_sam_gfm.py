@@ -250,9 +250,9 @@ def test_gfm_interval_controls_the_number_of_augmenter_updates(interval, expecte
     state: dict = {}
     ctx = _ctx(_small_cnn(), x, y, cfg, state=state)
     calls = []
-    ctx.after_step = lambda: calls.append(1)
+    ctx.record_step = lambda params, grads: calls.append(1)
     out = method.train(ctx)
-    assert out.steps == 5 and math.isfinite(out.loss) and len(calls) == 5  # after_step after every model step
+    assert out.steps == 5 and math.isfinite(out.loss) and len(calls) == 5  # record_step at every model step
     assert out.metrics["gfm_aug_updates"] == expected
     assert list(state) == [STATE_KEY]
     assert state[STATE_KEY]["adam.step.geometry_out.weight"] == expected  # Adam steps taken
@@ -426,6 +426,6 @@ def test_a_non_finite_loss_is_returned_at_once(algorithm, method):
     cfg = _cfg(algorithm=algorithm, local_steps=3, batch_size=4)
     ctx = _ctx(_small_cnn(), x, y, cfg)
     calls = []
-    ctx.after_step = lambda: calls.append(1)
+    ctx.record_step = lambda params, grads: calls.append(1)
     out = CLIENT_METHODS[method](cfg).train(ctx)
     assert math.isnan(out.loss) and out.steps == 1 and not calls

@@ -116,10 +116,10 @@ def test_build_model_refuses_unknown_heads():
 
 
 # -------------------------------------------------------------------------------- client method
-def _ctx(model, x, y, cfg, seed=0, after_step=lambda: None):
+def _ctx(model, x, y, cfg, seed=0, record_step=lambda params, grads: None):
     return ClientContext(model=model, x=x, y=y, cfg=cfg, round=1, client_id=0, role="source",
                          generator=torch.Generator().manual_seed(seed), device=torch.device("cpu"),
-                         after_step=after_step)
+                         record_step=record_step)
 
 
 def _tiny(seed=0):
@@ -127,7 +127,7 @@ def _tiny(seed=0):
     return build_model("mlp", input_shape=(1, 8, 8), num_classes=3, mlp_hidden=[16], head="projector", proj_dim=8)
 
 
-def test_simclr_never_reads_labels_and_calls_after_step():
+def test_simclr_never_reads_labels_and_calls_record_step():
     cfg = RunConfig.from_dict({"algorithm": "simclr", "setting": "ufdg", "local_steps": 4, "batch_size": 8,
                                "simclr_temperature": 0.3})
     x = torch.randn(20, 1, 8, 8)
@@ -135,7 +135,7 @@ def test_simclr_never_reads_labels_and_calls_after_step():
     trained = []
     for labels in (y, torch.zeros_like(y), y[torch.randperm(20)]):
         model, calls = _tiny(), []
-        out = SimCLR(cfg).train(_ctx(model, x, labels, cfg, after_step=lambda calls=calls: calls.append(1)))
+        out = SimCLR(cfg).train(_ctx(model, x, labels, cfg, record_step=lambda p, g, calls=calls: calls.append(1)))
         assert out.steps == 4 and len(calls) == 4 and math.isfinite(out.loss)
         trained.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
     assert torch.equal(trained[0], trained[1]) and torch.equal(trained[0], trained[2])

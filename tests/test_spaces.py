@@ -136,7 +136,24 @@ def test_public_search_space_is_the_tune_space():
     space = fedtune.search_space("fedavg")
     assert space["algorithm"] == "fedavg"
     assert isinstance(space["local_lr"], Float) and isinstance(space["local_momentum"], Categorical)
-    assert space["global_lr"] == 1.0
+    assert isinstance(space["global_lr"], Float)  # tuned like FedOMG's (shared knob)
+
+
+def test_shared_knobs_have_one_range_and_distribution_in_every_shipped_space():
+    """global_lr and local_lr: the same distribution and range in every space (so FedOMG vs FedAvg
+    compares tuned server steps), each space's default = its rule's default (the paper setting)."""
+    from fedtune.algorithms import resolve
+    from fedtune.config import RunConfig
+
+    for knob in ("global_lr", "local_lr"):
+        seen = set()
+        for path in sorted(SPACES_DIR.glob("*.yaml")):
+            spec = load_space(path).params[knob]
+            seen.add((spec.distribution, spec.low, spec.high))
+            if knob == "global_lr":
+                cfg = RunConfig.from_dict({"algorithm": path.stem, "backend": "local"})
+                assert spec.default == resolve(cfg).server_rule.default_global_lr, path.stem
+        assert len(seen) == 1, (knob, seen)
 
 
 # --------------------------------------------------------------------------- the toy space

@@ -41,8 +41,14 @@ def write_space(tmp_path, text: str, name: str = "space.yaml") -> str:
 # Validation: every bad input is a ConfigError before Ray starts.
 @pytest.mark.parametrize("kw, words", [
     ({"algorithms": ["nope"]}, ["'--algorithm'", "'nope' is unknown", "fedavg"]),
-    ({"metric": ["target_acc"]}, ["'target_acc'", "--selection val", "val_acc"]),
-    ({"selection": "oracle", "metric": ["val_acc"]}, ["oracle", "target_acc"]),
+    ({"metric": ["target_acc"]}, ["'target_acc'", "never chooses", "val_acc", "oracle_acc"]),
+    ({"selection": "oracle", "metric": ["val_acc"]}, ["--selection oracle", "oracle_acc"]),
+    ({"selection": "target-val"}, ["'--selection'", "'target-val' needs setting fda", "allows: val, oracle"]),
+    ({"metric": ["target_val_acc"]}, ["'target-val' needs setting fda"]),  # --metric implies the protocol
+    ({"selection": "oracle", "overrides": {"local_steps": 1, "setting": "fl"}}, ["'oracle'", "allowed: val"]),
+    ({"selection": "oracle", "overrides": {"local_steps": 1, "oracle_fraction": 0.0}}, ["oracle_fraction"]),
+    ({"seeds": 2, "trial_seeds": 2}, ["--trial-seeds", "cannot be combined"]),
+    ({"trial_seeds": 0}, ["'--trial-seeds'", ">= 1"]),
     ({"sampler": "nsga2", "metric": ["val_acc", "target_acc"]}, ["cost metric", "server_s"]),
     ({"num_samples": 0}, ["'--num-samples'", ">= 1"]),
     ({"overrides": {"local_lr": 0.1}}, ["local_lr", "sampled by search space"]),
@@ -112,11 +118,45 @@ def test_objective_is_the_best_round_of_an_accuracy_and_the_mean_of_a_cost():
     assert objective_values(per_round, ["val_acc", "server_s"], ["max", "min"]) == [0.5, 2.0]
     assert objective_values(per_round, ["val_acc"], ["min"]) == [0.2]
     assert objective_values({1: {"val_acc": float("nan")}}, ["val_acc"], ["max"]) is None
+    # oracle: DomainBed's test-domain validation scores the last round only, not the best one
+    oracle = {1: {"oracle_acc": 0.9}, 2: {"oracle_acc": 0.4}, 3: {"oracle_acc": 0.6}}
+    assert objective_values(oracle, ["oracle_acc"], ["max"]) == [0.6]
+    assert objective_values({1: {"oracle_acc": 0.9}, 2: {}}, ["oracle_acc"], ["max"]) is None  # last round NaN
+    assert objective_values({1: {"target_val_acc": 0.3}, 2: {"target_val_acc": 0.5}},
+                            ["target_val_acc"], ["max"]) == [0.5]
+
+
+def test_fda_and_oracle_protocols_plan_and_trial_seeds_replicate_whole_searches(tmp_path):
+    plan = plan_study(opts(tmp_path, algorithms=["fedda"], metric=["target_val_acc"], name="tv"))
+    assert plan.options.protocol() == "target-val" and plan.metrics == ["target_val_acc"]
+    plan = plan_study(opts(tmp_path, selection="oracle", name="or"))
+    assert plan.metrics == ["oracle_acc"]
+    plan = plan_study(opts(tmp_path, trial_seeds=3, name="ts", overrides={"local_steps": 1, "data_seed": 5}))
+    assert [s.key for s in plan.searches] == ["fedavg", "fedavg@ts1", "fedavg@ts2"]
+    assert [s.optuna_study("ts") for s in plan.searches] == ["ts/fedavg", "ts/fedavg@ts1", "ts/fedavg@ts2"]
+    assert len({s.tune_name for s in plan.searches}) == 3
+    assert [(plan.fixed[s.key].get("seed", 0), plan.fixed[s.key]["data_seed"]) for s in plan.searches] == \
+        [(0, 5), (1, 6), (2, 7)]
+
+
+@pytest.mark.parametrize("space", ["fedavg", "fedgp"])
+def test_the_first_trial_of_a_search_is_the_search_spaces_defaults(tmp_path, space):
+    from fedtune.tune.spaces import load_space, strip_switches
+
+    sp = load_space(space)
+    s, _ = make_searcher(tmp_path, space=space, first_point=sp.default_point())
+    first, second = s.suggest("a"), s.suggest("b")
+    assert strip_switches(first) == {k: v for k, v in sp.defaults().items() if k in first}
+    assert set(strip_switches(first)) >= {p.name for p in sp.params.values() if p.sampled and not p.when}
+    assert second != first  # the sampler takes over from the second trial
+    # a searcher re-created on the same Optuna study (a restarted search) does not enqueue them again
+    again, _ = make_searcher(tmp_path, space=space, first_point=sp.default_point())
+    assert len([t for t in again._ot_study.get_trials() if t.state.name == "WAITING"]) == 0
 
 
 # ------------------------------------------------------------------------------------------------
 # FedtuneOptunaSearch's bookkeeping, driven by hand (no Tune loop).
-def make_searcher(tmp_path, metrics=("val_acc",), space="fedavg", name="x"):
+def make_searcher(tmp_path, metrics=("val_acc",), space="fedavg", name="x", first_point=None):
     import optuna
 
     from fedtune.tune.spaces import load_space
@@ -125,7 +165,7 @@ def make_searcher(tmp_path, metrics=("val_acc",), space="fedavg", name="x"):
     fixed = {"algorithm": load_space(space).algorithm, "rounds": 3, "local_steps": 1}
     return S(load_space(space).optuna_define_by_run, metrics=list(metrics), modes=[sweep.METRICS[m] for m in metrics],
              rounds=3, fixed=fixed, sampler=optuna.samplers.RandomSampler(seed=0), study_name=f"{name}/{space}",
-             storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")), fixed
+             storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db"), first_point=first_point), fixed
 
 
 def test_searcher_tells_pruned_fail_and_complete_with_intermediate_values(tmp_path):
@@ -245,12 +285,13 @@ def test_asha_stops_trials_early_and_optuna_records_them_pruned(ray_session, tmp
     from fedtune import results
 
     space = write_space(tmp_path, ASHA_SPACE)
-    # Seeded random sampling draws local_lr = 0.2, 0.2, 1e-5, 1e-5 (checked by hand); one trial at a
+    # The first trial is the space's defaults (local_lr 0.2, weight_decay 0); seeded random sampling
+    # then draws local_lr = 0.2, 1e-5, 1e-5 (checked by hand); one trial at a
     # time, so ASHA's rung-1 cutoff (median of the recorded round-1 val_acc) is set by the first two,
     # which learn, and both lr = 1e-5 trials (still at the initial accuracy) stop after round 1.
     o = opts(tmp_path, algorithms=[], spaces=[space], rounds=3, num_samples=4, scheduler="asha", grace_period=1,
              reduction_factor=2.0, max_concurrent=1, name="asha", overrides={"local_steps": 2}, sampler="random",
-             sampler_seed=2)
+             sampler_seed=13)
     result = run_sweep(o)
     study_dir = result.study_dir
     data = json.loads((study_dir / "study.json").read_text())
@@ -274,6 +315,7 @@ def test_asha_stops_trials_early_and_optuna_records_them_pruned(ray_session, tmp
             assert sorted(val) == [1, 2, 3] and trials[tid]["status"] == "completed"
             assert t.value == pytest.approx(max(val.values())) == pytest.approx(trials[tid]["best_val_acc"])
     assert [t.params["local_lr"] for t in study.trials] == [0.2, 0.2, 1e-5, 1e-5]
+    assert study.trials[0].params == {"local_lr": 0.2, "weight_decay": 0.0}  # the defaults first
     for t in study.trials[2:]:
         assert t.state == TrialState.PRUNED and list(t.intermediate_values) == [1]
     assert study.trials[0].state == TrialState.COMPLETE
@@ -343,3 +385,36 @@ def test_killed_driver_resumes_exactly_once_then_reruns_the_selected_config_with
     assert cell.n == 2 and cell.mean == pytest.approx(np.mean(honest))
     assert cell.se == pytest.approx(abs(honest[0] - honest[1]) / 2)  # std(ddof=1)/sqrt(2) of two values
     assert "±" in cell.text() or math.isclose(honest[0], honest[1])
+
+
+@pytest.mark.ray
+def test_trial_seeds_run_whole_searches_and_the_report_is_over_searches(ray_session, tmp_path):
+    from fedtune import results
+    from fedtune.tune.report import make_report
+    from fedtune.tune.spaces import load_space
+
+    o = opts(tmp_path, name="ts", trial_seeds=2, rounds=1, num_samples=2, sampler="random", max_concurrent=1,
+             overrides={"local_steps": 1, "model": "mlp", "mlp_hidden": [8]})
+    result = run_sweep(o)
+    study_dir = result.study_dir
+    data = json.loads((study_dir / "study.json").read_text())
+    assert data["trial_seeds"] == 2 and {k: v["status"] for k, v in data["searches"].items()} == \
+        {"fedavg": "done", "fedavg@ts1": "done"}
+    trials = results.load(study_dir, "trials").to_pylist()
+    by_seed = {s: [t for t in trials if t["seed"] == s] for s in (0, 1)}
+    assert [len(v) for v in by_seed.values()] == [2, 2] and len(trials) == 4
+    for s, ts in by_seed.items():  # search k ran with seed k and data_seed k
+        assert {json.loads(t["config_json"])["data_seed"] for t in ts} == {s}
+    defaults = load_space("fedavg").defaults()
+    for name in ("ts/fedavg", "ts/fedavg@ts1"):  # each search's first trial is the space's defaults
+        first = load_optuna(study_dir, name).trials[0]
+        assert all(first.params[k] == defaults[k] for k in first.params)
+    report = make_report(study_dir, plots=False, write=False)
+    cell = report.cells[("fedavg", report.domains[0])]
+    picks = []
+    for s, ts in by_seed.items():  # the selected trial of each search: best val_acc (ties: first id)
+        best = max(sorted(ts, key=lambda t: t["trial_id"]), key=lambda t: t["best_val_acc"])
+        picks.append(best["target_acc_at_best_val"])
+    assert cell.n == 2 and cell.mean == pytest.approx(np.mean(picks))
+    assert cell.se == pytest.approx(np.std(picks, ddof=1) / math.sqrt(2))
+    assert "± over 2 independent searches (includes selection variance)" in report.title()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
 
 if TYPE_CHECKING:  # torch is imported lazily: the driver process never needs it
     import torch
@@ -35,9 +35,13 @@ class ClientContext:
     device: torch.device
     payload: dict[str, np.ndarray] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)  # survives across rounds on this client's actor
-    # Call once after every optimiser step. The runtime uses it to record the FDA target
-    # client's per-step displacements when the server rule wants them (auto-β); a no-op otherwise.
-    after_step: Callable[[], None] = lambda: None
+    # Call once per local step, with the parameters and the *batch gradient* of the data loss at
+    # θ before the step (the gradient plain SGD would step on: before momentum, weight decay,
+    # FedProx's μ(θ − θ_global), SAM's perturbation or FedGaLA's gate), ``None`` where a parameter
+    # has no gradient. The runtime uses it to record the FDA clients' raw per-batch steps
+    # ``−local_lr · ∇_b`` when the server rule wants them (auto-β); a no-op otherwise.
+    record_step: Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor | None]], None] = \
+        lambda params, grads: None
 
 
 @dataclass
@@ -49,23 +53,46 @@ class ClientOutcome:
 
 
 def local_steps(num_examples: int, cfg: Any) -> int:
-    """Steps of one round: ``local_steps`` if set, else ``local_epochs`` passes over the data."""
+    """Steps of one round: ``local_steps`` if set, else ``local_epochs`` passes over the data
+    (:func:`batches_per_epoch` steps each)."""
     if cfg.local_steps is not None:
         return int(cfg.local_steps)
-    return int(cfg.local_epochs) * max(1, math.ceil(num_examples / cfg.batch_size))
+    return int(cfg.local_epochs) * batches_per_epoch(num_examples, cfg.batch_size)
+
+
+def batches_per_epoch(n: int, batch_size: int) -> int:
+    """Batches :func:`batches` cuts from one pass over ``n`` examples: ``ceil(n / batch_size)``,
+    one fewer when that would leave a last batch of a single example (it joins the batch before).
+
+    >>> batches_per_epoch(18, 17), batches_per_epoch(34, 17), batches_per_epoch(35, 17), batches_per_epoch(1, 17)
+    (1, 2, 2, 1)
+    """
+    full = max(1, math.ceil(n / batch_size))
+    return full - 1 if batch_size > 1 and full > 1 and n % batch_size == 1 else full
 
 
 def batches(n: int, batch_size: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
-    """``steps`` index batches drawn epoch by epoch from fresh permutations of ``range(n)``."""
+    """``steps`` index batches drawn epoch by epoch from fresh permutations of ``range(n)``.
+
+    Never a batch of one example when ``n > 1`` and ``batch_size > 1`` (BatchNorm cannot train on
+    one): when the last
+    batch of an epoch would hold a single example, it is merged into the batch before it (which
+    then holds ``batch_size + 1``), so every example is still seen once per epoch and an epoch
+    is :func:`batches_per_epoch` steps. Deterministic given ``generator``'s state.
+    """
     import torch
 
     done = 0
     while done < steps:
         perm = torch.randperm(n, generator=generator)
-        for start in range(0, n, batch_size):
+        starts = list(range(0, n, batch_size))
+        if batch_size > 1 and len(starts) > 1 and n - starts[-1] == 1:
+            starts.pop()  # the single trailing example joins the previous batch
+        for i, start in enumerate(starts):
             if done == steps:
                 return
-            yield perm[start:start + batch_size]
+            end = starts[i + 1] if i + 1 < len(starts) else n
+            yield perm[start:end]
             done += 1
 
 
@@ -142,8 +169,8 @@ class SGD(ClientMethod):
                 return ClientOutcome(loss=value, steps=done + 1)
             opt.zero_grad()
             loss.backward()
+            ctx.record_step(opt.params, [p.grad for p in opt.params])
             opt.step()
-            ctx.after_step()
             total += value
             done += 1
         return ClientOutcome(loss=total / max(done, 1), steps=done)

@@ -17,6 +17,14 @@ displacement (:func:`align_source_magnitude`).
 
 Choices where the paper, the authors' code and the spec leave room (all documented, none silent):
 
+* **β convention.** ``gp_beta`` weights the *source* term (paper Def. 4.3: ``(1−β) Δ_T + β ·
+  source``; ``gp_beta = 0`` is the target alone). The authors' code (their Eq. 109) weights the
+  *target* by β: to compare with numbers from their code, map ``β → 1 − β``.
+* **Batch-norm buffers** follow the rule (METHODS.md §2): target-only keeps the target's
+  buffers; FedDA and FedGP combine buffer displacements with the round's FedDA weights,
+  ``B + Σ_i α_i [(1−β_i) ΔB_T + β_i ΔB_i]`` (no projection, no ``global_lr``;
+  :meth:`_TargetSourceRule.aggregate_buffers`).
+
 * **Projection per tensor, estimates on the whole vector.** The projection is taken per
   parameter tensor (METHODS.md; the authors' ``update_global`` loops over the state-dict keys).
   The auto-β quantities ``σ̂², d̂_i², τd̂_i²`` are computed on the whole parameter vector, one
@@ -28,16 +36,23 @@ Choices where the paper, the authors' code and the spec leave room (all document
   magnitude alignment changes FedGP's projections not at all, only FedDA and the β estimates.
   The target term is ``Σ_i α_i (1−β_i) Δ_T`` (the paper); the authors' code applies only the last
   source's ``(1−β)`` to ``Δ_T``.
-* **What t_b and s_i are.** ``t_b`` is the target client's parameter displacement over its
-  local optimiser step ``b`` (row ``b`` of ``extras["step_updates"]``, ``Σ_b t_b = Δ_T``):
-  Appendix A.2 uses batches of the target data as i.i.d. samples and "π = the empirical
-  distribution along the optimisation path", i.e. the per-batch local updates (Appendix C.3).
-  ``s_i`` is source ``i``'s *average per-step* displacement, rescaled to the target's learning
-  rate: ``s_i = (lr_T/lr_S) · Δ_i / steps_i`` (C.3: "one model update per source client ...
-  divided by the number of batches", aligned "using the learning rate ratio"); with magnitude
-  alignment on this equals ``Δ̃_i / steps_T``. With ``gp_align`` off, ``s_i = Δ_i / steps_i``.
-  Both ``t_b`` and ``s_i`` are per-step displacements, so ``σ̂²`` (the variance of the target's
-  *mean* step ``t̄ = Δ_T/B``) and ``d̂_i²`` are on the same scale; β is scale-free.
+* **What t_b and s_i are.** ``t_b`` is the target client's *raw* step on its local batch
+  ``b``, ``−lr_T ∇_b`` (what plain SGD would have moved; row ``b`` of
+  ``extras["step_updates"]``): Appendix A.2 uses batches of the target data as i.i.d. samples
+  along the optimisation path (Appendix C.3). The samples are taken from the batch gradient of
+  the data loss at θ before the step, whatever the client's optimiser does with it (METHODS.md
+  §2): not after momentum (consecutive momentum steps are correlated and ramp up to
+  ``1/(1−m)`` times the gradient step, which put the estimates off by >10× at m = 0.9 and drove
+  β_DA towards 0 on identical domains), not with weight decay or FedProx's ``μ(θ−θ_global)``
+  (deterministic terms of the optimiser, not of the data), for SAM the gradient at the
+  unperturbed θ (the batch loss's own gradient; the perturbed one is SAM's optimiser), and for
+  FedGaLA before its gate. ``s_i`` is source ``i``'s mean raw per-batch step in the same units,
+  ``(lr_T/lr_S) · mean_b(−lr_S ∇_b^i)`` (``extras["mean_step_update"]``; C.3: "one model update
+  per source client ... divided by the number of batches", aligned "using the learning rate
+  ratio"; fedtune's sources and target share ``local_lr``, so the ratio is 1). With plain SGD
+  (no momentum, no decay) ``Σ_b t_b = Δ_T`` and ``s_i = Δ_i/steps_i`` exactly, the earlier
+  definition. ``σ̂²`` (the variance of the target's mean step) and ``d̂_i²`` are on one scale;
+  β is scale-free. The combination itself still uses the actual displacements ``Δ_T``, ``Δ̃_i``.
 * **Clipping and degenerate cases.** ``d̂_i²`` and ``τd̂_i²`` are clipped at 0 before forming
   β (``σ̂² ≥ 0`` by construction); ``β = σ̂²/(D + σ̂²)`` with ``0/0 := 0`` (a noiseless target
   with a source at distance 0: keep the target step). Auto-β needs ``B ≥ 2`` target steps.
@@ -412,6 +427,11 @@ class TargetOnly(ServerRule):
             return AggregateResult(np.array(params, np.float32), {"target_missing": 1.0})
         return AggregateResult(_step(params, updates[t], self.global_lr), {"target_missing": 0.0})
 
+    def aggregate_buffers(self, buffers, client_buffers, weights, *, info):
+        """The target's batch-norm statistics, exactly (unchanged without the target)."""
+        t = _target_row(info)
+        return np.array(buffers if t is None else client_buffers[t], np.float32)
+
 
 class _TargetSourceRule(ServerRule):
     """Shared FedDA/FedGP machinery (the subclasses differ only in :attr:`projection`).
@@ -420,8 +440,9 @@ class _TargetSourceRule(ServerRule):
     ``gp_align`` (default true: scale each ``Δ_i`` by ``(lr_T/lr_S)·(steps_T/steps_S)``,
     :func:`align_source_magnitude`; fedtune's sources and target share ``local_lr``, so the
     factor is ``steps_T/steps_S``). With ``gp_beta = "auto"`` the target client records its
-    per-step displacements and β_i is re-estimated every round (:func:`auto_beta_estimates`)
-    from ``t_b`` and ``s_i = (lr_T/lr_S)·Δ_i/steps_i`` (``Δ_i/steps_i`` without alignment).
+    raw per-batch steps ``t_b = −lr·∇_b`` (``extras["step_updates"]``), each source its mean raw
+    step ``s_i`` (``extras["mean_step_update"]``), and β_i is re-estimated every round
+    (:func:`auto_beta_estimates`; see the module docstring for why raw gradient steps).
 
     Diagnostics: ``gp_beta.<id>`` (β used for source ``id``), ``gp_target_steps``; with auto
     also ``gp_sigma2``, ``gp_d2.<id>``, ``gp_tau_d2.<id>`` (unclipped estimates),
@@ -440,6 +461,8 @@ class _TargetSourceRule(ServerRule):
         self.beta = cfg.param("gp_beta")
         self.auto = self.beta == "auto"
         self.align = bool(cfg.param("gp_align"))
+        # (client ids, source rows, α, β) of the last aggregate, for aggregate_buffers
+        self._buffer_mix: tuple | None = None
         if self.auto and cfg.local_steps is not None and int(cfg.local_steps) < 2:
             raise ConfigError(
                 f"field 'gp_beta': 'auto' estimates the target variance from the target client's per-step updates "
@@ -449,6 +472,30 @@ class _TargetSourceRule(ServerRule):
     @classmethod
     def wants_target_steps_for(cls, cfg: Any) -> bool:
         return cfg.param("gp_beta") == "auto"
+
+    def aggregate_buffers(self, buffers, client_buffers, weights, *, info):
+        """Batch-norm statistics follow the FedDA weights of this round's parameter combine
+        (METHODS.md §2; the authors' code combines every state-dict key):
+        ``B ← B + Σ_i α_i [(1−β_i) ΔB_T + β_i ΔB_i]`` with ``ΔB_u = B_u − B`` and the same
+        ``α_i, β_i`` (fixed or auto) as :meth:`aggregate` used. Choices: no projection (a running
+        mean or variance is a statistic, not a descent direction, so FedGP combines buffers like
+        FedDA), no ``global_lr`` and no magnitude alignment (both are about step sizes). Without the
+        target the buffers stay; with the target alone they become the target's."""
+        buffers = np.asarray(buffers)
+        t = _target_row(info)
+        if t is None:
+            return np.array(buffers, np.float32)
+        mix = self._buffer_mix
+        if mix is None or mix[0] != info.client_ids:
+            raise RuntimeError("aggregate_buffers must follow aggregate in the same round (it reuses its α and β)")
+        _, src, alphas, betas = mix
+        if not src:
+            return np.array(client_buffers[t], np.float32)
+        old = buffers.astype(F64)
+        out = old + float(np.sum(alphas * (1.0 - betas))) * (client_buffers[t].astype(F64) - old)
+        for k, u in enumerate(src):
+            out += float(alphas[k] * betas[k]) * (client_buffers[u].astype(F64) - old)
+        return out.astype(np.float32)
 
     def _param_slices(self) -> list[tuple[str, slice]] | None:
         """The parameter tensors of the layout (``None``: treat the vector as one tensor)."""
@@ -460,6 +507,7 @@ class _TargetSourceRule(ServerRule):
             return AggregateResult(np.array(params, np.float32), {"target_missing": 1.0})
         src = [u for u, r in enumerate(info.roles) if r == "source"]
         diag: dict[str, float] = {"target_missing": 0.0, "gp_target_steps": float(info.steps[t])}
+        self._buffer_mix = (info.client_ids, src, None, None)
         if not src:
             return AggregateResult(_step(params, updates[t], self.global_lr), diag)
         w = np.asarray(weights, F64)[src]
@@ -481,9 +529,15 @@ class _TargetSourceRule(ServerRule):
                     f"gp_beta='auto' needs at least 2 target steps per round to estimate the target variance, the "
                     f"target client took {np.shape(step_updates)[0]}; raise local_epochs or local_steps, or lower "
                     f"batch_size")
-            # s_i = Δ̃_i / steps_T with alignment (= (lr_T/lr_S) Δ_i / steps_i), else Δ_i / steps_i.
-            scales = (np.full(len(src), 1.0 / steps_t) if self.align else source_step_scales(steps_s))
-            est = auto_beta_estimates(step_updates, sources, scales)
+            missing = [info.client_ids[u] for u in src if not extras or "mean_step_update" not in (extras[u] or {})]
+            if missing:
+                raise ValueError(f"gp_beta='auto' needs every source client's extras['mean_step_update'] (its mean raw "
+                                 f"per-batch step −local_lr·∇_b; the worker records it when the rule's "
+                                 f"wants_target_steps_for(cfg) is true); missing for clients {missing}")
+            # s_i = (lr_T/lr_S) · mean_b(−lr_S ∇_b^i) = the source's mean raw step at the target's
+            # learning rate; fedtune's sources and target share local_lr, so the ratio is 1.
+            source_steps = np.stack([np.asarray(extras[u]["mean_step_update"], np.float32) for u in src])
+            est = auto_beta_estimates(step_updates, source_steps)
             betas = est.beta_gp if self.projection else est.beta_da
             diag["gp_sigma2"] = float(est.sigma2)
             for k, cid in enumerate(ids):
@@ -493,6 +547,7 @@ class _TargetSourceRule(ServerRule):
                 diag[f"gp_beta_gp.{cid}"] = float(est.beta_gp[k])
         else:
             betas = np.full(len(src), float(self.beta), F64)
+        self._buffer_mix = (info.client_ids, src, alphas, np.asarray(betas, F64))
         comb = combine_with_target(updates[t], sources, alphas, betas,
                                    self._param_slices(), self.projection)
         for k, cid in enumerate(ids):

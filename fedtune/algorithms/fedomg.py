@@ -659,7 +659,10 @@ class FedOMG(ServerRule):
     name = "fedomg"
     description = "FedOMG: θ ← θ + global_lr · (g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖), Γ* matching the clients' updates"
     hparams = (OMG_KAPPA, OMG_SOLVER, OMG_RESCALE)
-    default_global_lr = 0.05  # the paper's η_g (PACS / VLCS / OfficeHome)
+    # fedtune's default server step, *not* the paper's η_g: the authors' step is η·d/(U(1+κ²)) and
+    # their PACS script uses η = 0.5 (Table 4 says 0.05), while global_lr multiplies d directly
+    # (METHODS.md §1). Compare FedOMG with other rules only with global_lr tuned for each.
+    default_global_lr = 0.05
 
     def aggregate(self, params, updates, weights, *, extras, round, info):
         step = fedomg_step(updates, weights, float(self.cfg.param("omg_kappa")),

@@ -449,7 +449,8 @@ class GCA(ClientMethod):
             with torch.no_grad():
                 xa = augmenter(x, generator=noise_gen)
             if self.use_sam:
-                step = sam_step(opt, cross_entropy_closure(model, xa, y), rho, model=model)
+                step = sam_step(opt, cross_entropy_closure(model, xa, y), rho, model=model,
+                                record_step=ctx.record_step)
                 if not step.finite:
                     return ClientOutcome(loss=step.loss if not math.isfinite(step.loss) else step.perturbed_loss,
                                          steps=done + 1)
@@ -462,8 +463,8 @@ class GCA(ClientMethod):
                     return ClientOutcome(loss=value, steps=done + 1)
                 opt.zero_grad()
                 loss.backward()
+                ctx.record_step(opt.params, [p.grad for p in opt.params])
                 opt.step()
-            ctx.after_step()
             total += value
             done += 1
             if done % interval == 0:

@@ -132,13 +132,17 @@ class SamStep:
 
 
 def sam_step(optimizer: LocalSGD, closure: Callable[[], torch.Tensor], rho: float, *,
-             model: nn.Module | None = None) -> SamStep:
+             model: nn.Module | None = None,
+             record_step: Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor | None]], None] | None = None,
+             ) -> SamStep:
     """One SAM step on ``optimizer.params``: gradient of ``closure()`` at ``θ``, ``ε`` from
     :func:`sam_perturbation`, gradient at ``θ + ε`` (with ``model``'s buffers frozen, see
     :func:`frozen_buffers`), ``θ`` restored exactly, then ``optimizer.step()`` with that gradient.
 
     ``closure`` recomputes the loss from the current parameters (it is called twice). Nothing is
-    changed when the first loss is not finite. With plain SGD (no momentum/decay) the update is
+    changed when the first loss is not finite. ``record_step`` (the client's
+    ``ctx.record_step``) receives the gradient at the *unperturbed* ``θ``: the batch gradient
+    plain SGD would step on, which is the sample auto-β's estimators need (METHODS.md §2). With plain SGD (no momentum/decay) the update is
     ``θ' = θ − lr ∇L(θ + ρ ∇L(θ)/‖∇L(θ)‖)``.
     """
     import torch
@@ -149,6 +153,8 @@ def sam_step(optimizer: LocalSGD, closure: Callable[[], torch.Tensor], rho: floa
     if not math.isfinite(value):
         return SamStep(value, math.nan)
     grads = torch.autograd.grad(loss, params, allow_unused=True)
+    if record_step is not None:
+        record_step(params, grads)
     eps = sam_perturbation(grads, rho)
     saved = [p.detach().clone() for p in params]
     with torch.no_grad():
@@ -227,10 +233,10 @@ class Prox(ClientMethod):
                 return ClientOutcome(loss=value, steps=done + 1)
             opt.zero_grad()
             loss.backward()
+            ctx.record_step(opt.params, [p.grad for p in opt.params])  # before the prox term
             if mu > 0:
                 penalty += add_prox_gradient(opt.params, anchors, mu)
             opt.step()
-            ctx.after_step()
             total += value
             done += 1
         return ClientOutcome(loss=total / max(done, 1), steps=done,
@@ -252,11 +258,10 @@ class SAM(ClientMethod):
         for idx in batches(n, cfg.batch_size, local_steps(n, cfg), ctx.generator):
             idx = idx.to(ctx.device)
             x, y = ctx.x[idx], ctx.y[idx]
-            step = sam_step(opt, cross_entropy_closure(model, x, y), rho, model=model)
+            step = sam_step(opt, cross_entropy_closure(model, x, y), rho, model=model, record_step=ctx.record_step)
             if not step.finite:
                 return ClientOutcome(loss=step.loss if not math.isfinite(step.loss) else step.perturbed_loss,
                                      steps=done + 1)
-            ctx.after_step()
             total += step.loss
             sharpness += step.perturbed_loss - step.loss
             done += 1

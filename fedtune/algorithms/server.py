@@ -6,8 +6,11 @@ The math is plain functions on NumPy arrays (importable and testable without Ray
 * ``updates[u] = Δ_u = θ_u − θ`` is a *descent displacement* (adding it lowers client u's loss);
   rows are in ascending client-id order, so results never depend on which actor ran whom.
 * ``weights[u] = p_u = n_u / Σ n`` (training examples of the round's participants).
-* Only the parameter part of the flat vector (``layout.num_params``) reaches a rule; floating
-  buffers (batch-norm statistics) are averaged by :func:`fedavg_buffers` for every rule.
+* Only the parameter part of the flat vector (``layout.num_params``) reaches
+  :meth:`ServerRule.aggregate`; floating buffers (batch-norm statistics) go to
+  :meth:`ServerRule.aggregate_buffers` after it (default: :func:`fedavg_buffers`, the weighted
+  mean; the FDA rules follow their parameter rule, METHODS.md §2). Integer buffers
+  (``num_batches_tracked``) are not in the flat vector and stay as each model has them.
 * Sums are accumulated in float64, client by client in a fixed order (no BLAS reduction whose
   order could depend on thread counts), then cast to float32: bit-reproducible.
 """
@@ -128,8 +131,9 @@ class ServerRule:
     description: ClassVar[str] = ""
     hparams: ClassVar[tuple[HParam, ...]] = ()
     needs_target_client: ClassVar[bool] = False  # FedDA/FedGP: only in the fda setting
-    # The FDA target client returns extras["step_updates"]: float32 [B, num_params], its
-    # displacement over each of its B local steps (auto-β needs them).
+    # Auto-β: the FDA target client returns extras["step_updates"], float32 [B, num_params], its
+    # raw step −local_lr·∇_b on each of its B local batches; every source returns
+    # extras["mean_step_update"], float32 [num_params], the mean of its raw per-batch steps.
     wants_target_steps: ClassVar[bool] = False
     # This rule's default for the run's ``global_lr`` field when the user leaves it unset.
     default_global_lr: ClassVar[float] = 1.0
@@ -140,7 +144,8 @@ class ServerRule:
 
     @classmethod
     def wants_target_steps_for(cls, cfg: Any) -> bool:
-        """Whether a run with ``cfg`` needs the target's ``step_updates`` (FedDA/FedGP: only with
+        """Whether a run with ``cfg`` needs the clients' raw per-batch steps (the target's
+        ``step_updates``, the sources' ``mean_step_update``; FedDA/FedGP: only with
         ``gp_beta = "auto"``); the default is the class attribute :attr:`wants_target_steps`."""
         return bool(cls.wants_target_steps)
 
@@ -163,6 +168,16 @@ class ServerRule:
         returned (e.g. per-batch displacements); ``info`` who sent each row (ids, roles, steps).
         """
         raise NotImplementedError
+
+    def aggregate_buffers(self, buffers: np.ndarray, client_buffers: np.ndarray, weights: np.ndarray, *,
+                          info: RoundInfo) -> np.ndarray:
+        """New floating buffers (batch-norm running statistics), float32 ``[S]``, called right after
+        :meth:`aggregate` in the same round.
+
+        ``buffers`` are the global model's (``[S]``), ``client_buffers`` the participants' after
+        local training (``[U, S]``, rows as in ``aggregate``), ``weights`` the FedAvg ``p_u``. The
+        default is their weighted mean :func:`fedavg_buffers`; the FDA rules override it."""
+        return fedavg_buffers(client_buffers, weights)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume the rule (checkpoints)."""

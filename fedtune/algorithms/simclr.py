@@ -43,7 +43,7 @@ from fedtune.algorithms.client import (
     batches,
     local_steps,
 )
-from fedtune.algorithms.gala import GALA_TAU, GatedClientMixin  # NumPy only at import
+from fedtune.algorithms.gala import GALA_GATE, GALA_TAU, GatedClientMixin  # NumPy only at import
 
 if TYPE_CHECKING:
     import torch
@@ -233,8 +233,8 @@ class SimCLR(ClientMethod):
                 return ClientOutcome(loss=value, steps=done + 1)
             opt.zero_grad()
             loss.backward()
+            ctx.record_step(opt.params, [p.grad for p in opt.params])
             opt.step()
-            ctx.after_step()
             total += value
             done += 1
         return ClientOutcome(loss=total / max(done, 1), steps=done)
@@ -252,6 +252,7 @@ class GalaSimCLR(GatedClientMixin, SimCLR):
 
     name = "gala-simclr"
     description = ("FedGaLA local alignment on SimCLR (unsupervised): a tensor steps only if cos(−∇, last global "
-                   "move) > gala_tau; NT-Xent loss, projector MLP, linear-probe evaluation")
-    hparams = (*SimCLR.hparams, GALA_TAU)
+                   "move) > gala_tau (gala_gate=descent) or cos(+∇, r) >= gala_tau (literal); NT-Xent loss, projector MLP, "
+                   "linear-probe evaluation")
+    hparams = (*SimCLR.hparams, GALA_TAU, GALA_GATE)
     needs_global_move = True

@@ -114,6 +114,9 @@ class FederatedPlan:
     target_test: Pieces  # evaluated by the coordinator (fdg/fda/ufdg); empty in fl
     target_probe: Pieces = field(default_factory=dict)  # ufdg: labelled probe-training split
     participation: float = 1.0  # fraction of clients sampled per round
+    # fdg/fda/ufdg: the oracle slice of the target domain (data_seed-determined, never in
+    # target_test), scored as oracle_acc for the "oracle" selection protocol; empty in fl
+    target_oracle: Pieces = field(default_factory=dict)
 
     @property
     def num_clients(self) -> int:

@@ -1,7 +1,9 @@
 """Image-folder datasets: ``ROOT/<domain>/<class>/<image>`` and the DomainBed ones on top.
 
 * Domains are the sorted (non-hidden) sub-directories of ROOT; classes are the sorted union of
-  the class directories found in any domain (a domain may lack a class).
+  the class directories found in any domain (a domain may lack a class). A class folder with
+  no image in any domain, or fewer than 2 classes, is a :class:`DataError` (never a silent
+  smaller task).
 * Images: files with extension jpg / jpeg / png / bmp (case-insensitive), any size, grey or
   RGB. Other files and hidden entries are ignored.
 * Canonical order inside a domain: sorted by (class, file name).
@@ -70,9 +72,11 @@ class ImageFolderDataset(DomainDataset):
             raise DataError(f"dataset {name!r}: no domain directories in {str(self.root)!r}; "
                             f"{expected}")
         per_domain: dict[str, list[tuple[str, str]]] = {}  # domain -> [(class, file)]
+        class_dirs: set[str] = set()  # every class folder of any domain, empty or not
         for d in domains:
             entries = []
             for c in _subdirs(self.root / d):
+                class_dirs.add(c)
                 entries.extend((c, f) for f in _images(self.root / d / c))
             if not entries:
                 raise DataError(
@@ -80,7 +84,20 @@ class ImageFolderDataset(DomainDataset):
                     f"in class sub-directories; {expected}"
                 )
             per_domain[d] = entries  # already sorted by (class, file)
-        classes = tuple(sorted({c for ents in per_domain.values() for c, _ in ents}))
+        classes = tuple(sorted(class_dirs))
+        with_images = {c for ents in per_domain.values() for c, _ in ents}
+        empty = [c for c in classes if c not in with_images]
+        if empty:
+            raise DataError(
+                f"dataset {name!r}: class folder(s) {', '.join(repr(c) for c in empty)} hold no image in any "
+                f"domain of {str(self.root)!r} (looked in {', '.join(str(self.root / d / empty[0]) for d in domains)}); "
+                f"every class needs images in at least one domain (remove the empty folders or add images); {expected}"
+            )
+        if len(classes) < 2:
+            raise DataError(
+                f"dataset {name!r}: {str(self.root)!r} has {len(classes)} class ({', '.join(classes)}); a "
+                f"classification task needs at least 2 classes (class folders with images); {expected}"
+            )
         cidx = {c: i for i, c in enumerate(classes)}
         self._files = {d: [f"{c}/{f}" for c, f in ents] for d, ents in per_domain.items()}
         self._labels = {

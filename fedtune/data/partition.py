@@ -5,12 +5,24 @@ Settings (``SETTINGS``):
 * ``fdg`` - leave-one-domain-out. Every source domain is shuffled and cut into
   ``clients_per_domain`` near-equal clients ``"<domain>#<k>"``; each client keeps
   ``round(val_fraction * n)`` examples (at least 1 when ``val_fraction > 0`` and n >= 2, at most
-  n - 1) as validation, the rest as train. ``target_test`` is the whole target domain.
+  n - 1) as validation, the rest as train. ``target_test`` is the target domain minus its
+  oracle slice (below).
 * ``fda`` - as fdg plus one client ``"target"`` (role "target", last in ``clients``) holding
-  ``max(1, round(target_fraction * n_target))`` target examples (stratified by class) as train,
-  no val; the rest of the target domain is ``target_test``.
-* ``ufdg`` - as fdg; the target domain is split into ``target_probe``
+  ``max(1, round(target_fraction * n_target))`` target examples (stratified by class, drawn
+  from outside the oracle slice); of these, ``round(val_fraction * k)`` (at least 1 when
+  ``val_fraction > 0`` and k >= 2, at most k - 1) are its validation split (the
+  ``target-val`` selection protocol's ``target_val_acc``), the rest its train split. The rest
+  of the target domain is ``target_test``.
+* ``ufdg`` - as fdg; the target domain (minus the oracle slice) is split into ``target_probe``
   (``max(1, round(probe_fraction * n_target))``, stratified) and ``target_test`` (rest).
+
+**Oracle slice** (fdg/fda/ufdg; DomainBed's test-domain validation): ``target_oracle`` holds
+``round(oracle_fraction * n_target)`` examples of the target domain (stratified; at least 1
+when ``oracle_fraction > 0``, leaving at least 2 others), drawn from a Generator of
+``data_seed`` and the domain only, so the slice is the same for every ``seed`` of a dataset. It
+is *always* held out of ``target_test``, whatever selection a study uses, so ``target_acc`` is
+measured on the same examples under every protocol; the runtime scores it as ``oracle_acc``.
+``oracle_fraction = 0`` gives no slice (and no oracle selection).
 * ``fl`` - all domains pooled; Dirichlet(alpha) label skew over ``num_clients`` clients
   ``"client-<i>"`` (Hsu et al. 2019: per class c, proportions q_c ~ Dir(alpha * 1_N), class-c
   examples split by q_c), re-drawn (at most :data:`MAX_DIRICHLET_ATTEMPTS` times) until every
@@ -122,7 +134,8 @@ def _source_clients(
 
 
 def _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fraction,
-               target_fraction, probe_fraction, participation, seed) -> FederatedPlan:
+               target_fraction, probe_fraction, participation, seed, oracle_fraction=0.0,
+               data_seed=0) -> FederatedPlan:
     if len(info.domains) < 2:
         raise DataError(
             f"setting {setting!r} holds one domain out, but dataset {info.name!r} has only "
@@ -136,25 +149,44 @@ def _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fra
     n_t = len(labels[target])
     all_t = np.arange(n_t, dtype=np.int64)
     probe: Pieces = {}
-    if setting == "fdg":
-        test = all_t
+    oracle: Pieces = {}
+    if oracle_fraction > 0:
+        if n_t < 3:
+            raise DataError(f"target domain {target!r} has {n_t} example(s); an oracle slice "
+                            f"(oracle_fraction={oracle_fraction}) needs at least 3; set "
+                            "oracle_fraction: 0")
+        k_o = min(max(1, int(round(oracle_fraction * n_t))), n_t - 2)
+        # data_seed only: the same slice for every run seed of this dataset
+        picked = _stratified_take(labels[target], k_o, rng_for(data_seed, "oracle", target))
+        oracle = {target: picked}
+        rest = np.setdiff1d(all_t, picked).astype(np.int64)
     else:
-        if n_t < 2:
-            raise DataError(f"target domain {target!r} has {n_t} example(s); setting "
-                            f"{setting!r} needs at least 2")
+        rest = all_t
+    n_r = len(rest)
+    if setting == "fdg":
+        test = rest
+    else:
+        if n_r < 2:
+            raise DataError(f"target domain {target!r} has {n_r} example(s) outside its oracle "
+                            f"slice; setting {setting!r} needs at least 2")
         frac = target_fraction if setting == "fda" else probe_fraction
-        k = min(max(1, int(round(frac * n_t))), n_t - 1)
-        taken = _stratified_take(labels[target], k, rng_for(seed, setting, target))
-        test = np.setdiff1d(all_t, taken).astype(np.int64)
+        k = min(max(1, int(round(frac * n_t))), n_r - 1)
+        taken = rest[_stratified_take(labels[target][rest], k, rng_for(seed, setting, target))]
+        test = np.setdiff1d(rest, taken).astype(np.int64)
         if setting == "fda":
+            # the target client's own validation split (selection protocol target-val)
+            nv = _n_val(len(taken), val_fraction)
+            order = rng_for(seed, "target-val", target).permutation(len(taken))
+            val_t, train_t = taken[order[:nv]], taken[order[nv:]]
             clients.append(ClientSpec(client_id=len(clients), name="target", role="target",
-                                      domain=target, train={target: taken}))
+                                      domain=target, train={target: _sorted(train_t)},
+                                      val={target: _sorted(val_t)} if nv else {}))
         else:
-            probe = {target: taken}
+            probe = {target: _sorted(taken)}
     return FederatedPlan(
         setting=setting, clients=tuple(clients), source_domains=tuple(sources),
         target_domains=(target,), target_test={target: _sorted(test)}, target_probe=probe,
-        participation=participation,
+        participation=participation, target_oracle=oracle,
     )
 
 
@@ -235,13 +267,20 @@ def make_plan(
     test_fraction: float = 0.2,
     probe_fraction: float = 0.1,
     seed: int = 0,
+    oracle_fraction: float = 0.2,
+    data_seed: int = 0,
 ) -> FederatedPlan:
-    """Partition ``labels`` (domain -> int64 labels, canonical order) for ``setting``."""
+    """Partition ``labels`` (domain -> int64 labels, canonical order) for ``setting``.
+
+    ``oracle_fraction`` / ``data_seed``: the oracle slice of the target domain (see the module
+    docstring; ignored in fl)."""
     if setting not in SETTINGS:
         raise DataError(f"setting {setting!r} is unknown; choose one of: {', '.join(SETTINGS)}")
     clients_per_domain = _check_int("clients_per_domain", clients_per_domain, 1)
     num_clients = _check_int("num_clients", num_clients, 1)
     seed = _check_int("seed", seed, 0)
+    data_seed = _check_int("data_seed", data_seed, 0)
+    oracle_fraction = _check_frac("oracle_fraction", oracle_fraction, allow_zero=True)
     if isinstance(dirichlet_alpha, bool) or not isinstance(
             dirichlet_alpha, (int, float, np.floating, np.integer)) or not (
             math.isfinite(float(dirichlet_alpha)) and dirichlet_alpha > 0):
@@ -259,7 +298,8 @@ def make_plan(
         return _plan_fl(info, labels, num_clients, float(dirichlet_alpha), val_fraction,
                         test_fraction, participation, seed)
     return _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fraction,
-                      target_fraction, probe_fraction, participation, seed)
+                      target_fraction, probe_fraction, participation, seed, oracle_fraction,
+                      data_seed)
 
 
 def sample_participants(num_clients: int, participation: float, seed: int,

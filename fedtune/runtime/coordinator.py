@@ -39,6 +39,48 @@ class ClientFailure(RuntimeError):
     """A client actor died and the failure policy says to stop (or its retry failed too)."""
 
 
+# fedtune's bad-input errors, by the name Ray prints in a remote traceback: raised inside an actor
+# (its __init__ or a method) they are re-raised as themselves, one line, as on the local backend.
+_INPUT_ERRORS = {"fedtune.config.ConfigError": ("fedtune.config", "ConfigError"),
+                 "fedtune.data.base.DataError": ("fedtune.data.base", "DataError")}
+
+
+def input_error_of(exc: BaseException) -> BaseException | None:
+    """The fedtune ConfigError/DataError behind a Ray error, or None.
+
+    A ``RayTaskError`` (a method raised) carries the original exception as ``cause`` (walked
+    through nested actors). An ``ActorDiedError`` from a failed ``__init__`` carries only the
+    creation task's traceback as text (Ray keeps no cause object): its last line
+    ``fedtune.data.base.DataError: <message>`` is parsed and the error rebuilt with that message.
+    """
+    import importlib
+
+    seen = 0
+    e: BaseException | None = exc
+    while e is not None and seen < 10:
+        seen += 1
+        for qualname, (module, name) in _INPUT_ERRORS.items():
+            cls = getattr(importlib.import_module(module), name)
+            if type(e) is cls:
+                return e
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, BaseException) and cause is not e:
+            e = cause
+            continue
+        break
+    text = str(exc)
+    best: tuple[int, str, str] | None = None
+    for qualname in _INPUT_ERRORS:
+        i = text.rfind(qualname + ": ")
+        if i >= 0 and (best is None or i > best[0]):
+            best = (i, qualname, text[i + len(qualname) + 2:])
+    if best is None:
+        return None
+    module, name = _INPUT_ERRORS[best[1]]
+    message = best[2].strip().split("\n\nThe above exception", 1)[0].strip()
+    return getattr(importlib.import_module(module), name)(message)
+
+
 def assign_clients(num_clients: int, num_workers: int) -> list[list[int]]:
     """Logical client ``c`` lives on worker ``c % num_workers`` for the whole run."""
     return [[c for c in range(num_clients) if c % num_workers == w] for w in range(num_workers)]
@@ -119,8 +161,15 @@ class RayPool:
 
     def initial_state(self):
         import ray
+        from ray.exceptions import RayError
 
-        return ray.get(self.actors[0].initial_state.remote())
+        try:
+            return ray.get(self.actors[0].initial_state.remote())
+        except RayError as exc:  # bad input in a worker's __init__: the error itself, not Ray's wrapper
+            err = input_error_of(exc)
+            if err is not None:
+                raise err from None
+            raise
 
     def publish(self, weights: np.ndarray):
         import ray
@@ -140,14 +189,19 @@ class RayPool:
     def _call_all(self, method: str, per_worker_args: dict[int, tuple]) -> tuple[dict[int, Any], list[int]]:
         """Call ``method`` on the given workers; handle dead actors; return replies and skipped workers."""
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayError
 
         refs = {w: getattr(self.actors[w], method).remote(*args) for w, args in per_worker_args.items()}
         replies, dead = {}, []
         for w, ref in refs.items():
             try:
                 replies[w] = ray.get(ref)
-            except RayActorError:
+            except RayError as exc:
+                err = input_error_of(exc)
+                if err is not None:  # bad input (an undecodable image ...): a restart would fail again
+                    raise err from None
+                if not isinstance(exc, RayActorError):
+                    raise
                 dead.append(w)
         skipped = []
         for w in dead:
@@ -324,6 +378,9 @@ def probe_metrics(evals: list[EvalReply], plan: FederatedPlan, shards: list[Targ
       score it, so every client (and domain) is on both sides. A client with one validation
       example only fits.
 
+    * ``oracle_acc`` / ``oracle_loss`` (when the plan has an oracle slice): the target probe scored
+      on the oracle slice's shards (the ``oracle`` selection protocol; never part of ``target_acc``).
+
     ``val_loss`` / ``target_loss`` are the probes' mean log-loss on the scored examples. Missing
     or unusable features (no fitting examples, non-finite features) give NaN.
     Sets are concatenated in client-id and shard order, so the metrics do not depend on how many
@@ -352,6 +409,8 @@ def probe_metrics(evals: list[EvalReply], plan: FederatedPlan, shards: list[Targ
         if sh.split == "test" and sh.shard_id in feats:
             score_target["*"].append(feats[sh.shard_id])
             score_target.setdefault(f"target_acc.{sh.domain}", []).append(feats[sh.shard_id])
+        elif sh.split == "oracle" and sh.shard_id in feats:  # the oracle slice: its own key, never target_acc
+            score_target.setdefault("oracle", []).append(feats[sh.shard_id])
     out: dict[str, Any] = {}
     v = _probe_scores(fit_val, score_val)
     out["val_acc"], out["val_loss"] = _acc_loss(v.pop("*"))
@@ -359,9 +418,12 @@ def probe_metrics(evals: list[EvalReply], plan: FederatedPlan, shards: list[Targ
         out[key] = _acc_loss(v[key])[0]
     t = _probe_scores(probe_sets, score_target)
     tgt = t.pop("*")
+    oracle = t.pop("oracle", None)
     for key in sorted(t):
         out[key] = _acc_loss(t[key])[0]
     out["target_acc"], out["target_loss"] = _acc_loss(tgt)
+    if any(sh.split == "oracle" for sh in shards):
+        out["oracle_acc"], out["oracle_loss"] = _acc_loss(oracle)
     return out
 
 
@@ -419,7 +481,7 @@ class Coordinator:
         return self.pool.handles() if isinstance(self.pool, RayPool) else []
 
     def run_round(self, round: int, evaluate: bool = True) -> RoundResult:
-        from fedtune.algorithms import fedavg_buffers, fedavg_weights
+        from fedtune.algorithms import fedavg_weights
         from fedtune.data import sample_participants
 
         cfg, layout = self.cfg, self.layout
@@ -468,7 +530,8 @@ class Coordinator:
             new = np.empty_like(self.weights)
             new[:P] = result.params
             if layout.size > P:
-                new[P:] = fedavg_buffers(np.stack([rows[c][0].states[rows[c][1], P:] for c in order]), p)
+                new[P:] = self.rule.aggregate_buffers(self.weights[P:], np.stack([rows[c][0].states[rows[c][1], P:]
+                                                                                  for c in order]), p, info=info)
             for key, value in result.diagnostics.items():
                 metrics[f"diag.{key}"] = value
             # Client methods' own metrics (e.g. skipped tensor-steps): example-weighted means.
@@ -526,7 +589,11 @@ class Coordinator:
     def _eval_metrics(self, evals: list[EvalReply]) -> dict[str, Any]:
         """Round metrics from the workers' evaluation replies.
 
-        Supervised runs: accuracy and cross-entropy summed over the replies' counts. Setting
+        Supervised runs: accuracy and cross-entropy summed over the replies' counts:
+        ``val_acc`` over the *source* clients' validation splits only; ``target_val_acc`` over the
+        FDA target client's validation split (selection protocol ``target-val``; never part of
+        ``val_acc``); ``target_acc`` over the target-test shards (fl: every client's test split);
+        ``oracle_acc`` over the oracle-slice shards (never part of ``target_acc``). Setting
         ufdg (unsupervised client methods, no class logits): linear probes on the workers'
         encoder features, see :func:`probe_metrics` (``val_acc`` = a probe fitted on the even
         and scored on the odd positions of the sources' validation splits; ``target_acc`` = a
@@ -542,9 +609,15 @@ class Coordinator:
                 per_client[cid] = (v, t)
             shards.update(zip(reply.shard_ids, reply.shards))
         target: dict[str, EvalCounts] = {}
+        oracle = EvalCounts()
         for sh in self.shards:  # shard order: layout-independent sums
             if sh.shard_id in shards:
-                target.setdefault(sh.domain, EvalCounts()).add(shards[sh.shard_id])
+                if sh.split == "oracle":
+                    oracle.add(shards[sh.shard_id])
+                elif sh.split == "test":
+                    target.setdefault(sh.domain, EvalCounts()).add(shards[sh.shard_id])
+        target_val = EvalCounts()
+        has_target_client = False
         for cid in sorted(per_client):  # fixed order: sums do not depend on the actor layout
             v, t = per_client[cid]
             spec = self.plan.clients[cid]
@@ -552,10 +625,17 @@ class Coordinator:
                 val_all.add(v)
                 if spec.domain is not None:
                     val_dom.setdefault(spec.domain, EvalCounts()).add(v)
+            elif spec.role == "target":  # fda: the target client's own held-out labels
+                has_target_client = True
+                target_val.add(v)
             test_all.add(t)
         out: dict[str, Any] = {"val_acc": val_all.acc, "val_loss": val_all.loss}
         for d in sorted(val_dom):
             out[f"val_acc.{d}"] = val_dom[d].acc
+        if has_target_client:
+            out["target_val_acc"], out["target_val_loss"] = target_val.acc, target_val.loss
+        if any(sh.split == "oracle" for sh in self.shards):
+            out["oracle_acc"], out["oracle_loss"] = oracle.acc, oracle.loss
         if self.plan.setting == "fl":
             out["target_acc"], out["target_loss"] = test_all.acc, test_all.loss
         else:

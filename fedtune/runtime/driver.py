@@ -10,15 +10,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from fedtune.config import RunConfig
 from fedtune.data import get_dataset, make_plan
@@ -53,7 +55,8 @@ def build_plan(cfg: RunConfig) -> FederatedPlan:
                      clients_per_domain=cfg.clients_per_domain, num_clients=cfg.num_clients,
                      dirichlet_alpha=cfg.dirichlet_alpha, participation=cfg.participation,
                      target_fraction=cfg.target_fraction, val_fraction=cfg.val_fraction,
-                     test_fraction=cfg.test_fraction, probe_fraction=cfg.probe_fraction, seed=cfg.seed)
+                     test_fraction=cfg.test_fraction, probe_fraction=cfg.probe_fraction, seed=cfg.seed,
+                     oracle_fraction=cfg.oracle_fraction, data_seed=cfg.data_seed)
 
 
 def connect_ray(cfg: RunConfig, *, verbose: bool = False) -> bool:
@@ -148,7 +151,7 @@ class FederatedRun:
         self.coordinator = coord_cls.options(num_cpus=res.coordinator_cpus, num_gpus=res.coordinator_gpus,
                                              scheduling_strategy=strategy).remote(
             cfg_dict, self.plan, {"kind": "ray", "actors": actors, "factory": factory, "assignment": assignment})
-        self._call = lambda name, *a: ray.get(getattr(self.coordinator, name).remote(*a))
+        self._call = lambda name, *a: _ray_get(getattr(self.coordinator, name).remote(*a))
 
     def describe(self) -> dict[str, Any]:
         return self._call("describe")
@@ -269,6 +272,56 @@ class FederatedRun:
         self.close()
 
 
+def _ray_get(ref):
+    """``ray.get`` that re-raises a fedtune ConfigError/DataError raised inside an actor as itself
+    (one line, exit 2 in the CLI, as on the local backend) instead of Ray's wrapper traceback."""
+    import ray
+    from ray.exceptions import RayError
+
+    from fedtune.runtime.coordinator import input_error_of
+
+    try:
+        return ray.get(ref)
+    except RayError as exc:
+        err = input_error_of(exc)
+        if err is not None:
+            raise err from None
+        raise
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an interrupt by :func:`sigterm_as_interrupt` (a KeyboardInterrupt, so
+    everything that handles Ctrl-C handles it the same way)."""
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While active (main thread only; elsewhere a no-op), SIGTERM does what SIGINT (Ctrl-C) does:
+    it calls the current SIGINT handler (Ray Tune's graceful stop during a sweep), or raises
+    :class:`Terminated` where that handler is Python's default. Without it, ``ray.init``'s handler
+    turns SIGTERM into ``sys.exit`` and a plain Python process dies without writing anything.
+    The previous SIGTERM handler is restored on exit."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler) and handler is not signal.default_int_handler:
+            handler(signal.SIGINT, frame)
+        else:
+            raise Terminated("SIGTERM")
+
+    old = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
+
+
 def _avail() -> str:
     import ray
 
@@ -320,18 +373,25 @@ def run(cfg: RunConfig, *, progress: bool = True, verbose: bool = False,
     info: dict[str, Any] = {}
     # Bad input (unknown names, missing data, impossible setting) raises here, before anything
     # starts and before anything is written.
-    fr = FederatedRun(cfg)
+    from fedtune.results import check_output_dir
+
+    check_output_dir(cfg.output)
     store = ResultsStore(cfg.output, cfg.name)
+    fr = FederatedRun(cfg)
+    signals = contextlib.ExitStack()
     try:
         if cfg.backend == "ray":
             started_ray = connect_ray(cfg, verbose=verbose)
+        # After ray.init (which installs a SIGTERM -> sys.exit handler): SIGTERM ends the run as
+        # "interrupted", with its trial row written, like Ctrl-C.
+        signals.enter_context(sigterm_as_interrupt())
         startup = {"ray_init_s": time.perf_counter() - t_start}
         fr.start()
         info = fr.describe()  # returns once the coordinator and every client actor are ready
         startup["actors_ready_s"] = time.perf_counter() - t_start
         info.update(startup)
         bar.start(fr, info)
-        status = "completed"
+        status = "running"
         for _ in range(cfg.rounds):
             result = fr.step()
             row = round_row(cfg, fr, trial_id, result)
@@ -346,13 +406,18 @@ def run(cfg: RunConfig, *, progress: bool = True, verbose: bool = False,
                 status = "diverged"
                 error = f"non-finite loss or weights in round {result.round}"
                 break
-    except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted by the user"
+        if status == "running":
+            status = "completed"
+    except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, SIGTERM (also Ray's sys.exit on SIGTERM)
+        status = "interrupted"
+        error = ("interrupted by SIGTERM" if isinstance(exc, Terminated) or isinstance(exc, SystemExit)
+                 else "interrupted by the user")
         raise
-    except Exception as exc:
+    except BaseException as exc:
         status, error = "failed", f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        signals.close()
         bar.stop()
         try:
             fr.close()

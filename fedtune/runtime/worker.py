@@ -70,7 +70,8 @@ class TargetShard:
     shard_id: int
     domain: str
     indices: np.ndarray
-    split: str = "test"  # "test": target-test data; "probe": ufdg's labelled target-probe split
+    split: str = "test"  # "test": target-test data; "probe": ufdg's labelled target-probe split;
+    # "oracle": the oracle slice of the target domain (oracle_acc, never part of target_acc)
 
 
 SHARD_SIZE = 512
@@ -88,11 +89,14 @@ def target_shards(target_test: dict[str, np.ndarray], shard_size: int = SHARD_SI
 def eval_shards(plan: Any, shard_size: int = SHARD_SIZE) -> list[TargetShard]:
     """Every shard the workers evaluate: the target-test shards (ids ``0..k-1``, exactly
     :func:`target_shards` of ``plan.target_test``) followed by ``plan.target_probe`` (ufdg's
-    labelled probe split, empty elsewhere) cut the same way, with ``split="probe"``. Probe shards
-    are spread over the workers like test shards; the coordinator reassembles both in shard order."""
+    labelled probe split, empty elsewhere) cut the same way, with ``split="probe"``, then
+    ``plan.target_oracle`` (the oracle slice, empty in fl) with ``split="oracle"``. Every kind
+    is spread over the workers like test shards; the coordinator reassembles them in shard order."""
     shards = target_shards(plan.target_test, shard_size)
-    for sh in target_shards(getattr(plan, "target_probe", None) or {}, shard_size):
-        shards.append(TargetShard(len(shards), sh.domain, sh.indices, "probe"))
+    for split, pieces in (("probe", getattr(plan, "target_probe", None)),
+                          ("oracle", getattr(plan, "target_oracle", None))):
+        for sh in target_shards(pieces or {}, shard_size):
+            shards.append(TargetShard(len(shards), sh.domain, sh.indices, split))
     return shards
 
 
@@ -219,11 +223,12 @@ class ClientWorker:
                                 role=spec.role, generator=gen, device=self.device, payload=payload,
                                 state=self.client_state[cid])
             recorder = None
-            if self.record_target_steps and spec.role == "target":
-                recorder = ctx.after_step = _StepRecorder(self.model, self.layout)
+            if self.record_target_steps:  # auto-β: raw per-batch steps −local_lr·∇_b (METHODS.md §2)
+                recorder = ctx.record_step = _StepRecorder(self.model, self.layout, self.cfg.local_lr,
+                                                           keep_rows=spec.role == "target")
             out = self.method.train(ctx)
             if recorder is not None:
-                out.extras = {**out.extras, "step_updates": recorder.result()}
+                out.extras = {**out.extras, **recorder.extras()}
             t_out = time.perf_counter()
             get_flat(self.model, self.layout, out=states[row])
             reply.io_s += time.perf_counter() - t_out
@@ -237,7 +242,8 @@ class ClientWorker:
 
     def evaluate(self, weights: np.ndarray, client_ids: list[int] | None = None) -> EvalReply:
         """Accuracy of ``weights`` on each client's validation (and fl test) split and on this
-        worker's target-test shards.
+        worker's target-test and oracle shards (``shard_ids`` lists both; the coordinator tells
+        them apart by the shard's ``split``).
 
         Unsupervised methods (no class logits, setting ufdg) get encoder features instead
         (:func:`encode_split`): each client's validation split (``val_features``) and each of
@@ -259,7 +265,7 @@ class ClientWorker:
             reply.val.append(evaluate(self.model, *self.data[cid]["val"], bs))
             reply.test.append(evaluate(self.model, *self.data[cid]["test"], bs))
         for sid in sorted(self.shards):
-            if self.shard_split.get(sid, "test") != "test":
+            if self.shard_split.get(sid, "test") == "probe":
                 continue  # probe shards only matter to unsupervised (linear-probe) evaluation
             _, x, y = self.shards[sid]
             reply.shard_ids.append(sid)
@@ -316,26 +322,62 @@ class ClientWorker:
 
 
 class _StepRecorder:
-    """Records the parameter displacement of every optimiser step (the FDA target client's
-    per-step updates ``t_b`` for auto-β): row ``b`` = θ after step b − θ before it."""
+    """Records a client's raw per-batch steps for auto-β (METHODS.md §2): the step plain SGD
+    would have taken on each batch, ``−local_lr · ∇_b`` (parameters only, in the flat layout's
+    parameter order), whatever the client's optimiser does with that gradient (momentum, weight
+    decay, FedProx's term, SAM's perturbation, FedGaLA's gate). The client method calls it as
+    ``ctx.record_step(params, grads)`` with the batch gradient of its data loss at θ before the
+    step (:class:`~fedtune.algorithms.client.ClientContext`).
 
-    def __init__(self, model, layout):
-        from fedtune.models import get_flat
+    Momentum is why the samples are not the θ differences: consecutive momentum steps are
+    correlated and ramp up to ``1/(1 − m)`` times the gradient step, so variance and distance
+    estimates built from them are off by more than 10× at m = 0.9 (:mod:`benchmarks.auto_beta_momentum`).
 
-        self.model, self.layout, self.P = model, layout, layout.num_params
-        self._get = get_flat
-        self.prev = get_flat(model, layout)[:self.P].copy()
+    ``keep_rows=True`` (the FDA target): :meth:`extras` gives ``step_updates`` ``[B, P]``, row b =
+    batch b's step. ``keep_rows=False`` (a source): only ``mean_step_update`` ``[P]``, the mean of
+    the per-batch steps (the source's per-step displacement ``s_i`` in the same units).
+    """
+
+    def __init__(self, model, layout, lr: float, keep_rows: bool = True):
+        import torch
+
+        slot = {s.name: s for s in layout.slots if s.is_param}
+        self.where = {id(p): (slot[n].offset, slot[n].size) for n, p in model.named_parameters() if n in slot}
+        self.P, self.lr, self.keep_rows = layout.num_params, float(lr), keep_rows
         self.rows: list[np.ndarray] = []
+        self.total = np.zeros(self.P, np.float64)
+        self.count = 0
+        self._torch = torch
 
-    def __call__(self) -> None:
-        now = self._get(self.model, self.layout)[:self.P].copy()
-        self.rows.append(now - self.prev)
-        self.prev = now
+    def __call__(self, params, grads) -> None:
+        row = np.zeros(self.P, np.float32)
+        view = self._torch.from_numpy(row)
+        with self._torch.no_grad():
+            for p, g in zip(params, grads):
+                if g is None:
+                    continue
+                off, size = self.where[id(p)]
+                view[off:off + size].copy_(g.detach().reshape(-1))
+        row *= np.float32(-self.lr)
+        if self.keep_rows:
+            self.rows.append(row)
+        self.total += row
+        self.count += 1
 
     def result(self) -> np.ndarray:
+        """``[B, P]`` float32: the recorded per-batch steps (``[0, P]`` if none)."""
         if not self.rows:
             return np.zeros((0, self.P), np.float32)
         return np.ascontiguousarray(np.stack(self.rows), dtype=np.float32)
+
+    def mean(self) -> np.ndarray:
+        """``[P]`` float32: the mean per-batch step (zeros if none)."""
+        return (self.total / max(self.count, 1)).astype(np.float32)
+
+    def extras(self) -> dict[str, np.ndarray]:
+        if self.keep_rows:
+            return {"step_updates": self.result()}
+        return {"mean_step_update": self.mean()}
 
 
 def _placement_group_id() -> str | None:

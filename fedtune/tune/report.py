@@ -6,23 +6,31 @@ study of a sweep) and ``study.json`` (the sweep's settings). :func:`make_report`
 through :func:`fedtune.results.load`, so it also works on a study that is still running:
 trials without a ``trials.parquet`` row yet are summarised from their rounds.
 
-Selection protocol (DomainBed's training-domain validation; METHODS.md §5):
+Selection protocol (:mod:`fedtune.selection` owns it; METHODS.md §5). ``val`` (default,
+DomainBed's training-domain validation), ``target-val`` (fda: the target client's held-out
+labels) or ``oracle`` (DomainBed's test-domain validation on the held-out oracle slice of the
+target, last round only; labelled "oracle" in every title):
 
-1. In every trial, the *reported round* is the one with the highest finite ``val_acc``
-   (source validation; earliest round on ties); its ``target_acc`` is the trial's result.
+1. In every trial, the *reported round* is chosen by the protocol's score (``val_acc``,
+   ``target_val_acc``: the best round, earliest on ties; ``oracle_acc``: the last evaluated
+   round); its ``target_acc`` is the trial's result.
 2. Trials are grouped by (algorithm, target domain, seed); in each group the trial with the
-   highest ``val_acc`` at its reported round is *selected* (the hyperparameter choice; on ties
+   highest score at its reported round is *selected* (the hyperparameter choice; on ties
    the first trial id in sorted order).
 3. A table cell (algorithm, target domain) is the mean of the selected trials' ``target_acc``
    over seeds, ± the standard error ``std(ddof=1)/sqrt(n)`` when there are ≥ 2 seeds.
    With several target domains an ``Avg`` column is added: the per-seed average over the
    domains, then mean ± standard error over the seeds that have every domain (if no seed
    has every domain yet, the mean of the domain means, marked ``*``, without an error).
+   What the seeds are comes from ``study.json``: ``trial_seeds`` K > 1 (``fedtune sweep
+   --trial-seeds``): K whole searches, so the ± includes selection variance (DomainBed's);
+   ``seeds`` K > 1 (``--seeds``): K re-runs of each search's selected configuration, so the
+   ± excludes selection variance. Every table caption says which.
 
-With *oracle* selection (``study.json`` says ``"selection": "oracle"``, or
-``make_report(..., selection="oracle")``) steps 1 and 2 use ``target_acc`` instead; every
-table title and plot title then says "oracle". A study with no target domain (the ``fl``
-setting, target accuracy over all clients' test splits) shows one column, ``all``.
+The protocol comes from ``study.json``'s ``selection`` (``val`` when absent) or
+``make_report(..., selection=...)``. A study with no target domain (the ``fl`` setting,
+target accuracy over all clients' test splits) shows one column, ``all``; it allows only
+``val``.
 
 Outputs: ``STUDY_DIR/report.md``, ``STUDY_DIR/plots/convergence.png`` (``val_acc`` dashed and
 ``target_acc`` solid vs round of each algorithm's selected trials, mean over seeds, one panel
@@ -49,12 +57,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedtune import selection as protocol
 from fedtune.config import ConfigError
 
-__all__ = ["SELECTIONS", "Cell", "Report", "make_report", "read_selection"]
+__all__ = ["SELECTIONS", "Cell", "Report", "make_report", "read_selection", "read_variance"]
 
-SELECTIONS = ("val", "oracle")
-"""``val``: honest selection by source validation accuracy; ``oracle``: by target accuracy."""
+SELECTIONS = protocol.PROTOCOLS
+"""The selection protocols (:data:`fedtune.selection.PROTOCOLS`)."""
 
 NO_DOMAIN = "all"
 """Column label of studies without a target domain (``fl``: all clients' test splits)."""
@@ -113,10 +122,11 @@ class Report:
     """Everything :func:`make_report` computed, plus where it wrote things.
 
     ``trials``: one row per trial (``trial_id``, identity columns, ``status``,
-    ``rounds_done``, ``has_trial_row``, ``round`` / ``val_acc`` / ``target_acc`` at the
-    reported round, ``hp.*``). ``selected``: the selected trial per (algorithm, target
-    domain, seed). ``cells``: (algorithm, domain label or ``Avg``) -> :class:`Cell` of
-    target accuracy; ``val_cells`` the same for validation accuracy.
+    ``rounds_done``, ``has_trial_row``, ``round`` / ``score`` (the protocol's metric) /
+    ``val_acc`` / ``target_acc`` at the reported round, ``hp.*``). ``selected``: the selected
+    trial per (algorithm, target domain, seed). ``cells``: (algorithm, domain label or
+    ``Avg``) -> :class:`Cell` of target accuracy; ``val_cells`` the same for the protocol's
+    score. ``variance``: ``(kind, K)`` from :func:`read_variance`.
     """
 
     study_dir: Path
@@ -132,19 +142,29 @@ class Report:
     plots: dict[str, Path] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     markdown_path: Path | None = None
+    variance: tuple[str | None, int] = (None, 1)
 
     # -- labels ----------------------------------------------------------------------------
     @property
     def oracle(self) -> bool:
-        """True under oracle (target-accuracy) selection."""
+        """True under oracle selection (the held-out target slice chose)."""
         return self.selection == "oracle"
 
     @property
     def selection_label(self) -> str:
         """Words for titles: what chose the reported round and the trial."""
-        if self.oracle:
-            return "ORACLE selection by target accuracy (not a fair comparison)"
-        return "selection by source validation accuracy"
+        return protocol.LABELS[self.selection]
+
+    @property
+    def score_column(self) -> str:
+        """The round column the protocol chooses by (``val_acc``, ``target_val_acc``, ``oracle_acc``)."""
+        return protocol.SCORE[self.selection]
+
+    def variance_text(self) -> str:
+        """What the tables' ± is over (selection variance included or not)."""
+        kind, k = self.variance
+        n = int(self.selected["seed_key"].nunique()) if not self.selected.empty else 0
+        return protocol.variance_note(kind, k if kind else n)
 
     @property
     def columns(self) -> list[str]:
@@ -153,7 +173,10 @@ class Report:
 
     def title(self) -> str:
         """Title of the main table."""
-        return f"Target accuracy (%) of {self.study_dir.name} — {self.selection_label}"
+        out = f"Target accuracy (%) of {self.study_dir.name} — {self.selection_label}"
+        if not self.selected.empty and self.selected["seed_key"].nunique() > 1:
+            out += f" — {self.variance_text()}"
+        return out
 
     def status_counts(self) -> dict[str, int]:
         """Trials per status."""
@@ -164,6 +187,67 @@ class Report:
     def varying_hparams(self, algorithm: str) -> list[str]:
         """``hp.*`` columns with ≥ 2 distinct values among ``algorithm``'s trials."""
         return _varying(self.trials[self.trials["algorithm"] == algorithm])
+
+    def per_seed_average(self, algorithm: str) -> dict[int, float]:
+        """seed -> the selected trials' ``target_acc`` averaged over the table's target domains
+        (only seeds that have every domain)."""
+        sel = self.selected[self.selected["algorithm"] == algorithm]
+        out: dict[int, float] = {}
+        for seed, g in sel.groupby("seed_key", sort=True):
+            vals = {d: float(v) for d, v in zip(g["domain"], g["target_acc"].astype(float)) if math.isfinite(v)}
+            if self.domains and all(d in vals for d in self.domains):
+                out[int(seed)] = float(np.mean([vals[d] for d in self.domains]))
+        return out
+
+    def conclusions(self) -> list[str]:
+        """What the main table can and cannot conclude, in plain words.
+
+        With one seed per algorithm there is no error bar, so the table ranks nothing. With
+        several, each algorithm is compared with the best one by the paired difference of
+        their per-seed averages (same seeds, same data): a gap beyond two standard errors of
+        that difference is called a difference, anything else "not separated at this budget".
+        """
+        if len(self.algorithms) < 2:
+            return []
+        per = {a: self.per_seed_average(a) for a in self.algorithms}
+        k = min((len(v) for v in per.values()), default=0)
+        what = self.variance_text()
+        if k < 2:
+            return [("This table decides nothing: each algorithm has one search (one seed), so there is no error "
+                     "bar, and the gaps between rows are within what a different seed or a different draw of "
+                     "hyperparameters changes. To rank algorithms, repeat the whole search: fedtune sweep "
+                     "--trial-seeds 3 (or more).")]
+        means = {a: float(np.mean(list(v.values()))) for a, v in per.items() if v}
+        best = max(means, key=lambda a: (means[a], a))
+        lines = []
+        separated = []
+        for a in self.algorithms:
+            if a == best or a not in means:
+                continue
+            seeds = sorted(set(per[a]) & set(per[best]))
+            diff = np.array([per[best][s] - per[a][s] for s in seeds])
+            if len(diff) < 2:
+                lines.append(f"{best} vs {a}: fewer than 2 common seeds, not compared.")
+                continue
+            mu, se = float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(len(diff)))
+            gap = f"{100 * mu:+.1f} ± {100 * se:.1f} points over {len(diff)} paired seeds"
+            if mu > 2 * se:
+                separated.append(a)
+                lines.append(f"{best} is ahead of {a}: {gap} (beyond two standard errors).")
+            else:
+                lines.append(f"{best} and {a} are not separated at this budget: {gap} (within two standard "
+                             "errors).")
+        others = [a for a in self.algorithms if a != best and a in means]
+        if others and len(separated) == len(others):
+            head = f"At this budget {best} is best, ahead of every other algorithm beyond two standard errors ({what})."
+        elif separated:
+            head = (f"At this budget the table separates {best} from {', '.join(separated)} only; the other "
+                    f"gaps are within noise ({what}).")
+        else:
+            head = (f"At this budget the table does not separate the algorithms: every gap to the best "
+                    f"({best}) is within two standard errors ({what}). More trials, rounds or trial seeds "
+                    "are needed to rank them.")
+        return [head, *lines]
 
     # -- rendering -------------------------------------------------------------------------
     def main_rows(self) -> list[list[str]]:
@@ -178,14 +262,15 @@ class Report:
     def detail_rows(self, algorithm: str) -> tuple[list[str], list[list[str]]]:
         """Header and rows of an algorithm's selected trials (its varying hyperparameters too)."""
         hps = self.varying_hparams(algorithm)
-        header = ["target domain", "seed", "trial", "round", "val_acc", "target_acc", "status",
+        scores = [] if self.score_column == "val_acc" else [self.score_column]
+        header = ["target domain", "seed", "trial", "round", "val_acc", *scores, "target_acc", "status",
                   *[h[3:] for h in hps]]
         rows = []
         sel = self.selected[self.selected["algorithm"] == algorithm]
         for _, r in sel.iterrows():
             rows.append([str(r["domain"]), _fmt(r["seed"]), str(r["trial_id"]), _fmt(r["round"]),
-                         _pct(r["val_acc"]), _pct(r["target_acc"]), str(r["status"]),
-                         *[_fmt(r.get(h)) for h in hps]])
+                         _pct(r["val_acc"]), *[_pct(r["score"]) for _ in scores], _pct(r["target_acc"]),
+                         str(r["status"]), *[_fmt(r.get(h)) for h in hps]])
         return header, rows
 
     def markdown(self) -> str:
@@ -197,14 +282,22 @@ class Report:
         lines.append(f"Trials: {len(self.trials)} ({counts}).")
         lines.append("")
         if self.oracle:
-            lines += [("> **Oracle selection**: the reported round and the hyperparameters were chosen by "
-                       "*target* accuracy. These numbers are an upper bound, not an honest result."), ""]
+            lines += [("> **Oracle selection**: the hyperparameters were chosen by accuracy on a held-out slice "
+                       "of the *target* domain (the last round of each trial; the slice is never part of the "
+                       "reported target accuracy). DomainBed's test-domain validation: an upper bound, not an "
+                       "honest result."), ""]
         lines += [f"## {self.title()}", ""]
         if self.algorithms:
             header = ["algorithm", *self.columns, "seeds", "trials"]
             lines += _md_table(header, self.main_rows())
             lines += ["", _protocol_text(self), ""]
-            lines += [f"## Validation accuracy (%) at the reported round — {self.selection_label}", ""]
+            conclusions = self.conclusions()
+            if conclusions:
+                lines += ["**What this table can conclude.** " + conclusions[0], ""]
+                lines += [f"- {c}" for c in conclusions[1:]]
+                lines += [""] if len(conclusions) > 1 else []
+            lines += [f"## {_score_name(self.score_column)} (%) at the reported round — {self.selection_label}",
+                      ""]
             vrows = [[a, *[self.val_cells[(a, c)].text() for c in self.columns]] for a in self.algorithms]
             lines += _md_table(["algorithm", *self.columns], vrows)
             lines.append("")
@@ -249,6 +342,8 @@ class Report:
             for row in self.main_rows():
                 t.add_row(*row)
             console.print(t)
+            for i, line in enumerate(self.conclusions()):
+                console.print(f"[bold]{line}[/bold]" if i == 0 else f"  {line}")
             for a in self.algorithms:
                 header, rows = self.detail_rows(a)
                 t = Table(title=f"{a}: selected trials — {self.selection_label}", title_style=style)
@@ -271,31 +366,54 @@ class Report:
 # --------------------------------------------------------------------------- entry point
 
 
+def _study_json(study_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(study_dir) / "study.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
 def read_selection(study_dir: str | os.PathLike[str]) -> str:
-    """The study's selection mode from ``STUDY_DIR/study.json`` (key ``selection``);
+    """The study's selection protocol from ``STUDY_DIR/study.json`` (key ``selection``);
     ``val`` when the file or the key is missing. A bad value is a ConfigError.
 
     >>> read_selection(tempfile.mkdtemp())
     'val'
     """
-    path = Path(study_dir) / "study.json"
-    if not path.is_file():
-        return "val"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
-    value = data.get("selection", "val") if isinstance(data, dict) else "val"
+    value = _study_json(study_dir).get("selection", protocol.DEFAULT)
     if value not in SELECTIONS:
+        path = Path(study_dir) / "study.json"
         raise ConfigError(f"{path}: key 'selection': {value!r} is not allowed; allowed: {', '.join(SELECTIONS)}")
     return value
+
+
+def read_variance(study_dir: str | os.PathLike[str]) -> tuple[str | None, int]:
+    """What the study's seeds are, from ``study.json``: ``("trial-seeds", K)`` for K > 1 whole
+    searches (``--trial-seeds``), ``("seeds", K)`` for K > 1 re-runs of the selected
+    configuration (``--seeds``), else ``(None, 1)``.
+
+    >>> read_variance(tempfile.mkdtemp())
+    (None, 1)
+    """
+    data = _study_json(study_dir)
+    opts = data.get("options") if isinstance(data.get("options"), dict) else {}
+    trial_seeds = int(data.get("trial_seeds") or opts.get("trial_seeds") or 1)
+    if trial_seeds > 1:
+        return "trial-seeds", trial_seeds
+    seeds = data.get("seeds")
+    k = len(seeds) if isinstance(seeds, list) else int(opts.get("seeds") or 1)
+    return ("seeds", k) if k > 1 else (None, 1)
 
 
 def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = None,
                 plots: bool = True, write: bool = True) -> Report:
     """Summarise the study in ``study_dir``; write ``report.md`` and the plots there.
 
-    ``selection`` (``val`` or ``oracle``) overrides ``study.json``; ``plots=False`` skips
+    ``selection`` (one of :data:`SELECTIONS`) overrides ``study.json``; ``plots=False`` skips
     the PNGs and the Optuna importances; ``write=False`` writes nothing (the plots are then
     skipped too). See the module docstring for the protocol.
     """
@@ -306,9 +424,11 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
         raise ConfigError(f"study directory '{study_dir}' does not exist")
     if selection is None:
         selection = read_selection(study_dir)
-    if selection not in SELECTIONS:
-        raise ConfigError(f"selection {selection!r} is not allowed; allowed: {', '.join(SELECTIONS)}")
+    protocol.check_protocol(selection)
     rounds = results.load(study_dir).to_pandas()
+    settings = {str(s) for s in rounds["setting"].dropna().unique()} if "setting" in rounds else set()
+    for s in sorted(settings):  # target-val outside fda, oracle in fl: a clear error, not an empty table
+        protocol.check_protocol(selection, s)
     has_trials_file = (study_dir / results.TRIALS_FILE).is_file()
     trial_rows = results.load(study_dir, "trials").to_pandas() if has_trials_file else pd.DataFrame()
     notes: list[str] = []
@@ -322,20 +442,21 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
                      f"interrupted), summarised from their rounds: {', '.join(missing_row['trial_id'])}")
     no_metric = trials[trials["round"].isna()] if not trials.empty else trials
     if len(no_metric):
-        notes.append(f"{len(no_metric)} trial(s) without any finite {'val_acc' if selection == 'val' else 'target_acc'} "
+        notes.append(f"{len(no_metric)} trial(s) without a finite {protocol.SCORE[selection]} at a reportable round "
                      f"(not selectable): {', '.join(no_metric['trial_id'])}")
 
     selected = _select(trials, selection)
     algorithms = sorted(selected["algorithm"].unique()) if not selected.empty else []
     domains = _domain_order(selected)
     cells = _cells(selected, algorithms, domains, "target_acc")
-    val_cells = _cells(selected, algorithms, domains, "val_acc")
+    val_cells = _cells(selected, algorithms, domains, "score")
     if any(c.partial for c in cells.values()):
         notes.append("* Avg of an algorithm without one seed covering every target domain: the mean of the "
                      "domain means, without a standard error")
 
     report = Report(study_dir=study_dir, selection=selection, trials=trials, selected=selected,
-                    algorithms=algorithms, domains=domains, cells=cells, val_cells=val_cells, notes=notes)
+                    algorithms=algorithms, domains=domains, cells=cells, val_cells=val_cells, notes=notes,
+                    variance=read_variance(study_dir))
     if write and plots:
         report.importances, report.importance_notes = _importances(study_dir)
         report.plots = _plots(report, rounds)
@@ -350,8 +471,7 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
 
 
 def _summarise_trials(rounds: pd.DataFrame, trial_rows: pd.DataFrame, selection: str) -> pd.DataFrame:
-    """One row per trial, with the reported round chosen by ``val_acc`` (or ``target_acc``)."""
-    metric = "val_acc" if selection == "val" else "target_acc"
+    """One row per trial, with the reported round and score :func:`fedtune.selection.choose_round` gives."""
     by_id: dict[str, dict[str, Any]] = {}
     if not trial_rows.empty:
         for _, r in trial_rows.iterrows():
@@ -366,15 +486,17 @@ def _summarise_trials(rounds: pd.DataFrame, trial_rows: pd.DataFrame, selection:
             row[c] = _last(g[c]) if c in g else None
         for c in hp_cols:
             row[c] = _last(g[c]) if c in g else None
-        scores = pd.to_numeric(g[metric], errors="coerce").to_numpy(dtype=float)
-        finite = np.isfinite(scores)
-        if finite.any():
-            i = int(np.flatnonzero(scores == np.max(scores[finite]))[0])
-            best = g.iloc[i]
-            row.update(round=int(best["round"]), val_acc=_float(best["val_acc"]),
-                       target_acc=_float(best["target_acc"]))
+        cols = [c for c in dict.fromkeys(("round", "status", "val_acc", "target_acc", *protocol.SCORE.values()))
+                if c in g]
+        records = [{k: (None if _missing(v) else v) for k, v in rec.items()}
+                   for rec in g[cols].to_dict("records")]
+        choice = protocol.choose_round(records, selection)
+        if choice.round is not None:
+            at = next(r for r in records if r.get("round") is not None and int(r["round"]) == choice.round)
+            row.update(round=choice.round, score=choice.score, val_acc=_float(at.get("val_acc")),
+                       target_acc=choice.target_acc)
         else:
-            row.update(round=None, val_acc=math.nan, target_acc=math.nan)
+            row.update(round=None, score=math.nan, val_acc=math.nan, target_acc=math.nan)
         row["rounds_done"] = int(g["round"].nunique())
         tr = by_id.get(tid)
         row["has_trial_row"] = tr is not None
@@ -388,10 +510,10 @@ def _summarise_trials(rounds: pd.DataFrame, trial_rows: pd.DataFrame, selection:
         if tid in set(rounds["trial_id"]):
             continue
         row = {"trial_id": tid, **{c: tr.get(c) for c in (*_IDENTITY, *hp_cols)},
-               "round": None, "val_acc": math.nan, "target_acc": math.nan,
+               "round": None, "score": math.nan, "val_acc": math.nan, "target_acc": math.nan,
                "rounds_done": 0, "has_trial_row": True, "status": tr.get("status") or "unknown"}
         out.append(row)
-    cols = ["trial_id", *_IDENTITY, "status", "rounds_done", "has_trial_row", "round", "val_acc",
+    cols = ["trial_id", *_IDENTITY, "status", "rounds_done", "has_trial_row", "round", "score", "val_acc",
             "target_acc", *hp_cols]
     df = pd.DataFrame(out, columns=cols)
     df["domain"] = [NO_DOMAIN if _missing(d) else str(d) for d in df["target_domain"]]
@@ -399,16 +521,17 @@ def _summarise_trials(rounds: pd.DataFrame, trial_rows: pd.DataFrame, selection:
 
 
 def _select(trials: pd.DataFrame, selection: str) -> pd.DataFrame:
-    """The best trial per (algorithm, domain, seed) by ``val_acc`` (or ``target_acc``)."""
-    metric = "val_acc" if selection == "val" else "target_acc"
+    """The selected trial per (algorithm, domain, seed): :func:`fedtune.selection.select` on the
+    trials' scores (``selection`` only chose those scores, in :func:`_summarise_trials`)."""
     ok = trials[trials["round"].notna() & trials["algorithm"].notna()].copy()
+    ok["seed_key"] = ok["seed"].map(lambda s: -1 if _missing(s) else int(s))
     if ok.empty:
         return ok
-    ok["seed_key"] = ok["seed"].map(lambda s: -1 if _missing(s) else int(s))
     picks = []
     for _, g in ok.groupby(["algorithm", "domain", "seed_key"], sort=True):
-        g = g.sort_values("trial_id", kind="stable")
-        picks.append(g.loc[g[metric].astype(float).idxmax()])
+        chosen = protocol.select(zip(g["trial_id"], g["score"].astype(float)))
+        if chosen is not None:
+            picks.append(g[g["trial_id"] == chosen].iloc[0])
     return pd.DataFrame(picks).reset_index(drop=True)
 
 
@@ -441,12 +564,22 @@ def _cells(selected: pd.DataFrame, algorithms: list[str], domains: list[str], me
     return cells
 
 
+def _score_name(column: str) -> str:
+    return {"val_acc": "Source validation accuracy", "target_val_acc": "Target-client validation accuracy",
+            "oracle_acc": "Oracle-slice accuracy (ORACLE)"}.get(column, column)
+
+
 def _protocol_text(report: Report) -> str:
-    metric = "target" if report.oracle else "source validation"
+    col = report.score_column
+    if report.oracle:
+        rnd = (f"Per trial, the last round (its {col} on the held-out oracle slice of the target; "
+               "target_acc is measured on the rest of the target)")
+    else:
+        rnd = f"Per trial, the round with the best {col}"
     avg = (" Avg: per-seed mean over the target domains, then mean ± SE over seeds."
            if len(report.domains) > 1 else "")
-    return (f"Per trial, the round with the best {metric} accuracy; per (algorithm, target domain, seed), the "
-            f"trial with the best {metric} accuracy; cells: mean ± standard error over seeds.{avg}")
+    return (f"{rnd}; per (algorithm, target domain, seed), the trial with the best {col}; cells: mean "
+            f"{report.variance_text()}.{avg}")
 
 
 # --------------------------------------------------------------------------- importances
@@ -561,13 +694,15 @@ def _plot_convergence(report: Report, rounds: pd.DataFrame, path: Path) -> Path:
             if ids.empty:
                 continue
             g = r[r["trial_id"].isin(set(ids))]
-            for metric, style in (("target_acc", "-"), ("val_acc", "--")):
+            for metric, style in (("target_acc", "-"), (report.score_column, "--")):
+                if metric not in g:
+                    continue
                 vals = g[["trial_id", "round", metric]].copy()
                 vals[metric] = pd.to_numeric(vals[metric], errors="coerce")
                 curve = vals.dropna().groupby("round")[metric].mean()
                 if curve.empty:
                     continue
-                label = f"{a} {'target' if metric == 'target_acc' else 'val'}"
+                label = f"{a} {'target' if metric == 'target_acc' else metric.removesuffix('_acc')}"
                 ax.plot(curve.index, 100 * curve.to_numpy(), style, color=colors[a], marker=".", label=label)
         ax.set_title(f"target domain {d}" if d != NO_DOMAIN else "all clients' test data", fontsize=10)
         ax.set_xlabel("round")
@@ -577,8 +712,13 @@ def _plot_convergence(report: Report, rounds: pd.DataFrame, path: Path) -> Path:
         ax.legend(fontsize=7)
     seeds = report.selected["seed"].nunique()
     _suptitle(fig, f"Convergence of each algorithm's selected trial (mean over {seeds} seed(s); solid: target, "
-                   f"dashed: source validation) — {report.selection_label}")
+                   f"dashed: {report.score_column}) — {report.selection_label}")
     return _save(fig, path)
+
+
+# Axis labels that must say which convention a value follows (METHODS.md §2: fedtune's gp_beta
+# weights the source term; the authors' code weights the target, i.e. their β is 1 − gp_beta).
+AXIS_LABELS = {"gp_beta": "gp_beta (weight of the source term, paper Def. 4.3)"}
 
 
 def _plot_sensitivity(report: Report, algorithm: str, path: Path) -> Path:
@@ -595,7 +735,7 @@ def _plot_sensitivity(report: Report, algorithm: str, path: Path) -> Path:
             x = xs[mask]
             label = f"{d}" if len(report.domains) > 1 else None
             ax.scatter(x, 100 * trials["target_acc"].to_numpy(dtype=float)[mask], color=colors[d], label=label, s=22)
-            ax.scatter(x, 100 * trials["val_acc"].to_numpy(dtype=float)[mask], facecolors="none",
+            ax.scatter(x, 100 * trials["score"].to_numpy(dtype=float)[mask], facecolors="none",
                        edgecolors=colors[d], s=22)
             if len(set(x.tolist())) <= 12:  # a grid of values: join the mean target accuracy per value
                 means = pd.Series(100 * trials["target_acc"].to_numpy(dtype=float)[mask]).groupby(x).mean()
@@ -604,13 +744,13 @@ def _plot_sensitivity(report: Report, algorithm: str, path: Path) -> Path:
             ax.set_xscale("log")
         if ticks is not None:
             ax.set_xticks(ticks[0], labels=ticks[1])
-        ax.set_xlabel(h[3:])
+        ax.set_xlabel(AXIS_LABELS.get(h[3:], h[3:]))
         ax.set_ylabel("accuracy (%) at the reported round")
         ax.grid(alpha=0.3)
         if len(report.domains) > 1:
             ax.legend(title="target domain", fontsize=7, title_fontsize=7)
-    _suptitle(fig, f"{algorithm}: sensitivity to each varied hyperparameter (filled: target, hollow: source "
-                   f"validation; one point per trial) — {report.selection_label}")
+    _suptitle(fig, f"{algorithm}: sensitivity to each varied hyperparameter (filled: target, hollow: "
+                   f"{report.score_column}; one point per trial) — {report.selection_label}")
     return _save(fig, path)
 
 

@@ -2,7 +2,7 @@
 
 A *study* (``--name``) lives in ``OUTPUT/<study>/``::
 
-    study.json              options, selection (val|oracle), algorithms, targets, searches, seed runs
+    study.json              options, selection (val|target-val|oracle), algorithms, targets, searches, seed runs
     optuna.db               SQLite; one Optuna study per search, named "<study>/<search key>"
     tune/<search>/          Ray Tune's experiment of each search (what ``--resume`` restores)
     rounds/<trial>.parquet  every (trial, round), written by ArrowCallback (the single writer)
@@ -22,10 +22,26 @@ studies share the one ``optuna.db`` because the algorithms' spaces differ (a sin
 study must keep one search space, and TPE models one objective landscape); every study name
 starts with ``<study>/`` so ``optuna.get_all_study_names`` finds them all.
 
-**Objective.** ``--selection val`` (default, honest): the metric is ``val_acc`` (source
-validation); ``--selection oracle``: ``target_acc``, and every table says "oracle". A trial's
-objective value is the best value of the metric over its rounds (the reported round is
-chosen by the same metric, as the report does); ``target_acc`` is always recorded.
+**Objective** (the protocol is :mod:`fedtune.selection`'s). ``--selection val`` (default,
+honest): the metric is ``val_acc`` (source validation); ``--selection target-val`` (fda only):
+``target_val_acc``, the target client's held-out labels; ``--selection oracle``: ``oracle_acc``,
+a held-out slice of the target domain, and every table says "oracle". ``--metric`` alone
+implies the protocol of its first metric. A trial's objective value is the metric at the round
+the protocol reports (:func:`fedtune.selection.objective`: the best round for ``val`` and
+``target-val``, the last round for ``oracle``); ``target_acc`` (the rest of the target) is
+always recorded and never chooses.
+
+**Defaults first.** Each search's first trial is the search space's defaults (the papers'
+settings, ``default:`` in the YAML): the Optuna study is seeded with
+``SearchSpace.default_point()`` (``enqueue_trial``) when it has no trial yet, so a resumed or
+restarted search never enqueues it twice.
+
+**Trial seeds.** ``--trial-seeds K`` repeats every search K times, DomainBed-style: search
+replicate ``k`` (0..K-1) runs with ``seed + k``, ``data_seed + k`` and sampler seed
+``sampler_seed + k``; its key is the search's key with ``@ts<k>`` appended for k >= 1 (its own
+Optuna study and Tune experiment; k = 0 is the plain search). The report then shows mean ±
+standard error over the K searches (including selection variance); with ``--seeds`` the ± is
+over re-runs of one selected configuration and excludes it (the two cannot be combined).
 ``--sampler nsga2`` is multi-objective by default: maximise the metric and minimise
 ``server_s`` (mean seconds of server aggregation per round). Objectives named ``*_s`` are
 means over rounds; accuracies/losses are the best over rounds.
@@ -101,28 +117,36 @@ __all__ = [
 
 SAMPLERS = ("tpe", "random", "cmaes", "nsga2")
 SCHEDULERS = ("fifo", "asha")
-SELECTIONS = ("val", "oracle")
+from fedtune import selection as _protocol  # noqa: E402
+
+SELECTIONS = _protocol.PROTOCOLS
 
 METRICS: dict[str, str] = {
-    "val_acc": "max", "val_loss": "min", "target_acc": "max", "target_loss": "min", "train_loss": "min",
+    "val_acc": "max", "val_loss": "min", "target_val_acc": "max", "target_val_loss": "min",
+    "oracle_acc": "max", "oracle_loss": "min", "train_loss": "min",
     "server_s": "min", "client_s": "min", "wall_s": "min", "bytes_moved": "min",
 }
-"""Metrics a study may optimise, with their direction. The first (selection) metric must be
-``val_acc``/``val_loss`` under ``--selection val`` and ``target_acc``/``target_loss`` under
-``oracle``; further objectives (multi-objective) may be any cost metric."""
+"""Metrics a study may optimise, with their direction. The first (selection) metric is the
+protocol's score or loss (:data:`fedtune.selection.SCORE` / ``LOSS``): ``val_acc``/``val_loss``
+(``val``), ``target_val_acc``/``target_val_loss`` (``target-val``), ``oracle_acc``/``oracle_loss``
+(``oracle``); further objectives (multi-objective) may be any cost metric. ``target_acc`` is
+what is reported and never an objective."""
 
-_SELECTION_METRICS = {"val": ("val_acc", "val_loss"), "oracle": ("target_acc", "target_loss")}
+_SELECTION_METRICS = {p: (_protocol.SCORE[p], _protocol.LOSS[p]) for p in _protocol.PROTOCOLS}
 _COST_METRICS = ("train_loss", "server_s", "client_s", "wall_s", "bytes_moved")
 
 DEFAULT_ALGORITHMS = ("fedavg", "fedprox", "fedomg")
 """Algorithms of the no-argument study (those registered and with a search space)."""
 
 DEFAULT_STUDY: dict[str, Any] = {
-    "dataset": "rotated-digits", "rounds": 3, "num_samples": 3,
-    "overrides": {"local_steps": 4, "batch_size": 32, "client_cpus": 1.0},
+    "dataset": "rotated-digits", "rounds": 8, "num_samples": 4, "trial_seeds": 3,
+    "overrides": {"local_steps": 10, "batch_size": 32, "client_cpus": 1.0, "max_client_actors": 1},
 }
-"""The no-argument study: rotated-digits (target domain "0"), 3 rounds of 4 local steps,
-3 samples per algorithm; a few minutes on 2 CPU cores."""
+"""The no-argument study: rotated-digits (target domain "0", the cnn), 8 rounds of 10 local
+steps, 4 Optuna trials per search (the first: the space's defaults), the whole search repeated
+over 3 trial seeds so the table has an error bar that includes selection variance; one client
+actor per trial, so trials run side by side. A few minutes on 2 CPU cores. Its report says
+plainly which gaps it can and cannot resolve (:meth:`fedtune.tune.report.Report.conclusions`)."""
 
 EXPERIMENT_SNAPSHOT_S = 2.0
 """Seconds between Tune's experiment snapshots (``TUNE_GLOBAL_CHECKPOINT_S``; Ray's default is
@@ -153,7 +177,9 @@ class SweepOptions:
     >>> SweepOptions(algorithms=["fedavg"]).metrics()
     ['val_acc']
     >>> SweepOptions(sampler="nsga2", selection="oracle").metrics()
-    ['target_acc', 'server_s']
+    ['oracle_acc', 'server_s']
+    >>> SweepOptions(metric=["target_val_acc"]).protocol()
+    'target-val'
     """
 
     spaces: list[str] = field(default_factory=list)
@@ -168,7 +194,8 @@ class SweepOptions:
     scheduler: str = "fifo"
     sampler: str = "tpe"
     metric: list[str] | None = None
-    selection: str = "val"
+    selection: str | None = None  # None: the protocol of --metric's first metric, else val
+    trial_seeds: int = 1
     address: str | None = None
     output: str = "fedtune_results"
     name: str | None = None
@@ -183,8 +210,17 @@ class SweepOptions:
         """The objective metrics, first = the selection metric."""
         if self.metric:
             return list(self.metric)
-        first = "val_acc" if self.selection == "val" else "target_acc"
+        first = _protocol.SCORE.get(self.protocol(), "val_acc")
         return [first, "server_s"] if self.sampler == "nsga2" else [first]
+
+    def protocol(self) -> str:
+        """The selection protocol: ``selection``, else the one ``--metric``'s first metric belongs
+        to, else ``val``."""
+        if self.selection is not None:
+            return self.selection
+        if self.metric:
+            return _protocol.protocol_of_metric(self.metric[0]) or _protocol.DEFAULT
+        return _protocol.DEFAULT
 
     def modes(self) -> list[str]:
         """``max``/``min`` per objective metric."""
@@ -198,8 +234,9 @@ class SweepOptions:
 
         choice("sampler", self.sampler, SAMPLERS)
         choice("scheduler", self.scheduler, SCHEDULERS)
-        choice("selection", self.selection, SELECTIONS)
+        choice("selection", self.protocol(), SELECTIONS)
         for name, value, lo in (("num-samples", self.num_samples, 1), ("seeds", self.seeds, 1),
+                                ("trial-seeds", self.trial_seeds, 1),
                                 ("grace-period", self.grace_period, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < lo:
                 raise ConfigError(f"option '--{name}': {value!r} is not allowed; allowed: an integer >= {lo}")
@@ -209,17 +246,26 @@ class SweepOptions:
             raise ConfigError(f"option '--rounds': {self.rounds!r} is not allowed; allowed: an integer >= 1")
         if not self.reduction_factor > 1:
             raise ConfigError(f"option '--reduction-factor': {self.reduction_factor!r} is not allowed; allowed: > 1")
+        if self.seeds > 1 and self.trial_seeds > 1:
+            raise ConfigError(f"options '--seeds {self.seeds}' and '--trial-seeds {self.trial_seeds}' cannot be "
+                              "combined; allowed: --trial-seeds K (K whole searches: ± includes selection variance) "
+                              "or --seeds K (K re-runs of each selected configuration)")
         metrics = self.metrics()
         for m in metrics:
-            choice("metric", m, list(METRICS))
+            if m in ("target_acc", "target_loss") and m == metrics[0]:
+                raise ConfigError(f"option '--metric': '{m}' is the reported target accuracy and never chooses "
+                                  "(honest selection never chooses by the target domain's reported examples); "
+                                  f"allowed first metrics: {', '.join(v for p in SELECTIONS for v in _SELECTION_METRICS[p])} "
+                                  "(--selection oracle chooses by a held-out slice of the target: oracle_acc)")
+            if m not in ("target_acc", "target_loss"):
+                choice("metric", m, list(METRICS))
         if len(set(metrics)) != len(metrics):
             raise ConfigError(f"option '--metric': {','.join(metrics)} names a metric twice")
-        allowed_first = _SELECTION_METRICS[self.selection]
+        allowed_first = _SELECTION_METRICS[self.protocol()]
         if metrics[0] not in allowed_first:
-            why = ("honest selection never chooses by the target domain; use --selection oracle for that"
-                   if self.selection == "val" else "oracle selection chooses by the target domain")
             raise ConfigError(f"option '--metric': '{metrics[0]}' cannot be the selection metric under --selection "
-                              f"{self.selection} ({why}); allowed: {', '.join(allowed_first)}")
+                              f"{self.protocol()} (it chooses by {_protocol.SCORE[self.protocol()]}); allowed: "
+                              f"{', '.join(allowed_first)}")
         for m in metrics[1:]:
             if m not in _COST_METRICS:
                 raise ConfigError(f"option '--metric': a further objective must be a cost metric, not '{m}'; "
@@ -233,10 +279,18 @@ class SweepOptions:
             if importlib.util.find_spec("cmaes") is None:
                 raise ConfigError("option '--sampler': cmaes needs the 'cmaes' package (pip install cmaes); "
                                   "allowed without it: tpe, random, nsga2")
-        if self.name is not None and ("/" in self.name or self.name.strip() in ("", ".", "..")
-                                      or self.name.startswith(".")):
-            raise ConfigError(f"option '--name': '{self.name}' is not a valid study name; allowed: a folder name "
-                              "without '/' that does not start with '.'")
+        if self.name is not None:
+            from fedtune.results import NAME_RULE, _check_name
+
+            try:
+                _check_name(self.name, "name")
+            except ValueError:
+                raise ConfigError(f"option '--name': '{self.name}' is not a valid study name; allowed: "
+                                  f"{NAME_RULE}") from None
+        if self.output is not None:
+            from fedtune.results import check_output_dir
+
+            check_output_dir(self.output, "option '--output'")
         if self.target_domain is not None and str(self.target_domain).strip() == "":
             raise ConfigError("option '--target-domain': empty; allowed: a domain name or 'all'")
 
@@ -256,16 +310,20 @@ class Search:
     >>> s = Search("fedavg", "30", "search_spaces/fedavg.yaml", True)
     >>> s.key, s.tune_name, s.optuna_study("lodo")
     ('fedavg/30', 'fedavg--30', 'lodo/fedavg/30')
+    >>> Search("fedavg", None, "fedavg.yaml", trial_seed=1).tune_name
+    'fedavg@ts1'
     """
 
     algorithm: str
     target: str | None
     space: str  # path of the search-space file
     per_target: bool = False  # the target is part of the key (leave-one-domain-out)
+    trial_seed: int = 0  # --trial-seeds: which replicate of the whole search (0 = the plain search)
 
     @property
     def key(self) -> str:
-        return f"{self.algorithm}/{self.target}" if self.per_target else self.algorithm
+        base = f"{self.algorithm}/{self.target}" if self.per_target else self.algorithm
+        return f"{base}@ts{self.trial_seed}" if self.trial_seed else base
 
     @property
     def tune_name(self) -> str:
@@ -332,6 +390,88 @@ def optuna_storage_url(study_dir: str | os.PathLike[str]) -> str:
     return f"sqlite:///{Path(study_dir).resolve() / OPTUNA_FILE}"
 
 
+SQLITE_TIMEOUT_S = 30.0
+"""How long one SQLite statement on ``optuna.db`` waits for a lock held by another connection
+(e.g. optuna-dashboard reading the live study) before SQLite answers "database is locked"."""
+
+STORAGE_RETRY_S = 600.0
+"""After that, how long :func:`optuna_storage` keeps retrying a locked call (backoff 0.05 s ... 2 s)
+before it gives up and raises: a record is never dropped silently."""
+
+
+def optuna_storage(study_dir: str | os.PathLike[str], *, timeout_s: float = SQLITE_TIMEOUT_S,
+                   retry_s: float = STORAGE_RETRY_S) -> Any:
+    """The Optuna storage of a study: an ``RDBStorage`` on ``optuna.db`` whose SQLite connections
+    wait ``timeout_s`` for a lock and whose every call is retried with backoff while the database
+    is locked (up to ``retry_s``). Pickled into Tune's experiment, it is rebuilt on the study
+    directory being resumed (not the one it was created in), so a study folder can be copied or
+    moved and resumed there (see :class:`FedtuneRDBStorage`)."""
+    return _storage_class()(optuna_storage_url(study_dir), timeout_s=timeout_s, retry_s=retry_s)
+
+
+def _is_locked(exc: BaseException) -> bool:
+    seen = 0
+    e: BaseException | None = exc
+    while e is not None and seen < 8:
+        text = str(e).lower()
+        if "database is locked" in text or "database table is locked" in text or "database is busy" in text:
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False
+
+
+def _retrying(fn: Callable, name: str) -> Callable:
+    import functools
+
+    @functools.wraps(fn)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + float(getattr(self, "fedtune_retry_s", STORAGE_RETRY_S))
+        delay = 0.05
+        while True:
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception as exc:
+                if not _is_locked(exc) or time.monotonic() + delay > deadline:
+                    raise
+                logging.getLogger(__name__).info("optuna.db is locked during %s; retrying in %.2fs", name, delay)
+                time.sleep(delay)
+                delay = min(2.0, delay * 2)
+
+    return call
+
+
+def _storage_class() -> type:
+    """:class:`FedtuneRDBStorage`, built on first use (Optuna is imported only then)."""
+    if "FedtuneRDBStorage" in globals():
+        return globals()["FedtuneRDBStorage"]
+    import inspect
+
+    from optuna.storages import RDBStorage
+
+    class FedtuneRDBStorage(RDBStorage):
+        """Optuna's RDBStorage with a SQLite lock timeout, retries while the database is locked,
+        and relocation: unpickled while a sweep runs (Tune restoring its experiment), it opens
+        the ``optuna.db`` of the study directory being run, wherever the pickle was made."""
+
+        def __init__(self, url: str, *, timeout_s: float = SQLITE_TIMEOUT_S, retry_s: float = STORAGE_RETRY_S):
+            self.fedtune_timeout_s, self.fedtune_retry_s = float(timeout_s), float(retry_s)
+            super().__init__(url, engine_kwargs={"connect_args": {"timeout": float(timeout_s)}})
+
+        def __setstate__(self, state: dict) -> None:
+            active = _ACTIVE.get("study_dir")
+            if active is not None and str(state.get("url", "")).startswith("sqlite:"):
+                state = {**state, "url": optuna_storage_url(active)}
+            self.fedtune_retry_s = float(state.get("fedtune_retry_s", STORAGE_RETRY_S))
+            _retrying(RDBStorage.__setstate__, "open")(self, state)
+
+    for attr, fn in list(vars(RDBStorage).items()):
+        if inspect.isfunction(fn) and (not attr.startswith("_") or attr == "__init__"):
+            target = vars(FedtuneRDBStorage).get(attr, fn)
+            setattr(FedtuneRDBStorage, attr, _retrying(target, attr))
+    return _publish(FedtuneRDBStorage, "FedtuneRDBStorage")
+
+
 def _default_name() -> str:
     return "sweep-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
@@ -356,6 +496,8 @@ def apply_default_study(opts: SweepOptions) -> SweepOptions:
     out.rounds = DEFAULT_STUDY["rounds"]
     if out.num_samples == SweepOptions.num_samples:
         out.num_samples = DEFAULT_STUDY["num_samples"]
+    if out.trial_seeds == SweepOptions.trial_seeds and out.seeds == SweepOptions.seeds:
+        out.trial_seeds = DEFAULT_STUDY["trial_seeds"]
     out.overrides = dict(DEFAULT_STUDY["overrides"])
     return out
 
@@ -455,9 +597,19 @@ def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
                 cfg_fixed["target_domain"] = target
             trial = {**cfg_fixed, **strip_switches(space.defaults())}
             cfg = RunConfig.from_dict(trial, source=f"search '{search.key}'")
-            build_plan(cfg)  # dataset, data root, target domain and setting checks
-            searches.append(search)
-            fixed[search.key] = cfg_fixed
+            run_plan = build_plan(cfg)  # dataset, data root, target domain and setting checks
+            if search.per_target and run_plan.setting == "fl":
+                raise ConfigError(f"option '--target-domain': 'all' (leave-one-domain-out) needs a setting that "
+                                  f"holds a domain out; algorithm '{space.algorithm}' runs in setting 'fl', which "
+                                  f"pools every domain, so all {len(targets)} searches would be the same search; "
+                                  "allowed: one --target-domain (or none) with setting fl, or --set setting=fdg")
+            _protocol.check_protocol(opts.protocol(), run_plan.setting, oracle_fraction=cfg.oracle_fraction,
+                                     field="option '--selection':")
+            for k in range(opts.trial_seeds):  # k >= 1: the whole search again, other seeds (DomainBed)
+                rep = Search(space.algorithm, target, space.source, per_target=search.per_target, trial_seed=k)
+                searches.append(rep)
+                fixed[rep.key] = cfg_fixed if k == 0 else {**cfg_fixed, "seed": int(cfg.seed) + k,
+                                                           "data_seed": int(cfg.data_seed) + k}
     return StudyPlan(options=opts, name=study, study_dir=Path(output) / study, searches=searches, fixed=fixed,
                      targets=targets, base_seed=int(probe.seed))
 
@@ -514,9 +666,10 @@ def make_scheduler(name: str, metric: str, mode: str, rounds: int, grace_period:
 
 def objective_values(per_round: Mapping[int, Mapping[str, float]], metrics: Sequence[str],
                      modes: Sequence[str]) -> list[float] | None:
-    """A trial's objective values from its per-round metrics: the best value over rounds
-    (max/min by mode) of an accuracy/loss, the mean of a ``*_s``/``bytes_moved`` cost; None
-    when a metric has no finite value.
+    """A trial's objective values from its per-round metrics, :func:`fedtune.selection.objective`
+    per metric: the value at the round the protocol reports (best over rounds, max/min by mode;
+    the last round for ``oracle_*``), the mean of a ``*_s``/``bytes_moved`` cost; None when a
+    metric has no value.
 
     >>> objective_values({1: {"val_acc": 0.5, "server_s": 0.2}, 2: {"val_acc": 0.4, "server_s": 0.4}},
     ...                  ["val_acc", "server_s"], ["max", "min"])
@@ -524,13 +677,10 @@ def objective_values(per_round: Mapping[int, Mapping[str, float]], metrics: Sequ
     """
     out = []
     for m, mode in zip(metrics, modes):
-        vals = [float(v[m]) for _, v in sorted(per_round.items()) if _finite(v.get(m))]
-        if not vals:
+        value = _protocol.objective({r: v.get(m, math.nan) for r, v in per_round.items()}, m, mode)
+        if value is None:
             return None
-        if m.endswith("_s") or m == "bytes_moved":
-            out.append(sum(vals) / len(vals))
-        else:
-            out.append(max(vals) if mode == "max" else min(vals))
+        out.append(value)
     return out
 
 
@@ -555,11 +705,18 @@ def _searcher_class() -> type:
         but out of the trial config."""
 
         def __init__(self, space: Callable, *, metrics: Sequence[str], modes: Sequence[str], rounds: int,
-                     fixed: Mapping[str, Any], sampler: Any, study_name: str, storage: Any) -> None:
+                     fixed: Mapping[str, Any], sampler: Any, study_name: str, storage: Any,
+                     first_point: Mapping[str, Any] | None = None) -> None:
             multi = len(metrics) > 1
             super().__init__(space=space, metric=list(metrics) if multi else metrics[0],
                              mode=list(modes) if multi else modes[0], sampler=sampler, study_name=study_name,
                              storage=storage)
+            # The search space's defaults as the first trial (SearchSpace.default_point()). Not
+            # Ray's points_to_evaluate: OptunaSearch would enqueue them again each time the searcher
+            # is re-created on the same Optuna study (a restarted search); enqueue only into an
+            # empty study.
+            if first_point and not self._ot_study.get_trials(deepcopy=False):
+                self._ot_study.enqueue_trial(dict(first_point))
             self.fedtune_metrics = list(metrics)
             self.fedtune_modes = list(modes)
             self.fedtune_rounds = int(rounds)
@@ -674,13 +831,16 @@ def __getattr__(name: str) -> Any:
         return _searcher_class()
     if name == "SweepProgress":
         return _progress_callback_class()
+    if name == "FedtuneRDBStorage":
+        return _storage_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def reconcile_optuna(storage_url: str, study_name: str) -> int:
+def reconcile_optuna(storage_url: str | Any, study_name: str) -> int:
     """Tell FAIL (user attribute ``fedtune_status: orphaned``) every trial still RUNNING in the
     Optuna study: after a search ended nothing runs, so these were asked by a driver that was
-    killed before Tune's next snapshot. Returns how many were closed."""
+    killed before Tune's next snapshot. Returns how many were closed. ``storage_url``: a URL or
+    a storage (:func:`optuna_storage`: retried while the database is locked)."""
     import optuna
     from optuna.trial import TrialState
 
@@ -787,7 +947,7 @@ class _View:
         from rich.table import Table
 
         metric = self.plan.metrics[0]
-        label = "oracle" if self.plan.options.selection == "oracle" else "val"
+        label = self.plan.options.protocol()
         t = Table(title=f"study {self.plan.name} — {time.time() - self.t0:.0f}s — selection: {label} "
                         f"({metric}{', ORACLE' if label == 'oracle' else ''})")
         for col in ("search", "state", "done", "run", "pruned", "failed", "of", f"best {metric}", "target"):
@@ -1038,6 +1198,9 @@ class _Study:
         self.data["max_concurrent"] = self.cap
         self.save()
         _ACTIVE["view"] = self.view
+        # Tune's saved experiment (tuner.pkl, searcher state) holds the Optuna storage pickled where
+        # the study was created; while this study runs, it unpickles onto this study directory.
+        _ACTIVE["study_dir"] = self.plan.study_dir
         self.view.start()
         try:
             with _tune_env(self.opts.verbose):
@@ -1049,6 +1212,7 @@ class _Study:
         finally:
             self.view.stop()
             _ACTIVE["view"] = None
+            _ACTIVE.pop("study_dir", None)
 
     def _probe_configs(self) -> Iterator[dict[str, Any]]:
         from fedtune.tune.spaces import load_space, strip_switches
@@ -1069,12 +1233,31 @@ class _Study:
             failure_config=tune.FailureConfig(max_failures=0),
             checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False))
 
+    def _restore(self, exp_dir: Path) -> Any:
+        """``Tuner.restore`` of ``exp_dir`` (in this study directory, wherever the study was created):
+        Tune takes the experiment's location from ``exp_dir``; the Optuna storage unpickles onto
+        this study (``_ACTIVE["study_dir"]``); the Arrow callback pickled in ``tuner.pkl`` is
+        pointed at this study directory too, so a copied or moved study writes only here."""
+        from ray import tune
+
+        from fedtune.results import ResultsStore
+        from fedtune.tune.callback import ArrowCallback
+
+        tuner = tune.Tuner.restore(str(exp_dir), trainable=self.trainable, resume_unfinished=True,
+                                   resume_errored=False)
+        run_config = tuner._local_tuner.get_run_config()  # Ray keeps the callbacks of the first run
+        for cb in run_config.callbacks or []:
+            if isinstance(cb, ArrowCallback):
+                cb.store = ResultsStore(self.plan.study_dir.parent, self.plan.name)
+                cb.study = cb.store.study
+        return tuner
+
     def _rounds(self) -> int:
         return int(next(iter(self.plan.fixed.values())).get("rounds") or RunConfig().rounds)
 
     def _fit(self, tuner: Any, key: str, tune_name: str, total: int) -> None:
         state = self.search_state(key)
-        state.update(status="running", tune_dir=str(self.plan.tune_path / tune_name))
+        state.update(status="running", tune_dir=f"{TUNE_DIR}/{tune_name}")  # relative to the study dir
         self.save()
         _SESSIONS.pop(key, None)
         row = self.view.row(key, total)
@@ -1106,18 +1289,18 @@ class _Study:
         state.update(optuna_study=study_name, algorithm=search.algorithm, target_domain=search.target,
                      space=search.space)
         if _restorable(exp_dir):
-            _searcher_class(), _progress_callback_class()  # what Tune's saved state refers to
-            tuner = tune.Tuner.restore(str(exp_dir), trainable=self.trainable, resume_unfinished=True,
-                                       resume_errored=False)
+            _searcher_class(), _progress_callback_class(), _storage_class()  # what Tune's saved state refers to
+            tuner = self._restore(exp_dir)
         else:
             import optuna
 
             space = load_space(search.space)
-            sampler = make_sampler(self.opts.sampler, self.opts.sampler_seed, total)
+            sampler = make_sampler(self.opts.sampler, self.opts.sampler_seed + search.trial_seed, total)
             searcher = _searcher_class()(
                 space.optuna_define_by_run, metrics=self.plan.metrics, modes=self.plan.modes,
                 rounds=self._rounds(), fixed=self.plan.fixed[search.key], sampler=sampler,
-                study_name=study_name, storage=optuna.storages.RDBStorage(storage))
+                study_name=study_name, storage=optuna_storage(self.plan.study_dir),
+                first_point=space.default_point())
             scheduler = make_scheduler(self.opts.scheduler, self.plan.metrics[0], self.plan.modes[0], self._rounds(),
                                        self.opts.grace_period, self.opts.reduction_factor)
             tuner = tune.Tuner(
@@ -1127,7 +1310,7 @@ class _Study:
                                             trial_dirname_creator=trial_dirname),
                 run_config=self._run_config(search.tune_name, search.key, total))
         self._fit(tuner, search.key, search.tune_name, total)
-        orphans = reconcile_optuna(storage, study_name)
+        orphans = reconcile_optuna(optuna_storage(self.plan.study_dir), study_name)
         state.update(status="done", ended_at=_now(), orphaned_trials=orphans)
         self.save()
 
@@ -1146,11 +1329,10 @@ class _Study:
         exp_dir = self.plan.tune_path / name
         if _restorable(exp_dir):
             _progress_callback_class()
-            tuner = tune.Tuner.restore(str(exp_dir), trainable=self.trainable, resume_unfinished=True,
-                                       resume_errored=False)
+            tuner = self._restore(exp_dir)
         else:
             try:
-                chosen = selected_config(self.plan.study_dir, search, self.plan.base_seed, self.opts.selection)
+                chosen = selected_config(self.plan.study_dir, search, self.plan.base_seed, self.opts.protocol())
             except ConfigError as exc:  # e.g. every trial of the search failed: the other searches go on
                 state.update(status="skipped", reason=str(exc))
                 self.warnings.append(str(exc))
@@ -1174,6 +1356,51 @@ class _Study:
         self.save()
 
 
+def repair_round_files(study_dir: Path, console: Any = None) -> list[str]:
+    """``--resume``: every unreadable round file (truncated, not Parquet) is renamed to
+    ``*.corrupt`` and its rows are computed again: a trial with a row in ``trials.parquet`` is
+    re-run from its stored configuration for the rounds it had done (a run is deterministic given
+    its configuration, so the rows are the same but for timings); a trial without one (it was
+    running) is left to Tune, which continues it. Returns one warning per file. An unreadable
+    ``trials.parquet`` is an error naming it (its rows cannot be recomputed)."""
+    from fedtune import results
+    from fedtune.runtime.driver import FederatedRun, round_row
+
+    bad = results.corrupt_files(study_dir, "rounds")
+    if not bad:
+        return []
+    trials = {}
+    if (study_dir / results.TRIALS_FILE).is_file():
+        trials = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
+    store = results.ResultsStore(study_dir.parent, study_dir.name)
+    notes = []
+    for path in bad:
+        moved = results.quarantine(path)
+        trial_id = path.stem
+        row = trials.get(trial_id)
+        if row is None or not row.get("config_json") or not row.get("rounds_done"):
+            note = f"round file {path} was unreadable: moved to {moved.name}; its trial is re-run if unfinished"
+        else:
+            config = json.loads(row["config_json"])
+            config.update(output=str(study_dir.parent), name=study_dir.name)
+            cfg = RunConfig.from_dict(config, source=f"trials.parquet row of {trial_id}")
+            if cfg.trial_id() != trial_id:
+                raise ConfigError(f"round file {path} was unreadable (moved to {moved.name}) and the configuration "
+                                  f"stored for trial {trial_id} gives trial id {cfg.trial_id()}; delete the trial's "
+                                  "row from trials.parquet to have it re-run")
+            rows = []
+            with FederatedRun(cfg) as fr:
+                for _ in range(int(row["rounds_done"])):
+                    rows.append(round_row(cfg, fr, trial_id, fr.step()))
+            store.write_rounds(trial_id, rows)
+            note = (f"round file {path} was unreadable: moved to {moved.name}; its {len(rows)} rounds were "
+                    "re-run (deterministic) and written again")
+        notes.append(note)
+        if console is not None:
+            console.print(f"[yellow]warning: {note}[/yellow]")
+    return notes
+
+
 def trial_dirname(trial: Any) -> str:
     """Tune's folder of a trial: its Tune id (Tune's default lists the whole config)."""
     return f"trial_{trial.trial_id}"
@@ -1195,8 +1422,9 @@ def _trial_id(config: Mapping[str, Any]) -> str:
 
 
 def selected_config(study_dir: Path, search: Search, seed: int, selection: str) -> dict[str, Any]:
-    """The configuration the report selects for ``search`` among its seed-``seed`` trials (the
-    highest selection metric at its best round; ties: first trial id), with its trial id."""
+    """The configuration the report selects for ``search`` among its seed-``seed`` trials
+    (:mod:`fedtune.selection`: the highest protocol score at the reported round; ties: first
+    trial id), with its trial id."""
     from fedtune import results
     from fedtune.tune.report import make_report
 
@@ -1207,7 +1435,7 @@ def selected_config(study_dir: Path, search: Search, seed: int, selection: str) 
         picks = picks[picks["domain"] == str(search.target)]
     if picks.empty:
         raise ConfigError(f"--seeds: search '{search.key}' has no trial with a finite "
-                          f"{'val_acc' if selection == 'val' else 'target_acc'} to select; nothing to re-run")
+                          f"{_protocol.SCORE[selection]} to select; nothing to re-run")
     trial_id = str(picks.iloc[0]["trial_id"])
     trials = results.load(study_dir, "trials").to_pandas()
     row = trials[trials["trial_id"] == trial_id]
@@ -1261,7 +1489,8 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
         if (plan.study_dir / STUDY_FILE).exists() or (plan.study_dir / TUNE_DIR).exists():
             raise ConfigError(f"option '--name': study '{plan.name}' already exists in '{output}'; continue it with "
                               f"--resume --name {plan.name}, or choose another --name")
-        data = {"study": plan.name, "started_at": _now(), "selection": opts.selection,
+        data = {"study": plan.name, "started_at": _now(), "selection": opts.protocol(),
+                "trial_seeds": opts.trial_seeds,
                 "metric": plan.metrics, "modes": plan.modes,
                 "algorithms": list(dict.fromkeys(s.algorithm for s in plan.searches)),
                 "targets": plan.targets, "protocol": "leave-one-domain-out" if opts.target_domain == "all" else "single",
@@ -1270,6 +1499,7 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
                 "searches": {s.key: {"status": "pending", "algorithm": s.algorithm, "target_domain": s.target,
                                      "space": s.space, "optuna_study": s.optuna_study(plan.name)}
                              for s in plan.searches},
+                "trial_seed_of": {s.key: s.trial_seed for s in plan.searches},
                 "optuna_storage": OPTUNA_FILE, "tune_dir": TUNE_DIR}
     import ray
 
@@ -1277,12 +1507,18 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
 
     base_cfg = RunConfig.from_dict({k: v for k, v in plan.fixed[plan.searches[0].key].items()},
                                    source="study").replace(address=opts.address)
+    from fedtune.runtime.driver import sigterm_as_interrupt
+
     started_ray = connect_ray(base_cfg, verbose=opts.verbose)
     study = _Study(plan, data, console, trainable)
     try:
-        if on_ray is not None:
-            on_ray()
-        study.run()
+        # ray.init made SIGTERM a sys.exit; make it Ctrl-C again (Tune's graceful stop, exit 130).
+        with sigterm_as_interrupt():
+            if on_ray is not None:
+                on_ray()
+            if resume:
+                study.warnings.extend(repair_round_files(plan.study_dir, console))
+            study.run()
     finally:
         if started_ray:
             ray.shutdown()
@@ -1318,15 +1554,23 @@ def add_sweep_parser(sub: Any) -> Any:
     p.add_argument("--num-samples", type=int, default=None, metavar="N",
                    help="trials per search (default 8; the default study: 3)")
     p.add_argument("--seeds", type=int, default=1, metavar="K",
-                   help="evaluate each search's selected configuration with K seeds (mean ± standard error)")
+                   help="re-run each search's selected configuration with K seeds (mean ± standard error over the "
+                        "re-runs; excludes selection variance: see --trial-seeds)")
     p.add_argument("--max-concurrent", type=int, metavar="N", help="trials at once (default: as many as fit)")
     p.add_argument("--scheduler", choices=SCHEDULERS, default="fifo", help="fifo (all rounds) or asha (early stop)")
     p.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="Optuna sampler (seeded; nsga2: multi-objective)")
     p.add_argument("--metric", metavar="NAME[,NAME]",
-                   help="objective metric(s), first = selection metric; default val_acc (oracle: target_acc), "
+                   help="objective metric(s), first = selection metric (its protocol: val_acc/val_loss -> val, "
+                        "target_val_acc/target_val_loss -> target-val, oracle_acc/oracle_loss -> oracle); default "
+                        "the protocol's accuracy, "
                         "with nsga2 also server_s")
-    p.add_argument("--selection", choices=SELECTIONS, default="val",
-                   help="val: by source validation (honest); oracle: by target accuracy (labelled oracle)")
+    p.add_argument("--selection", choices=SELECTIONS, default=None,
+                   help="val (default): by source validation (honest); target-val (fda only): by the target "
+                        "client's held-out labels; oracle: by a held-out slice of the target domain, last round "
+                        "(DomainBed's test-domain validation; labelled oracle)")
+    p.add_argument("--trial-seeds", type=int, default=1, metavar="K",
+                   help="repeat every search K times with other seeds, data seeds and sampler seeds; the report's "
+                        "± is then over the K searches (includes selection variance)")
     p.add_argument("--grace-period", type=int, default=1, metavar="N", help="ASHA: rounds before a trial may stop")
     p.add_argument("--reduction-factor", type=float, default=2.0, metavar="F", help="ASHA: rung reduction factor")
     p.add_argument("--sampler-seed", type=int, default=0, metavar="S", help="seed of the Optuna sampler")
@@ -1342,7 +1586,7 @@ def add_sweep_parser(sub: Any) -> Any:
 
 
 _RESUME_FIXED = ("spaces", "algorithms", "dataset", "data_root", "target_domain", "rounds", "num_samples",
-                 "max_concurrent", "metric", "set")
+                 "max_concurrent", "metric", "selection", "set")
 
 
 def options_from_args(args: Any) -> SweepOptions:
@@ -1357,7 +1601,7 @@ def options_from_args(args: Any) -> SweepOptions:
         target_domain=args.target_domain, rounds=args.rounds,
         num_samples=args.num_samples if args.num_samples is not None else SweepOptions.num_samples,
         seeds=args.seeds, max_concurrent=args.max_concurrent, scheduler=args.scheduler, sampler=args.sampler,
-        metric=metric, selection=args.selection, address=args.address, output=args.output, name=args.name,
+        metric=metric, selection=args.selection, trial_seeds=args.trial_seeds, address=args.address, output=args.output, name=args.name,
         verbose=args.verbose, overrides=parse_set_options(args.set), sampler_seed=args.sampler_seed,
         grace_period=args.grace_period, reduction_factor=args.reduction_factor, report=not args.no_report)
     if args.resume:

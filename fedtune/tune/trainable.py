@@ -67,15 +67,17 @@ from fedtune.runtime.resources import ResourcePlan, plan_resources
 __all__ = ["RESULT_KEYS", "FedtuneTrainable", "fedtune_trainable", "plan_from_bundles", "read_checkpoint",
            "resources_for", "trial_resource_plan", "trial_run_config", "write_checkpoint"]
 
-RESULT_KEYS = ("round", "val_acc", "target_acc", "train_loss", "server_s", "status", "trial_id",
+RESULT_KEYS = ("round", "val_acc", "target_acc", "target_val_acc", "oracle_acc", "train_loss", "server_s", "status", "trial_id",
                "fedtune_trial_id", "algorithm", "fedtune_row", "done", "training_iteration",
                "startup_s", "actors_reused", "actors_in_trial_pg")
 """Keys every result of :meth:`FedtuneTrainable.step` has. Besides them: every numeric column
 of the round row (``val_acc.<domain>``, ``wall_s``, ``diag.<name>``, ...; ``hp.*`` stay in
 ``config``). ``trial_id`` is overwritten by Ray Tune with *its* trial id (Tune fills that key
 itself), so fedtune's id (:meth:`RunConfig.trial_id`) is ``fedtune_trial_id`` and
-``fedtune_row["trial_id"]``. ``val_acc``/``target_acc`` are NaN in rounds without evaluation
-(``eval_every``) and after divergence, so schedulers always find the metric. ``startup_s`` is the
+``fedtune_row["trial_id"]``. ``val_acc``/``target_acc`` and the selection scores
+``target_val_acc`` (fda only) / ``oracle_acc`` (not in fl) are NaN in rounds without evaluation
+(``eval_every``), after divergence and where the setting has none, so schedulers always find the
+metric. ``startup_s`` is the
 trainable's own start-up time of the trial (entering ``setup``/``reset_config`` to the coordinator
 and every client actor being ready), ``actors_reused`` whether that kept live actors, and
 ``actors_in_trial_pg`` whether the coordinator and every client actor run in the placement group
@@ -258,6 +260,9 @@ class FedtuneTrainable(tune.Trainable):
         out.update({
             "round": row["round"], "status": row["status"],
             "val_acc": float(row.get("val_acc", math.nan)), "target_acc": float(row.get("target_acc", math.nan)),
+            # the selection protocols' scores (fedtune.selection): NaN where the setting has none
+            "target_val_acc": float(row.get("target_val_acc", math.nan)),
+            "oracle_acc": float(row.get("oracle_acc", math.nan)),
             "train_loss": float(row["train_loss"]), "server_s": float(row["server_s"]),
             "trial_id": self.fedtune_trial_id, "fedtune_trial_id": self.fedtune_trial_id,
             "algorithm": self.cfg.algorithm, "fedtune_row": row, "training_iteration": row["round"],

@@ -1,0 +1,59 @@
+"""The report says what its table can conclude: nothing from one search per algorithm, and a
+difference only when the paired gap over seeds is beyond two standard errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fedtune.results import ResultsStore, summarize_trial  # noqa: E402
+from fedtune.tune.report import make_report  # noqa: E402
+
+
+def _study(tmp_path: Path, acc: dict[tuple[str, str, int], float]) -> Path:
+    """One trial per (algorithm, domain, seed), one round; val_acc = target_acc = acc."""
+    store = ResultsStore(tmp_path, "s")
+    for (algorithm, domain, seed), a in acc.items():
+        tid = f"{algorithm}-{domain}-{seed}"
+        rows = [{"algorithm": algorithm, "target_domain": domain, "seed": seed, "dataset": "rotated-digits",
+                 "setting": "fdg", "status": "ok", "round": 1, "val_acc": a, "target_acc": a, "oracle_acc": a}]
+        store.write_rounds(tid, rows)
+        store.write_trial(summarize_trial(rows, config={"trial_id": tid}, status="completed", error=None,
+                                          started_at=None, ended_at=None))
+    return store.study_dir
+
+
+def test_one_seed_decides_nothing(tmp_path):
+    d = _study(tmp_path, {("fedavg", "0", 0): 0.9, ("fedomg", "0", 0): 0.2})
+    rep = make_report(d, plots=False, write=False)
+    lines = rep.conclusions()
+    assert len(lines) == 1 and lines[0].startswith("This table decides nothing")
+    assert "--trial-seeds" in lines[0]
+
+
+def test_consistent_gap_is_a_difference(tmp_path):
+    # fedavg beats fedomg by 0.10 +- 0.01 on every seed (two domains averaged): beyond 2 s.e.
+    acc = {}
+    for s, noise in enumerate((0.00, 0.01, 0.02)):
+        for dom in ("0", "15"):
+            acc[("fedavg", dom, s)] = 0.60 + noise
+            acc[("fedomg", dom, s)] = 0.50 + noise + (0.01 if s == 1 else 0.0)
+    rep = make_report(_study(tmp_path, acc), plots=False, write=False)
+    lines = rep.conclusions()
+    assert lines[0].startswith("At this budget fedavg is best, ahead of every other algorithm")
+    assert "fedavg is ahead of fedomg: +9.7 ± 0.3 points over 3 paired seeds" in lines[1]
+
+
+def test_noisy_gap_is_not_separated(tmp_path):
+    # mean gap +0.02 but the per-seed differences are +0.10, -0.06, +0.02: s.e. 0.046 > gap / 2
+    acc = {("fedavg", "0", 0): 0.70, ("fedomg", "0", 0): 0.60,
+           ("fedavg", "0", 1): 0.50, ("fedomg", "0", 1): 0.56,
+           ("fedavg", "0", 2): 0.62, ("fedomg", "0", 2): 0.60}
+    rep = make_report(_study(tmp_path, acc), plots=False, write=False)
+    lines = rep.conclusions()
+    assert lines[0].startswith("At this budget the table does not separate the algorithms")
+    assert "fedavg and fedomg are not separated at this budget: +2.0 ± 4.6 points" in lines[1]
+    text = rep.markdown()
+    assert "**What this table can conclude.** At this budget the table does not separate" in text
