@@ -24,9 +24,10 @@ Parts:
   gives the GPU variant.
 
 Every table also shows DomainBed's oracle (a fixed target slice chooses, last round only),
-labelled as such. Claims are checked on the honest (``val``) numbers: a claim *holds* when the
-difference of the two averages exceeds twice its standard error over trial seeds, is *not held*
-when it is beyond two standard errors the other way, and is *undecided* otherwise.
+labelled as such. Claims are checked on the honest numbers by the paired difference of the two
+methods' domain averages over trial seeds (same seeds, same data): a claim *holds* when the 95 %
+Student-t interval of that difference lies above zero, is *NOT held* when it lies below, and is
+*undecided* otherwise (``fedtune report`` uses the same rule, :func:`fedtune.tune.report.paired_gap`).
 
     python benchmarks/paper_claims.py --part fdg fda               # rotated-digits
     python benchmarks/paper_claims.py --part pacs --data-root ../shared/data/PACS64
@@ -163,6 +164,9 @@ def study_name(method: Method, domain: str) -> str:
 def sweep_command(args: argparse.Namespace, part: Part, method: Method, domain: str, out: Path) -> list[str]:
     space = space_file(method, part.setting, out / "spaces")
     name = study_name(method, domain)
+    if (out / name / "study.json").exists():  # started before: continue it with its saved options
+        return [sys.executable, "-m", "fedtune.cli", "sweep", "--resume", "--name", name, "--output", str(out),
+                "--no-report"]
     cmd = [sys.executable, "-m", "fedtune.cli", "sweep", str(space), "--algorithm", method.algorithm,
            "--dataset", part.dataset, "--target-domain", domain, "--rounds", str(args.rounds),
            "--num-samples", str(args.trials), "--trial-seeds", str(args.trial_seeds),
@@ -174,8 +178,6 @@ def sweep_command(args: argparse.Namespace, part: Part, method: Method, domain: 
         cmd += ["--data-root", str(Path(args.data_root).resolve())]
     for k, v in part.overrides.items():
         cmd += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
-    if (out / name / "study.json").exists():
-        cmd.append("--resume")
     return cmd
 
 
@@ -250,24 +252,25 @@ def table(part: Part, protocol: str, domains: list[str], res: dict) -> str:
 
 
 def compare(res: dict, domains: list[str], a: str, b: str, protocol: str = "val") -> tuple[str, str]:
-    """Verdict on "a > b": the paired difference of the domain averages per trial seed."""
+    """Verdict on "a > b": the paired difference of the domain averages per trial seed
+    (:func:`fedtune.tune.report.paired_gap`, the report's own rule): *held* when its 95 % Student-t
+    interval lies above zero, *NOT held* when below, *undecided* otherwise."""
+    from fedtune.tune.report import paired_gap
+
     rows = res.get(protocol, {})
     if a not in rows or b not in rows:
         return "n/a", f"{a} or {b} not run"
     xa, xb = averages(rows[a], domains), averages(rows[b], domains)
+    gap = paired_gap(xa, xb)
     seeds = sorted(set(xa) & set(xb))
-    diff = [xa[s] - xb[s] for s in seeds]
-    mu, se, n = _mean_se(diff)
-    ma, mb = np.mean([xa[s] for s in seeds]) if seeds else math.nan, np.mean([xb[s] for s in seeds]) if seeds else math.nan
-    detail = (f"{a} {100 * ma:.1f} vs {b} {100 * mb:.1f}; paired difference {100 * mu:+.1f} ± "
-              f"{100 * se:.1f} over {n} trial seeds")
-    if n < 2 or not math.isfinite(se):
-        return "undecided", detail + " (too few trial seeds for an error bar)"
-    if mu > 2 * se:
-        return "held", detail
-    if mu < -2 * se:
-        return "NOT held", detail
-    return "undecided", detail + " (within two standard errors)"
+    ma = float(np.mean([xa[s] for s in seeds])) if seeds else math.nan
+    mb = float(np.mean([xb[s] for s in seeds])) if seeds else math.nan
+    detail = f"{a} {100 * ma:.1f} vs {b} {100 * mb:.1f}; paired difference {gap.text()}"
+    if gap.n < 2:
+        return "undecided", detail + " (too few trial seeds for an interval)"
+    if gap.resolved:
+        return ("held" if gap.mean > 0 else "NOT held"), detail
+    return "undecided", detail + " (the interval contains zero)"
 
 
 def spread(res: dict, domains: list[str], rule: str, protocol: str = "val") -> float:
@@ -384,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         md += [f"### {part.title}", "", f"Fixed for every method: {over}.", ""]
         for p in part.protocols:
             md += [table(part, p, doms[name], res), ""]
-        md += ["Claims (honest selection; a verdict needs the paired difference beyond two standard errors):", ""]
+        md += ["Claims (honest selection; a verdict needs the 95 % paired t-interval over trial seeds to "
+               "exclude zero):", ""]
         md += [f"- {c}: **{v}** ({d})" for c, v, d in claims(name, res, doms[name])]
         md.append("")
     text = "\n".join(md)

@@ -359,9 +359,14 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
 
     from fedtune.tune import sweep
 
+    from fedtune.tune.spaces import load_space
+
     a_out, b_out = tmp_path / "A", tmp_path / "B"
+    ext = tmp_path / "ext" / "my-fedavg.yaml"  # a SPACE file outside the study: gone after the move
+    ext.parent.mkdir()
+    shutil.copyfile(load_space("fedavg").source, ext)
     address = ray_session.get_runtime_context().gcs_address
-    cmd = [sys.executable, "-m", "fedtune.cli", "sweep", "--algorithm", "fedavg", "--rounds", "2",
+    cmd = [sys.executable, "-m", "fedtune.cli", "sweep", str(ext), "--rounds", "2",
            "--num-samples", "3", "--set", "local_steps=1", "--output", str(a_out), "--name", "st",
            "--address", address, "--no-report", "--sampler", "random"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -385,6 +390,10 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
 
     shutil.copytree(a_out, b_out)
     shutil.rmtree(a_out)  # a moved study: nothing may be read from, or written to, the old place
+    shutil.rmtree(ext.parent)  # and the SPACE file it started from is gone: the study's own copy serves
+    saved = json.loads((b_out / "st" / "study.json").read_text())
+    assert saved["options"]["spaces"] == ["spaces/fedavg.yaml"]
+    assert saved["searches"]["fedavg"]["space"] == "spaces/fedavg.yaml"
     first = sorted(t for t, r in before.items() if r["status"] == "completed")[0]
     path = b_out / "st" / "rounds" / f"{first}.parquet"
     old_rows = results.load(path).to_pylist()
@@ -403,3 +412,19 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
     assert sorted(t.user_attrs["fedtune_trial_id"] for t in complete) == sorted(t["trial_id"] for t in trials)
     assert json.loads((b_out / "st" / "study.json").read_text())["searches"]["fedavg"]["tune_dir"] == "tune/fedavg"
+
+
+def test_saved_space_paths_resolve_inside_the_study_folder(tmp_path):
+    from fedtune.tune.sweep import _study_space
+
+    study = tmp_path / "moved" / "st"
+    (study / "spaces").mkdir(parents=True)
+    (study / "spaces" / "fedavg.yaml").write_text("algorithm: fedavg\n")
+    assert _study_space(study, "spaces/fedavg.yaml") == study / "spaces" / "fedavg.yaml"
+    # written by an older version with an absolute path that no longer exists: the study's copy
+    assert _study_space(study, str(tmp_path / "old" / "st" / "spaces" / "fedavg.yaml")) == study / "spaces" / "fedavg.yaml"
+    # an absolute path that exists is kept; one with no copy is kept too (load_space then names it)
+    other = tmp_path / "x.yaml"
+    other.write_text("algorithm: fedavg\n")
+    assert _study_space(study, str(other)) == other
+    assert _study_space(study, "/nowhere/y.yaml") == Path("/nowhere/y.yaml")

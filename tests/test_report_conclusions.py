@@ -1,5 +1,5 @@
 """The report says what its table can conclude: nothing from one search per algorithm, and a
-difference only when the paired gap over seeds is beyond two standard errors."""
+difference only when the 95 % paired t-interval over seeds excludes zero."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_one_seed_decides_nothing(tmp_path):
 
 
 def test_consistent_gap_is_a_difference(tmp_path):
-    # fedavg beats fedomg by 0.10 +- 0.01 on every seed (two domains averaged): beyond 2 s.e.
+    # fedavg beats fedomg by about 0.10 on every seed (two domains averaged): t-interval excludes 0
     acc = {}
     for s, noise in enumerate((0.00, 0.01, 0.02)):
         for dom in ("0", "15"):
@@ -43,7 +43,7 @@ def test_consistent_gap_is_a_difference(tmp_path):
     rep = make_report(_study(tmp_path, acc), plots=False, write=False)
     lines = rep.conclusions()
     assert lines[0].startswith("At this budget fedavg is best, ahead of every other algorithm")
-    assert "fedavg is ahead of fedomg: +9.7 ± 0.3 points over 3 paired seeds" in lines[1]
+    assert "fedavg is ahead of fedomg: +9.7 ± 0.3 points (95 % interval ±1.4) over 3 paired seeds" in lines[1]
 
 
 def test_noisy_gap_is_not_separated(tmp_path):
@@ -54,6 +54,17 @@ def test_noisy_gap_is_not_separated(tmp_path):
     rep = make_report(_study(tmp_path, acc), plots=False, write=False)
     lines = rep.conclusions()
     assert lines[0].startswith("At this budget the table does not separate the algorithms")
-    assert "fedavg and fedomg are not separated at this budget: +2.0 ± 4.6 points" in lines[1]
+    assert "fedavg and fedomg are not separated at this budget: +2.0 ± 4.6 points (95 % interval ±19.9)" in lines[1]
     text = rep.markdown()
     assert "**What this table can conclude.** At this budget the table does not separate" in text
+
+
+def test_two_seeds_need_a_large_consistent_gap():
+    from fedtune.tune.report import paired_gap
+
+    # +1.8 +- 0.1 over 2 seeds: beyond two standard errors, but t(0.975, 1) = 12.7 -> interval +-1.3
+    assert paired_gap({0: 0.167, 1: 0.168}, {0: 0.148, 1: 0.151}).resolved
+    # +1.8 +- 0.3: beyond 2 s.e. (0.6) yet within the 95 % interval (12.7 * 0.3 = 3.8): not resolved
+    g = paired_gap({0: 0.170, 1: 0.166}, {0: 0.149, 1: 0.151})
+    assert abs(g.mean) > 2 * g.se and not g.resolved
+    assert not paired_gap({0: 0.9}, {0: 0.1}).resolved  # one seed: never

@@ -418,3 +418,16 @@ def test_trial_seeds_run_whole_searches_and_the_report_is_over_searches(ray_sess
     assert cell.n == 2 and cell.mean == pytest.approx(np.mean(picks))
     assert cell.se == pytest.approx(np.std(picks, ddof=1) / math.sqrt(2))
     assert "± over 2 independent searches (includes selection variance)" in report.title()
+
+
+def test_the_default_study_repeats_its_searches_so_its_table_has_an_error_bar():
+    from fedtune.tune.sweep import DEFAULT_STUDY, SweepOptions, apply_default_study, is_default_study
+
+    opts = SweepOptions()
+    assert is_default_study(opts)
+    out = apply_default_study(opts)
+    assert out.trial_seeds == DEFAULT_STUDY["trial_seeds"] >= 3  # a paired interval needs >= 2; 3 resolves real gaps
+    assert out.num_samples == DEFAULT_STUDY["num_samples"] and out.rounds == DEFAULT_STUDY["rounds"]
+    assert apply_default_study(SweepOptions(trial_seeds=5)).trial_seeds == 5  # the user's choice wins
+    assert apply_default_study(SweepOptions(seeds=2)).trial_seeds == 1  # --seeds and --trial-seeds do not combine
+    out.validate()

@@ -1287,7 +1287,7 @@ class _Study:
         storage = optuna_storage_url(self.plan.study_dir)
         study_name = search.optuna_study(self.plan.name)
         state.update(optuna_study=study_name, algorithm=search.algorithm, target_domain=search.target,
-                     space=search.space)
+                     space=_relative(self.plan.study_dir, search.space))
         if _restorable(exp_dir):
             _searcher_class(), _progress_callback_class(), _storage_class()  # what Tune's saved state refers to
             tuner = self._restore(exp_dir)
@@ -1480,6 +1480,7 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
         saved = SweepOptions.from_json(data["options"])
         saved.address, saved.verbose, saved.report, saved.output = opts.address, opts.verbose, opts.report, str(output)
         saved.name = name
+        saved.spaces = [str(_study_space(study_dir, p)) for p in saved.spaces]
         plan = plan_study(saved, name=name)
         data.setdefault("resumed_at", []).append(_now())
     else:
@@ -1489,15 +1490,18 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
         if (plan.study_dir / STUDY_FILE).exists() or (plan.study_dir / TUNE_DIR).exists():
             raise ConfigError(f"option '--name': study '{plan.name}' already exists in '{output}'; continue it with "
                               f"--resume --name {plan.name}, or choose another --name")
+        opts, plan = _snapshot_spaces(opts, plan)
         data = {"study": plan.name, "started_at": _now(), "selection": opts.protocol(),
                 "trial_seeds": opts.trial_seeds,
                 "metric": plan.metrics, "modes": plan.modes,
                 "algorithms": list(dict.fromkeys(s.algorithm for s in plan.searches)),
                 "targets": plan.targets, "protocol": "leave-one-domain-out" if opts.target_domain == "all" else "single",
                 "sampler": opts.sampler, "scheduler": opts.scheduler, "seeds": seeds_for(plan.base_seed, opts.seeds),
-                "options": {**opts.to_json(), "name": plan.name, "output": str(output)},
+                "options": {**opts.to_json(), "name": plan.name, "output": str(output),
+                            "spaces": [_relative(plan.study_dir, p) for p in opts.spaces]},
                 "searches": {s.key: {"status": "pending", "algorithm": s.algorithm, "target_domain": s.target,
-                                     "space": s.space, "optuna_study": s.optuna_study(plan.name)}
+                                     "space": _relative(plan.study_dir, s.space),
+                                     "optuna_study": s.optuna_study(plan.name)}
                              for s in plan.searches},
                 "trial_seed_of": {s.key: s.trial_seed for s in plan.searches},
                 "optuna_storage": OPTUNA_FILE, "tune_dir": TUNE_DIR}
@@ -1534,6 +1538,50 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
     return result
 
 
+SPACES_DIR = "spaces"
+"""A study's own copy of the search spaces it runs (``<study>/spaces/<algorithm>.yaml``)."""
+
+
+def _snapshot_spaces(opts: SweepOptions, plan: StudyPlan) -> tuple[SweepOptions, StudyPlan]:
+    """Copy every search space of a new study into ``<study>/spaces/`` and re-plan on the copies, so
+    the study folder is self-contained: ``--resume`` after a move, a copy or an upgrade of fedtune's
+    built-in spaces reads the spaces the study started with."""
+    import shutil
+
+    folder = plan.study_dir / SPACES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    copies: dict[str, str] = {}
+    for search in plan.searches:
+        if search.algorithm not in copies:
+            target = folder / f"{search.algorithm}.yaml"
+            shutil.copyfile(search.space, target)
+            copies[search.algorithm] = str(target)
+    new = copy.deepcopy(opts)
+    new.spaces = list(copies.values())
+    new.algorithms = list(copies)
+    return new, plan_study(new, name=plan.name)
+
+
+def _relative(study_dir: Path, path: str) -> str:
+    """``path`` relative to the study folder when it lies inside it (study.json stays relocatable)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(study_dir).resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _study_space(study_dir: Path, path: str) -> Path:
+    """A saved space path resolved for the study folder as it is now: relative paths (what this version
+    writes) against the folder; an absolute one that no longer exists (a study written by an older
+    version, then moved) by its file name under ``<study>/spaces/`` when there."""
+    p = Path(path)
+    if not p.is_absolute():
+        return study_dir / p
+    if not p.exists() and (study_dir / SPACES_DIR / p.name).is_file():
+        return study_dir / SPACES_DIR / p.name
+    return p
+
+
 # ------------------------------------------------------------------------------------------------
 # CLI
 def add_sweep_parser(sub: Any) -> Any:
@@ -1552,7 +1600,7 @@ def add_sweep_parser(sub: Any) -> Any:
                    help="held-out target domain; 'all': leave-one-domain-out, one search per target domain")
     p.add_argument("--rounds", type=int, metavar="N", help="federated rounds per trial")
     p.add_argument("--num-samples", type=int, default=None, metavar="N",
-                   help="trials per search (default 8; the default study: 3)")
+                   help="trials per search (default 8; the default study: 4)")
     p.add_argument("--seeds", type=int, default=1, metavar="K",
                    help="re-run each search's selected configuration with K seeds (mean ± standard error over the "
                         "re-runs; excludes selection variance: see --trial-seeds)")
