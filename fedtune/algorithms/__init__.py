@@ -84,7 +84,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("gfm", "gfm", "fedavg", ("fdg", "fl"), "GFM: SAM steps on global-model-constrained adversarial augmentations (sam_rho, gfm_*), FedAvg"),
     Preset("gca", "gca", "fedavg", ("fdg", "fl"), "GCA (GFM ablation): local SGD on the constrained adversarial augmentations (gfm_*), FedAvg"),
     Preset("simclr", "simclr", "fedavg", ("ufdg",), "FedAvg of SimCLR encoders (unsupervised), linear-probe evaluation"),
-    Preset("fedgala", "gala", "gala", ("fdg", "fl"), "FedGaLA (Pourpanah et al.): locally gated SGD (gala_tau) + global alignment aggregation (gala_iters, gala_mix)",
+    Preset("fedgala", "gala", "gala", ("fdg", "fl"), "FedGaLA (Pourpanah et al.): locally gated SGD (gala_tau, gala_gate descent|literal) + global alignment at FedAvg scale (gala_iters, gala_mix, gala_weights per-tensor|whole)",
            unsupervised_client_method="gala-simclr"),
 )}
 

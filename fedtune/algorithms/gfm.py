@@ -149,7 +149,7 @@ def _augmenter_class() -> Any:
         The three output layers are zero-initialised, so at initialisation ``α = 1, β = 0, A = 0``
         and the augmenter is the identity (exactly, up to float rounding of the range map and of
         the bilinear sampling at pixel centres). Left out of TeachAugment, by choice: batch norm
-        and dropout in the hidden layers (clients may train on batches of one), the class-label
+        and dropout in the hidden layers (a client with a single example still trains on a batch of one), the class-label
         context input, the stochastic "random apply" gates, the colour regulariser and the replay
         buffer of past augmenters. Plain torch ops only (no torchvision: its import costs ~2 s).
         """
