@@ -68,3 +68,22 @@ def test_two_seeds_need_a_large_consistent_gap():
     g = paired_gap({0: 0.170, 1: 0.166}, {0: 0.149, 1: 0.151})
     assert abs(g.mean) > 2 * g.se and not g.resolved
     assert not paired_gap({0: 0.9}, {0: 0.1}).resolved  # one seed: never
+
+
+def test_the_report_names_the_paper_vs_code_variants_that_ran(tmp_path):
+    from fedtune.algorithms import all_hparams
+
+    variants = {n for n, (_, spec) in all_hparams().items() if spec.variant}
+    assert {"gala_gate", "gala_weights", "omg_solver", "omg_rescale", "gp_align"} <= variants
+    assert "local_lr" not in variants and "omg_kappa" not in variants  # tuning knobs are not variants
+    store = ResultsStore(tmp_path, "s")
+    for tid, algorithm, hps in (("g1", "fedgala", {"hp.gala_gate": "literal", "hp.gala_weights": "per-tensor"}),
+                                ("g2", "fedgala", {"hp.gala_gate": "descent", "hp.gala_weights": "per-tensor"}),
+                                ("a1", "fedavg", {"hp.local_lr": 0.1})):
+        rows = [{"algorithm": algorithm, "target_domain": "0", "seed": 0, "dataset": "rotated-digits",
+                 "setting": "fdg", "status": "ok", "round": 1, "val_acc": 0.5, "target_acc": 0.5, **hps}]
+        store.write_rounds(tid, rows)
+    rep = make_report(store.study_dir, plots=False, write=False)
+    assert rep.variants() == {"fedgala": {"gala_gate": ["descent", "literal"], "gala_weights": ["per-tensor"]}}
+    assert "fedgala: gala_gate=descent|literal, gala_weights=per-tensor" in rep.variants_text()
+    assert rep.variants_text() in rep.markdown()

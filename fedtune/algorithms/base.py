@@ -12,6 +12,8 @@ class HParam:
 
     ``kind`` is ``float``, ``int``, ``bool`` or ``choice`` (``choices`` lists the values;
     ``float_or_choice`` accepts a number in range or one of ``choices``, e.g. β = 0.5 or "auto").
+    ``variant=True`` marks a choice between a paper and its authors' code that changes results
+    (FedGaLA's gate sign, FedOMG's solver, ...): every report says which value ran.
     """
 
     name: str
@@ -21,6 +23,7 @@ class HParam:
     lo: float | None = None
     hi: float | None = None
     choices: tuple[Any, ...] = ()
+    variant: bool = False
 
     def check(self, value: Any, owner: str) -> Any:
         from fedtune.config import ConfigError

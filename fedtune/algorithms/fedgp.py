@@ -82,7 +82,7 @@ GP_ALIGN = HParam(
     "gp_align", True,
     "FedDA/FedGP: scale each source displacement by (lr_T/lr_S)·(steps_T/steps_S) so it is on the "
     "target step's scale before combining (the authors' magnitude alignment)",
-    kind="bool")
+    kind="bool", variant=True)
 
 
 # ============================================================================ helpers

@@ -641,9 +641,9 @@ OMG_KAPPA = HParam("omg_kappa", 0.5, "FedOMG searching radius κ: d = g_FL + κ�
                    "paper: 0.5)", "float", lo=0.0)
 OMG_SOLVER = HParam("omg_solver", "exact", "FedOMG step-2 solver: exact (certified convex solve on the simplex) "
                     "or sgd (the authors' 20 softmax-SGD steps, lr 25, momentum 0.5)", "choice",
-                    choices=SOLVERS)
+                    choices=SOLVERS, variant=True)
 OMG_RESCALE = HParam("omg_rescale", False, "divide FedOMG's direction by 1 + κ² (the authors' code does; the "
-                     "paper's Eq. 16 does not)", "bool")
+                     "paper's Eq. 16 does not)", "bool", variant=True)
 
 
 class FedOMG(ServerRule):

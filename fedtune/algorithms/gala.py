@@ -75,12 +75,12 @@ GALA_MIX = HParam("gala_mix", 1.0, "FedGaLA mix with FedAvg: theta + global_lr *
 GALA_WEIGHTS = HParam("gala_weights", "per-tensor",
                       "FedGaLA global alignment: one weight per client and parameter tensor (per-tensor, the authors' "
                       "code) or one per client over the whole parameter vector (whole)",
-                      kind="choice", choices=("per-tensor", "whole"))
+                      kind="choice", choices=("per-tensor", "whole"), variant=True)
 GALA_GATE = HParam("gala_gate", "descent",
                    "FedGaLA local gate sign: descent = a tensor steps only if cos(-grad, last global move) > gala_tau "
                    "(the stated intent); literal = only if cos(+grad, last global move) >= gala_tau (the paper's "
                    "formula and the authors' code, needed to reproduce their numbers)",
-                   kind="choice", choices=("descent", "literal"))
+                   kind="choice", choices=("descent", "literal"), variant=True)
 GALA_TAU = HParam("gala_tau", 0.0, "FedGaLA local gate: a tensor steps only if cos(-grad, last global move) > tau; "
                   "-1 = (almost) never gate, 1 = never step; paper: 0", lo=-1.0, hi=1.0)
 

@@ -232,6 +232,33 @@ class Report:
         """``hp.*`` columns with ≥ 2 distinct values among ``algorithm``'s trials."""
         return _varying(self.trials[self.trials["algorithm"] == algorithm])
 
+    def variants(self) -> dict[str, dict[str, list[str]]]:
+        """algorithm -> {hyperparameter: values that ran} for every hyperparameter marked
+        ``variant`` (a choice between a paper and its authors' code, e.g. ``gala_gate``,
+        ``omg_solver``), over the algorithm's trials: the tables say which variant produced them."""
+        from fedtune.algorithms import all_hparams
+
+        names = [n for n, (_, spec) in all_hparams().items() if spec.variant]
+        out: dict[str, dict[str, list[str]]] = {}
+        for a in self.algorithms:
+            rows = self.trials[self.trials["algorithm"] == a]
+            for n in names:
+                col = f"hp.{n}"
+                if col in rows:
+                    vals = sorted({_fmt(v) for v in rows[col] if not _missing(v)}, key=_natural)
+                    if vals:
+                        out.setdefault(a, {})[n] = vals
+        return out
+
+    def variants_text(self) -> str | None:
+        """One line naming the paper-vs-code variants that ran, or None when no algorithm has one."""
+        parts = []
+        for a, hps in self.variants().items():
+            parts.append(f"{a}: " + ", ".join(f"{n}={'|'.join(v)}" for n, v in hps.items()))
+        if not parts:
+            return None
+        return "Variants that ran (paper vs authors' code; see docs/search-spaces.md): " + "; ".join(parts)
+
     def per_seed_average(self, algorithm: str) -> dict[int, float]:
         """seed -> the selected trials' ``target_acc`` averaged over the table's target domains
         (only seeds that have every domain)."""
@@ -331,6 +358,8 @@ class Report:
             header = ["algorithm", *self.columns, "seeds", "trials"]
             lines += _md_table(header, self.main_rows())
             lines += ["", _protocol_text(self), ""]
+            if self.variants_text():
+                lines += [self.variants_text(), ""]
             conclusions = self.conclusions()
             if conclusions:
                 lines += ["**What this table can conclude.** " + conclusions[0], ""]
@@ -382,6 +411,8 @@ class Report:
             for row in self.main_rows():
                 t.add_row(*row)
             console.print(t)
+            if self.variants_text():
+                console.print(self.variants_text())
             for i, line in enumerate(self.conclusions()):
                 console.print(f"[bold]{line}[/bold]" if i == 0 else f"  {line}")
             for a in self.algorithms:
