@@ -140,16 +140,18 @@ def test_public_search_space_is_the_tune_space():
 
 
 def test_shared_knobs_have_one_range_and_distribution_in_every_shipped_space():
-    """global_lr and local_lr: the same distribution and range in every space (so FedOMG vs FedAvg
-    compares tuned server steps), each space's default = its rule's default (the paper setting)."""
+    """global_lr, local_lr, local_momentum, weight_decay: the same distribution and range in every
+    space (so FedOMG vs FedAvg compares tuned server steps); global_lr's default = its rule's default
+    (the paper setting), the client knobs' defaults the same everywhere."""
     from fedtune.algorithms import resolve
     from fedtune.config import RunConfig
 
-    for knob in ("global_lr", "local_lr"):
+    for knob in ("global_lr", "local_lr", "local_momentum", "weight_decay"):
         seen = set()
         for path in sorted(SPACES_DIR.glob("*.yaml")):
             spec = load_space(path).params[knob]
-            seen.add((spec.distribution, spec.low, spec.high))
+            seen.add((spec.distribution, spec.low, spec.high, tuple(spec.choices or ()), spec.default
+                      if knob != "global_lr" else None))
             if knob == "global_lr":
                 cfg = RunConfig.from_dict({"algorithm": path.stem, "backend": "local"})
                 assert spec.default == resolve(cfg).server_rule.default_global_lr, path.stem
