@@ -1,4 +1,4 @@
-"""Auto-β (FedDA/FedGP, METHODS.md §2) under local momentum: what the recorded samples do to
+"""Auto-β (FedDA/FedGP, docs/methods.md §2) under local momentum: what the recorded samples do to
 the estimates σ̂², d̂² and to β_DA, before and after the fix of issue 8.
 
 A script, not a test: it prints one table. No Ray: it calls the ``sgd`` client method with the
@@ -36,7 +36,7 @@ import torch
 
 from fedtune.algorithms import SGD, ClientContext
 from fedtune.algorithms.fedgp import auto_beta_estimates
-from fedtune.config import RunConfig
+from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout
 from fedtune.models import build_model, get_flat, set_flat
 from fedtune.runtime.worker import _StepRecorder
@@ -92,7 +92,7 @@ def replicate(seed: int, momentum: float, mode: str, source: str, args, sample_s
     x, y = make_data(rng, args.n, args.dim, args.classes,
                      None if sample_seed is None else np.random.default_rng(sample_seed))
     ys = y if source == "identical" else torch.tensor(rng.permutation(args.classes), dtype=torch.int64)[y]
-    cfg = RunConfig.from_dict({"algorithm": "fedda", "setting": "fda", "dataset": "rect4", "backend": "local",
+    cfg = FederatedRunConfig.from_dict({"algorithm": "fedda", "setting": "fda", "dataset": "rect4", "backend": "local",
                                "gp_beta": "auto", "local_lr": args.lr, "local_momentum": momentum,
                                "weight_decay": 0.0, "batch_size": args.batch_size, "local_epochs": args.epochs})
     torch.manual_seed(seed)

@@ -23,7 +23,7 @@ def main() -> None:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    from fedtune.config import RunConfig
+    from fedtune.config import FederatedRunConfig
     from fedtune.runtime import FederatedRun, ResourceError
 
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
@@ -31,7 +31,7 @@ def main() -> None:
     base = {"dataset": "rect4", "rounds": 1, "local_steps": 1, "output": out, "backend": "ray",
             "client_cpus": 0.5, "placement_timeout_s": 1.0}
     try:
-        cfg = RunConfig.from_dict({**base, "setting": "fl", "num_clients": 5, "client_gpus": 0.25,
+        cfg = FederatedRunConfig.from_dict({**base, "setting": "fl", "num_clients": 5, "client_gpus": 0.25,
                                    "client_cpus": 0.25, "max_client_actors": 5})
         t0 = time.perf_counter()
         try:
@@ -45,7 +45,7 @@ def main() -> None:
         hog = placement_group([{"CPU": 2.0}])
         hog.wait(10)
         try:
-            cfg = RunConfig.from_dict(base)
+            cfg = FederatedRunConfig.from_dict(base)
             t0 = time.perf_counter()
             try:
                 FederatedRun(cfg).start()

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from fedtune.config import RunConfig
+from fedtune.config import FederatedRunConfig
 from fedtune.runtime import connect_ray, run
 
 
@@ -50,8 +50,8 @@ def compute_part(args, out_dir: str) -> None:
     print("\n== Part 1: rotated-digits, 4 clients, fedtune CNN ==")
     ratios = []
     for rep in range(args.repeats):  # local and Ray back to back, so each ratio shares the machine's mood
-        local = run(RunConfig.from_dict({**base, "backend": "local"}), progress=False)
-        ray_res = run(RunConfig.from_dict({**base, "backend": "ray"}), progress=False)
+        local = run(FederatedRunConfig.from_dict({**base, "backend": "local"}), progress=False)
+        ray_res = run(FederatedRunConfig.from_dict({**base, "backend": "ray"}), progress=False)
         same = all(a["val_acc"] == b["val_acc"] and a["train_loss"] == b["train_loss"]
                    for a, b in zip(local.rows, ray_res.rows))
         t_local, t_ray = steady(local.rows), steady(ray_res.rows)
@@ -72,7 +72,7 @@ def transfer_part(args, out_dir: str) -> None:
     base = dict(dataset="rotated-digits", setting="fl", num_clients=4, dirichlet_alpha=100.0, rounds=args.rounds,
                 local_steps=1, batch_size=8, output=out_dir, name="bench-transfer", client_cpus=0.5,
                 max_client_actors=4, backend="ray", local_momentum=0.0, eval_batch_size=512, **model)
-    res = run(RunConfig.from_dict(base), progress=False)
+    res = run(FederatedRunConfig.from_dict(base), progress=False)
     rows = res.rows[1:] or res.rows
     m = res.info["num_params"]
     overhead = statistics.median(r["client_s"] - r["client_critical_s"] for r in rows)
@@ -93,7 +93,7 @@ def startup_part(args, out_dir: str) -> None:
     import ray
 
     t0 = time.perf_counter()
-    connect_ray(RunConfig.from_dict({}))
+    connect_ray(FederatedRunConfig.from_dict({}))
     ray_up = time.perf_counter() - t0
     ray.shutdown()
     time.sleep(2)

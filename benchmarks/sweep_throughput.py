@@ -122,10 +122,10 @@ def run_mode(args, lrs: list[float], out: str, *, reuse: bool, concurrent: int, 
 def _timed_rounds(cfg_dict: dict[str, Any], rounds: int, barrier, queue) -> None:
     """Child process: start an in-process run of ``cfg_dict`` (1 torch thread), wait at
     ``barrier``, then time ``rounds`` rounds and put the seconds on ``queue``."""
-    from fedtune.config import RunConfig
+    from fedtune.config import FederatedRunConfig
     from fedtune.runtime import FederatedRun
 
-    fr = FederatedRun(RunConfig.from_dict(cfg_dict))
+    fr = FederatedRun(FederatedRunConfig.from_dict(cfg_dict))
     fr.start()
     fr.step()  # warm-up round
     barrier.wait()

@@ -25,7 +25,7 @@ import fedtune
 from fedtune.tune.callback import ArrowCallback
 from fedtune.tune.trainable import fedtune_trainable
 
-# What every trial shares (any RunConfig field): the budget, and the resources. One client actor
+# What every trial shares (any FederatedRunConfig field): the budget, and the resources. One client actor
 # of 1 CPU per trial (its 5 clients train in turn), so two trials run side by side on 2 cores.
 # A small MLP keeps the example at about a minute; drop "model" for the dataset's CNN.
 BASE: dict[str, Any] = {

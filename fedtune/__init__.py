@@ -3,17 +3,17 @@
 Importing ``fedtune`` is light (no torch, no Ray): the heavy parts load where they run.
 
 >>> import fedtune
->>> cfg = fedtune.RunConfig.from_dict({"rounds": 2, "backend": "local"})
+>>> cfg = fedtune.FederatedRunConfig.from_dict({"rounds": 2, "backend": "local"})
 >>> cfg.algorithm, cfg.dataset
 ('fedavg', 'rotated-digits')
 """
 
-from fedtune.config import ConfigError, RunConfig
+from fedtune.config import ConfigError, FederatedRunConfig, RunConfig  # RunConfig: FederatedRunConfig's former name
 
 __version__ = "0.1.0"
 
 
-def run(cfg: "RunConfig", **kwargs):
+def run(cfg: "FederatedRunConfig", **kwargs):
     """Run one federated run; see :func:`fedtune.runtime.driver.run`."""
     from fedtune.runtime import run as _run
 
@@ -28,4 +28,4 @@ def search_space(algorithm: str) -> dict:
     return _search_space(algorithm)
 
 
-__all__ = ["ConfigError", "RunConfig", "run", "search_space", "__version__"]
+__all__ = ["ConfigError", "FederatedRunConfig", "RunConfig", "run", "search_space", "__version__"]

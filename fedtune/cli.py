@@ -1,12 +1,20 @@
-"""The ``fedtune`` command line: ``run``, ``datasets``, ``algorithms``, ``fields``, ``report``."""
+"""The ``fedtune`` command line: every subcommand's parser and handler (``run``, ``datasets``,
+``algorithms``, ``fields``, ``sweep``, ``report``). Heavy modules are imported by the handler that
+needs them, so ``fedtune --help`` and bad flags answer at once."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from fedtune.config import ConfigError, RunConfig, describe_fields, parse_set_options
+from fedtune.config import FederatedRunConfig, describe_fields, parse_set_options
+from fedtune.errors import ConfigError, DataError, ResourceError
+from fedtune.results import status
+
+if TYPE_CHECKING:
+    from fedtune.tune.plan import SweepOptions
 
 # Flags of `fedtune run` that map one-to-one onto config fields (flag dest -> field).
 RUN_FLAGS = {
@@ -45,8 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("algorithms", help="list algorithms, client methods and server rules")
     sub.add_parser("fields", help="list every config field with its default and meaning")
 
-    from fedtune.tune.sweep import add_sweep_parser
-
     add_sweep_parser(sub)
 
     report = sub.add_parser("report", help="tables, report.md and plots of a study (OUTPUT/STUDY)",
@@ -62,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> RunConfig:
+def config_from_args(args: argparse.Namespace) -> FederatedRunConfig:
     values: dict[str, Any] = {}
     for dest, field_name in RUN_FLAGS.items():
         v = getattr(args, dest, None)
@@ -70,14 +76,15 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             values[field_name] = v
     values.update(parse_set_options(args.set))
     if args.config:
-        return RunConfig.from_yaml(args.config, overrides=values)
-    return RunConfig.from_dict(values, source="command line")
+        return FederatedRunConfig.from_yaml(args.config, overrides=values)
+    return FederatedRunConfig.from_dict(values, source="command line")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from fedtune.results.study_dir import StudyDir
     from fedtune.runtime import run
 
     cfg = config_from_args(args)
@@ -107,8 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"[yellow]{result.status}: {result.error}[/yellow]")
     # Plain print: paths must never be wrapped (scripts and copy-paste read them).
     print(f"results: {result.rounds_path}")
-    print(f"trials:  {result.study_dir / 'trials.parquet'}")
-    return 0 if result.status == "completed" else 3
+    print(f"trials:  {StudyDir(result.study_dir).trials}")
+    return 0 if result.status == status.COMPLETED else 3
 
 
 def cmd_datasets() -> int:
@@ -170,6 +177,135 @@ def cmd_fields() -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------------
+# fedtune sweep (the study itself: fedtune.tune.sweep)
+def add_sweep_parser(sub: Any) -> Any:
+    """Add ``fedtune sweep`` to the subcommands ``sub`` of the ``fedtune`` parser."""
+    from fedtune.tune.plan import DEFAULT_ALGORITHMS, SAMPLERS, SCHEDULERS, SELECTIONS
+
+    p = sub.add_parser(
+        "sweep", help="hyperparameter study: Ray Tune + Optuna over search spaces, with resume and seeds",
+        description="Search each algorithm's hyperparameters (search_spaces/<algorithm>.yaml or SPACE files) with "
+                    "Ray Tune + Optuna; every round goes to OUTPUT/STUDY/. Without arguments: a small default "
+                    "study on rotated-digits comparing " + ", ".join(DEFAULT_ALGORITHMS) + ".")
+    p.add_argument("spaces", nargs="*", metavar="SPACE.yaml", help="search-space files (one per algorithm)")
+    p.add_argument("--algorithm", action="append", dest="algorithms", default=[], metavar="NAME",
+                   help="algorithm to search (repeatable); default: the SPACE files' algorithms, else fedavg")
+    p.add_argument("--dataset", help="dataset (see `fedtune datasets`); default rotated-digits (embedded)")
+    p.add_argument("--data-root", metavar="DIR", help="directory holding the dataset's files")
+    p.add_argument("--target-domain", metavar="NAME|all",
+                   help="held-out target domain; 'all': leave-one-domain-out, one search per target domain")
+    p.add_argument("--rounds", type=int, metavar="N", help="federated rounds per trial")
+    p.add_argument("--num-samples", type=int, default=None, metavar="N",
+                   help="trials per search (default 8; the default study: 4)")
+    p.add_argument("--seeds", type=int, default=1, metavar="K",
+                   help="re-run each search's selected configuration with K seeds (mean ± standard error over the "
+                        "re-runs; excludes selection variance: see --trial-seeds)")
+    p.add_argument("--max-concurrent", type=int, metavar="N", help="trials at once (default: as many as fit)")
+    p.add_argument("--scheduler", choices=SCHEDULERS, default="fifo", help="fifo (all rounds) or asha (early stop)")
+    p.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="Optuna sampler (seeded; nsga2: multi-objective)")
+    p.add_argument("--metric", metavar="NAME[,NAME]",
+                   help="objective metric(s), first = selection metric (its protocol: val_acc/val_loss -> val, "
+                        "target_val_acc/target_val_loss -> target-val, oracle_acc/oracle_loss -> oracle); default "
+                        "the protocol's accuracy, "
+                        "with nsga2 also server_s")
+    p.add_argument("--selection", choices=SELECTIONS, default=None,
+                   help="val (default): by source validation (honest); target-val (fda only): by the target "
+                        "client's held-out labels; oracle: by a held-out slice of the target domain, last round "
+                        "(DomainBed's test-domain validation; labelled oracle)")
+    p.add_argument("--trial-seeds", type=int, default=1, metavar="K",
+                   help="repeat every search K times with other seeds, data seeds and sampler seeds; the report's "
+                        "± is then over the K searches (includes selection variance)")
+    p.add_argument("--grace-period", type=int, default=1, metavar="N", help="ASHA: rounds before a trial may stop")
+    p.add_argument("--reduction-factor", type=float, default=2.0, metavar="F", help="ASHA: rung reduction factor")
+    p.add_argument("--sampler-seed", type=int, default=0, metavar="S", help="seed of the Optuna sampler")
+    p.add_argument("--address", metavar="ADDR", help="Ray cluster to join ('auto' for the running one)")
+    p.add_argument("--output", metavar="DIR", default="fedtune_results", help="results directory")
+    p.add_argument("--name", metavar="STUDY", help="study name (default sweep-<UTC time>; --resume: the latest)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted study (its saved options)")
+    p.add_argument("--no-report", action="store_true", help="do not write report.md and plots at the end")
+    p.add_argument("--verbose", action="store_true", help="Ray Tune's own tables and logs instead of the live view")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="set a run field for every trial, e.g. --set local_steps=2 (see `fedtune fields`)")
+    return p
+
+
+_RESUME_FIXED = ("spaces", "algorithms", "dataset", "data_root", "target_domain", "rounds", "num_samples",
+                 "max_concurrent", "metric", "selection", "set")
+
+
+def options_from_args(args: Any) -> SweepOptions:
+    """:class:`~fedtune.tune.plan.SweepOptions` from parsed ``fedtune sweep`` arguments."""
+    from fedtune.tune.plan import SweepOptions
+
+    metric = None
+    if args.metric:
+        metric = [m.strip() for m in str(args.metric).split(",") if m.strip()]
+    opts = SweepOptions(
+        spaces=list(args.spaces), algorithms=list(args.algorithms), dataset=args.dataset, data_root=args.data_root,
+        target_domain=args.target_domain, rounds=args.rounds,
+        num_samples=args.num_samples if args.num_samples is not None else SweepOptions.num_samples,
+        seeds=args.seeds, max_concurrent=args.max_concurrent, scheduler=args.scheduler, sampler=args.sampler,
+        metric=metric, selection=args.selection, trial_seeds=args.trial_seeds, address=args.address, output=args.output,
+        name=args.name,
+        verbose=args.verbose, overrides=parse_set_options(args.set), sampler_seed=args.sampler_seed,
+        grace_period=args.grace_period, reduction_factor=args.reduction_factor, report=not args.no_report)
+    if args.resume:
+        given = [f"--{k.replace('_', '-')}" for k in _RESUME_FIXED
+                 if getattr(args, k, None) not in (None, [], False)]
+        if given:
+            raise ConfigError(f"--resume continues a study with its saved options; {', '.join(given)} cannot "
+                              "change them (allowed with --resume: --name, --output, --address, --verbose)")
+    return opts
+
+
+def cmd_sweep(args: Any) -> int:
+    """``fedtune sweep``: run the study, print the results table and the paths."""
+    from rich.console import Console
+
+    from fedtune.results.study_dir import StudyDir, latest_study
+    from fedtune.tune.plan import abs_path, optuna_storage_url
+    from fedtune.tune.sweep import StudyInterrupted, run_sweep
+
+    console = Console()
+    opts = options_from_args(args)
+    try:
+        result = run_sweep(opts, resume=args.resume, console=console)
+    except StudyInterrupted as exc:
+        print(f"fedtune: {exc}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside Tune's loop
+        name = opts.name or latest_study(Path(abs_path(opts.output) or "fedtune_results")) or "STUDY"
+        print(f"fedtune: the study is interrupted; continue it with: fedtune sweep --resume --name {name} "
+              f"--output {abs_path(opts.output)}", file=sys.stderr)
+        raise
+    if result.report is not None:
+        result.report.print(console)
+    study = StudyDir(result.study_dir)
+    print(f"study:   {result.study_dir}")
+    print(f"rounds:  {study.rounds_dir}")
+    print(f"trials:  {study.trials}")
+    print(f"optuna:  {optuna_storage_url(result.study_dir)} (studies {result.name}/...)")
+    if result.report_path is not None:
+        print(f"report:  {result.report_path}")
+    print(f"elapsed: {result.elapsed_s:.0f}s")
+    if not _any_completed(result.study_dir):
+        print("fedtune: no trial of the study completed (see the status and error columns of trials.parquet)",
+              file=sys.stderr)
+        return 3
+    return 0
+
+
+def _any_completed(study_dir: Path) -> bool:
+    from fedtune import results
+    from fedtune.results.study_dir import StudyDir
+
+    if not StudyDir(study_dir).trials.is_file():
+        return False
+    return status.COMPLETED in set(results.load(study_dir, "trials").column("status").to_pylist())
+
+
+# ------------------------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
     from fedtune.tune.report import make_report
 
@@ -183,9 +319,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fedtune.data import DataError
     from fedtune.results import CorruptResultsError
-    from fedtune.runtime import ClientFailure, ResourceError
+    from fedtune.runtime import ClientFailure
     from fedtune.runtime.driver import sigterm_as_interrupt
 
     args = build_parser().parse_args(argv)
@@ -201,8 +336,6 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "fields":
                 return cmd_fields()
             if args.command == "sweep":
-                from fedtune.tune.sweep import cmd_sweep
-
                 return cmd_sweep(args)
             if args.command == "report":
                 return cmd_report(args)

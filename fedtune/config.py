@@ -1,33 +1,39 @@
 """Run configuration: every field, its default, its allowed values, in one place.
 
-A :class:`RunConfig` is what one federated run (one trial) needs. It is built from defaults,
-then an optional YAML file, then command-line flags and ``--set key=value`` overrides, and
-validated before anything starts. Every error names the field and what is allowed.
+A :class:`FederatedRunConfig` is what one federated run (one trial) needs. It is built from
+defaults, then an optional YAML file, then command-line flags and ``--set key=value`` overrides,
+and validated before anything starts, the hyperparameters of its client method and server rule
+included (each once, here). Every error names the field and what is allowed. ``RunConfig`` is
+the same class under its former name (``ray.tune.RunConfig`` is another thing).
 
->>> cfg = RunConfig.from_dict({"rounds": 3, "local_lr": 0.1})
+>>> cfg = FederatedRunConfig.from_dict({"rounds": 3, "local_lr": 0.1})
 >>> cfg.rounds, cfg.local_lr
 (3, 0.1)
->>> RunConfig.from_dict({"client_gpus": -1})
+>>> cfg.resolved.client_method.name, cfg.resolved.server_rule.name, cfg.effective_global_lr
+('sgd', 'fedavg', 1.0)
+>>> FederatedRunConfig.from_dict({"client_gpus": -1})
 Traceback (most recent call last):
 ...
-fedtune.config.ConfigError: field 'client_gpus': -1.0 is out of range; allowed: >= 0
+fedtune.errors.ConfigError: field 'client_gpus': -1.0 is out of range; allowed: >= 0
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from fedtune.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A configuration field has a bad value. The message names the field and what is allowed."""
+if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
+    from fedtune.algorithms import Resolved
 
 
 def _f(default: Any, help: str, *, choices: tuple | None = None, lo: float | None = None,
@@ -45,7 +51,7 @@ FAILURE_POLICIES = ("retry", "skip", "fail")
 
 
 @dataclass
-class RunConfig:
+class FederatedRunConfig:
     """Everything one federated run needs. Field names are what ``--set`` and YAML use."""
 
     # --- what to run -------------------------------------------------------------------
@@ -111,7 +117,7 @@ class RunConfig:
         return [f.name for f in fields(cls)]
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> "RunConfig":
+    def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> FederatedRunConfig:
         """Build and validate. Unknown keys are an error naming the closest known fields."""
         from fedtune.algorithms import all_hparams
 
@@ -137,7 +143,19 @@ class RunConfig:
         return cfg
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> "RunConfig":
+    def from_validated(cls, values: dict[str, Any]) -> FederatedRunConfig:
+        """Rebuild a config from another config's :meth:`to_dict`, without checking it again: for a
+        process handed a config that was validated where it was built (the coordinator and the
+        client workers of a run). Anything a user wrote goes through :meth:`from_dict`.
+
+        >>> cfg = FederatedRunConfig.from_dict({"algorithm": "fedomg", "omg_kappa": 0.3})
+        >>> FederatedRunConfig.from_validated(cfg.to_dict()) == cfg
+        True
+        """
+        return cls(**copy.deepcopy(values))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> FederatedRunConfig:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file '{path}' does not exist")
@@ -150,12 +168,37 @@ class RunConfig:
         data.update(overrides or {})
         return cls.from_dict(data, source=str(path))
 
-    def replace(self, **changes: Any) -> "RunConfig":
+    def replace(self, **changes: Any) -> FederatedRunConfig:
         """A validated copy with some fields changed."""
-        return RunConfig.from_dict({**self.to_dict(), **changes})
+        return FederatedRunConfig.from_dict({**self.to_dict(), **changes})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def resolved(self) -> Resolved:
+        """The client method and server rule this config runs (:func:`fedtune.algorithms.resolve`),
+        resolved on first use and kept while ``algorithm``, ``client_method``, ``server_rule`` and
+        ``setting`` stay as they were: ask the config, not :func:`~fedtune.algorithms.resolve`."""
+        key = (self.algorithm, self.client_method, self.server_rule, self.setting)
+        cached = self.__dict__.get("_resolved")
+        if cached is None or cached[0] != key:
+            from fedtune.algorithms import resolve
+
+            cached = self.__dict__["_resolved"] = (key, resolve(self))
+        return cached[1]
+
+    @property
+    def effective_global_lr(self) -> float:
+        """The server learning rate the run uses: ``global_lr``, or the server rule's default when
+        unset (:meth:`~fedtune.algorithms.server.ServerRule.effective_global_lr`, the one source)."""
+        return self.resolved.server_rule.effective_global_lr(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles (Ray, checkpoints) carry the fields only, not the :attr:`resolved` cache."""
+        state = dict(self.__dict__)
+        state.pop("_resolved", None)
+        return state
 
     def validate(self) -> None:
         hints = get_type_hints(type(self))
@@ -189,9 +232,9 @@ class RunConfig:
         if "/" in self.name or self.name.strip() in ("", ".", ".."):
             raise ConfigError(f"field 'name': '{self.name}' is not a valid study name; allowed: a folder name without '/'")
         # Names that need a registry are checked here too, so bad input fails before anything starts.
-        from fedtune.algorithms import all_hparams, resolve
+        from fedtune.algorithms import all_hparams
 
-        resolved = resolve(self)
+        resolved = self.resolved
         specs = resolved.hparam_specs()
         owners = all_hparams()
         for key, value in list(self.params.items()):
@@ -202,6 +245,9 @@ class RunConfig:
                     f"field '{key}' is a hyperparameter of {owners[key][0]}, which algorithm '{self.algorithm}' "
                     f"(client method {resolved.client_method.name}, server rule {resolved.server_rule.name}) does not use")
             self.params[key] = specs[key].check(value, owners[key][0])
+        # Conditions across fields (e.g. auto-β needs 2 local steps): once, here, not when the run starts.
+        resolved.client_method.check_config(self)
+        resolved.server_rule.check_config(self)
 
     def param(self, name: str) -> Any:
         """A client-method / server-rule hyperparameter: the value set, else its declared default."""
@@ -216,13 +262,9 @@ class RunConfig:
 
     def hyperparameters(self) -> dict[str, Any]:
         """The tunable fields (``hp.<name>`` columns of the results), plus the rule's and method's own."""
-        from fedtune.algorithms import resolve
-
-        resolved = resolve(self)
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("hp")}
-        if out.get("global_lr") is None:
-            out["global_lr"] = float(resolved.server_rule.default_global_lr)
-        out.update(resolved.hyperparameters(self))
+        out["global_lr"] = self.effective_global_lr
+        out.update(self.resolved.hyperparameters(self))
         return out
 
     def trial_id(self) -> str:
@@ -235,10 +277,14 @@ class RunConfig:
         return f"{self.algorithm}-{digest}"
 
 
+RunConfig = FederatedRunConfig
+"""The former name of :class:`FederatedRunConfig` (kept: same class)."""
+
+
 def describe_fields() -> list[tuple[str, str, str]]:
     """(name, default, help) of every field: the reference table in docs and `--help`."""
     rows = []
-    for f in fields(RunConfig):
+    for f in fields(FederatedRunConfig):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         help_ = f.metadata["help"]
         if f.metadata.get("choices"):

@@ -23,9 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedtune.errors import ConfigError
 from fedtune.layout import FlatLayout, TensorSlot  # noqa: F401  (re-exported)
-
-from fedtune.config import ConfigError
 
 MODELS = ("cnn", "mlp", "resnet18")
 

@@ -1,4 +1,4 @@
-"""Auto-β's samples are the raw per-batch steps −lr·∇_b whatever the optimiser (METHODS.md §2,
+"""Auto-β's samples are the raw per-batch steps −lr·∇_b whatever the optimiser (docs/methods.md §2,
 issue 8): the worker's recorder (fedtune.runtime.worker._StepRecorder) fed through
 ``ctx.record_step`` by the client methods, and the estimates it leads to under momentum."""
 
@@ -13,17 +13,17 @@ from fedtune.algorithms import SGD, ClientContext
 from fedtune.algorithms.client import batches
 from fedtune.algorithms.fedgp import auto_beta_estimates
 from fedtune.algorithms.sam import SAM
-from fedtune.config import RunConfig
+from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout
 from fedtune.models import build_model, get_flat, set_flat
 from fedtune.runtime.worker import _StepRecorder
 
 
-def _cfg(**kw) -> RunConfig:
+def _cfg(**kw) -> FederatedRunConfig:
     base = {"algorithm": "fedda", "setting": "fda", "dataset": "rect4", "backend": "local", "gp_beta": "auto",
             "local_lr": 0.1, "local_momentum": 0.9, "weight_decay": 0.0, "batch_size": 4, "local_steps": 5}
     base.update(kw)
-    return RunConfig.from_dict({k: v for k, v in base.items() if v is not None})
+    return FederatedRunConfig.from_dict({k: v for k, v in base.items() if v is not None})
 
 
 def _model(seed=0, dim=5, classes=3, hidden=(4,)):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from fedtune import results
-from fedtune.config import ConfigError, RunConfig
+from fedtune.config import ConfigError, FederatedRunConfig
 from fedtune.data import DataError, get_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +96,7 @@ def test_batch_sizes_for_n_18_batch_17_is_one_batch_of_18():
 
     from fedtune.algorithms.client import batches, local_steps
 
-    cfg = RunConfig.from_dict({"batch_size": 17, "local_epochs": 2})
+    cfg = FederatedRunConfig.from_dict({"batch_size": 17, "local_epochs": 2})
     assert local_steps(18, cfg) == 2  # two epochs of one batch each
     assert [len(b) for b in batches(18, 17, 2, torch.Generator().manual_seed(1))] == [18, 18]
 
@@ -110,7 +110,7 @@ def test_a_batchnorm_model_trains_on_18_examples_with_batch_size_17():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
     x, y = torch.randn(18, 4), torch.arange(18) % 3
-    cfg = RunConfig.from_dict({"batch_size": 17, "local_epochs": 3, "local_lr": 0.1})
+    cfg = FederatedRunConfig.from_dict({"batch_size": 17, "local_epochs": 3, "local_lr": 0.1})
     ctx = ClientContext(model=model, x=x, y=y, cfg=cfg, round=1, client_id=0, role="source",
                         generator=torch.Generator().manual_seed(0), device=torch.device("cpu"))
     out = SGD(cfg).train(ctx)  # a batch of one would raise in BatchNorm1d's train mode
@@ -119,7 +119,7 @@ def test_a_batchnorm_model_trains_on_18_examples_with_batch_size_17():
 
 # ------------------------------------------------------------------------------------------------
 # The order of a client's batches: a function of (seed, client, round), different every round.
-def _drawn_batches(cfg: RunConfig, round: int, client: int) -> list[list[int]]:
+def _drawn_batches(cfg: FederatedRunConfig, round: int, client: int) -> list[list[int]]:
     from fedtune.algorithms.client import batches, local_steps
     from fedtune.runtime import FederatedRun
 
@@ -144,7 +144,7 @@ def _drawn_batches(cfg: RunConfig, round: int, client: int) -> list[list[int]]:
 
 
 def test_a_clients_batch_order_changes_every_round_and_repeats_for_the_same_round(tmp_path):
-    cfg = RunConfig.from_dict({"dataset": "rect4", "backend": "local", "local_steps": 4, "batch_size": 8,
+    cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "backend": "local", "local_steps": 4, "batch_size": 8,
                                "output": str(tmp_path)})
     r1, r2, r1_again = (_drawn_batches(cfg, r, 1) for r in (1, 2, 1))
     assert r1 == r1_again  # deterministic given (seed, client, round)
@@ -158,7 +158,7 @@ def test_a_clients_batch_order_changes_every_round_and_repeats_for_the_same_roun
 def test_train_loss_is_weighted_by_the_clients_example_counts(tmp_path):
     from fedtune.runtime import FederatedRun
 
-    cfg = RunConfig.from_dict({"dataset": "rotated-digits", "setting": "fl", "num_clients": 3, "dirichlet_alpha": 0.3,
+    cfg = FederatedRunConfig.from_dict({"dataset": "rotated-digits", "setting": "fl", "num_clients": 3, "dirichlet_alpha": 0.3,
                                "local_steps": 2, "batch_size": 16, "rounds": 1, "backend": "local",
                                "output": str(tmp_path)})
     fr = FederatedRun(cfg)
@@ -415,7 +415,7 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
 
 
 def test_saved_space_paths_resolve_inside_the_study_folder(tmp_path):
-    from fedtune.tune.sweep import _study_space
+    from fedtune.tune.resume import study_space as _study_space
 
     study = tmp_path / "moved" / "st"
     (study / "spaces").mkdir(parents=True)

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from fedtune.cli import build_parser, config_from_args, main
-from fedtune.config import RunConfig
+from fedtune.config import FederatedRunConfig
 from fedtune.results import load
 
 REQUIRED = ["study", "trial_id", "algorithm", "dataset", "target_domain", "seed", "round", "train_loss", "val_acc",
@@ -58,7 +58,7 @@ def test_algorithms_lists_presets_methods_rules(capsys):
 def test_fields_lists_every_field(capsys):
     assert main(["fields"]) == 0
     out = capsys.readouterr().out
-    for name in RunConfig.field_names():
+    for name in FederatedRunConfig.field_names():
         assert name in out
 
 
@@ -84,7 +84,7 @@ def test_precedence_file_flags_set(tmp_path):
 def test_run_writes_results(tmp_path, capsys):
     assert _run(tmp_path, "--set", "local_steps=2") == 0
     out = capsys.readouterr().out
-    cfg = RunConfig.from_dict({"backend": "local", "dataset": "rect4", "rounds": 2, "output": str(tmp_path),
+    cfg = FederatedRunConfig.from_dict({"backend": "local", "dataset": "rect4", "rounds": 2, "output": str(tmp_path),
                                "local_steps": 2})
     rounds_file = tmp_path / "default" / "rounds" / f"{cfg.trial_id()}.parquet"
     assert f"results: {rounds_file}" in out

@@ -7,20 +7,20 @@ import dataclasses
 import pytest
 
 from fedtune.algorithms import resolve
-from fedtune.config import ConfigError, RunConfig, describe_fields, parse_set_options
+from fedtune.config import ConfigError, FederatedRunConfig, describe_fields, parse_set_options
 
 HP_FIELDS = {"local_epochs", "local_steps", "batch_size", "local_lr", "local_momentum", "weight_decay", "global_lr"}
 
 
 def _err(values: dict) -> str:
     with pytest.raises(ConfigError) as exc:
-        RunConfig.from_dict(values)
+        FederatedRunConfig.from_dict(values)
     return str(exc.value)
 
 
 # ------------------------------------------------------------------------------------------ defaults
 def test_defaults():
-    cfg = RunConfig.from_dict({})
+    cfg = FederatedRunConfig.from_dict({})
     assert cfg.algorithm == "fedavg"
     assert cfg.client_method is None and cfg.server_rule is None
     assert cfg.dataset == "rotated-digits"
@@ -34,7 +34,7 @@ def test_defaults():
 
 
 def test_defaults_do_not_share_mutable_values():
-    a, b = RunConfig.from_dict({}), RunConfig.from_dict({})
+    a, b = FederatedRunConfig.from_dict({}), FederatedRunConfig.from_dict({})
     a.mlp_hidden.append(7)
     a.params["x"] = 1
     assert b.mlp_hidden == [256, 256] and b.params == {}
@@ -42,7 +42,7 @@ def test_defaults_do_not_share_mutable_values():
 
 def test_describe_fields_covers_every_field_and_lists_choices():
     rows = {name: (default, help_) for name, default, help_ in describe_fields()}
-    assert set(rows) == set(RunConfig.field_names())
+    assert set(rows) == set(FederatedRunConfig.field_names())
     assert rows["rounds"][0] == "10"
     assert "[fdg|fl|fda|ufdg]" in rows["setting"][1]
     assert "[ray|local]" in rows["backend"][1]
@@ -52,7 +52,7 @@ def test_describe_fields_covers_every_field_and_lists_choices():
 def test_yaml_file_loading(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("rounds: 3\nlocal_lr: 1e-3\nmlp_hidden: [64, 32]\ndataset: rect4\ntarget_domain: null\n")
-    cfg = RunConfig.from_yaml(p)
+    cfg = FederatedRunConfig.from_yaml(p)
     assert cfg.rounds == 3 and isinstance(cfg.rounds, int)
     # PyYAML reads "1e-3" as a string; the field's type turns it into a float
     assert cfg.local_lr == pytest.approx(0.001) and isinstance(cfg.local_lr, float)
@@ -63,7 +63,7 @@ def test_yaml_file_loading(tmp_path):
 def test_yaml_overrides_take_precedence_over_file(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("rounds: 3\nseed: 5\nlocal_lr: 0.2\n")
-    cfg = RunConfig.from_yaml(p, overrides={"rounds": 7, "local_lr": 0.01})
+    cfg = FederatedRunConfig.from_yaml(p, overrides={"rounds": 7, "local_lr": 0.01})
     assert cfg.rounds == 7 and cfg.local_lr == 0.01
     assert cfg.seed == 5  # not overridden: the file's value
 
@@ -71,14 +71,14 @@ def test_yaml_overrides_take_precedence_over_file(tmp_path):
 def test_empty_yaml_gives_defaults(tmp_path):
     p = tmp_path / "empty.yaml"
     p.write_text("")
-    assert RunConfig.from_yaml(p) == RunConfig.from_dict({})
+    assert FederatedRunConfig.from_yaml(p) == FederatedRunConfig.from_dict({})
 
 
 def test_malformed_yaml(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("rounds: [1, 2\nseed: 3\n")
     with pytest.raises(ConfigError, match="is not valid YAML") as exc:
-        RunConfig.from_yaml(p)
+        FederatedRunConfig.from_yaml(p)
     assert str(p) in str(exc.value)
 
 
@@ -86,13 +86,13 @@ def test_yaml_that_is_a_list(tmp_path):
     p = tmp_path / "list.yaml"
     p.write_text("- rounds\n- 3\n")
     with pytest.raises(ConfigError, match="must hold a mapping of field: value, not list"):
-        RunConfig.from_yaml(p)
+        FederatedRunConfig.from_yaml(p)
 
 
 def test_missing_yaml_file(tmp_path):
     p = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError, match="does not exist") as exc:
-        RunConfig.from_yaml(p)
+        FederatedRunConfig.from_yaml(p)
     assert "nope.yaml" in str(exc.value)
 
 
@@ -100,7 +100,7 @@ def test_yaml_unknown_key_names_the_file(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("roundz: 3\n")
     with pytest.raises(ConfigError) as exc:
-        RunConfig.from_yaml(p)
+        FederatedRunConfig.from_yaml(p)
     msg = str(exc.value)
     assert str(p) in msg and "'roundz'" in msg and "rounds" in msg
 
@@ -109,7 +109,7 @@ def test_yaml_params_must_be_a_mapping(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("params: [1, 2]\n")
     with pytest.raises(ConfigError, match="'params' must be a mapping"):
-        RunConfig.from_yaml(p)
+        FederatedRunConfig.from_yaml(p)
 
 
 # ------------------------------------------------------------------------------------------ --set
@@ -143,7 +143,7 @@ def test_parse_set_options_without_equals():
 
 
 def test_set_values_flow_into_a_config():
-    cfg = RunConfig.from_dict(parse_set_options(["rounds=2", "mlp_hidden=[8]", "local_lr=1e6", "model=null"]))
+    cfg = FederatedRunConfig.from_dict(parse_set_options(["rounds=2", "mlp_hidden=[8]", "local_lr=1e6", "model=null"]))
     assert cfg.rounds == 2 and cfg.mlp_hidden == [8] and cfg.local_lr == 1e6 and cfg.model is None
 
 
@@ -174,7 +174,7 @@ def test_unknown_server_rule_lists_allowed():
 
 
 def test_known_method_and_rule_overrides_are_accepted():
-    cfg = RunConfig.from_dict({"client_method": "sgd", "server_rule": "fedavg"})
+    cfg = FederatedRunConfig.from_dict({"client_method": "sgd", "server_rule": "fedavg"})
     r = resolve(cfg)
     assert r.client_method.name == "sgd" and r.server_rule.name == "fedavg"
 
@@ -207,7 +207,7 @@ def test_out_of_range_names_field_and_range(field, value, allowed):
 
 
 def test_range_edges_are_accepted():
-    cfg = RunConfig.from_dict({"val_fraction": 0.9, "participation": 1.0, "rounds": 1, "client_gpus": 0,
+    cfg = FederatedRunConfig.from_dict({"val_fraction": 0.9, "participation": 1.0, "rounds": 1, "client_gpus": 0,
                                "local_momentum": 0.0})
     assert cfg.val_fraction == 0.9 and cfg.participation == 1.0 and cfg.rounds == 1
 
@@ -224,7 +224,7 @@ def test_non_integer_rounds(value):
 
 
 def test_integer_valued_float_and_string_are_integers():
-    cfg = RunConfig.from_dict({"rounds": 3.0, "seed": "7"})
+    cfg = FederatedRunConfig.from_dict({"rounds": 3.0, "seed": "7"})
     assert cfg.rounds == 3 and type(cfg.rounds) is int and cfg.seed == 7
 
 
@@ -241,8 +241,8 @@ def test_required_value_cannot_be_null():
 def test_client_gpus_above_one_must_be_whole():
     msg = _err({"client_gpus": 1.5})
     assert "field 'client_gpus'" in msg and "a fraction <= 1 or a whole number" in msg
-    assert RunConfig.from_dict({"client_gpus": 2}).client_gpus == 2.0
-    assert RunConfig.from_dict({"client_gpus": 0.25}).client_gpus == 0.25
+    assert FederatedRunConfig.from_dict({"client_gpus": 2}).client_gpus == 2.0
+    assert FederatedRunConfig.from_dict({"client_gpus": 0.25}).client_gpus == 0.25
 
 
 def test_coordinator_gpus_above_one_must_be_whole():
@@ -253,8 +253,8 @@ def test_coordinator_gpus_above_one_must_be_whole():
 def test_mlp_hidden_validation():
     assert "field 'mlp_hidden'" in _err({"mlp_hidden": [64, 0]})
     assert "expected a list" in _err({"mlp_hidden": 64})
-    assert RunConfig.from_dict({"mlp_hidden": []}).mlp_hidden == []
-    assert RunConfig.from_dict({"mlp_hidden": "[16, 8]"}).mlp_hidden == [16, 8]
+    assert FederatedRunConfig.from_dict({"mlp_hidden": []}).mlp_hidden == []
+    assert FederatedRunConfig.from_dict({"mlp_hidden": "[16, 8]"}).mlp_hidden == [16, 8]
 
 
 def test_fl_fractions_must_leave_training_data():
@@ -275,8 +275,8 @@ def test_unknown_component_hyperparameter_in_params():
 
 # ------------------------------------------------------------------------------------------ ids, hp
 def test_trial_id_stable_for_equal_configs():
-    a = RunConfig.from_dict({"dataset": "rect4", "rounds": 3, "local_lr": 0.1})
-    b = RunConfig.from_dict({"local_lr": 0.1, "rounds": 3, "dataset": "rect4"})
+    a = FederatedRunConfig.from_dict({"dataset": "rect4", "rounds": 3, "local_lr": 0.1})
+    b = FederatedRunConfig.from_dict({"local_lr": 0.1, "rounds": 3, "dataset": "rect4"})
     assert a.trial_id() == b.trial_id()
     assert a.trial_id() == a.trial_id()
     assert a.trial_id().startswith("fedavg-")
@@ -287,7 +287,7 @@ def test_trial_id_stable_for_equal_configs():
     {"mlp_hidden": [8]}, {"target_domain": "d1"},
 ])
 def test_trial_id_changes_with_what_is_computed(change):
-    base = RunConfig.from_dict({"dataset": "rect4", "rounds": 3, "local_lr": 0.1})
+    base = FederatedRunConfig.from_dict({"dataset": "rect4", "rounds": 3, "local_lr": 0.1})
     assert base.replace(**change).trial_id() != base.trial_id()
 
 
@@ -296,25 +296,25 @@ def test_trial_id_changes_with_what_is_computed(change):
     {"client_cpus": 0.5}, {"max_client_actors": 2}, {"on_client_failure": "skip"},
 ])
 def test_trial_id_ignores_runtime_and_naming(change):
-    base = RunConfig.from_dict({"dataset": "rect4", "rounds": 3})
+    base = FederatedRunConfig.from_dict({"dataset": "rect4", "rounds": 3})
     assert base.replace(**change).trial_id() == base.trial_id()
 
 
 def test_hyperparameters_contents():
-    cfg = RunConfig.from_dict({"local_lr": 0.3, "local_steps": 5, "batch_size": 16})
+    cfg = FederatedRunConfig.from_dict({"local_lr": 0.3, "local_steps": 5, "batch_size": 16})
     hp = cfg.hyperparameters()
     component = set(resolve(cfg).hparam_specs())
     assert set(hp) == HP_FIELDS | component
     assert hp["local_lr"] == 0.3 and hp["local_steps"] == 5 and hp["batch_size"] == 16
     assert hp["local_epochs"] == 1 and hp["global_lr"] == 1.0 and hp["local_momentum"] == 0.9
     # every hp-flagged field and nothing else of the plain fields
-    flagged = {f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("hp")}
+    flagged = {f.name for f in dataclasses.fields(FederatedRunConfig) if f.metadata.get("hp")}
     assert flagged == HP_FIELDS
     assert "rounds" not in hp and "seed" not in hp
 
 
 def test_replace_returns_validated_copy():
-    a = RunConfig.from_dict({"rounds": 3})
+    a = FederatedRunConfig.from_dict({"rounds": 3})
     b = a.replace(rounds=5, local_lr=0.5)
     assert (b.rounds, b.local_lr) == (5, 0.5)
     assert (a.rounds, a.local_lr) == (3, 0.05)  # original untouched
@@ -326,5 +326,15 @@ def test_replace_returns_validated_copy():
 
 
 def test_to_dict_round_trip():
-    a = RunConfig.from_dict({"dataset": "rect4", "mlp_hidden": [4], "setting": "fdg"})
-    assert RunConfig.from_dict(a.to_dict()) == a
+    a = FederatedRunConfig.from_dict({"dataset": "rect4", "mlp_hidden": [4], "setting": "fdg"})
+    assert FederatedRunConfig.from_dict(a.to_dict()) == a
+
+
+def test_former_name_runconfig_is_the_same_class_and_not_rays():
+    import fedtune
+    from fedtune import config
+
+    assert fedtune.RunConfig is fedtune.FederatedRunConfig is config.RunConfig is FederatedRunConfig
+    from ray import tune
+
+    assert tune.RunConfig is not FederatedRunConfig

@@ -20,7 +20,7 @@ from fedtune.algorithms import (
     weighted_sum,
 )
 from fedtune.algorithms.client import batches, local_steps
-from fedtune.config import RunConfig
+from fedtune.config import FederatedRunConfig
 from fedtune.models import FlatLayout, build_model, get_flat
 
 
@@ -170,7 +170,7 @@ def test_fedavg_buffers_weighted_mean():
 
 
 def test_fedavg_rule_class_aggregate():
-    cfg = RunConfig.from_dict({"global_lr": 0.5, "dataset": "rect4", "backend": "local"})
+    cfg = FederatedRunConfig.from_dict({"global_lr": 0.5, "dataset": "rect4", "backend": "local"})
     assert resolve(cfg).server_rule is FedAvg
     torch.manual_seed(0)
     model = build_model("mlp", input_shape=(2,), num_classes=2, mlp_hidden=[3])
@@ -188,10 +188,10 @@ def test_fedavg_rule_class_aggregate():
 
 
 # ================================================================================ client SGD
-def _cfg(**kw) -> RunConfig:
+def _cfg(**kw) -> FederatedRunConfig:
     base = {"dataset": "rect4", "backend": "local", "mlp_hidden": [], "local_momentum": 0.0}
     base.update(kw)
-    return RunConfig.from_dict(base)
+    return FederatedRunConfig.from_dict(base)
 
 
 def _ctx(model, x, y, cfg, seed=0):

@@ -1,4 +1,4 @@
-"""FedDA / FedGP / target-only (fedtune/algorithms/fedgp.py, METHODS.md §2)."""
+"""FedDA / FedGP / target-only (fedtune/algorithms/fedgp.py, docs/methods.md §2)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from fedtune.algorithms import (
     proj_plus_per_tensor,
 )
 from fedtune.algorithms.fedgp import alignment_factor, beta_from, combine_with_target, source_step_scales
-from fedtune.config import ConfigError, RunConfig
+from fedtune.config import ConfigError, FederatedRunConfig
 from fedtune.layout import FlatLayout, TensorSlot
 
 
@@ -34,8 +34,8 @@ def layout_of(*sizes: int) -> FlatLayout:
     return FlatLayout(tuple(slots), off, off)
 
 
-def fda_cfg(algorithm: str, **params) -> RunConfig:
-    return RunConfig.from_dict({"algorithm": algorithm, "setting": "fda", "backend": "local", **params})
+def fda_cfg(algorithm: str, **params) -> FederatedRunConfig:
+    return FederatedRunConfig.from_dict({"algorithm": algorithm, "setting": "fda", "backend": "local", **params})
 
 
 # ================================================================================ Proj₊
@@ -137,7 +137,7 @@ def test_magnitude_alignment_factor_by_hand():
 
 # ================================================================================ auto-β
 def brute_force_estimates(t: np.ndarray, s: np.ndarray) -> tuple[float, float, float]:
-    """METHODS.md §2 written out literally (explicit r_b)."""
+    """docs/methods.md §2 written out literally (explicit r_b)."""
     B = len(t)
     tbar = t.mean(0)
     sigma2 = sum(np.sum((tb - tbar) ** 2) for tb in t) / ((B - 1) * B)
@@ -348,7 +348,7 @@ def test_auto_beta_with_one_local_step_is_a_config_error():
 def test_a_target_client_rule_is_refused_outside_fda(algorithm):
     from fedtune.runtime.driver import build_plan
 
-    cfg = RunConfig.from_dict({"algorithm": algorithm, "setting": "fdg", "backend": "local"})
+    cfg = FederatedRunConfig.from_dict({"algorithm": algorithm, "setting": "fdg", "backend": "local"})
     with pytest.raises(ConfigError, match="'fdg'"):
         build_plan(cfg)
 
@@ -365,7 +365,7 @@ def test_end_to_end_fda_runs(tmp_path):
                         ("fedgp-auto", {"algorithm": "fedgp", "gp_beta": "auto"}),
                         ("fedgp-0", {"algorithm": "fedgp", "gp_beta": 0.0}),
                         ("target-only", {"algorithm": "target-only"})):
-        result = run(RunConfig.from_dict({**base, **extra, "name": name}), progress=False)
+        result = run(FederatedRunConfig.from_dict({**base, **extra, "name": name}), progress=False)
         rows[name] = result.rows
         assert len(result.rows) == 2 and all(np.isfinite(r["train_loss"]) for r in result.rows)
     # rotated-digits: 6 domains, target "0" -> sources 0..4, the target client is id 5
@@ -419,7 +419,7 @@ def test_buffers_follow_the_fda_rule():
     src_only = RoundInfo((0, 1), ("source", "source"), (4, 8), (30, 10))
     r.aggregate(params, updates[:2].copy(), weights[:2], extras=[{}] * 2, round=2, info=src_only)
     assert np.array_equal(r.aggregate_buffers(old, client[:2], weights[:2], info=src_only), old)
-    fedavg = FedAvg(RunConfig.from_dict({"algorithm": "fedavg", "backend": "local"}), layout_of(1, 1))
+    fedavg = FedAvg(FederatedRunConfig.from_dict({"algorithm": "fedavg", "backend": "local"}), layout_of(1, 1))
     assert np.array_equal(fedavg.aggregate_buffers(old, client, weights, info=info), fedavg_buffers(client, weights))
     # calling it without the round's aggregate is a programming error, not a silent FedAvg
     with pytest.raises(RuntimeError, match="aggregate"):

@@ -1,4 +1,4 @@
-"""FedOMG (fedtune/algorithms/fedomg.py, METHODS.md §1): Gram pass, step-2 solvers, direction, rule."""
+"""FedOMG (fedtune/algorithms/fedomg.py, docs/methods.md §1): Gram pass, step-2 solvers, direction, rule."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from fedtune.algorithms.fedomg import (
     omg_solution,
     solve_omg_exact_info,
 )
-from fedtune.config import ConfigError, RunConfig
+from fedtune.config import ConfigError, FederatedRunConfig
 
 
 def _random_problem(rng: np.random.Generator, num: int, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -76,7 +76,7 @@ def test_kappa_zero_is_fedavg_bit_for_bit(solver, rescale):
     theta = rng.standard_normal(3001).astype(np.float32)
     updates = (rng.standard_normal((5, 3001)) * 0.01).astype(np.float32)
     p = fedavg_weights(np.array([3, 1, 4, 1, 5]))
-    cfg = RunConfig.from_dict({"algorithm": "fedomg", "dataset": "rect4", "backend": "local", "global_lr": 0.3,
+    cfg = FederatedRunConfig.from_dict({"algorithm": "fedomg", "dataset": "rect4", "backend": "local", "global_lr": 0.3,
                                "omg_kappa": 0, "omg_solver": solver, "omg_rescale": rescale})
     rule = FedOMG(cfg, None)
     res = rule.aggregate(theta, updates, p, extras=[{}] * 5, round=1, info=RoundInfo.sources(5))
@@ -233,7 +233,7 @@ def test_exact_solver_degenerate_inputs():
 # ================================================================================ authors' solver
 def _authors_iteration(G: list[list[float]], p: list[float], kappa: float, lr: float = 25.0, momentum: float = 0.5,
                        steps: int = 20, eps: float = 1e-4) -> list[float]:
-    """METHODS.md §1 / the paper's Table 4, written out in plain Python: normalise G by the squared
+    """docs/methods.md §1 / the paper's Table 4, written out in plain Python: normalise G by the squared
     mean update norm √(G_uu + eps); Γ = softmax(w) from w = 0; steps + 1 evaluations of
     J = Γᵀ(Ĝp) + κ√(pᵀĜp + eps)·√(ΓᵀĜΓ + eps), each of the first `steps` followed by one SGD step
     with momentum (v = ∇J first, then v = momentum·v + ∇J; w −= lr·v); keep the best iterate."""
@@ -327,7 +327,7 @@ def test_exact_objective_is_never_worse_than_sgd():
 # ================================================================================ the rule
 def test_rule_step_and_diagnostics_by_hand():
     # case (a) of test_direction_formula_on_hand_cases: d = (½ + √5/4, 1), Γ* = (1, 0)
-    cfg = RunConfig.from_dict({"algorithm": "fedomg", "dataset": "rect4", "backend": "local"})
+    cfg = FederatedRunConfig.from_dict({"algorithm": "fedomg", "dataset": "rect4", "backend": "local"})
     assert resolve(cfg).server_rule is FedOMG and SERVER_RULES["fedomg"] is FedOMG
     assert PRESETS["fedomg"].settings == ("fdg", "fl") and PRESETS["fedomg"].server_rule == "fedomg"
     rule = FedOMG(cfg, None)
@@ -368,7 +368,7 @@ def test_fedomg_step_timings_and_solvers_agree_on_direction_form():
 def test_fedomg_end_to_end_on_rotated_digits(tmp_path):
     from fedtune.runtime import run
 
-    cfg = RunConfig.from_dict({"algorithm": "fedomg", "dataset": "rotated-digits", "setting": "fdg", "rounds": 2,
+    cfg = FederatedRunConfig.from_dict({"algorithm": "fedomg", "dataset": "rotated-digits", "setting": "fdg", "rounds": 2,
                                "local_steps": 1, "batch_size": 16, "model": "mlp", "mlp_hidden": [16],
                                "backend": "local", "output": str(tmp_path), "name": "omg", "omg_kappa": 0.5})
     result = run(cfg, progress=False)
@@ -387,12 +387,12 @@ def test_fedomg_end_to_end_on_rotated_digits(tmp_path):
 def test_bad_hyperparameters_are_config_errors():
     base = {"algorithm": "fedomg", "dataset": "rect4", "backend": "local"}
     with pytest.raises(ConfigError, match="omg_kappa.*>= 0"):
-        RunConfig.from_dict({**base, "omg_kappa": -1})
+        FederatedRunConfig.from_dict({**base, "omg_kappa": -1})
     with pytest.raises(ConfigError, match="omg_solver.*exact, sgd"):
-        RunConfig.from_dict({**base, "omg_solver": "adam"})
+        FederatedRunConfig.from_dict({**base, "omg_solver": "adam"})
     with pytest.raises(ConfigError, match="omg_rescale"):
-        RunConfig.from_dict({**base, "omg_rescale": "maybe"})
-    assert RunConfig.from_dict({**base, "omg_kappa": 0.25, "omg_solver": "sgd"}).param("omg_kappa") == 0.25
+        FederatedRunConfig.from_dict({**base, "omg_rescale": "maybe"})
+    assert FederatedRunConfig.from_dict({**base, "omg_kappa": 0.25, "omg_solver": "sgd"}).param("omg_kappa") == 0.25
 
 
 def test_module_doctests():

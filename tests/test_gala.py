@@ -18,15 +18,15 @@ from fedtune.algorithms.gala import (
     gala_step,
     reference_tensors,
 )
-from fedtune.config import ConfigError, RunConfig
+from fedtune.config import ConfigError, FederatedRunConfig
 from fedtune.models import build_model
 
 
-def _cfg(**kw) -> RunConfig:
+def _cfg(**kw) -> FederatedRunConfig:
     base = {"algorithm": "fedgala", "dataset": "rect4", "backend": "local", "mlp_hidden": [],
             "local_momentum": 0.0}
     base.update(kw)
-    return RunConfig.from_dict(base)
+    return FederatedRunConfig.from_dict(base)
 
 
 # ================================================================================ global alignment
@@ -430,7 +430,7 @@ def test_fedgala_end_to_end_local_backend(tmp_path):
     from fedtune.results import load
     from fedtune.runtime import run
 
-    cfg = RunConfig.from_dict({"algorithm": "fedgala", "dataset": "rotated-digits", "setting": "fdg",
+    cfg = FederatedRunConfig.from_dict({"algorithm": "fedgala", "dataset": "rotated-digits", "setting": "fdg",
                                "model": "mlp", "mlp_hidden": [16], "rounds": 3, "local_steps": 3, "batch_size": 16,
                                "backend": "local", "output": str(tmp_path)})
     result = run(cfg, progress=False)
@@ -457,7 +457,7 @@ def test_the_global_move_reaching_clients_is_new_minus_old_weights():
     from fedtune.runtime.coordinator import Coordinator
     from fedtune.runtime.driver import build_plan
 
-    cfg = RunConfig.from_dict({"algorithm": "fedgala", "dataset": "rotated-digits", "setting": "fdg",
+    cfg = FederatedRunConfig.from_dict({"algorithm": "fedgala", "dataset": "rotated-digits", "setting": "fdg",
                                "model": "mlp", "mlp_hidden": [8], "rounds": 3, "local_steps": 2, "batch_size": 16,
                                "backend": "local"})
     coord = Coordinator(cfg.to_dict(), build_plan(cfg), {"kind": "local"})

@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fedtune.cli import main  # noqa: E402
 from fedtune.config import ConfigError  # noqa: E402
 from fedtune.results import ResultsStore, summarize_trial  # noqa: E402
+from fedtune.tune import plots as plots_mod  # noqa: E402
 from fedtune.tune import report as report_mod  # noqa: E402
 from fedtune.tune.report import AVERAGE, make_report, read_selection  # noqa: E402
 
@@ -176,6 +177,46 @@ def test_rich_tables_print_the_numbers(val_report):
     assert "fedomg-15-s1-val-best" in out
 
 
+def _selected_hparams(report) -> list[tuple[str, str]]:
+    """(name, value as the report writes it) of every varying hyperparameter of a selected trial."""
+    out = []
+    for a in report.algorithms:
+        header, rows = report.detail_rows(a)
+        hps = [h[3:] for h in report.varying_hparams(a)]
+        for row in rows:
+            out += list(zip(hps, row[len(header) - len(hps):]))
+    return out
+
+
+def test_per_trial_tables_stay_readable_at_80_columns(val_report):
+    from rich.console import Console
+
+    console = Console(record=True, width=80)
+    val_report.print(console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    assert "42.0 ± 2.0" in text and "48.0 ± 3.0" in text  # the main table
+    pairs = _selected_hparams(val_report)
+    assert {name for name, _ in pairs} == {"local_lr", "omg_kappa"}
+    for name, value in pairs:  # name and value whole, on one line
+        assert any(name in line and value in line for line in lines), (name, value)
+    for _, r in val_report.selected.iterrows():
+        assert r["trial_id"] in text and r["status"] in text
+
+
+def test_per_trial_tables_are_wide_on_a_wide_console(val_report):
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    val_report.print(console)
+    lines = console.export_text().splitlines()
+    assert any(all(h in line for h in ("target domain", "seed", "trial", "round", "val_acc", "target_acc", "status",
+                                       "local_lr")) for line in lines)  # one column per field and hyperparameter
+    assert any(all(v in line for v in ("fedavg-0-s0-val-best", "80.0", "40.0", "completed", "0.01"))
+               for line in lines)  # one line per trial
+
+
 # --------------------------------------------------------------------------- oracle selection
 
 
@@ -189,7 +230,7 @@ def test_oracle_selection_from_study_json_is_labelled_everywhere(study, tmp_path
         titles.append(fig.get_suptitle())
         return path
 
-    monkeypatch.setattr(report_mod, "_save", recording_save)
+    monkeypatch.setattr(plots_mod, "_save", recording_save)
     r = make_report(d)
     assert r.oracle
     # oracle: the last round's oracle_acc chooses (0.6 > 0.5: the target-best trial, although

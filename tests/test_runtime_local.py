@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from fedtune.algorithms import fedavg_weights
-from fedtune.config import RunConfig
+from fedtune.config import FederatedRunConfig
 from fedtune.runtime import FederatedRun
 
 
 def test_batchnorm_buffers_are_fedavg_averaged_and_parameters_follow_the_rule(tmp_path):
-    cfg = RunConfig.from_dict({"dataset": "rotated-digits", "model": "resnet18", "setting": "fl", "num_clients": 3,
+    cfg = FederatedRunConfig.from_dict({"dataset": "rotated-digits", "model": "resnet18", "setting": "fl", "num_clients": 3,
                                "local_steps": 1, "batch_size": 8, "rounds": 1, "backend": "local",
                                "global_lr": 0.5, "output": str(tmp_path)})
     fr = FederatedRun(cfg)
@@ -38,7 +38,7 @@ def test_batchnorm_buffers_are_fedavg_averaged_and_parameters_follow_the_rule(tm
 
 
 def test_many_logical_clients_with_partial_participation(tmp_path):
-    cfg = RunConfig.from_dict({"dataset": "rect4", "setting": "fl", "num_clients": 40, "participation": 0.25,
+    cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "setting": "fl", "num_clients": 40, "participation": 0.25,
                                "local_steps": 1, "rounds": 2, "backend": "local", "output": str(tmp_path)})
     fr = FederatedRun(cfg)
     fr.start()
@@ -51,7 +51,7 @@ def test_many_logical_clients_with_partial_participation(tmp_path):
 def test_eval_every_skips_evaluation_but_always_evaluates_the_last_round(tmp_path):
     from fedtune.runtime import run
 
-    cfg = RunConfig.from_dict({"dataset": "rect4", "rounds": 5, "eval_every": 2, "local_steps": 2,
+    cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "rounds": 5, "eval_every": 2, "local_steps": 2,
                                "backend": "local", "output": str(tmp_path)})
     rows = run(cfg, progress=False).rows
     assert [("val_acc" in r, "target_acc" in r) for r in rows] == [
@@ -68,7 +68,7 @@ def test_an_interrupted_run_keeps_its_finished_rounds_and_records_the_status(tmp
     from fedtune.results import load
     from fedtune.runtime import run
 
-    cfg = RunConfig.from_dict({"dataset": "rect4", "rounds": 5, "local_steps": 1, "backend": "local",
+    cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "rounds": 5, "local_steps": 1, "backend": "local",
                                "output": str(tmp_path)})
 
     def stop_after_two(row):
@@ -98,7 +98,7 @@ def test_client_method_metrics_become_example_weighted_diag_columns(tmp_path, mo
         return out
 
     monkeypatch.setattr(SGD, "train", train_with_metric)
-    cfg = RunConfig.from_dict({"dataset": "rect4", "rounds": 1, "local_steps": 1, "backend": "local",
+    cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "rounds": 1, "local_steps": 1, "backend": "local",
                                "output": str(tmp_path)})
     fr = FederatedRun(cfg)
     fr.start()

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from fedtune.config import RunConfig
+from fedtune.config import FederatedRunConfig
 from fedtune.results import load
 from fedtune.runtime import ClientFailure, FederatedRun, ResourceError, run
 
@@ -17,11 +17,11 @@ pytestmark = pytest.mark.ray
 METRICS = ("train_loss", "val_acc", "val_loss", "target_acc", "target_loss")
 
 
-def cfg_of(tmp_path, **kw) -> RunConfig:
+def cfg_of(tmp_path, **kw) -> FederatedRunConfig:
     base = {"dataset": "rect4", "rounds": 2, "local_steps": 3, "batch_size": 16, "output": str(tmp_path),
             "backend": "ray", "client_cpus": 0.5}
     base.update(kw)
-    return RunConfig.from_dict(base)
+    return FederatedRunConfig.from_dict(base)
 
 
 def metrics_of(rows) -> list[tuple]:
@@ -29,7 +29,7 @@ def metrics_of(rows) -> list[tuple]:
         ("val_acc.", "target_acc.")))) for r in rows]
 
 
-def stepped(cfg: RunConfig, rounds: int, between=None) -> tuple[list[dict], FederatedRun]:
+def stepped(cfg: FederatedRunConfig, rounds: int, between=None) -> tuple[list[dict], FederatedRun]:
     fr = FederatedRun(cfg)
     fr.start()
     out = []

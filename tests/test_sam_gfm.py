@@ -1,4 +1,4 @@
-"""FedProx, SAM (FedSAM), GFM and GCA client methods (METHODS.md §4, seed 004 Alg. 1)."""
+"""FedProx, SAM (FedSAM), GFM and GCA client methods (docs/methods.md §4, seed 004 Alg. 1)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from fedtune.algorithms.gfm import (
     triangle_wave,
 )
 from fedtune.algorithms.sam import add_prox_gradient, sam_perturbation, sam_step
-from fedtune.config import ConfigError, RunConfig
+from fedtune.config import ConfigError, FederatedRunConfig
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -33,8 +33,8 @@ def _one_torch_thread():
     torch.set_num_threads(before)
 
 
-def _cfg(**values) -> RunConfig:
-    return RunConfig.from_dict({"backend": "local", "dataset": "rotated-digits", **values})
+def _cfg(**values) -> FederatedRunConfig:
+    return FederatedRunConfig.from_dict({"backend": "local", "dataset": "rotated-digits", **values})
 
 
 def _ctx(model, x, y, cfg, *, state=None, round=1, seed=0) -> ClientContext:
@@ -331,7 +331,7 @@ def test_gfm_checkpoint_round_trip_matches_an_uninterrupted_run(tmp_path):
     from fedtune.runtime import FederatedRun
     from fedtune.tune.trainable import read_checkpoint, write_checkpoint
 
-    cfg = RunConfig.from_dict({"algorithm": "gfm", "dataset": "rotated-digits", "setting": "fdg", "rounds": 3,
+    cfg = FederatedRunConfig.from_dict({"algorithm": "gfm", "dataset": "rotated-digits", "setting": "fdg", "rounds": 3,
                                "local_steps": 2, "batch_size": 8, "model": "mlp", "mlp_hidden": [16],
                                "gfm_interval": 1, "backend": "local", "output": str(tmp_path)})
     cols = ("train_loss", "val_acc", "target_acc", "diag.gfm_aug_local_loss", "diag.sam_sharpness")
@@ -393,7 +393,7 @@ def test_two_rounds_end_to_end_with_diag_columns(tmp_path, algorithm, diag):
     from fedtune.runtime import run
 
     extra = {"gfm_interval": 1} if algorithm in ("gfm", "gca") else {}
-    cfg = RunConfig.from_dict({"algorithm": algorithm, "dataset": "rotated-digits", "setting": "fdg", "rounds": 2,
+    cfg = FederatedRunConfig.from_dict({"algorithm": algorithm, "dataset": "rotated-digits", "setting": "fdg", "rounds": 2,
                                "local_steps": 2, "batch_size": 8, "model": "mlp", "mlp_hidden": [16],
                                "backend": "local", "output": str(tmp_path), **extra})
     result = run(cfg, progress=False)
@@ -413,7 +413,7 @@ def test_two_rounds_end_to_end_with_diag_columns(tmp_path, algorithm, diag):
 def test_gfm_on_vector_data_is_a_clear_error(tmp_path):
     from fedtune.runtime import run
 
-    cfg = RunConfig.from_dict({"algorithm": "gfm", "dataset": "rect4", "rounds": 1, "local_steps": 1,
+    cfg = FederatedRunConfig.from_dict({"algorithm": "gfm", "dataset": "rect4", "rounds": 1, "local_steps": 1,
                                "backend": "local", "output": str(tmp_path)})
     with pytest.raises(ConfigError, match=r"dataset 'rect4'.*vectors"):
         run(cfg, progress=False)

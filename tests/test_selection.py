@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from fedtune import selection
+from fedtune.results import selection
 from fedtune.config import ConfigError
 
 # Two trials of one search, 3 rounds each (a pyarrow table, as the results store holds them).

@@ -17,7 +17,7 @@ from fedtune.algorithms.simclr import (
     nt_xent,
     two_views,
 )
-from fedtune.config import ConfigError, RunConfig
+from fedtune.config import ConfigError, FederatedRunConfig
 from fedtune.data.base import ClientSpec, FederatedPlan
 from fedtune.models import build_model, encode
 from fedtune.runtime import run
@@ -27,12 +27,12 @@ from fedtune.runtime.worker import EvalReply, FeatureSet, eval_shards
 METRICS = ("train_loss", "val_acc", "val_loss", "target_acc", "target_loss")
 
 
-def ufdg_cfg(tmp_path, **kw) -> RunConfig:
+def ufdg_cfg(tmp_path, **kw) -> FederatedRunConfig:
     base = {"algorithm": "simclr", "setting": "ufdg", "dataset": "rotated-digits", "model": "mlp", "mlp_hidden": [32],
             "simclr_proj_dim": 16, "rounds": 2, "local_steps": 2, "batch_size": 16, "backend": "local",
             "probe_fraction": 0.2, "output": str(tmp_path)}
     base.update(kw)
-    return RunConfig.from_dict(base)
+    return FederatedRunConfig.from_dict(base)
 
 
 def metrics_of(rows) -> list[tuple]:
@@ -128,7 +128,7 @@ def _tiny(seed=0):
 
 
 def test_simclr_never_reads_labels_and_calls_record_step():
-    cfg = RunConfig.from_dict({"algorithm": "simclr", "setting": "ufdg", "local_steps": 4, "batch_size": 8,
+    cfg = FederatedRunConfig.from_dict({"algorithm": "simclr", "setting": "ufdg", "local_steps": 4, "batch_size": 8,
                                "simclr_temperature": 0.3})
     x = torch.randn(20, 1, 8, 8)
     y = torch.arange(20) % 3
@@ -151,7 +151,7 @@ def test_simclr_never_reads_labels_and_calls_record_step():
 
 
 def test_simclr_stops_on_a_non_finite_loss():
-    cfg = RunConfig.from_dict({"algorithm": "simclr", "setting": "ufdg", "local_steps": 5, "batch_size": 8})
+    cfg = FederatedRunConfig.from_dict({"algorithm": "simclr", "setting": "ufdg", "local_steps": 5, "batch_size": 8})
     model = _tiny()
     with torch.no_grad():
         next(model.parameters())[0, 0] = float("nan")

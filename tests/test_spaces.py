@@ -17,7 +17,7 @@ import fedtune  # noqa: E402
 from fedtune import algorithms  # noqa: E402
 from fedtune.algorithms import HParam, Preset  # noqa: E402
 from fedtune.algorithms.client import SGD  # noqa: E402
-from fedtune.config import ConfigError, RunConfig  # noqa: E402
+from fedtune.config import ConfigError, FederatedRunConfig  # noqa: E402
 from fedtune.tune import spaces  # noqa: E402
 from fedtune.tune.spaces import SPACES_DIR, load_space, strip_switches  # noqa: E402
 
@@ -92,12 +92,12 @@ def test_shipped_space_loads_validates_and_covers_every_hparam(path):
     assert space.algorithm == path.stem
     assert load_space(path.stem).params == space.params  # lookup by name finds the same file
     # The default configuration is a valid run configuration of the algorithm.
-    cfg = RunConfig.from_dict(strip_switches(space.defaults()))
+    cfg = FederatedRunConfig.from_dict(strip_switches(space.defaults()))
     assert cfg.algorithm == path.stem
     # Every tunable hyperparameter is in the file (fixed or sampled), budget fields excepted.
     resolved = algorithms.resolve(cfg)
     tunable = set(resolved.hparam_specs()) | {
-        f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("hp")}
+        f.name for f in dataclasses.fields(FederatedRunConfig) if f.metadata.get("hp")}
     assert set(space.params) == tunable - BUDGET_FIELDS
     # Every sampled parameter's default lies in its range; fixed values are what a run uses.
     for p in space.params.values():
@@ -144,7 +144,7 @@ def test_shared_knobs_have_one_range_and_distribution_in_every_shipped_space():
     space (so FedOMG vs FedAvg compares tuned server steps); global_lr's default = its rule's default
     (the paper setting), the client knobs' defaults the same everywhere."""
     from fedtune.algorithms import resolve
-    from fedtune.config import RunConfig
+    from fedtune.config import FederatedRunConfig
 
     for knob in ("global_lr", "local_lr", "local_momentum", "weight_decay"):
         seen = set()
@@ -153,7 +153,7 @@ def test_shared_knobs_have_one_range_and_distribution_in_every_shipped_space():
             seen.add((spec.distribution, spec.low, spec.high, tuple(spec.choices or ()), spec.default
                       if knob != "global_lr" else None))
             if knob == "global_lr":
-                cfg = RunConfig.from_dict({"algorithm": path.stem, "backend": "local"})
+                cfg = FederatedRunConfig.from_dict({"algorithm": path.stem, "backend": "local"})
                 assert spec.default == resolve(cfg).server_rule.default_global_lr, path.stem
         assert len(seen) == 1, (knob, seen)
 
@@ -168,7 +168,7 @@ def test_toy_space_defaults_and_points(toy, tmp_path):
     # global_lr's condition fails by default: it takes the algorithm's default (None = the rule's).
     assert space.default_point() == {"switch.beta_mode": "fixed", "toy_kappa": 0.5, "local_lr": 0.01,
                                      "toy_iters": 2, "toy_solver": "exact", "toy_beta": 0.5}
-    RunConfig.from_dict(space.defaults())
+    FederatedRunConfig.from_dict(space.defaults())
     assert space.has_conditions
 
 
@@ -215,7 +215,7 @@ def test_tune_space_sampler_types_and_ranges(toy, tmp_path):
             assert 0.5 <= c["global_lr"] <= 1.0
         else:
             assert c["global_lr"] is None
-        RunConfig.from_dict(strip_switches(c))
+        FederatedRunConfig.from_dict(strip_switches(c))
     assert {c["switch.beta_mode"] for c in configs} == {"fixed", "auto"}
     assert {c["toy_solver"] for c in configs} == {"exact", "sgd"}
 
@@ -265,7 +265,7 @@ def test_ray_optuna_search_merges_suggestions_and_constants(toy, tmp_path):
     for i in range(1, 6):
         config = search.suggest(f"t{i}")
         assert set(strip_switches(config)) == set(space.params) | {"algorithm"}
-        RunConfig.from_dict(strip_switches(config))
+        FederatedRunConfig.from_dict(strip_switches(config))
 
 
 # --------------------------------------------------------------------------- bad input
@@ -293,7 +293,7 @@ def test_ray_optuna_search_merges_suggestions_and_constants(toy, tmp_path):
      "params.toy_kapa", "unknown hyperparameter 'toy_kapa' (did you mean toy_kappa"),
     ("algorithm: toy\nparams:\n  rounds: {distribution: int, low: 1, high: 5, default: 2}\n",
      "params.rounds", "is a run setting, not a tunable hyperparameter"),
-    # ranges outside what the hyperparameter allows: HParam lo/hi and RunConfig field lo/hi
+    # ranges outside what the hyperparameter allows: HParam lo/hi and FederatedRunConfig field lo/hi
     ("algorithm: toy\nparams:\n  toy_kappa: {distribution: uniform, low: 0.0, high: 2.0, default: 0.5}\n",
      "params.toy_kappa.high", "high 2.0 is not allowed for 'toy_kappa'"),
     ("algorithm: toy\nparams:\n  toy_iters: {distribution: int, low: 0, high: 5, default: 2}\n",

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtune.config import ConfigError, RunConfig
+from fedtune.config import ConfigError, FederatedRunConfig
 from fedtune.tune import sweep
 from fedtune.tune.sweep import SweepOptions, objective_values, plan_study, run_sweep
 
@@ -159,9 +159,9 @@ def test_the_first_trial_of_a_search_is_the_search_spaces_defaults(tmp_path, spa
 def make_searcher(tmp_path, metrics=("val_acc",), space="fedavg", name="x", first_point=None):
     import optuna
 
+    from fedtune.tune.optuna_search import FedtuneOptunaSearch as S
     from fedtune.tune.spaces import load_space
 
-    S = sweep._searcher_class()
     fixed = {"algorithm": load_space(space).algorithm, "rounds": 3, "local_steps": 1}
     return S(load_space(space).optuna_define_by_run, metrics=list(metrics), modes=[sweep.METRICS[m] for m in metrics],
              rounds=3, fixed=fixed, sampler=optuna.samplers.RandomSampler(seed=0), study_name=f"{name}/{space}",
@@ -196,7 +196,7 @@ def test_searcher_tells_pruned_fail_and_complete_with_intermediate_values(tmp_pa
     assert nan.intermediate_values == {1: 0.4}
     assert boom.state == TrialState.FAIL and boom.user_attrs["fedtune_status"] == "failed"
     # the Optuna record names the Arrow store's trial and holds the full configuration
-    cfg = RunConfig.from_dict({**fixed, **configs["full"]})
+    cfg = FederatedRunConfig.from_dict({**fixed, **configs["full"]})
     assert full.user_attrs["fedtune_trial_id"] == cfg.trial_id()
     assert full.user_attrs["config"]["local_lr"] == configs["full"]["local_lr"] == full.params["local_lr"]
 
@@ -221,10 +221,12 @@ def test_multi_objective_searcher_and_switches(tmp_path):
 
 
 def test_interruption_detection():
-    assert sweep._interrupted({"started": {"a"}, "ended": {"a"}, "statuses": {"a": "TERMINATED"}, "num_trials": 1}, 1) is False
-    assert sweep._interrupted({"started": {"a"}, "ended": set(), "statuses": {"a": "TERMINATED"}, "num_trials": 1}, 1)
-    assert sweep._interrupted({"started": set(), "ended": set(), "statuses": {"a": "PENDING"}, "num_trials": 1}, 1)
-    assert sweep._interrupted({"started": set(), "ended": set(), "statuses": {}, "num_trials": 1}, 2)
+    from fedtune.tune import progress
+
+    assert progress.interrupted({"started": {"a"}, "ended": {"a"}, "statuses": {"a": "TERMINATED"}, "num_trials": 1}, 1) is False
+    assert progress.interrupted({"started": {"a"}, "ended": set(), "statuses": {"a": "TERMINATED"}, "num_trials": 1}, 1)
+    assert progress.interrupted({"started": set(), "ended": set(), "statuses": {"a": "PENDING"}, "num_trials": 1}, 1)
+    assert progress.interrupted({"started": set(), "ended": set(), "statuses": {}, "num_trials": 1}, 2)
 
 
 # ------------------------------------------------------------------------------------------------

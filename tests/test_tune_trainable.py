@@ -14,7 +14,7 @@ import pytest
 
 from fedtune.algorithms import SGD, AggregateResult, ServerRule, weighted_sum
 from fedtune.algorithms.client import LocalSGD
-from fedtune.config import RunConfig
+from fedtune.config import FederatedRunConfig
 from fedtune.results import load
 from fedtune.runtime import FederatedRun, ResourceError, run
 from fedtune.tune.callback import ArrowCallback
@@ -118,7 +118,7 @@ def stateful_components(monkeypatch):
 
 
 def test_checkpoint_restores_rule_and_client_state_exactly(stateful_components, tmp_path):
-    cfg = RunConfig.from_dict({"dataset": "rect4", "setting": "fl", "num_clients": 4, "participation": 0.5,
+    cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "setting": "fl", "num_clients": 4, "participation": 0.5,
                                "rounds": 4, "local_steps": 3, "batch_size": 16, "backend": "local",
                                "client_method": "test_counting", "server_rule": "test_momentum",
                                "output": str(tmp_path)})
@@ -216,7 +216,7 @@ def _trial(tid: str, config: dict, error: str | None = None):
     return SimpleNamespace(trial_id=tid, config=config, error_file=None, get_error=lambda: error)
 
 
-def _row(cfg: RunConfig, rnd: int, status: str = "ok", val: float = 0.5) -> dict:
+def _row(cfg: FederatedRunConfig, rnd: int, status: str = "ok", val: float = 0.5) -> dict:
     return {"study": "elsewhere", "trial_id": cfg.trial_id(), "algorithm": cfg.algorithm, "round": rnd,
             "status": status, "train_loss": 1.0 / rnd, "val_acc": val + rnd / 100, "target_acc": 0.3, "hp.local_lr": 0.05}
 
@@ -310,7 +310,7 @@ def test_tuner_example_stores_every_round_once_with_trial_statuses(ray_session, 
     # Every trial, on reused actors or not, computed what a fresh in-process run computes.
     for result in grid:
         m = result.metrics
-        ref = run(RunConfig.from_dict({**result.config, "backend": "local", "output": str(tmp_path / "ref")}),
+        ref = run(FederatedRunConfig.from_dict({**result.config, "backend": "local", "output": str(tmp_path / "ref")}),
                   progress=False).rows
         stored = rounds[rounds["trial_id"] == m["fedtune_trial_id"]].sort_values("round").to_dict("records")
         assert [key(r) for r in stored] == [key(r) for r in ref]

@@ -1,8 +1,11 @@
 """Algorithms = presets of (client method, server rule), and the registries behind them.
 
-Adding a method or rule: write its class in ``client.py`` / ``server.py`` and list it below;
-adding a named algorithm: one :class:`Preset` line. Any client method composes with any server
-rule (``--set client_method=... --set server_rule=...``).
+Adding a method or rule: write its class in its family's module (a
+:class:`~fedtune.algorithms.client.ClientMethod` whose step function goes through the one local
+loop, or a :class:`~fedtune.algorithms.server.ServerRule` built on
+:mod:`~fedtune.algorithms.aggregate`) and list it below; adding a named algorithm: one
+:class:`Preset` line. Any client method composes with any server rule
+(``--set client_method=... --set server_rule=...``).
 
 >>> resolve_names("fedavg")
 ('sgd', 'fedavg')
@@ -26,16 +29,8 @@ from fedtune.algorithms.sam import SAM, Prox
 from fedtune.algorithms.gfm import GCA, GFM
 from fedtune.algorithms.gala import Gala, GalaClient
 from fedtune.algorithms.fedomg import FedOMG, fedomg_direction, gram_matrix, omg_objective, solve_omg_exact, solve_omg_sgd
-from fedtune.algorithms.server import (
-    AggregateResult,
-    FedAvg,
-    RoundInfo,
-    ServerRule,
-    fedavg_buffers,
-    fedavg_step,
-    fedavg_weights,
-    weighted_sum,
-)
+from fedtune.algorithms.aggregate import combine, fedavg_buffers, fedavg_step, fedavg_weights, weighted_sum
+from fedtune.algorithms.server import AggregateResult, FedAvg, RoundInfo, ServerRule
 
 # One line per component (keep it that way: adding one is one import and one line here).
 CLIENT_METHODS: dict[str, type[ClientMethod]] = {c.name: c for c in (
@@ -128,7 +123,10 @@ def supported_settings(preset: Preset, client: type[ClientMethod], rule: type[Se
 
 
 def resolve(cfg: Any) -> Resolved:
-    """The classes behind ``cfg.algorithm`` (+ overrides); raises ConfigError on bad names."""
+    """The classes behind ``cfg.algorithm`` (+ overrides); raises ConfigError on bad names.
+
+    Resolves afresh on every call; a :class:`~fedtune.config.FederatedRunConfig` keeps the answer
+    as ``cfg.resolved`` (ask it there)."""
     check_algorithm_names(cfg)
     cm, sr = resolve_names(cfg.algorithm, cfg.client_method, cfg.server_rule, getattr(cfg, "setting", None))
     client, rule = CLIENT_METHODS[cm], SERVER_RULES[sr]
@@ -136,7 +134,7 @@ def resolve(cfg: Any) -> Resolved:
 
 
 def check_algorithm_names(cfg: Any) -> None:
-    from fedtune.config import ConfigError
+    from fedtune.errors import ConfigError
 
     if cfg.algorithm not in PRESETS:
         raise ConfigError(f"field 'algorithm': '{cfg.algorithm}' is unknown; allowed: {', '.join(PRESETS)}")
@@ -166,7 +164,7 @@ def all_hparams() -> dict[str, tuple[str, HParam]]:
 __all__ = [
     "AggregateResult", "RoundInfo", "ClientContext", "ClientMethod", "ClientOutcome", "CLIENT_METHODS", "FedAvg", "HParam",
     "PRESETS", "Preset", "Resolved", "SERVER_RULES", "SGD", "ServerRule", "all_hparams", "check_algorithm_names",
-    "fedavg_buffers", "fedavg_step", "fedavg_weights", "resolve", "resolve_names", "weighted_sum",
+    "combine", "fedavg_buffers", "fedavg_step", "fedavg_weights", "resolve", "resolve_names", "weighted_sum",
     "FedDA", "FedGP", "TargetOnly", "align_source_magnitude", "auto_beta", "auto_beta_estimates", "fedgp_combine",
     "proj_plus", "proj_plus_per_tensor",
     "FedOMG", "fedomg_direction", "gram_matrix", "omg_objective", "solve_omg_exact", "solve_omg_sgd",

@@ -26,7 +26,7 @@ class HParam:
     variant: bool = False
 
     def check(self, value: Any, owner: str) -> Any:
-        from fedtune.config import ConfigError
+        from fedtune.errors import ConfigError
 
         where = f"field '{self.name}' ({owner})"
         if self.kind in ("choice", "float_or_choice") and value in self.choices:

@@ -1,10 +1,19 @@
-"""Client methods: how one client trains from the global model for one round.
+"""Client methods: how one client trains from the global model for one round, and THE local loop.
 
 A :class:`ClientMethod` gets a :class:`ClientContext` (the model already holding the global
 weights, the client's data as tensors on its device, a seeded generator for data order, the
 server rule's broadcast payload and the client's own persistent state) and trains the model in
 place. The runtime then ships the trained weights back; the method may add ``extras`` (arrays
 the server rule needs, e.g. per-batch displacements) and ``metrics`` (diag columns).
+
+Every method trains through one loop, :meth:`ClientMethod.local_loop`: it draws the round's
+batches (:func:`batches`, :func:`local_steps`), calls the method's *step function*
+``step(batch) -> loss`` on each (the indices of one mini-batch, on the device), sums the
+losses, stops at the first non-finite one (the run diverged) and returns the
+:class:`ClientOutcome`. A step function trains on its batch and returns the batch's training
+loss; the plain gradient step is :func:`descend` (SGD, FedProx, SimCLR, GCA, FedGaLA's gated
+step through the optimiser it is given), SAM's is :class:`fedtune.algorithms.sam.SamDescent`
+(FedSAM, GFM). A new method writes its step function and hands it to ``local_loop``.
 """
 
 from __future__ import annotations
@@ -20,6 +29,12 @@ if TYPE_CHECKING:  # torch is imported lazily: the driver process never needs it
 import numpy as np
 
 from fedtune.algorithms.base import HParam
+from fedtune.algorithms.optim import LocalSGD, local_sgd
+
+# One training step on a mini-batch (its example indices, on the device) -> its training loss.
+StepFunction = Callable[["torch.Tensor"], float]
+# ClientContext.record_step: (parameters, their batch gradients, None where a parameter has none).
+RecordStep = Callable[[Sequence["torch.Tensor"], Sequence["torch.Tensor | None"]], None]
 
 
 @dataclass
@@ -27,7 +42,7 @@ class ClientContext:
     model: nn.Module
     x: torch.Tensor
     y: torch.Tensor
-    cfg: Any  # RunConfig
+    cfg: Any  # FederatedRunConfig
     round: int
     client_id: int
     role: str  # "source" | "target"
@@ -40,8 +55,7 @@ class ClientContext:
     # FedProx's μ(θ − θ_global), SAM's perturbation or FedGaLA's gate), ``None`` where a parameter
     # has no gradient. The runtime uses it to record the FDA clients' raw per-batch steps
     # ``−local_lr · ∇_b`` when the server rule wants them (auto-β); a no-op otherwise.
-    record_step: Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor | None]], None] = \
-        lambda params, grads: None
+    record_step: RecordStep = lambda params, grads: None
 
 
 @dataclass
@@ -96,38 +110,27 @@ def batches(n: int, batch_size: int, steps: int, generator: torch.Generator) -> 
             done += 1
 
 
-class LocalSGD:
-    """``torch.optim.SGD``'s update (momentum, weight decay) through torch's functional
-    ``torch.optim.sgd.sgd``: the same math and kernels, bit for bit, without
-    ``torch.optim.Optimizer``, whose first use imports ``torch._dynamo`` (about 2.3 s of CPU in
-    every fresh actor process, i.e. on every run's first round).
-    """
-
-    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
-        self.params = [p for p in params if p.requires_grad]
-        self.lr, self.momentum, self.weight_decay = float(lr), float(momentum), float(weight_decay)
-        self.buffers: list = [None] * len(self.params)
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    def step(self) -> None:
-        import torch
-        from torch.optim.sgd import sgd
-
-        with_grad = [(i, p) for i, p in enumerate(self.params) if p.grad is not None]
-        bufs = [self.buffers[i] for i, _ in with_grad]
-        with torch.no_grad():
-            sgd([p for _, p in with_grad], [p.grad for _, p in with_grad], bufs,
-                weight_decay=self.weight_decay, momentum=self.momentum, lr=self.lr, dampening=0.0,
-                nesterov=False, maximize=False, foreach=False)
-        for (i, _), b in zip(with_grad, bufs):
-            self.buffers[i] = b
+def descend(optimizer: LocalSGD, loss: torch.Tensor, record_step: RecordStep,
+            after_backward: Callable[[], None] | None = None) -> float:
+    """One gradient step on ``loss``: its value, and unless that is not finite (then nothing
+    changes), ``zero_grad``, ``backward``, ``record_step`` with the batch gradient (see
+    :class:`ClientContext`), ``after_backward()`` (e.g. FedProx adding its proximal gradient) and
+    ``optimizer.step()``. Returns the loss value."""
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        return value
+    optimizer.zero_grad()
+    loss.backward()
+    record_step(optimizer.params, [p.grad for p in optimizer.params])
+    if after_backward is not None:
+        after_backward()
+    optimizer.step()
+    return value
 
 
 class ClientMethod:
-    """Base class. Subclasses set ``name``/``hparams`` and implement :meth:`train`."""
+    """Base class. Subclasses set ``name``/``hparams`` and implement :meth:`train`, normally as
+    a few lines of set-up and ``return self.local_loop(ctx, step)``."""
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
@@ -140,37 +143,49 @@ class ClientMethod:
     def __init__(self, cfg: Any):
         self.cfg = cfg
 
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """Raise a ConfigError where ``cfg`` (its hyperparameters already checked one by one) cannot
+        run with this method: cross-field conditions, checked once when the config is validated."""
+
     def train(self, ctx: ClientContext) -> ClientOutcome:
         raise NotImplementedError
+
+    def make_optimizer(self, model: nn.Module) -> LocalSGD:
+        """The round's local optimiser (:func:`~fedtune.algorithms.optim.local_sgd`); a mixin may
+        swap it (FedGaLA's :class:`~fedtune.algorithms.gala.GatedClientMixin`)."""
+        return local_sgd(model.parameters(), self.cfg)
+
+    def start_round(self, ctx: ClientContext) -> LocalSGD:
+        """Put ``ctx.model`` in training mode and return the round's optimiser over it."""
+        ctx.model.train()
+        return self.make_optimizer(ctx.model)
+
+    def local_loop(self, ctx: ClientContext, step: StepFunction,
+                   metrics: Callable[[int], dict[str, float]] | None = None) -> ClientOutcome:
+        """THE local training loop: ``step(batch)`` on each of the round's batches of
+        ``ctx.x``'s rows (:func:`local_steps` of them, drawn by :func:`batches` from
+        ``ctx.generator``), in order. A non-finite loss ends the round at once:
+        ``ClientOutcome(loss, steps)`` with the steps taken, that one included. Otherwise the
+        outcome's loss is the mean over the steps and its metrics ``metrics(steps)``."""
+        n = len(ctx.x)
+        total, done = 0.0, 0
+        for idx in batches(n, self.cfg.batch_size, local_steps(n, self.cfg), ctx.generator):
+            value = step(idx.to(ctx.device))
+            if not math.isfinite(value):
+                return ClientOutcome(loss=value, steps=done + 1)
+            total += value
+            done += 1
+        return ClientOutcome(loss=total / max(done, 1), steps=done, metrics={} if metrics is None else metrics(done))
 
 
 class SGD(ClientMethod):
     name = "sgd"
     description = "plain local SGD (momentum, weight decay) on the cross-entropy loss"
 
-    def make_optimizer(self, model: nn.Module) -> LocalSGD:
-        c = self.cfg
-        return LocalSGD(model.parameters(), lr=c.local_lr, momentum=c.local_momentum, weight_decay=c.weight_decay)
-
     def train(self, ctx: ClientContext) -> ClientOutcome:
-        from torch import nn
+        from torch.nn import functional as F
 
-        model, cfg = ctx.model, self.cfg
-        model.train()
-        opt = self.make_optimizer(model)
-        n = len(ctx.y)
-        steps = local_steps(n, cfg)
-        total, done = 0.0, 0
-        for idx in batches(n, cfg.batch_size, steps, ctx.generator):
-            idx = idx.to(ctx.device)
-            loss = nn.functional.cross_entropy(model(ctx.x[idx]), ctx.y[idx])
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                return ClientOutcome(loss=value, steps=done + 1)
-            opt.zero_grad()
-            loss.backward()
-            ctx.record_step(opt.params, [p.grad for p in opt.params])
-            opt.step()
-            total += value
-            done += 1
-        return ClientOutcome(loss=total / max(done, 1), steps=done)
+        model, opt = ctx.model, self.start_round(ctx)
+        return self.local_loop(
+            ctx, lambda batch: descend(opt, F.cross_entropy(model(ctx.x[batch]), ctx.y[batch]), ctx.record_step))

@@ -1,4 +1,4 @@
-"""FedDA and FedGP with static or auto-weighted β, and the target-only baseline (METHODS.md §2).
+"""FedDA and FedGP with static or auto-weighted β, and the target-only baseline (docs/methods.md §2).
 
 Federated domain *adaptation* (setting ``fda``): ``N`` source clients and one target client
 holding a small labelled target sample train from ``θ``; the server combines the target
@@ -20,19 +20,19 @@ Choices where the paper, the authors' code and the spec leave room (all document
 * **β convention.** ``gp_beta`` weights the *source* term (paper Def. 4.3: ``(1−β) Δ_T + β ·
   source``; ``gp_beta = 0`` is the target alone). The authors' code (their Eq. 109) weights the
   *target* by β: to compare with numbers from their code, map ``β → 1 − β``.
-* **Batch-norm buffers** follow the rule (METHODS.md §2): target-only keeps the target's
+* **Batch-norm buffers** follow the rule (docs/methods.md §2): target-only keeps the target's
   buffers; FedDA and FedGP combine buffer displacements with the round's FedDA weights,
   ``B + Σ_i α_i [(1−β_i) ΔB_T + β_i ΔB_i]`` (no projection, no ``global_lr``;
   :meth:`_TargetSourceRule.aggregate_buffers`).
 
 * **Projection per tensor, estimates on the whole vector.** The projection is taken per
-  parameter tensor (METHODS.md; the authors' ``update_global`` loops over the state-dict keys).
+  parameter tensor (docs/methods.md; the authors' ``update_global`` loops over the state-dict keys).
   The auto-β quantities ``σ̂², d̂_i², τd̂_i²`` are computed on the whole parameter vector, one
   β_i per source, as the authors' ``empirical_metrics_batch`` does on the concatenation of all
   tensors (their ``/dim`` normalisation cancels in the ratio and is omitted here).
 * **Proj₊ exactly as defined.** The authors' code adds ``cos(Δ_T, Δ_i) · Δ̃_i`` (magnitude
   ``‖Δ̃_i‖ cos``) instead of the projection (magnitude ``‖Δ_T‖ cos``); fedtune follows the paper's
-  definition (METHODS.md). Proj₊ is invariant to positive rescaling of its second argument, so
+  definition (docs/methods.md). Proj₊ is invariant to positive rescaling of its second argument, so
   magnitude alignment changes FedGP's projections not at all, only FedDA and the β estimates.
   The target term is ``Σ_i α_i (1−β_i) Δ_T`` (the paper); the authors' code applies only the last
   source's ``(1−β)`` to ``Δ_T``.
@@ -40,7 +40,7 @@ Choices where the paper, the authors' code and the spec leave room (all document
   ``b``, ``−lr_T ∇_b`` (what plain SGD would have moved; row ``b`` of
   ``extras["step_updates"]``): Appendix A.2 uses batches of the target data as i.i.d. samples
   along the optimisation path (Appendix C.3). The samples are taken from the batch gradient of
-  the data loss at θ before the step, whatever the client's optimiser does with it (METHODS.md
+  the data loss at θ before the step, whatever the client's optimiser does with it (docs/methods.md
   §2): not after momentum (consecutive momentum steps are correlated and ramp up to
   ``1/(1−m)`` times the gradient step, which put the estimates off by >10× at m = 0.9 and drove
   β_DA towards 0 on identical domains), not with weight decay or FedProx's ``μ(θ−θ_global)``
@@ -68,8 +68,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fedtune.algorithms.aggregate import BLOCK, tensor_slices
 from fedtune.algorithms.base import HParam
-from fedtune.algorithms.server import BLOCK, AggregateResult, RoundInfo, ServerRule
+from fedtune.algorithms.fedgp_auto_beta import (  # noqa: F401  (beta_from, source_step_scales: re-exported)
+    AutoBetaEstimates,
+    auto_beta,
+    auto_beta_estimates,
+    beta_from,
+    source_step_scales,
+)
+from fedtune.algorithms.server import AggregateResult, RoundInfo, ServerRule
 
 F64 = np.float64
 
@@ -86,22 +94,6 @@ GP_ALIGN = HParam(
 
 
 # ============================================================================ helpers
-def _slices(slices: Sequence[Any] | None, size: int) -> list[slice]:
-    """Normalise ``slices`` (slices or ``(name, slice)`` pairs, e.g. ``layout.param_slices()``)
-    to plain slices that tile ``[0, size)`` in order; ``None`` = the whole vector."""
-    if slices is None:
-        return [slice(0, size)]
-    out = [s[1] if isinstance(s, tuple) else s for s in slices]
-    pos = 0
-    for s in out:
-        if not isinstance(s, slice) or s.step not in (None, 1) or s.start != pos or s.stop <= s.start:
-            raise ValueError(f"slices must tile [0, {size}) in order without gaps, got {out}")
-        pos = s.stop
-    if pos != size:
-        raise ValueError(f"slices cover [0, {pos}) but the vectors have {size} entries")
-    return out
-
-
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
     """``⟨a, b⟩`` in float64, block by block in a fixed order (no BLAS: bit-reproducible)."""
     total = 0.0
@@ -149,7 +141,7 @@ def proj_plus_per_tensor(a: np.ndarray, b: np.ndarray, slices: Sequence[Any] | N
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"proj_plus_per_tensor needs two vectors of one length, got {a.shape} and {b.shape}")
     out = np.zeros(a.shape[0], F64)
-    for sl in _slices(slices, a.shape[0]):
+    for sl in tensor_slices(slices, a.shape[0]):
         coef, _ = _proj_coefficient(a[sl], b[sl])
         if coef:
             out[sl] = coef * b[sl].astype(F64)
@@ -186,7 +178,7 @@ def combine_with_target(target_update: np.ndarray, source_updates: np.ndarray, a
                         projection: bool = True) -> Combination:
     """:func:`fedgp_combine` that also reports which projections were clipped (see there)."""
     t, s, a, b = _check_combine(target_update, source_updates, alphas, betas)
-    sl = _slices(slices, t.shape[0])
+    sl = tensor_slices(slices, t.shape[0])
     clipped = np.zeros((s.shape[0], len(sl)), dtype=bool)
     # Σ_i α_i (1−β_i) Δ_T  +  Σ_i α_i β_i (Proj₊ per tensor | Δ̃_i), in float64, source by source.
     out = t.astype(F64) * float(np.sum(a * (1.0 - b)))
@@ -274,132 +266,6 @@ def align_source_magnitude(source_updates: np.ndarray, steps_source: Any, steps_
     return out
 
 
-def source_step_scales(steps_source: Any, lr_source: float = 1.0, lr_target: float = 1.0) -> np.ndarray:
-    """Factors turning a source's round displacement ``Δ_i`` into its per-step displacement at
-    the target's learning rate: ``s_i = (lr_T/lr_S) · Δ_i / steps_i``.
-
-    >>> source_step_scales([4, 2])
-    array([0.25, 0.5 ])
-    """
-    steps_s = np.asarray(steps_source, dtype=F64)
-    if (steps_s < 1).any() or lr_source <= 0 or lr_target <= 0:
-        raise ValueError(f"steps must be >= 1 and learning rates > 0, got {steps_source}, {lr_source}, {lr_target}")
-    return (float(lr_target) / float(lr_source)) / steps_s
-
-
-# ============================================================================ auto-β
-def beta_from(sigma2: float, dist2: float) -> float:
-    """``σ² / (max(D, 0) + σ²)``, the β minimising ``(1−β)²σ² + β²D`` (Section 4.2);
-    ``0/0 := 0`` (keep the target step).
-
-    >>> beta_from(1.0, 3.0), beta_from(1.0, -0.5), beta_from(0.0, 0.0)
-    (0.25, 1.0, 0.0)
-    """
-    d = max(float(dist2), 0.0)
-    s = max(float(sigma2), 0.0)
-    return s / (d + s) if d + s > 0.0 else 0.0
-
-
-@dataclass
-class AutoBetaEstimates:
-    """The unbiased (unclipped) estimates of Appendix A.2 for one round.
-
-    ``sigma2``: ``σ̂²`` of the target's mean step; ``d2[i]``: ``d̂_i²``; ``tau_d2[i]``: ``τd̂_i²``,
-    the squared norm of the target mean's component orthogonal to ``s_i``.
-    """
-
-    sigma2: float
-    d2: np.ndarray  # float64 [N]
-    tau_d2: np.ndarray  # float64 [N]
-
-    @property
-    def beta_da(self) -> np.ndarray:
-        """``σ̂² / (max(d̂_i², 0) + σ̂²)`` per source."""
-        return np.array([beta_from(self.sigma2, d) for d in self.d2], dtype=F64)
-
-    @property
-    def beta_gp(self) -> np.ndarray:
-        """``σ̂² / (max(τd̂_i², 0) + σ̂²)`` per source."""
-        return np.array([beta_from(self.sigma2, d) for d in self.tau_d2], dtype=F64)
-
-
-def auto_beta_estimates(target_step_updates: np.ndarray, source_step_updates: np.ndarray,
-                        source_scales: Any = None) -> AutoBetaEstimates:
-    """``σ̂², d̂_i², τd̂_i²`` (METHODS.md §2, Appendix A.2 eqs. 90, 95, 105) on the whole vector.
-
-    ``target_step_updates`` ``[B, P]``: the target's per-step displacements ``t_b`` (``B ≥ 2``);
-    ``source_step_updates`` ``[N, P]`` (or ``[P]``): the sources' per-step displacements ``s_i``,
-    or their round displacements with ``source_scales[i]`` turning row ``i`` into ``s_i``
-    (:func:`source_step_scales`; saves a copy of the rows). With ``t̄`` the mean of the ``t_b``:
-
-    * ``σ̂² = Σ_b ‖t_b − t̄‖² / ((B−1) B)``
-    * ``d̂_i² = (1/B) Σ_b ‖s_i − t_b‖² − Σ_b ‖t_b − t̄‖² / (B−1)``
-    * ``τd̂_i² = (1/B) Σ_b ‖r_b‖² − Σ_b ‖r_b − r̄‖² / (B−1)``, ``r_b = t_b − ⟨t_b, u_i⟩ u_i``,
-      ``u_i = s_i/‖s_i‖`` (``u_i = 0`` when ``s_i = 0``)
-
-    Sums run block by block in float64 in a fixed order (no BLAS): bit-reproducible.
-
-    >>> t = np.array([[1., 0.], [3., 0.]]); s = np.array([[2., 1.]])
-    >>> e = auto_beta_estimates(t, s)
-    >>> float(e.sigma2), e.d2.tolist(), round(float(e.tau_d2[0]), 12)  # by hand: 2/(1·2), 2 − 2/1, 1.0 − 0.4/1
-    (1.0, [0.0], 0.6)
-    """
-    t = np.asarray(target_step_updates)
-    s = np.asarray(source_step_updates)
-    if s.ndim == 1:
-        s = s[None, :]
-    if t.ndim != 2 or s.ndim != 2 or t.shape[1] != s.shape[1]:
-        raise ValueError(f"target_step_updates [B, P] and source step updates [N, P] disagree: {t.shape} vs {s.shape}")
-    b, p = t.shape
-    n = s.shape[0]
-    if b < 2:
-        raise ValueError(f"auto-β needs at least 2 target steps per round to estimate the target variance, got {b}")
-    scales = np.ones(n, F64) if source_scales is None else np.broadcast_to(np.asarray(source_scales, F64), (n,))
-    sq = np.zeros(b, F64)  # ‖t_b‖²
-    centred = np.zeros(b, F64)  # ‖t_b − t̄‖²
-    dist = np.zeros((b, n), F64)  # ‖s_i − t_b‖²
-    inner = np.zeros((b, n), F64)  # ⟨t_b, s_i⟩
-    snorm = np.zeros(n, F64)  # ‖s_i‖²
-    for st in range(0, p, BLOCK):
-        tb = t[:, st:st + BLOCK].astype(F64)
-        mean = np.add.reduce(tb, axis=0) / b
-        dev = tb - mean
-        sq += np.add.reduce(tb * tb, axis=1)
-        centred += np.add.reduce(dev * dev, axis=1)
-        for i in range(n):
-            si = s[i, st:st + BLOCK].astype(F64) * float(scales[i])
-            snorm[i] += float(np.add.reduce(si * si))
-            diff = tb - si
-            dist[:, i] += np.add.reduce(diff * diff, axis=1)
-            inner[:, i] += np.add.reduce(tb * si, axis=1)
-    total_centred = float(np.sum(centred))
-    per_batch_var = total_centred / (b - 1)  # σ̂²(D̂_T,B): the variance of one step
-    sigma2 = per_batch_var / b
-    d2 = np.mean(dist, axis=0) - per_batch_var
-    tau_d2 = np.empty(n, F64)
-    for i in range(n):
-        proj = inner[:, i] / np.sqrt(snorm[i]) if snorm[i] > 0 else np.zeros(b, F64)  # ⟨t_b, u_i⟩
-        resid_sq = sq - proj * proj  # ‖r_b‖²
-        resid_var = (total_centred - float(np.sum((proj - proj.mean()) ** 2))) / (b - 1)  # Σ‖r_b − r̄‖²/(B−1)
-        tau_d2[i] = float(np.mean(resid_sq)) - resid_var
-    return AutoBetaEstimates(sigma2, d2, tau_d2)
-
-
-def auto_beta(target_step_updates: np.ndarray, source_step_update: np.ndarray) -> tuple[float, float]:
-    """``(β^DA, β^GP)`` for one source: ``σ̂²/(d̂² + σ̂²)`` and ``σ̂²/(τd̂² + σ̂²)``, with ``d̂²``
-    and ``τd̂²`` clipped at 0 (see :func:`auto_beta_estimates` for the estimators and what
-    ``t_b`` and ``s_i`` are).
-
-    >>> auto_beta(np.array([[1., 0.], [3., 0.]]), np.array([2., 1.]))  # σ̂² = 1, d̂² = 0, τd̂² = 0.6
-    (1.0, 0.625)
-    """
-    est = auto_beta_estimates(target_step_updates, np.asarray(source_step_update)[None, :]
-                              if np.ndim(source_step_update) == 1 else source_step_update)
-    if len(est.d2) != 1:
-        raise ValueError("auto_beta takes one source step update [P]; use auto_beta_estimates for several")
-    return float(est.beta_da[0]), float(est.beta_gp[0])
-
-
 # ============================================================================ server rules
 def _target_row(info: RoundInfo) -> int | None:
     rows = [u for u, r in enumerate(info.roles) if r == "target"]
@@ -456,14 +322,18 @@ class _TargetSourceRule(ServerRule):
 
     def __init__(self, cfg: Any, layout: Any):
         super().__init__(cfg, layout)
-        from fedtune.config import ConfigError
-
         self.beta = cfg.param("gp_beta")
         self.auto = self.beta == "auto"
         self.align = bool(cfg.param("gp_align"))
         # (client ids, source rows, α, β) of the last aggregate, for aggregate_buffers
         self._buffer_mix: tuple | None = None
-        if self.auto and cfg.local_steps is not None and int(cfg.local_steps) < 2:
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """Auto-β needs at least 2 target steps a round (``local_steps >= 2`` when it is set)."""
+        if cfg.param("gp_beta") == "auto" and cfg.local_steps is not None and int(cfg.local_steps) < 2:
+            from fedtune.errors import ConfigError
+
             raise ConfigError(
                 f"field 'gp_beta': 'auto' estimates the target variance from the target client's per-step updates "
                 f"and needs at least 2 local steps per round, but local_steps={cfg.local_steps}; allowed: "
@@ -475,7 +345,7 @@ class _TargetSourceRule(ServerRule):
 
     def aggregate_buffers(self, buffers, client_buffers, weights, *, info):
         """Batch-norm statistics follow the FedDA weights of this round's parameter combine
-        (METHODS.md §2; the authors' code combines every state-dict key):
+        (docs/methods.md §2; the authors' code combines every state-dict key):
         ``B ← B + Σ_i α_i [(1−β_i) ΔB_T + β_i ΔB_i]`` with ``ΔB_u = B_u − B`` and the same
         ``α_i, β_i`` (fixed or auto) as :meth:`aggregate` used. Choices: no projection (a running
         mean or variance is a statistic, not a descent direction, so FedGP combines buffers like

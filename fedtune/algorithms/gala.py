@@ -1,4 +1,4 @@
-"""FedGaLA: global and local gradient alignment (METHODS.md §3; Pourpanah et al., Alg. 1).
+"""FedGaLA: global and local gradient alignment (docs/methods.md §3; Pourpanah et al., Alg. 1).
 
 Two independent parts, usable apart:
 
@@ -21,7 +21,7 @@ global update is ``FedAvg(g_i)``; then ``iter`` times: ``w_i = (cos(g_i, g) + 1)
 tensor and forms each new tensor as a convex combination ``Σ w_i θ_i``, i.e. the aligned step is
 at FedAvg's scale (the paper's extra ``1/K`` is not in their code).
 
-fedtune (METHODS.md §3, as corrected): start ``a = Σ p_i Δ_i``; ``gala_iters`` times:
+fedtune (docs/methods.md §3, as corrected): start ``a = Σ p_i Δ_i``; ``gala_iters`` times:
 ``w_i ∝ p_i (cos(Δ_i, a) + 1)/2`` normalised to sum 1, ``a = Σ w_i Δ_i``; then
 ``θ ← θ + global_lr (gala_mix · a + (1 − gala_mix) Σ p_i Δ_i)``. The ``p_i`` factor keeps the
 example weighting of FedAvg (with equal client sizes it is the paper's rule), so equal
@@ -59,9 +59,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from fedtune.algorithms.aggregate import BLOCK, check_updates, combine, fedavg_step, tensor_slices, weighted_sum
 from fedtune.algorithms.base import HParam
-from fedtune.algorithms.client import SGD, ClientContext, ClientOutcome, LocalSGD
-from fedtune.algorithms.server import BLOCK, AggregateResult, ServerRule, _combine, fedavg_step, weighted_sum
+from fedtune.algorithms.client import SGD, ClientContext, ClientOutcome
+from fedtune.algorithms.optim import LocalSGD, local_sgd_settings
+from fedtune.algorithms.server import AggregateResult, ServerRule
 
 if TYPE_CHECKING:  # torch is imported lazily: the coordinator never needs it
     import torch
@@ -87,7 +89,8 @@ GALA_TAU = HParam("gala_tau", 0.0, "FedGaLA local gate: a tensor steps only if c
 
 # ============================================================================ server (NumPy)
 def _dot64(x: np.ndarray, y: np.ndarray) -> float:
-    """``⟨x, y⟩`` in float64, block by block with NumPy's own (thread-independent) summation."""
+    """``⟨x, y⟩`` accumulated in float64, block by block with NumPy's own (thread-independent)
+    summation (the products are taken in the inputs' precision, then summed in float64)."""
     m = x.shape[0]
     tmp = np.empty(min(BLOCK, m), dtype=np.float64)
     total = 0.0
@@ -113,9 +116,8 @@ def _cosines(updates: np.ndarray, sq_norms: np.ndarray, a: np.ndarray) -> np.nda
 
 
 def _check_inputs(updates: np.ndarray, weights: np.ndarray, iters: int) -> tuple[np.ndarray, np.ndarray]:
-    updates = np.asarray(updates)
-    weights = np.asarray(weights, dtype=np.float64)
-    if updates.ndim != 2 or weights.ndim != 1 or updates.shape[0] != weights.shape[0] or updates.shape[0] == 0:
+    updates, weights = check_updates(updates, weights)
+    if updates.shape[0] == 0:
         raise ValueError(f"updates {updates.shape} and weights {weights.shape} disagree on the client count")
     if (weights < 0).any():
         raise ValueError(f"weights must be non-negative, got {weights}")
@@ -150,21 +152,9 @@ def _alignment_weights(updates: np.ndarray, weights: np.ndarray, iters: int) -> 
     return w, cos
 
 
-def _tensor_slices(slices: Any, size: int) -> list[slice]:
-    out = [sl[1] if isinstance(sl, tuple) else sl for sl in slices]
-    pos = 0
-    for sl in out:
-        if sl.start != pos or sl.stop <= sl.start:
-            raise ValueError(f"slices must tile [0, {size}) in order, got {out}")
-        pos = sl.stop
-    if pos != size:
-        raise ValueError(f"slices cover [0, {pos}) but the updates have {size} entries")
-    return out
-
-
 def gala_global_weights(updates: np.ndarray, weights: np.ndarray, iters: int = 3,
                         slices: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """FedGaLA's global alignment (METHODS.md §3): the normalised client weights ``w`` and the
+    """FedGaLA's global alignment (docs/methods.md §3): the normalised client weights ``w`` and the
     aligned displacement ``a`` [P] (both float64).
 
     ``updates[u] = Δ_u`` (descent displacements), ``weights[u] = p_u`` (summing to 1). Start
@@ -188,7 +178,7 @@ def gala_global_weights(updates: np.ndarray, weights: np.ndarray, iters: int = 3
         w, _ = _alignment_weights(updates, weights, iters)
         return w, weighted_sum(updates, w)
     ws, parts = [], []
-    for sl in _tensor_slices(slices, updates.shape[1]):
+    for sl in tensor_slices(slices, updates.shape[1]):
         w, _ = _alignment_weights(updates[:, sl], weights, iters)
         ws.append(w)
         parts.append(weighted_sum(updates[:, sl], w))
@@ -227,9 +217,9 @@ def gala_step(params: np.ndarray, updates: np.ndarray, weights: np.ndarray, *, i
         return fedavg_step(params, updates, coefficients(w), global_lr), w, cos
     out = np.empty(updates.shape[1], np.float32)
     ws, coss = [], []
-    for sl in _tensor_slices(slices, updates.shape[1]):
+    for sl in tensor_slices(slices, updates.shape[1]):
         w, cos = _alignment_weights(updates[:, sl], weights, iters)
-        _combine(updates[:, sl], coefficients(w), params[sl], float(global_lr), out[sl])
+        combine(updates[:, sl], coefficients(w), params[sl], float(global_lr), out[sl])
         ws.append(w)
         coss.append(cos)
     return out, np.stack(ws), np.stack(coss)
@@ -295,7 +285,7 @@ def reference_tensors(model: nn.Module, global_move: np.ndarray | None, device: 
 
 
 class GatedSGD(LocalSGD):
-    """:class:`~fedtune.algorithms.client.LocalSGD` (functional SGD, momentum, weight decay) whose
+    """:class:`~fedtune.algorithms.optim.LocalSGD` (functional SGD, momentum, weight decay) whose
     step is gated per parameter tensor against its reference ``r^(l)`` (FedGaLA's local
     alignment): ``gate="descent"`` steps tensor ``l`` only if ``cos(−∇^(l), r^(l)) > tau``;
     ``gate="literal"`` (the paper's formula and the authors' code) only if
@@ -368,20 +358,8 @@ class GatedSGD(LocalSGD):
         return decisions
 
     def step(self) -> None:
-        import torch
-        from torch.optim.sgd import sgd
-
         with_grad = [i for i, p in enumerate(self.params) if p.grad is not None]
-        stepping = [i for i, take in zip(with_grad, self.gate(with_grad)) if take]
-        if not stepping:
-            return
-        bufs = [self.buffers[i] for i in stepping]
-        with torch.no_grad():
-            sgd([self.params[i] for i in stepping], [self.params[i].grad for i in stepping], bufs,
-                weight_decay=self.weight_decay, momentum=self.momentum, lr=self.lr, dampening=0.0,
-                nesterov=False, maximize=False, foreach=False)
-        for i, b in zip(stepping, bufs):
-            self.buffers[i] = b
+        self.step_tensors([i for i, take in zip(with_grad, self.gate(with_grad)) if take])
 
     def skipped_fraction(self) -> float:
         """Skipped tensor-steps / tensor-steps considered (0 when nothing was gated)."""
@@ -399,15 +377,16 @@ def gated_sgd_for(model: nn.Module, ctx: ClientContext, cfg: Any, tau: float | N
     ``gala_tau``) with the run's ``gala_gate`` sign."""
     ref = reference_tensors(model, ctx.payload.get("global_move"), ctx.device)
     tau = float(cfg.param("gala_tau")) if tau is None else float(tau)
-    return GatedSGD(model.parameters(), lr=cfg.local_lr, momentum=cfg.local_momentum,
-                    weight_decay=cfg.weight_decay, reference=ref, tau=tau, gate=str(cfg.param("gala_gate")))
+    return GatedSGD(model.parameters(), **local_sgd_settings(cfg), reference=ref, tau=tau,
+                    gate=str(cfg.param("gala_gate")))
 
 
 class GatedClientMixin:
     """Makes a client method's optimiser a :class:`GatedSGD` and reports ``gala_skipped``.
 
     Put it first in the bases of a method whose ``train(ctx)`` builds its optimiser with
-    ``self.make_optimizer(model)`` (as :class:`~fedtune.algorithms.client.SGD` does), and add
+    ``self.make_optimizer(model)`` (every built-in method does, through
+    :meth:`~fedtune.algorithms.client.ClientMethod.start_round`), and add
     :data:`GALA_TAU` and :data:`GALA_GATE` to its ``hparams``::
 
         class GalaSimCLR(GatedClientMixin, SimCLR):

@@ -1,6 +1,6 @@
 """GFM (global flat minima via global-model-constrained adversarial augmentation) and GCA.
 
-Seed 004, Algorithm 1; METHODS.md §4. Per client and round, starting from the global ``θ``:
+Seed 004, Algorithm 1; docs/methods.md §4. Per client and round, starting from the global ``θ``:
 
 1. every local step ``e = 1..E``: draw a batch ``(x, y)``, augment it with the client's
    augmenter ``x̃ = a(x; φ)`` (φ frozen, no gradient), take one model step on ``(x̃, y)`` —
@@ -38,7 +38,7 @@ one), ``gfm_aug_updates`` (updates this round), and for ``gfm`` ``sam_sharpness`
 (mean ``L(θ+ε) − L(θ)``, see :mod:`fedtune.algorithms.sam`).
 
 GFM and GCA need images ``(N, C, H, W)``; on vector data (``rect4``) the first ``train`` call
-raises a :class:`~fedtune.config.ConfigError` naming the dataset (the method is built from the
+raises a :class:`~fedtune.errors.ConfigError` naming the dataset (the method is built from the
 config alone, which does not know the input shape).
 """
 
@@ -51,21 +51,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedtune.algorithms.base import HParam
-from fedtune.algorithms.client import (
-    ClientContext,
-    ClientMethod,
-    ClientOutcome,
-    batches,
-    local_steps,
-)
-from fedtune.algorithms.sam import (
-    SAM_RHO,
-    PositiveHParam,
-    cross_entropy_closure,
-    frozen_buffers,
-    make_local_sgd,
-    sam_step,
-)
+from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
+from fedtune.algorithms.optim import FunctionalAdam
+from fedtune.algorithms.sam import SAM_RHO, PositiveHParam, SamDescent, frozen_buffers
 
 if TYPE_CHECKING:  # torch is imported lazily: the coordinator never needs it
     import torch
@@ -242,32 +230,14 @@ def new_augmenter(in_channels: int, *, color_scale: float = 0.2, geometry_scale:
                               noise_dim=noise_dim, hidden=hidden, generator=generator)
 
 
-class AugmenterAdam:
-    """Adam (decoupled weight decay, i.e. AdamW) on the augmenter's parameters through the
-    functional ``torch.optim.adam.adam`` (no ``torch.optim.Optimizer``: its first use imports
-    ``torch._dynamo``). ``maximize=True``: it ascends the objective it is given the gradient of."""
+class AugmenterAdam(FunctionalAdam):
+    """The augmenter's optimiser: Adam with decoupled weight decay (AdamW, TeachAugment's
+    settings :data:`AUG_BETAS`, :data:`AUG_EPS`, default weight decay :data:`AUG_WEIGHT_DECAY`),
+    ``maximize=True``: it ascends the objective it is given the gradient of."""
 
     def __init__(self, params, lr: float, weight_decay: float = AUG_WEIGHT_DECAY):
-        import torch
-
-        self.params = [p for p in params if p.requires_grad]
-        self.lr, self.weight_decay = float(lr), float(weight_decay)
-        self.exp_avgs = [torch.zeros_like(p) for p in self.params]
-        self.exp_avg_sqs = [torch.zeros_like(p) for p in self.params]
-        self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.params]
-
-    @property
-    def num_steps(self) -> int:
-        return int(self.steps[0]) if self.steps else 0
-
-    def step(self, grads) -> None:
-        import torch
-        from torch.optim.adam import adam
-
-        with torch.no_grad():
-            adam(self.params, list(grads), self.exp_avgs, self.exp_avg_sqs, [], self.steps, foreach=False,
-                 decoupled_weight_decay=True, amsgrad=False, beta1=AUG_BETAS[0], beta2=AUG_BETAS[1], lr=self.lr,
-                 weight_decay=self.weight_decay, eps=AUG_EPS, maximize=True)
+        super().__init__(params, lr, weight_decay, betas=AUG_BETAS, eps=AUG_EPS, decoupled_weight_decay=True,
+                         maximize=True)
 
 
 def augmenter_state(augmenter: nn.Module, opt: AugmenterAdam) -> dict[str, Any]:
@@ -391,7 +361,7 @@ class GCA(ClientMethod):
 
         cfg = self.cfg
         if ctx.x.dim() != 4:
-            from fedtune.config import ConfigError
+            from fedtune.errors import ConfigError
 
             raise ConfigError(
                 f"field 'dataset': algorithm '{cfg.algorithm}' (client method {self.name}) augments images "
@@ -428,59 +398,50 @@ class GCA(ClientMethod):
 
     def _train(self, ctx: ClientContext, augmenter: nn.Module, aug_opt: AugmenterAdam) -> ClientOutcome:
         import torch
-        from torch import nn
+        from torch.nn import functional as F
 
         model, cfg = ctx.model, self.cfg
         interval = int(cfg.param("gfm_interval"))
-        rho = float(cfg.param("sam_rho")) if self.use_sam else 0.0
-        model.train()
+        opt = self.start_round(ctx)
         augmenter.train()
-        global_model = copy.deepcopy(model).requires_grad_(False)
-        opt = make_local_sgd(model, cfg)
+        global_model = copy.deepcopy(model).requires_grad_(False)  # as received, in training mode
+        sam = SamDescent(opt, model, float(cfg.param("sam_rho")), ctx.record_step) if self.use_sam else None
         noise_gen = torch.Generator(device=ctx.device).manual_seed(
             _module_seed(cfg.seed, ctx.client_id, ctx.round, 0x4E4F49))
-        n = len(ctx.y)
-        total, sharpness, done = 0.0, 0.0, 0
+        taken = 0
         local_losses: list[float] = []
         global_losses: list[float] = []
-        for idx in batches(n, cfg.batch_size, local_steps(n, cfg), ctx.generator):
-            idx = idx.to(ctx.device)
-            x, y = ctx.x[idx], ctx.y[idx]
+
+        def step(batch: torch.Tensor) -> float:
+            """A model step on the augmented batch, then every ``interval``-th step one augmenter
+            update on the same batch (a non-finite augmenter loss ends the round as a model loss would)."""
+            nonlocal taken
+            x, y = ctx.x[batch], ctx.y[batch]
             with torch.no_grad():
                 xa = augmenter(x, generator=noise_gen)
-            if self.use_sam:
-                step = sam_step(opt, cross_entropy_closure(model, xa, y), rho, model=model,
-                                record_step=ctx.record_step)
-                if not step.finite:
-                    return ClientOutcome(loss=step.loss if not math.isfinite(step.loss) else step.perturbed_loss,
-                                         steps=done + 1)
-                value = step.loss
-                sharpness += step.perturbed_loss - step.loss
-            else:
-                loss = nn.functional.cross_entropy(model(xa), y)
-                value = float(loss.detach())
-                if not math.isfinite(value):
-                    return ClientOutcome(loss=value, steps=done + 1)
-                opt.zero_grad()
-                loss.backward()
-                ctx.record_step(opt.params, [p.grad for p in opt.params])
-                opt.step()
-            total += value
-            done += 1
-            if done % interval == 0:
+            value = sam(xa, y) if sam is not None else descend(opt, F.cross_entropy(model(xa), y), ctx.record_step)
+            if not math.isfinite(value):
+                return value
+            taken += 1
+            if taken % interval == 0:
                 noise = augmenter.sample_noise(x.shape[0], noise_gen)
                 local, glob = augmenter_update(augmenter, aug_opt, x, y, model, global_model, noise)
                 if not (math.isfinite(local) and math.isfinite(glob)):
-                    return ClientOutcome(loss=local if not math.isfinite(local) else glob, steps=done)
+                    return local if not math.isfinite(local) else glob
                 local_losses.append(local)
                 global_losses.append(glob)
-        metrics: dict[str, float] = {"gfm_aug_updates": float(len(local_losses))}
-        if local_losses:
-            metrics["gfm_aug_local_loss"] = float(np.mean(local_losses))
-            metrics["gfm_aug_global_loss"] = float(np.mean(global_losses))
-        if self.use_sam:
-            metrics["sam_sharpness"] = sharpness / max(done, 1)
-        return ClientOutcome(loss=total / max(done, 1), steps=done, metrics=metrics)
+            return value
+
+        def metrics(steps: int) -> dict[str, float]:
+            out: dict[str, float] = {"gfm_aug_updates": float(len(local_losses))}
+            if local_losses:
+                out["gfm_aug_local_loss"] = float(np.mean(local_losses))
+                out["gfm_aug_global_loss"] = float(np.mean(global_losses))
+            if sam is not None:
+                out.update(sam.metrics(steps))
+            return out
+
+        return self.local_loop(ctx, step, metrics)
 
 
 class GFM(GCA):

@@ -11,7 +11,7 @@
   ``θ + ε``, and a step *from* ``θ`` with the local optimiser (:class:`LocalSGD`: momentum and
   weight decay exactly as ``sgd``; weight decay acts on ``θ``, not on ``θ + ε``).
   ``diag.sam_sharpness`` is the round's mean of ``L(θ + ε) − L(θ)`` on the batch (a one-sample
-  estimate of the flatness ``F_ρ`` of METHODS.md §6, free because SAM evaluates both losses).
+  estimate of the flatness ``F_ρ`` of docs/methods.md §6, free because SAM evaluates both losses).
 
 Batch-norm running statistics in SAM: the first forward pass (at ``θ``) updates them as in plain
 SGD; the second pass (at ``θ + ε``) normalises with its own batch statistics (train mode, as
@@ -31,14 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fedtune.algorithms.base import HParam
-from fedtune.algorithms.client import (
-    ClientContext,
-    ClientMethod,
-    ClientOutcome,
-    LocalSGD,
-    batches,
-    local_steps,
-)
+from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, RecordStep, descend
+from fedtune.algorithms.optim import LocalSGD
 
 if TYPE_CHECKING:  # torch is imported lazily: the coordinator never needs it
     import torch
@@ -54,11 +48,11 @@ class PositiveHParam(HParam):
     >>> PositiveHParam("r", 1.0, "radius", lo=0.0).check(0, "test")
     Traceback (most recent call last):
     ...
-    fedtune.config.ConfigError: field 'r' (test): 0 is out of range; allowed: > 0
+    fedtune.errors.ConfigError: field 'r' (test): 0 is out of range; allowed: > 0
     """
 
     def check(self, value: Any, owner: str) -> Any:
-        from fedtune.config import ConfigError
+        from fedtune.errors import ConfigError
 
         if self.lo is not None and not isinstance(value, bool):
             try:
@@ -130,10 +124,16 @@ class SamStep:
     def finite(self) -> bool:
         return math.isfinite(self.loss) and math.isfinite(self.perturbed_loss)
 
+    @property
+    def reported_loss(self) -> float:
+        """What the round reports for this step: ``loss``, or the perturbed loss when that alone
+        is not finite (either way non-finite when the step is not :attr:`finite`)."""
+        return self.perturbed_loss if math.isfinite(self.loss) and not math.isfinite(self.perturbed_loss) else self.loss
+
 
 def sam_step(optimizer: LocalSGD, closure: Callable[[], torch.Tensor], rho: float, *,
              model: nn.Module | None = None,
-             record_step: Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor | None]], None] | None = None,
+             record_step: RecordStep | None = None,
              ) -> SamStep:
     """One SAM step on ``optimizer.params``: gradient of ``closure()`` at ``θ``, ``ε`` from
     :func:`sam_perturbation`, gradient at ``θ + ε`` (with ``model``'s buffers frozen, see
@@ -142,7 +142,7 @@ def sam_step(optimizer: LocalSGD, closure: Callable[[], torch.Tensor], rho: floa
     ``closure`` recomputes the loss from the current parameters (it is called twice). Nothing is
     changed when the first loss is not finite. ``record_step`` (the client's
     ``ctx.record_step``) receives the gradient at the *unperturbed* ``θ``: the batch gradient
-    plain SGD would step on, which is the sample auto-β's estimators need (METHODS.md §2). With plain SGD (no momentum/decay) the update is
+    plain SGD would step on, which is the sample auto-β's estimators need (docs/methods.md §2). With plain SGD (no momentum/decay) the update is
     ``θ' = θ − lr ∇L(θ + ρ ∇L(θ)/‖∇L(θ)‖)``.
     """
     import torch
@@ -204,9 +204,27 @@ def cross_entropy_closure(model: nn.Module, x: torch.Tensor, y: torch.Tensor) ->
     return lambda: F.cross_entropy(model(x), y)
 
 
-def make_local_sgd(model: nn.Module, cfg: Any) -> LocalSGD:
-    """The run's local optimiser (``local_lr``, ``local_momentum``, ``weight_decay``)."""
-    return LocalSGD(model.parameters(), lr=cfg.local_lr, momentum=cfg.local_momentum, weight_decay=cfg.weight_decay)
+class SamDescent:
+    """SAM's step function body on the cross-entropy of a batch ``(x, y)``: ``descent(x, y)``
+    runs :func:`sam_step` (recording the unperturbed batch gradient with ``record_step``) and
+    returns the loss the round reports (:attr:`SamStep.reported_loss`); it sums
+    ``L(θ + ε) − L(θ)`` over its finite steps for the ``sam_sharpness`` metric. Used by FedSAM on
+    the client's batches and by GFM on their augmentations."""
+
+    def __init__(self, optimizer: LocalSGD, model: nn.Module, rho: float, record_step: RecordStep):
+        self.optimizer, self.model, self.rho, self.record_step = optimizer, model, float(rho), record_step
+        self.sharpness_sum = 0.0
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        step = sam_step(self.optimizer, cross_entropy_closure(self.model, x, y), self.rho, model=self.model,
+                        record_step=self.record_step)
+        if step.finite:
+            self.sharpness_sum += step.perturbed_loss - step.loss
+        return step.reported_loss
+
+    def metrics(self, steps: int) -> dict[str, float]:
+        """``{"sam_sharpness": mean L(θ + ε) − L(θ) over the round's steps}``."""
+        return {"sam_sharpness": self.sharpness_sum / max(steps, 1)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -216,31 +234,22 @@ class Prox(ClientMethod):
     hparams = (PROX_MU,)
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
-        from torch import nn
+        from torch.nn import functional as F
 
-        model, cfg = ctx.model, self.cfg
-        mu = float(cfg.param("prox_mu"))
-        model.train()
-        opt = make_local_sgd(model, cfg)
+        mu = float(self.cfg.param("prox_mu"))
+        model, opt = ctx.model, self.start_round(ctx)
         anchors = [p.detach().clone() for p in opt.params] if mu > 0 else []
-        n = len(ctx.y)
-        total, penalty, done = 0.0, 0.0, 0
-        for idx in batches(n, cfg.batch_size, local_steps(n, cfg), ctx.generator):
-            idx = idx.to(ctx.device)
-            loss = nn.functional.cross_entropy(model(ctx.x[idx]), ctx.y[idx])
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                return ClientOutcome(loss=value, steps=done + 1)
-            opt.zero_grad()
-            loss.backward()
-            ctx.record_step(opt.params, [p.grad for p in opt.params])  # before the prox term
+        penalty = 0.0
+
+        def add_prox() -> None:  # after recording the batch gradient: the record excludes the prox term
+            nonlocal penalty
             if mu > 0:
                 penalty += add_prox_gradient(opt.params, anchors, mu)
-            opt.step()
-            total += value
-            done += 1
-        return ClientOutcome(loss=total / max(done, 1), steps=done,
-                             metrics={"prox_penalty": penalty / max(done, 1)})
+
+        def step(batch: torch.Tensor) -> float:
+            return descend(opt, F.cross_entropy(model(ctx.x[batch]), ctx.y[batch]), ctx.record_step, add_prox)
+
+        return self.local_loop(ctx, step, lambda steps: {"prox_penalty": penalty / max(steps, 1)})
 
 
 class SAM(ClientMethod):
@@ -249,21 +258,5 @@ class SAM(ClientMethod):
     hparams = (SAM_RHO,)
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
-        model, cfg = ctx.model, self.cfg
-        rho = float(cfg.param("sam_rho"))
-        model.train()
-        opt = make_local_sgd(model, cfg)
-        n = len(ctx.y)
-        total, sharpness, done = 0.0, 0.0, 0
-        for idx in batches(n, cfg.batch_size, local_steps(n, cfg), ctx.generator):
-            idx = idx.to(ctx.device)
-            x, y = ctx.x[idx], ctx.y[idx]
-            step = sam_step(opt, cross_entropy_closure(model, x, y), rho, model=model, record_step=ctx.record_step)
-            if not step.finite:
-                return ClientOutcome(loss=step.loss if not math.isfinite(step.loss) else step.perturbed_loss,
-                                     steps=done + 1)
-            total += step.loss
-            sharpness += step.perturbed_loss - step.loss
-            done += 1
-        return ClientOutcome(loss=total / max(done, 1), steps=done,
-                             metrics={"sam_sharpness": sharpness / max(done, 1)})
+        sam = SamDescent(self.start_round(ctx), ctx.model, float(self.cfg.param("sam_rho")), ctx.record_step)
+        return self.local_loop(ctx, lambda batch: sam(ctx.x[batch], ctx.y[batch]), sam.metrics)

@@ -1,18 +1,15 @@
 """Server rules: how the coordinator combines client updates into the next global model.
 
-The math is plain functions on NumPy arrays (importable and testable without Ray); a
-:class:`ServerRule` wraps one with its hyperparameters and state. Conventions (METHODS.md):
+A :class:`ServerRule` wraps aggregation math (plain NumPy functions: the shared ones in
+:mod:`fedtune.algorithms.aggregate`, each family's own in its module) with its hyperparameters
+and state; :class:`FedAvg` is the plain one. Conventions (docs/methods.md; the update and weight
+conventions are :mod:`~fedtune.algorithms.aggregate`'s):
 
-* ``updates[u] = Δ_u = θ_u − θ`` is a *descent displacement* (adding it lowers client u's loss);
-  rows are in ascending client-id order, so results never depend on which actor ran whom.
-* ``weights[u] = p_u = n_u / Σ n`` (training examples of the round's participants).
 * Only the parameter part of the flat vector (``layout.num_params``) reaches
   :meth:`ServerRule.aggregate`; floating buffers (batch-norm statistics) go to
   :meth:`ServerRule.aggregate_buffers` after it (default: :func:`fedavg_buffers`, the weighted
-  mean; the FDA rules follow their parameter rule, METHODS.md §2). Integer buffers
+  mean; the FDA rules follow their parameter rule, docs/methods.md §2). Integer buffers
   (``num_batches_tracked``) are not in the flat vector and stay as each model has them.
-* Sums are accumulated in float64, client by client in a fixed order (no BLAS reduction whose
-  order could depend on thread counts), then cast to float32: bit-reproducible.
 """
 
 from __future__ import annotations
@@ -22,80 +19,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedtune.algorithms.aggregate import (  # noqa: F401  (weighted_sum, fedavg_weights, BLOCK: re-exported)
+    BLOCK,
+    fedavg_buffers,
+    fedavg_step,
+    fedavg_weights,
+    weighted_sum,
+)
 from fedtune.algorithms.base import HParam
-
-
-BLOCK = 1 << 16  # elements per block: the float64 scratch stays in cache (512 KiB)
-
-
-def _check(updates: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    updates = np.asarray(updates)
-    weights = np.asarray(weights, dtype=np.float64)
-    if updates.ndim != 2 or weights.ndim != 1 or updates.shape[0] != weights.shape[0]:
-        raise ValueError(f"updates {updates.shape} and weights {weights.shape} disagree on the client count")
-    return updates, weights
-
-
-def _combine(updates: np.ndarray, weights: np.ndarray, base: np.ndarray | None, scale: float,
-             out: np.ndarray) -> np.ndarray:
-    """``out = base + scale · Σ_u w_u updates[u]`` block by block; every element sees exactly the
-    float64 operations of the plain formula, in client order (so blocking changes no bit)."""
-    m = updates.shape[1]
-    acc_buf = np.empty(min(BLOCK, m), dtype=np.float64)
-    tmp_buf = np.empty_like(acc_buf)
-    for s in range(0, m, BLOCK):
-        e = min(s + BLOCK, m)
-        acc, tmp = acc_buf[:e - s], tmp_buf[:e - s]
-        acc[:] = 0.0
-        for w, row in zip(weights, updates):
-            np.multiply(row[s:e], w, out=tmp)
-            acc += tmp
-        if base is not None:
-            acc *= scale
-            acc += base[s:e]
-        out[s:e] = acc
-    return out
-
-
-def weighted_sum(updates: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """``Σ_u weights[u] · updates[u]`` accumulated in float64, client by client in order.
-
-    >>> weighted_sum(np.array([[1., 2.], [3., 4.]], np.float32), np.array([0.25, 0.75]))
-    array([2.5, 3.5])
-    """
-    updates, weights = _check(updates, weights)
-    return _combine(updates, weights, None, 1.0, np.empty(updates.shape[1], dtype=np.float64))
-
-
-def fedavg_weights(num_examples: np.ndarray) -> np.ndarray:
-    """``p_u = n_u / Σ n`` (float64).
-
-    >>> fedavg_weights(np.array([1, 3]))
-    array([0.25, 0.75])
-    """
-    n = np.asarray(num_examples, dtype=np.float64)
-    if n.ndim != 1 or len(n) == 0 or (n < 0).any() or n.sum() <= 0:
-        raise ValueError(f"num_examples must be non-negative with a positive sum, got {num_examples}")
-    return n / n.sum()
-
-
-def fedavg_step(params: np.ndarray, updates: np.ndarray, weights: np.ndarray, global_lr: float = 1.0) -> np.ndarray:
-    """FedAvg with a server learning rate: ``θ + η_g · Σ_u p_u Δ_u`` (float32).
-
-    ``global_lr = 1`` is McMahan et al.'s FedAvg (the weighted mean of the client models).
-
-    >>> fedavg_step(np.zeros(2, np.float32), np.array([[2., 0.], [0., 2.]], np.float32), np.array([.5, .5]), 0.5)
-    array([0.5, 0.5], dtype=float32)
-    """
-    updates, weights = _check(updates, weights)
-    if np.shape(params) != (updates.shape[1],):
-        raise ValueError(f"params {np.shape(params)} and updates {np.shape(updates)} disagree on the parameter count")
-    return _combine(updates, weights, np.asarray(params), float(global_lr), np.empty(updates.shape[1], np.float32))
-
-
-def fedavg_buffers(client_buffers: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Weighted mean of the clients' floating buffers (batch-norm running mean/var)."""
-    return weighted_sum(client_buffers, weights).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -123,7 +54,7 @@ class AggregateResult:
 class ServerRule:
     """Base class. Subclasses set ``name``/``hparams`` and implement :meth:`aggregate`.
 
-    ``cfg`` is the validated :class:`~fedtune.config.RunConfig`; a rule reads its own
+    ``cfg`` is the validated :class:`~fedtune.config.FederatedRunConfig`; a rule reads its own
     hyperparameters with ``cfg.param(name)``.
     """
 
@@ -143,6 +74,18 @@ class ServerRule:
         self.layout = layout
 
     @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """Raise a ConfigError where ``cfg`` (its hyperparameters already checked one by one) cannot
+        run with this rule: cross-field conditions, checked once when the config is validated."""
+
+    @classmethod
+    def effective_global_lr(cls, cfg: Any) -> float:
+        """The server learning rate a run with ``cfg`` uses: ``cfg.global_lr`` if set, else this
+        rule's :attr:`default_global_lr` (the one source of truth; :attr:`global_lr` and the
+        config's ``hp.global_lr`` column read it)."""
+        return float(cfg.global_lr) if cfg.global_lr is not None else float(cls.default_global_lr)
+
+    @classmethod
     def wants_target_steps_for(cls, cfg: Any) -> bool:
         """Whether a run with ``cfg`` needs the clients' raw per-batch steps (the target's
         ``step_updates``, the sources' ``mean_step_update``; FedDA/FedGP: only with
@@ -151,8 +94,8 @@ class ServerRule:
 
     @property
     def global_lr(self) -> float:
-        """``cfg.global_lr`` if set, else this rule's :attr:`default_global_lr`."""
-        return float(self.cfg.global_lr) if self.cfg.global_lr is not None else float(self.default_global_lr)
+        """This run's server learning rate (:meth:`effective_global_lr`)."""
+        return self.effective_global_lr(self.cfg)
 
     def payload(self, round: int) -> dict[str, np.ndarray]:
         """Arrays broadcast to clients with the weights this round (e.g. FedGaLA's reference)."""

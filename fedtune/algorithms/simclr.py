@@ -1,9 +1,9 @@
-"""SimCLR on the client (METHODS.md §3, §5 UFDG): contrastive training without labels.
+"""SimCLR on the client (docs/methods.md §3, §5 UFDG): contrastive training without labels.
 
 Each local step draws a mini-batch, makes two random views of every example
 (:func:`augment`), runs both through the model (encoder + projector MLP, see
 :func:`fedtune.models.build_model` with ``head="projector"``) in one forward pass, and descends
-the NT-Xent loss (:func:`nt_xent`, Chen et al. 2020) with :class:`~fedtune.algorithms.client.LocalSGD`.
+the NT-Xent loss (:func:`nt_xent`, Chen et al. 2020) with :class:`~fedtune.algorithms.optim.LocalSGD`.
 Labels are never read. The whole model, projector included, is federated by the server rule;
 evaluation is a linear probe on the frozen encoder's features (fitted on the coordinator).
 
@@ -35,14 +35,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from fedtune.algorithms.base import HParam
-from fedtune.algorithms.client import (
-    ClientContext,
-    ClientMethod,
-    ClientOutcome,
-    LocalSGD,
-    batches,
-    local_steps,
-)
+from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
 from fedtune.algorithms.gala import GALA_GATE, GALA_TAU, GatedClientMixin  # NumPy only at import
 
 if TYPE_CHECKING:
@@ -179,7 +172,7 @@ class SimCLRLoss:
 
     def __init__(self, temperature: float):
         if not temperature > 0:
-            from fedtune.config import ConfigError
+            from fedtune.errors import ConfigError
 
             raise ConfigError(f"field 'simclr_temperature': {temperature} is out of range; allowed: > 0")
         self.temperature = float(temperature)
@@ -214,34 +207,16 @@ class SimCLR(ClientMethod):
         """How the runtime builds this method's model (see :func:`projector_head`)."""
         return projector_head(cfg)
 
-    def make_optimizer(self, model: nn.Module) -> LocalSGD:
-        c = self.cfg
-        return LocalSGD(model.parameters(), lr=c.local_lr, momentum=c.local_momentum, weight_decay=c.weight_decay)
-
     def train(self, ctx: ClientContext) -> ClientOutcome:
-        model, cfg = ctx.model, self.cfg
-        model.train()
-        loss_fn = SimCLRLoss.from_cfg(cfg)
-        opt = self.make_optimizer(model)
-        n = len(ctx.x)  # labels (ctx.y) are never read
-        steps = local_steps(n, cfg)
-        total, done = 0.0, 0
-        for idx in batches(n, cfg.batch_size, steps, ctx.generator):
-            loss = loss_fn(model, ctx.x[idx.to(ctx.device)], ctx.generator)
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                return ClientOutcome(loss=value, steps=done + 1)
-            opt.zero_grad()
-            loss.backward()
-            ctx.record_step(opt.params, [p.grad for p in opt.params])
-            opt.step()
-            total += value
-            done += 1
-        return ClientOutcome(loss=total / max(done, 1), steps=done)
+        loss_fn = SimCLRLoss.from_cfg(self.cfg)
+        model, opt = ctx.model, self.start_round(ctx)
+        # labels (ctx.y) are never read; the views draw from the data-order generator
+        return self.local_loop(ctx, lambda batch: descend(opt, loss_fn(model, ctx.x[batch], ctx.generator),
+                                                          ctx.record_step))
 
 
-# FedGaLA's local alignment on the SimCLR loss (METHODS.md §3, the paper's own setting): the
-# loop above, with the optimiser swapped for fedtune.algorithms.gala.GatedSGD by the mixin.
+# FedGaLA's local alignment on the SimCLR loss (docs/methods.md §3, the paper's own setting): the
+# step above, with the optimiser swapped for fedtune.algorithms.gala.GatedSGD by the mixin.
 
 
 class GalaSimCLR(GatedClientMixin, SimCLR):

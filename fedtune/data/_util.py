@@ -6,7 +6,7 @@ import zlib
 
 import numpy as np
 
-from .base import DataError
+from fedtune.errors import DataError
 
 
 def rng_for(seed: int, *keys: int | str) -> np.random.Generator:

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedtune.errors import DataError
+
+from ._util import check_domain, check_indices
+
 # A set of examples spread over domains: domain name -> sorted int64 indices into that domain.
 Pieces = dict[str, np.ndarray]
-
-
-class DataError(ValueError):
-    """A dataset cannot be built or read (unknown name, missing root, bad layout)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,15 @@ class DomainDataset(ABC):
     """A dataset made of named domains. Subclasses must be deterministic for a given seed."""
 
     info: DatasetInfo
+
+    def check_domain(self, domain: str) -> None:
+        """Raise a :class:`DataError` naming the choices unless ``domain`` is one of this dataset's."""
+        check_domain(self.info.domains, domain, self.info.name)
+
+    def check_indices(self, domain: str, indices: np.ndarray, size: int) -> np.ndarray:
+        """``indices`` into ``domain`` (``size`` examples) as a 1-D int64 array, or a
+        :class:`DataError` naming the dataset and domain (call :meth:`check_domain` first)."""
+        return check_indices(indices, size, f"{self.info.name} domain {domain!r}")
 
     @abstractmethod
     def labels(self, domain: str) -> np.ndarray:

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ._util import check_domain, check_indices
 from .base import DatasetInfo, DomainDataset
 
 ANGLES: tuple[int, ...] = (0, 15, 30, 45, 60, 75)
@@ -104,16 +103,16 @@ class RotatedDigits(DomainDataset):
 
     def members(self, domain: str) -> np.ndarray:
         """Original sklearn indices of ``domain``'s examples, in canonical order."""
-        check_domain(self.info.domains, domain, self.info.name)
+        self.check_domain(domain)
         return self._members[domain].copy()
 
     def labels(self, domain: str) -> np.ndarray:
-        check_domain(self.info.domains, domain, self.info.name)
+        self.check_domain(domain)
         return self._labels[self._members[domain]].copy()
 
     def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        check_domain(self.info.domains, domain, self.info.name)
+        self.check_domain(domain)
         m = self._members[domain]
-        idx = check_indices(indices, len(m), f"rotated-digits domain {domain!r}")
+        idx = self.check_indices(domain, indices, len(m))
         src = m[idx]
         return render(self._images[src], self._angle[domain]), self._labels[src].copy()

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ._util import check_domain, check_indices
 from .base import DataError, DatasetInfo, DomainDataset
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
@@ -114,19 +113,19 @@ class ImageFolderDataset(DomainDataset):
 
     def files(self, domain: str) -> list[str]:
         """Relative paths ``<class>/<file>`` of ``domain``'s images, in canonical order."""
-        check_domain(self.info.domains, domain, self.info.name)
+        self.check_domain(domain)
         return list(self._files[domain])
 
     def labels(self, domain: str) -> np.ndarray:
-        check_domain(self.info.domains, domain, self.info.name)
+        self.check_domain(domain)
         return self._labels[domain].copy()
 
     def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         from PIL import Image
 
-        check_domain(self.info.domains, domain, self.info.name)
+        self.check_domain(domain)
         files = self._files[domain]
-        idx = check_indices(indices, len(files), f"{self.info.name} domain {domain!r}")
+        idx = self.check_indices(domain, indices, len(files))
         s = self.image_size
         out = np.empty((len(idx), s, s, 3), dtype=np.float32)
         for j, i in enumerate(idx):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import check_domain, check_indices, rng_for
+from ._util import rng_for
 from .base import DatasetInfo, DomainDataset
 
 POINTS_PER_DOMAIN = 500
@@ -75,19 +75,19 @@ class Rect4(DomainDataset):
 
     def raw_points(self, domain: str) -> np.ndarray:
         """Unscaled ``(x, y)`` coordinates of ``domain`` (for plots and tests)."""
-        check_domain(self.info.domains, domain, self.info.name)
+        self.check_domain(domain)
         return self._raw[domain].copy()
 
     def noisy_mask(self, domain: str) -> np.ndarray:
         """True where a point is labelled by the local boundary instead of the global one."""
-        check_domain(self.info.domains, domain, self.info.name)
+        self.check_domain(domain)
         return self._noisy[domain].copy()
 
     def labels(self, domain: str) -> np.ndarray:
-        check_domain(self.info.domains, domain, self.info.name)
+        self.check_domain(domain)
         return self._y[domain].copy()
 
     def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        check_domain(self.info.domains, domain, self.info.name)
-        idx = check_indices(indices, POINTS_PER_DOMAIN, f"rect4 domain {domain!r}")
+        self.check_domain(domain)
+        idx = self.check_indices(domain, indices, POINTS_PER_DOMAIN)
         return np.ascontiguousarray(self._x[domain][idx]), self._y[domain][idx].copy()

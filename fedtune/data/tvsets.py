@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ._util import check_domain, check_indices
 from .base import DataError, DatasetInfo, DomainDataset
 
 _DIGITS = tuple(str(i) for i in range(10))
@@ -183,16 +182,16 @@ class TorchvisionDataset(DomainDataset):
         self._images = np.ascontiguousarray(images)
 
     def labels(self, domain: str) -> np.ndarray:
-        check_domain(self.info.domains, domain, self.info.name)
+        self.check_domain(domain)
         if self._labels is None:
             self._labels = self._read_labels()
         return self._labels.copy()
 
     def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        check_domain(self.info.domains, domain, self.info.name)
+        self.check_domain(domain)
         self._ensure_images()
         assert self._images is not None and self._labels is not None
-        idx = check_indices(indices, len(self._labels), f"{self.name} domain {domain!r}")
+        idx = self.check_indices(domain, indices, len(self._labels))
         x = self._images[idx].astype(np.float32) / 255.0
         if x.ndim == 3:  # (n, H, W) grey
             x = x[:, None]

@@ -1,7 +1,7 @@
 """One federated run, end to end: plan the data, place the actors, loop the rounds, store results.
 
->>> from fedtune.config import RunConfig
->>> cfg = RunConfig.from_dict({"rounds": 1, "backend": "local", "output": "/tmp/fedtune-doctest",
+>>> from fedtune.config import FederatedRunConfig
+>>> cfg = FederatedRunConfig.from_dict({"rounds": 1, "backend": "local", "output": "/tmp/fedtune-doctest",
 ...                            "local_steps": 1})
 >>> result = run(cfg, progress=False)          # doctest: +SKIP
 >>> result.status, result.rows[-1]["round"]     # doctest: +SKIP
@@ -22,22 +22,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from fedtune.config import RunConfig
+from fedtune.config import FederatedRunConfig
 from fedtune.data import get_dataset, make_plan
 from fedtune.data.base import FederatedPlan
-from fedtune.runtime.resources import ResourceError, ResourcePlan, plan_resources
+from fedtune.results.status import COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING
+from fedtune.runtime.remote_errors import ray_get
+from fedtune.runtime.resources import ResourceError, ResourcePlan, resource_plan_of
 
 
-
-def build_plan(cfg: RunConfig) -> FederatedPlan:
+def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
     """The data partition of a run, from labels only (no pixels decoded, no torch)."""
-    from fedtune.algorithms import resolve
-    from fedtune.config import ConfigError
+    from fedtune.errors import ConfigError
 
     dataset = get_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size, data_seed=cfg.data_seed)
     info = dataset.info
     setting = cfg.setting or info.default_setting
-    resolved = resolve(cfg)
+    resolved = cfg.resolved
     if setting not in resolved.settings:
         raise ConfigError(
             f"field 'setting': algorithm '{cfg.algorithm}' (client method {resolved.client_method.name}, server rule "
@@ -59,7 +59,7 @@ def build_plan(cfg: RunConfig) -> FederatedPlan:
                      oracle_fraction=cfg.oracle_fraction, data_seed=cfg.data_seed)
 
 
-def connect_ray(cfg: RunConfig, *, verbose: bool = False) -> bool:
+def connect_ray(cfg: FederatedRunConfig, *, verbose: bool = False) -> bool:
     """Join ``cfg.address`` or start a local Ray with ``num_cpus``/``num_gpus`` and no dashboard.
 
     Returns True when this call started Ray (so the caller shuts it down). Never called inside a trial.
@@ -83,26 +83,20 @@ def cluster_nodes() -> list[dict[str, float]]:
     return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive", n.get("alive", False))]
 
 
-def resource_plan_for(cfg: RunConfig, plan: FederatedPlan, nodes: list[dict[str, float]]) -> ResourcePlan:
-    return plan_resources(num_clients=plan.num_clients, nodes=nodes, client_cpus=cfg.client_cpus,
-                          client_gpus=cfg.client_gpus, coordinator_cpus=cfg.coordinator_cpus,
-                          coordinator_gpus=cfg.coordinator_gpus, max_client_actors=cfg.max_client_actors)
-
-
 class FederatedRun:
     """A run that can be stepped round by round (``fedtune run`` and Tune trials use this).
 
     ``backend="local"`` runs everything in this process. ``backend="ray"`` needs Ray to be
     initialised; it reserves a placement group (or uses ``placement_group`` with bundles laid
-    out as :func:`resource_plan_for` says) and creates the coordinator and every client actor in it.
+    out as :func:`~fedtune.runtime.resources.resource_plan_of` says) and creates the coordinator
+    and every client actor in it.
     """
 
-    def __init__(self, cfg: RunConfig, *, placement_group=None, resources: ResourcePlan | None = None):
-        from fedtune.algorithms import resolve
+    def __init__(self, cfg: FederatedRunConfig, *, placement_group=None, resources: ResourcePlan | None = None):
 
         self.cfg = cfg
         self.plan = build_plan(cfg)
-        self.resolved = resolve(cfg)
+        self.resolved = cfg.resolved
         self.setting = self.plan.setting
         self.resources = resources
         self._pg = placement_group
@@ -122,13 +116,14 @@ class FederatedRun:
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from fedtune.runtime.coordinator import ActorFactory, Coordinator, assign_clients
+        from fedtune.runtime.coordinator import Coordinator
+        from fedtune.runtime.pools import ActorFactory
 
         if not ray.is_initialized():
             raise RuntimeError("backend 'ray' needs a connected Ray (fedtune.runtime.connect_ray); "
                                "fedtune never calls ray.init inside a trial")
         if self.resources is None:
-            self.resources = resource_plan_for(self.cfg, self.plan, cluster_nodes())
+            self.resources = resource_plan_of(self.cfg, self.plan.num_clients, cluster_nodes())
         res = self.resources
         if self._pg is None:
             self._pg = placement_group(res.bundles, strategy="PACK", name="")
@@ -139,9 +134,7 @@ class FederatedRun:
                     f"the cluster could not reserve {res.total} for this run within placement_timeout_s="
                     f"{self.cfg.placement_timeout_s:g}s (available now: {_avail()}); other work holds the resources")
         cfg_dict = self.cfg.to_dict()
-        assignment = assign_clients(self.plan.num_clients, res.num_workers)
-        factory = ActorFactory(cfg_dict, assignment, self.plan, self._pg, res.worker_bundles,
-                               res.client_cpus, res.client_gpus)
+        factory = ActorFactory.of(cfg_dict, self.plan, self._pg, res)
         # Client actors start first and together (each imports torch); the NumPy-only coordinator
         # starts beside them and waits for worker 0's initial weights.
         actors = [factory(w) for w in range(res.num_workers)]
@@ -150,8 +143,8 @@ class FederatedRun:
         coord_cls = ray.remote(max_restarts=0)(Coordinator)
         self.coordinator = coord_cls.options(num_cpus=res.coordinator_cpus, num_gpus=res.coordinator_gpus,
                                              scheduling_strategy=strategy).remote(
-            cfg_dict, self.plan, {"kind": "ray", "actors": actors, "factory": factory, "assignment": assignment})
-        self._call = lambda name, *a: _ray_get(getattr(self.coordinator, name).remote(*a))
+            cfg_dict, self.plan, factory.pool_spec(actors))
+        self._call = lambda name, *a: ray_get(getattr(self.coordinator, name).remote(*a))
 
     def describe(self) -> dict[str, Any]:
         return self._call("describe")
@@ -196,7 +189,7 @@ class FederatedRun:
             self.coordinator.pool.worker.set_client_state(clients)
         self.round = int(state["round"])
 
-    def reconfigure(self, cfg: RunConfig, resources: ResourcePlan | None = None) -> bool:
+    def reconfigure(self, cfg: FederatedRunConfig, resources: ResourcePlan | None = None) -> bool:
         """Turn this started run into a fresh run of ``cfg`` (Tune ``reuse_actors``).
 
         ``resources`` is the new run's layout: by default, in a placement group given to this run,
@@ -208,37 +201,32 @@ class FederatedRun:
         given). Returns True when the actors were kept. Either way the run then computes exactly
         what a fresh ``FederatedRun(cfg)`` would.
         """
-        from fedtune.algorithms import resolve
 
         plan = build_plan(cfg)
         if resources is None:
             if not self._own_pg:
                 resources = self.resources
             elif cfg.backend == "ray" and self.coordinator is not None:
-                resources = resource_plan_for(cfg, plan, cluster_nodes())
+                resources = resource_plan_of(cfg, plan.num_clients, cluster_nodes())
         keep = (cfg.backend == "ray" and self.cfg.backend == "ray" and self.coordinator is not None
                 and resources is not None and resources == self.resources)
         if keep:
             import ray
             from ray.exceptions import RayActorError
 
-            from fedtune.runtime.coordinator import ActorFactory, assign_clients
+            from fedtune.runtime.pools import ActorFactory
 
-            res = self.resources
             cfg_dict = cfg.to_dict()
-            assignment = assign_clients(plan.num_clients, res.num_workers)
-            factory = ActorFactory(cfg_dict, assignment, plan, self._pg, res.worker_bundles,
-                                   res.client_cpus, res.client_gpus)
+            factory = ActorFactory.of(cfg_dict, plan, self._pg, self.resources)
             try:
                 actors = self.client_handles()  # the live ones (a restarted actor has a new handle)
-                ray.get([a.reconfigure.remote(cfg_dict, [plan.clients[c] for c in assignment[w]], w,
+                ray.get([a.reconfigure.remote(cfg_dict, [plan.clients[c] for c in factory.assignment[w]], w,
                                               factory.shards[w]) for w, a in enumerate(actors)])
-                ray.get(self.coordinator.reconfigure.remote(
-                    cfg_dict, plan, {"kind": "ray", "actors": actors, "factory": factory, "assignment": assignment}))
+                ray.get(self.coordinator.reconfigure.remote(cfg_dict, plan, factory.pool_spec(actors)))
             except RayActorError:
                 keep = False  # an actor died meanwhile: start over below
         if keep:
-            self.cfg, self.plan, self.resolved = cfg, plan, resolve(cfg)
+            self.cfg, self.plan, self.resolved = cfg, plan, cfg.resolved
             self.setting, self.round = plan.setting, 0
             return True
         pg, own = self._pg, self._own_pg
@@ -270,23 +258,6 @@ class FederatedRun:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _ray_get(ref):
-    """``ray.get`` that re-raises a fedtune ConfigError/DataError raised inside an actor as itself
-    (one line, exit 2 in the CLI, as on the local backend) instead of Ray's wrapper traceback."""
-    import ray
-    from ray.exceptions import RayError
-
-    from fedtune.runtime.coordinator import input_error_of
-
-    try:
-        return ray.get(ref)
-    except RayError as exc:
-        err = input_error_of(exc)
-        if err is not None:
-            raise err from None
-        raise
 
 
 class Terminated(KeyboardInterrupt):
@@ -333,7 +304,7 @@ def _avail() -> str:
 @dataclass
 class RunResult:
     trial_id: str
-    status: str  # completed | diverged | failed | interrupted
+    status: str  # COMPLETED | DIVERGED | FAILED | INTERRUPTED (fedtune.results.status)
     rows: list[dict[str, Any]]
     study_dir: Path
     rounds_path: Path
@@ -342,7 +313,7 @@ class RunResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def round_row(cfg: RunConfig, run: FederatedRun, trial_id: str, result) -> dict[str, Any]:
+def round_row(cfg: FederatedRunConfig, run: FederatedRun, trial_id: str, result) -> dict[str, Any]:
     """One row of the rounds table: identity, hyperparameters (hp.*), metrics, status."""
     row: dict[str, Any] = {
         "study": cfg.name, "trial_id": trial_id, "algorithm": cfg.algorithm,
@@ -357,7 +328,7 @@ def round_row(cfg: RunConfig, run: FederatedRun, trial_id: str, result) -> dict[
     return row
 
 
-def run(cfg: RunConfig, *, progress: bool = True, verbose: bool = False,
+def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False,
         on_round: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Run ``cfg`` to the end (or divergence), writing every round to the results store."""
     from fedtune.results import ResultsStore, summarize_trial
@@ -366,7 +337,7 @@ def run(cfg: RunConfig, *, progress: bool = True, verbose: bool = False,
     started_at = datetime.now(timezone.utc)
     trial_id = cfg.trial_id()
     rows: list[dict[str, Any]] = []
-    status, error = "failed", None
+    status, error = FAILED, None
     started_ray = False
     bar = _Progress(cfg, enabled=progress)
     first_round_s = None
@@ -391,7 +362,7 @@ def run(cfg: RunConfig, *, progress: bool = True, verbose: bool = False,
         startup["actors_ready_s"] = time.perf_counter() - t_start
         info.update(startup)
         bar.start(fr, info)
-        status = "running"
+        status = RUNNING
         for _ in range(cfg.rounds):
             result = fr.step()
             row = round_row(cfg, fr, trial_id, result)
@@ -402,19 +373,19 @@ def run(cfg: RunConfig, *, progress: bool = True, verbose: bool = False,
             bar.update(row)
             if on_round is not None:
                 on_round(row)
-            if result.status == "diverged":
-                status = "diverged"
+            if result.status == DIVERGED:
+                status = DIVERGED
                 error = f"non-finite loss or weights in round {result.round}"
                 break
-        if status == "running":
-            status = "completed"
+        if status == RUNNING:
+            status = COMPLETED
     except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, SIGTERM (also Ray's sys.exit on SIGTERM)
-        status = "interrupted"
+        status = INTERRUPTED
         error = ("interrupted by SIGTERM" if isinstance(exc, Terminated) or isinstance(exc, SystemExit)
                  else "interrupted by the user")
         raise
     except BaseException as exc:
-        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        status, error = FAILED, f"{type(exc).__name__}: {exc}"
         raise
     finally:
         signals.close()
@@ -441,7 +412,7 @@ def run(cfg: RunConfig, *, progress: bool = True, verbose: bool = False,
 class _Progress:
     """A rich progress bar: one tick per round with the current metrics."""
 
-    def __init__(self, cfg: RunConfig, enabled: bool):
+    def __init__(self, cfg: FederatedRunConfig, enabled: bool):
         self.cfg, self.enabled = cfg, enabled
         self.progress = None
 

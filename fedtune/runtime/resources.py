@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fedtune.errors import ResourceError
+
+if TYPE_CHECKING:
+    from fedtune.config import FederatedRunConfig
 
 EPS = 1e-9
-
-
-class ResourceError(RuntimeError):
-    """The cluster cannot host the run as configured."""
 
 
 @dataclass(frozen=True)
@@ -115,3 +117,17 @@ def plan_resources(*, num_clients: int, nodes: list[dict[str, float]], client_cp
     offset = 1 if coord else 0
     return ResourcePlan(workers, bundles, 0, list(range(offset, offset + workers)),
                         client_cpus, client_gpus, coordinator_cpus, coordinator_gpus)
+
+
+def resource_plan_of(cfg: FederatedRunConfig, num_clients: int, nodes: list[dict[str, float]]) -> ResourcePlan:
+    """:func:`plan_resources` for a run of ``cfg`` with ``num_clients`` logical clients on
+    ``nodes``: the config's ``client_cpus``, ``client_gpus``, ``coordinator_cpus``,
+    ``coordinator_gpus`` and ``max_client_actors``.
+
+    >>> from fedtune.config import FederatedRunConfig
+    >>> resource_plan_of(FederatedRunConfig.from_dict({"client_cpus": 0.5}), 3, [{"CPU": 2.0}]).bundles
+    [{'CPU': 0.5}, {'CPU': 0.5}, {'CPU': 0.5}]
+    """
+    return plan_resources(num_clients=num_clients, nodes=nodes, client_cpus=cfg.client_cpus,
+                          client_gpus=cfg.client_gpus, coordinator_cpus=cfg.coordinator_cpus,
+                          coordinator_gpus=cfg.coordinator_gpus, max_client_actors=cfg.max_client_actors)

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fedtune.data.base import ClientSpec
 from fedtune.runtime.common import (
-    EvalCounts,
     assigned_gpu_ids,
     derive_seed,
     evaluate,
@@ -27,77 +25,17 @@ from fedtune.runtime.common import (
     torch_threads,
 )
 
-
-@dataclass
-class FitReply:
-    client_ids: list[int]
-    states: np.ndarray  # float32 [k, M]: trained flat states, row i = client_ids[i]
-    num_examples: list[int]
-    losses: list[float]
-    steps: list[int]
-    compute_s: list[float]  # per client: the whole local round, weights in and out included
-    io_s: float = 0.0  # of which: copying weights into the model and the trained state out
-    extras: list[dict[str, np.ndarray]] = field(default_factory=list)
-    metrics: list[dict[str, float]] = field(default_factory=list)
-
-
-@dataclass
-class EvalReply:
-    client_ids: list[int]
-    val: list[EvalCounts]
-    test: list[EvalCounts]
-    shard_ids: list[int] = field(default_factory=list)  # target-test shards evaluated here
-    shards: list[EvalCounts] = field(default_factory=list)
-    # Unsupervised methods (ufdg): encoder features instead of counts (val/test/shards stay empty).
-    val_features: list[FeatureSet] = field(default_factory=list)  # per client_ids entry: its val split
-    shard_features: list[FeatureSet] = field(default_factory=list)  # per shard_ids entry (test and probe)
-
-
-@dataclass
-class FeatureSet:
-    """Encoder features of a set of examples and their labels (for the coordinator's linear probe)."""
-
-    x: np.ndarray  # float32 [n, d]
-    y: np.ndarray  # int64 [n]
-
-
-@dataclass(frozen=True)
-class TargetShard:
-    """A fixed slice of the held-out target test set (no client owns it). Shards are cut
-    independently of the actor count, and their results are summed in shard order, so metrics
-    do not depend on how many actors evaluated them."""
-
-    shard_id: int
-    domain: str
-    indices: np.ndarray
-    split: str = "test"  # "test": target-test data; "probe": ufdg's labelled target-probe split;
-    # "oracle": the oracle slice of the target domain (oracle_acc, never part of target_acc)
-
-
-SHARD_SIZE = 512
-
-
-def target_shards(target_test: dict[str, np.ndarray], shard_size: int = SHARD_SIZE) -> list[TargetShard]:
-    shards = []
-    for domain in sorted(target_test):
-        idx = np.asarray(target_test[domain], dtype=np.int64)
-        for start in range(0, len(idx), shard_size):
-            shards.append(TargetShard(len(shards), domain, idx[start:start + shard_size]))
-    return shards
-
-
-def eval_shards(plan: Any, shard_size: int = SHARD_SIZE) -> list[TargetShard]:
-    """Every shard the workers evaluate: the target-test shards (ids ``0..k-1``, exactly
-    :func:`target_shards` of ``plan.target_test``) followed by ``plan.target_probe`` (ufdg's
-    labelled probe split, empty elsewhere) cut the same way, with ``split="probe"``, then
-    ``plan.target_oracle`` (the oracle slice, empty in fl) with ``split="oracle"``. Every kind
-    is spread over the workers like test shards; the coordinator reassembles them in shard order."""
-    shards = target_shards(plan.target_test, shard_size)
-    for split, pieces in (("probe", getattr(plan, "target_probe", None)),
-                          ("oracle", getattr(plan, "target_oracle", None))):
-        for sh in target_shards(pieces or {}, shard_size):
-            shards.append(TargetShard(len(shards), sh.domain, sh.indices, split))
-    return shards
+# The worker's messages live in fedtune.runtime.messages; they are re-exported here, where they
+# were first defined (``from fedtune.runtime.worker import EvalReply, eval_shards`` keeps working).
+from fedtune.runtime.messages import (  # noqa: F401
+    SHARD_SIZE,
+    EvalReply,
+    FeatureSet,
+    FitReply,
+    TargetShard,
+    eval_shards,
+    target_shards,
+)
 
 
 def model_head_kwargs(client_method: Any, cfg: Any) -> dict[str, Any]:
@@ -131,13 +69,12 @@ class ClientWorker:
 
     def __init__(self, cfg_dict: dict[str, Any], specs: list[ClientSpec], worker_index: int = 0,
                  shards: list[TargetShard] | None = None, manage_threads: bool = True):
-        from fedtune.algorithms import resolve
-        from fedtune.config import RunConfig
+        from fedtune.config import FederatedRunConfig
         from fedtune.data import get_dataset
         from fedtune.models import FlatLayout, build_model
 
         t_init = time.time()
-        self.cfg = RunConfig.from_dict(cfg_dict)
+        self.cfg = FederatedRunConfig.from_validated(cfg_dict)
         self.worker_index = worker_index
         self.threads = torch_threads(self.cfg.client_cpus)
         if manage_threads:
@@ -167,7 +104,7 @@ class ClientWorker:
         # Every worker builds the same initial model from the run's seed; the coordinator takes
         # its weights from worker 0 (so the coordinator process never needs torch).
         torch.manual_seed(self.cfg.seed)
-        resolved = resolve(self.cfg)
+        resolved = self.cfg.resolved
         # Unsupervised methods (SimCLR) replace the classifier by their projector head.
         self.model = build_model(self.cfg.model or info.default_model, input_shape=info.input_shape,
                                  num_classes=info.num_classes, mlp_hidden=self.cfg.mlp_hidden,
@@ -223,7 +160,7 @@ class ClientWorker:
                                 role=spec.role, generator=gen, device=self.device, payload=payload,
                                 state=self.client_state[cid])
             recorder = None
-            if self.record_target_steps:  # auto-β: raw per-batch steps −local_lr·∇_b (METHODS.md §2)
+            if self.record_target_steps:  # auto-β: raw per-batch steps −local_lr·∇_b (docs/methods.md §2)
                 recorder = ctx.record_step = _StepRecorder(self.model, self.layout, self.cfg.local_lr,
                                                            keep_rows=spec.role == "target")
             out = self.method.train(ctx)
@@ -322,7 +259,7 @@ class ClientWorker:
 
 
 class _StepRecorder:
-    """Records a client's raw per-batch steps for auto-β (METHODS.md §2): the step plain SGD
+    """Records a client's raw per-batch steps for auto-β (docs/methods.md §2): the step plain SGD
     would have taken on each batch, ``−local_lr · ∇_b`` (parameters only, in the flat layout's
     parameter order), whatever the client's optimiser does with that gradient (momentum, weight
     decay, FedProx's term, SAM's perturbation, FedGaLA's gate). The client method calls it as

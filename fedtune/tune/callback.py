@@ -11,7 +11,7 @@ Trials never write results themselves. The callback runs on the Tune driver and 
   ``failed`` (it raised; ``error`` holds the message; ``failed`` is the store's word for an
   error, the same one ``fedtune run`` writes).
 
-``trial_id`` is fedtune's (:meth:`RunConfig.trial_id`), not Tune's. Each (trial, round) is
+``trial_id`` is fedtune's (:meth:`FederatedRunConfig.trial_id`), not Tune's. Each (trial, round) is
 stored once: rows are kept in memory keyed by round, so a trial restored from a checkpoint
 that reports rounds again replaces them instead of adding copies, and two Tune trials of one
 configuration (equal ``trial_id``) share one file. The first row this callback sees of a
@@ -32,10 +32,11 @@ from typing import Any
 from ray.tune import Callback
 
 from fedtune.results import ResultsStore, load, summarize_trial
+from fedtune.results.status import COMPLETED, DIVERGED, FAILED, PRUNED
 
 __all__ = ["ArrowCallback", "trial_status"]
 
-ERROR_STATUS = "failed"
+ERROR_STATUS = FAILED
 
 
 def trial_status(last_row: Mapping[str, Any] | None, rounds: int, error: str | None) -> str:
@@ -53,10 +54,10 @@ def trial_status(last_row: Mapping[str, Any] | None, rounds: int, error: str | N
     if error is not None:
         return ERROR_STATUS
     if last_row is None:
-        return "pruned"  # stopped before its first round
-    if last_row.get("status") == "diverged":
-        return "diverged"
-    return "completed" if int(last_row["round"]) >= rounds else "pruned"
+        return PRUNED  # stopped before its first round
+    if last_row.get("status") == DIVERGED:
+        return DIVERGED
+    return COMPLETED if int(last_row["round"]) >= rounds else PRUNED
 
 
 def _now() -> _dt.datetime:

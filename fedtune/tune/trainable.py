@@ -1,6 +1,6 @@
 """One federated run = one Ray Tune trial: :class:`FedtuneTrainable` and its resources.
 
-A trial's config is a flat dict of :class:`~fedtune.config.RunConfig` fields and component
+A trial's config is a flat dict of :class:`~fedtune.config.FederatedRunConfig` fields and component
 hyperparameters, e.g. ``{"algorithm": "fedomg", "rounds": 5, "omg_kappa": 0.3}``. One
 :meth:`FedtuneTrainable.step` runs one federated round and returns a flat metrics dict (see
 :data:`RESULT_KEYS`); ``training_iteration`` equals the round.
@@ -26,9 +26,9 @@ order and initial RNG derive from (seed, client, round), so this is all the stat
 run restored from round ``r`` computes rounds ``r+1, ...`` exactly as an uninterrupted run.
 Loading a checkpoint keeps the trial's own config (PBT-style exploitation loads another
 trial's weights into a new config); the model must have the same size. Checkpoints are NumPy and
-JSON files only (no pickle), so server-rule and client state must consist of arrays, tensors,
-numbers, strings, lists, tuples and dicts; anything else (e.g. a live ``nn.Module`` kept in
-``ctx.state``) fails the checkpoint with a TypeError naming where it sits.
+JSON files only (no pickle; :mod:`fedtune.runtime.checkpoint`), so server-rule and client state
+must consist of arrays, tensors, numbers, strings, lists, tuples and dicts; anything else (e.g. a
+live ``nn.Module`` kept in ``ctx.state``) fails the checkpoint with a TypeError naming where it sits.
 
 **Actor reuse** (``TuneConfig(reuse_actors=True)``): Tune hands a finished trial's actor only
 to a trial whose :func:`resources_for` is equal, i.e. the same bundle shapes. ``reset_config``
@@ -53,16 +53,17 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from ray import tune
 from ray.tune import PlacementGroupFactory
 
-from fedtune.config import RunConfig
+from fedtune.config import FederatedRunConfig
+from fedtune.results import status
+from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
 from fedtune.runtime.driver import FederatedRun, build_plan, cluster_nodes, round_row
-from fedtune.runtime.resources import ResourcePlan, plan_resources
+from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 
 __all__ = ["RESULT_KEYS", "FedtuneTrainable", "fedtune_trainable", "plan_from_bundles", "read_checkpoint",
            "resources_for", "trial_resource_plan", "trial_run_config", "write_checkpoint"]
@@ -73,7 +74,7 @@ RESULT_KEYS = ("round", "val_acc", "target_acc", "target_val_acc", "oracle_acc",
 """Keys every result of :meth:`FedtuneTrainable.step` has. Besides them: every numeric column
 of the round row (``val_acc.<domain>``, ``wall_s``, ``diag.<name>``, ...; ``hp.*`` stay in
 ``config``). ``trial_id`` is overwritten by Ray Tune with *its* trial id (Tune fills that key
-itself), so fedtune's id (:meth:`RunConfig.trial_id`) is ``fedtune_trial_id`` and
+itself), so fedtune's id (:meth:`FederatedRunConfig.trial_id`) is ``fedtune_trial_id`` and
 ``fedtune_row["trial_id"]``. ``val_acc``/``target_acc`` and the selection scores
 ``target_val_acc`` (fda only) / ``oracle_acc`` (not in fl) are NaN in rounds without evaluation
 (``eval_every``), after divergence and where the setting has none, so schedulers always find the
@@ -89,8 +90,8 @@ _IDENTITY = ("study", "trial_id", "algorithm", "client_method", "server_rule", "
 
 
 # ------------------------------------------------------------------------------------------------
-def trial_run_config(config: Mapping[str, Any]) -> RunConfig:
-    """The :class:`RunConfig` of a trial's flat config dict, with ``backend`` forced to ``"ray"``
+def trial_run_config(config: Mapping[str, Any]) -> FederatedRunConfig:
+    """The :class:`FederatedRunConfig` of a trial's flat config dict, with ``backend`` forced to ``"ray"``
     and a search space's ``switch.*`` keys (:func:`fedtune.tune.spaces.strip_switches`) left out:
     switches steer sampling, they are not fields of a run.
 
@@ -100,7 +101,7 @@ def trial_run_config(config: Mapping[str, Any]) -> RunConfig:
     """
     from fedtune.tune.spaces import strip_switches
 
-    return RunConfig.from_dict({**strip_switches(config), "backend": "ray"})
+    return FederatedRunConfig.from_dict({**strip_switches(config), "backend": "ray"})
 
 
 # Fields that decide the data plan (and so the number of clients); hyperparameters do not.
@@ -112,27 +113,25 @@ _PLAN_FIELDS = ("algorithm", "client_method", "server_rule", "dataset", "data_ro
 
 @functools.lru_cache(maxsize=128)
 def _num_clients(plan_key: str) -> int:
-    return build_plan(RunConfig.from_dict(json.loads(plan_key))).num_clients
+    return build_plan(FederatedRunConfig.from_dict(json.loads(plan_key))).num_clients
 
 
-def num_clients_of(cfg: RunConfig) -> int:
+def num_clients_of(cfg: FederatedRunConfig) -> int:
     """Logical clients of ``cfg``'s data plan (cached on the fields that decide it: Tune asks for
     every trial's resources on the driver, and a sweep's trials mostly share one plan)."""
     values = cfg.to_dict()
     return _num_clients(json.dumps({k: values[k] for k in _PLAN_FIELDS}, sort_keys=True))
 
 
-def trial_resource_plan(cfg: RunConfig, nodes: list[dict[str, float]] | None = None) -> ResourcePlan:
-    """:func:`plan_resources` for ``cfg`` on ``nodes`` (default: the connected Ray cluster's
-    nodes, or this machine's CPUs when Ray is not initialised). Fails fast with
-    :class:`~fedtune.runtime.resources.ResourceError` when no node can hold the trial."""
+def trial_resource_plan(cfg: FederatedRunConfig, nodes: list[dict[str, float]] | None = None) -> ResourcePlan:
+    """:func:`~fedtune.runtime.resources.resource_plan_of` for ``cfg`` on ``nodes`` (default: the
+    connected Ray cluster's nodes, or this machine's CPUs when Ray is not initialised). Fails fast
+    with :class:`~fedtune.errors.ResourceError` when no node can hold the trial."""
     if nodes is None:
         import ray
 
         nodes = cluster_nodes() if ray.is_initialized() else [{"CPU": float(os.cpu_count() or 1)}]
-    return plan_resources(num_clients=num_clients_of(cfg), nodes=nodes, client_cpus=cfg.client_cpus,
-                          client_gpus=cfg.client_gpus, coordinator_cpus=cfg.coordinator_cpus,
-                          coordinator_gpus=cfg.coordinator_gpus, max_client_actors=cfg.max_client_actors)
+    return resource_plan_of(cfg, num_clients_of(cfg), nodes)
 
 
 def resources_for(config: Mapping[str, Any], nodes: list[dict[str, float]] | None = None) -> PlacementGroupFactory:
@@ -148,17 +147,17 @@ def resources_for(config: Mapping[str, Any], nodes: list[dict[str, float]] | Non
     return PlacementGroupFactory([{}] + [dict(b) for b in plan.bundles], strategy="PACK")
 
 
-def plan_from_bundles(cfg: RunConfig, bundles: list[dict[str, float]]) -> ResourcePlan:
+def plan_from_bundles(cfg: FederatedRunConfig, bundles: list[dict[str, float]]) -> ResourcePlan:
     """The :class:`ResourcePlan` of a placement group laid out by :func:`resources_for` (Tune
     drops the empty head bundle): bundle 0 is the coordinator's when ``cfg`` reserves anything
     for it, every other bundle hosts one client actor.
 
-    >>> cfg = RunConfig.from_dict({"client_cpus": 0.5})
+    >>> cfg = FederatedRunConfig.from_dict({"client_cpus": 0.5})
     >>> p = plan_from_bundles(cfg, [{"CPU": 0.5}, {"CPU": 0.5}])
     >>> p.num_workers, p.coordinator_bundle, p.worker_bundles
     (2, 0, [0, 1])
     """
-    from fedtune.config import ConfigError
+    from fedtune.errors import ConfigError
 
     own_coordinator = cfg.coordinator_cpus > 0 or cfg.coordinator_gpus > 0
     offset = 1 if own_coordinator else 0
@@ -255,7 +254,7 @@ class FedtuneTrainable(tune.Trainable):
         out: dict[str, Any] = {k: v for k, v in row.items()
                                if k not in _IDENTITY and not k.startswith("hp.")
                                and isinstance(v, (bool, int, float, str, np.generic))}
-        diverged = row["status"] == "diverged"
+        diverged = row["status"] == status.DIVERGED
         done = diverged or row["round"] >= self.cfg.rounds
         out.update({
             "round": row["round"], "status": row["status"],
@@ -306,108 +305,3 @@ def fedtune_trainable():
     """:class:`FedtuneTrainable` with its per-trial resources: ``tune.with_resources(FedtuneTrainable,
     resources_for)``. Pass it to :class:`ray.tune.Tuner`."""
     return tune.with_resources(FedtuneTrainable, resources_for)
-
-
-# ------------------------------------------------------------------------------------------------
-# Checkpoint files. Plain NumPy and JSON: no pickle is ever loaded.
-CHECKPOINT_FORMAT = 1
-_STATE_FILE = "fedtune_state.json"
-_WEIGHTS_FILE = "weights.npy"
-_MOVE_FILE = "global_move.npy"
-_ARRAYS_FILE = "arrays.npz"
-_MARKERS = ("__array__", "__items__", "__tuple__")
-
-
-def _encode(value: Any, arrays: dict[str, np.ndarray], where: str) -> Any:
-    """A JSON-able tree of ``value`` with NumPy arrays moved to ``arrays`` (referenced by key)."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, (int, float)):
-        return value
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        if value.dtype == object:
-            raise TypeError(f"checkpoint: {where} is an object array, which cannot be stored without pickle")
-        key = f"a{len(arrays)}"
-        arrays[key] = value
-        return {"__array__": key}
-    if isinstance(value, tuple):
-        return {"__tuple__": [_encode(v, arrays, f"{where}[{i}]") for i, v in enumerate(value)]}
-    if isinstance(value, list):
-        return [_encode(v, arrays, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, Mapping):
-        if all(isinstance(k, str) and k not in _MARKERS for k in value):
-            return {k: _encode(v, arrays, f"{where}.{k}") for k, v in value.items()}
-        return {"__items__": [[_encode(k, arrays, where), _encode(v, arrays, f"{where}[{k!r}]")]
-                              for k, v in value.items()]}
-    raise TypeError(f"checkpoint: cannot store {type(value).__name__} at {where}; server-rule and client state "
-                    "must hold NumPy arrays, tensors, numbers, strings, lists, tuples and dicts")
-
-
-def _decode(tree: Any, arrays: Mapping[str, np.ndarray]) -> Any:
-    if isinstance(tree, list):
-        return [_decode(v, arrays) for v in tree]
-    if isinstance(tree, dict):
-        if set(tree) == {"__array__"}:
-            return np.array(arrays[tree["__array__"]])
-        if set(tree) == {"__tuple__"}:
-            return tuple(_decode(v, arrays) for v in tree["__tuple__"])
-        if set(tree) == {"__items__"}:
-            return {_decode(k, arrays): _decode(v, arrays) for k, v in tree["__items__"]}
-        return {k: _decode(v, arrays) for k, v in tree.items()}
-    return tree
-
-
-def write_checkpoint(directory: str | os.PathLike[str], state: Mapping[str, Any],
-                     meta: Mapping[str, Any] | None = None) -> Path:
-    """Write :meth:`FederatedRun.get_state`'s output to ``directory``: ``weights.npy`` (float32),
-    ``global_move.npy`` (if any), ``arrays.npz`` (the arrays of the rule and client state) and
-    ``fedtune_state.json`` (round, rule and client state trees, ``meta``).
-
-    >>> import tempfile
-    >>> d = tempfile.mkdtemp()
-    >>> state = {"round": 2, "weights": np.ones(3, np.float32), "global_move": None,
-    ...          "rule": {"momentum": np.zeros(3), "steps": 2}, "clients": {0: {"seen": (1, 2)}}}
-    >>> _ = write_checkpoint(d, state)
-    >>> back = read_checkpoint(d)
-    >>> back["round"], back["rule"]["steps"], back["clients"], back["weights"].dtype
-    (2, 2, {0: {'seen': (1, 2)}}, dtype('float32'))
-    """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    arrays: dict[str, np.ndarray] = {}
-    doc = {
-        "format": CHECKPOINT_FORMAT, "round": int(state["round"]),
-        "rule": _encode(state.get("rule") or {}, arrays, "rule"),
-        "clients": _encode(state.get("clients") or {}, arrays, "clients"),
-        "meta": _encode(dict(meta or {}), arrays, "meta"),
-    }
-    np.save(directory / _WEIGHTS_FILE, np.asarray(state["weights"], dtype=np.float32))
-    if state.get("global_move") is not None:
-        np.save(directory / _MOVE_FILE, np.asarray(state["global_move"], dtype=np.float32))
-    np.savez(directory / _ARRAYS_FILE, **arrays)
-    (directory / _STATE_FILE).write_text(json.dumps(doc))
-    return directory
-
-
-def read_checkpoint(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read :func:`write_checkpoint`'s files back into a state dict (arrays loaded without pickle)."""
-    directory = Path(directory)
-    path = directory / _STATE_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"'{directory}' is not a fedtune checkpoint (no {_STATE_FILE})")
-    doc = json.loads(path.read_text())
-    if doc.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"checkpoint '{directory}' has format {doc.get('format')}, this fedtune reads {CHECKPOINT_FORMAT}")
-    with np.load(directory / _ARRAYS_FILE, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    move = directory / _MOVE_FILE
-    return {
-        "round": int(doc["round"]),
-        "weights": np.load(directory / _WEIGHTS_FILE, allow_pickle=False),
-        "global_move": np.load(move, allow_pickle=False) if move.is_file() else None,
-        "rule": _decode(doc["rule"], arrays),
-        "clients": _decode(doc["clients"], arrays),
-        "meta": _decode(doc["meta"], arrays),
-    }

@@ -1,0 +1,281 @@
+"""The results store of a study: where its Parquet files are, how they are written and read.
+
+Under an output directory ``OUTPUT`` (file names from :mod:`fedtune.results.study_dir`)::
+
+    OUTPUT/<study>/rounds/<trial_id>.parquet   all round rows of one trial
+    OUTPUT/<study>/trials.parquet              one summary row per trial
+    OUTPUT/<study>/.trials.lock                file lock guarding trials.parquet
+
+Every file is written atomically (:func:`fedtune.results.arrow.write_parquet`): a process
+that dies mid-write leaves the previous complete file in place (and at worst a stray hidden
+``.tmp`` file, which :func:`load` ignores). A trial's round file is rewritten with *all* its
+rows each time new rows arrive, so re-running a trial with the same ``trial_id`` replaces its
+rows rather than duplicating them. ``trials.parquet`` is upserted by ``trial_id`` under an
+exclusive :class:`filelock.FileLock` (any OS; it gives up after ``lock_timeout_s`` with an
+error naming the lock file), so several processes may write trials of one study at once.
+Readers take no lock.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from filelock import FileLock, Timeout
+
+from fedtune.errors import ConfigError
+from fedtune.results.arrow import concat, conform, is_readable, read_parquet, rows_to_table, write_parquet
+from fedtune.results.schema import ROUND_CORE_SCHEMA, TABLES, TRIAL_CORE_SCHEMA
+from fedtune.results.study_dir import CORRUPT_SUFFIX, ROUNDS_DIR, TRIALS_FILE, StudyDir
+
+__all__ = ["NAME_RULE", "LOCK_TIMEOUT_S", "ResultsStore", "TrialsLockTimeout", "check_name", "check_output_dir",
+           "load", "corrupt_files", "quarantine"]
+
+NAME_RULE = "a non-empty folder name without '/', '\\' or NUL that does not start with '.'"
+"""What a study name or trial id may be (one path component, not hidden)."""
+
+LOCK_TIMEOUT_S = 300.0
+"""How long a writer of ``trials.parquet`` waits for the study's lock before giving up."""
+
+
+# --------------------------------------------------------------------------- names
+
+
+def check_name(value: object, field: str) -> str:
+    """Return ``value`` if it is usable as a single path component, else raise ConfigError (a
+    ValueError) naming :data:`NAME_RULE`.
+
+    >>> check_name("study-1", "name")
+    'study-1'
+    >>> check_name(".hidden", "name")
+    Traceback (most recent call last):
+    ...
+    fedtune.errors.ConfigError: invalid name '.hidden': name must not start with '.'; allowed: a non-empty folder name without '/', '\\' or NUL that does not start with '.'
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"invalid {field} {value!r}: allowed: {NAME_RULE}")
+    bad = [s for s in ("/", "\\", os.sep, os.altsep, "\0") if s and s in value]
+    if bad:
+        raise ConfigError(
+            f"invalid {field} {value!r}: {field} must not contain path separators or NUL; allowed: {NAME_RULE}"
+        )
+    if value.startswith("."):
+        raise ConfigError(f"invalid {field} {value!r}: {field} must not start with '.'; allowed: {NAME_RULE}")
+    return value
+
+
+def check_output_dir(output: str | os.PathLike[str], option: str = "field 'output'") -> Path:
+    """Refuse an output directory that is, or lies under, an existing non-directory (before anything
+    runs, instead of failing when the first result is written). Returns ``Path(output)``."""
+    path = Path(output)
+    for p in (path, *path.parents):
+        if p.exists() and not p.is_dir():
+            where = "is" if p == path else f"lies under '{p}', which is"
+            raise ConfigError(f"{option}: '{output}' {where} a file, not a directory; allowed: a directory "
+                              "(existing, or one that can be created)")
+    return path
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class TrialsLockTimeout(TimeoutError):
+    """The lock of a study's ``trials.parquet`` stayed held by another process too long. ``path``
+    is the lock file."""
+
+    def __init__(self, path: Path, timeout_s: float):
+        self.path = Path(path)
+        super().__init__(f"could not lock '{self.path}' within {timeout_s:g} s: another process has been "
+                         f"writing {TRIALS_FILE} of this study that long (a hung fedtune run or sweep?); "
+                         "stop it, or retry once it has finished (if none is running, delete the lock file)")
+
+
+@contextmanager
+def _exclusive(path: Path, timeout_s: float) -> Iterator[None]:
+    lock = FileLock(str(path), timeout=timeout_s)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise TrialsLockTimeout(path, timeout_s) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+class ResultsStore:
+    """The Parquet results of one study under an output directory.
+
+    >>> import tempfile
+    >>> store = ResultsStore(tempfile.mkdtemp(), "s1")
+    >>> store.write_rounds("a", [{"round": 0, "val_acc": 0.3}]).name
+    'a.parquet'
+    >>> store.write_trial({"trial_id": "a", "status": "ok"}).name
+    'trials.parquet'
+    >>> store.trial_ids()
+    ['a']
+    >>> ResultsStore("/tmp", "a/b")
+    Traceback (most recent call last):
+    ...
+    fedtune.errors.ConfigError: invalid name 'a/b': name must not contain path separators or NUL; allowed: a non-empty folder name without '/', '\\' or NUL that does not start with '.'
+    """
+
+    def __init__(self, output: str | os.PathLike[str], study: str, *, lock_timeout_s: float = LOCK_TIMEOUT_S) -> None:
+        self.study: str = check_name(study, "name")
+        self.output: Path = Path(output)
+        self.files = StudyDir(self.output / study)
+        self.study_dir: Path = self.files.root
+        self.rounds_dir: Path = self.files.rounds_dir
+        self.lock_timeout_s = lock_timeout_s
+
+    def __repr__(self) -> str:
+        return f"ResultsStore({str(self.output)!r}, {self.study!r})"
+
+    @property
+    def trials_path(self) -> Path:
+        """``<study_dir>/trials.parquet``."""
+        return self.files.trials
+
+    def rounds_path(self, trial_id: str) -> Path:
+        """``<rounds_dir>/<trial_id>.parquet``."""
+        return self.files.rounds_file(check_name(trial_id, "trial_id"))
+
+    def _fill_ids(self, row: Mapping[str, Any], trial_id: str) -> dict[str, Any]:
+        out = dict(row)
+        for key, want in (("study", self.study), ("trial_id", trial_id)):
+            got = out.get(key)
+            if got is None:
+                out[key] = want
+            elif got != want:
+                raise ValueError(f"row has {key}={got!r} but is being written as {key}={want!r}")
+        return out
+
+    def write_rounds(self, trial_id: str, rows: Sequence[Mapping[str, Any]]) -> Path:
+        """Atomically (re)write all rows so far of ``trial_id``; returns the file's path.
+
+        ``study`` and ``trial_id`` are filled in where a row lacks them (a different value is
+        a ValueError). Passing fewer rows than before replaces the old rows.
+
+        >>> import tempfile
+        >>> store = ResultsStore(tempfile.mkdtemp(), "s")
+        >>> p = store.write_rounds("t", [{"round": 0}, {"round": 1}])
+        >>> p = store.write_rounds("t", [{"round": 0}])
+        >>> load(p).num_rows
+        1
+        """
+        path = self.rounds_path(trial_id)
+        table = rows_to_table([self._fill_ids(r, trial_id) for r in rows], ROUND_CORE_SCHEMA)
+        return write_parquet(table, path)
+
+    def write_trial(self, row: Mapping[str, Any]) -> Path:
+        """Upsert one trial row (by ``trial_id``) into ``trials.parquet``; returns its path.
+
+        Runs read / drop / append / atomic replace under an exclusive file lock on
+        ``<study_dir>/.trials.lock``, so concurrent writers of one study are safe; waiting
+        longer than ``lock_timeout_s`` for it is a :class:`TrialsLockTimeout` naming the file.
+
+        >>> import tempfile
+        >>> store = ResultsStore(tempfile.mkdtemp(), "s")
+        >>> _ = store.write_trial({"trial_id": "t", "status": "running"})
+        >>> _ = store.write_trial({"trial_id": "t", "status": "ok"})
+        >>> load(store.trials_path, "trials").column("status").to_pylist()
+        ['ok']
+        """
+        trial_id = row.get("trial_id")
+        check_name(trial_id, "trial_id")
+        new = rows_to_table([self._fill_ids(row, trial_id)], TRIAL_CORE_SCHEMA)
+        self.study_dir.mkdir(parents=True, exist_ok=True)
+        with _exclusive(self.files.trials_lock, self.lock_timeout_s):
+            tables = []
+            if self.trials_path.exists():
+                old = read_parquet(self.trials_path)
+                keep = pc.invert(pc.fill_null(pc.equal(old.column("trial_id"), pa.scalar(trial_id)), False))
+                tables.append(old.filter(keep))
+            tables.append(new)
+            return write_parquet(concat(tables, TRIAL_CORE_SCHEMA), self.trials_path)
+
+    def trial_ids(self) -> list[str]:
+        """Sorted ids of every trial with a round file or a row in ``trials.parquet``."""
+        ids: set[str] = set()
+        if self.rounds_dir.is_dir():
+            ids.update(p.stem for p in self.rounds_dir.glob("*.parquet") if not p.name.startswith("."))
+        if self.trials_path.exists():
+            col = read_parquet(self.trials_path, ["trial_id"]).column("trial_id")
+            ids.update(v for v in col.to_pylist() if v is not None)
+        return sorted(ids)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _files(path: Path, table: str) -> list[Path]:
+    def visible(ps: Iterable[Path]) -> list[Path]:
+        return sorted(p for p in ps if p.is_file() and not p.name.startswith("."))
+
+    def of_study(d: Path) -> list[Path]:
+        if table == "rounds":
+            return visible(StudyDir(d).rounds_dir.glob("*.parquet"))
+        return visible([StudyDir(d).trials])
+
+    if (path / ROUNDS_DIR).is_dir() or (path / TRIALS_FILE).is_file():
+        return of_study(path)  # a study directory
+    studies = sorted(d for d in path.iterdir() if d.is_dir() and not d.name.startswith("."))
+    found = [f for d in studies for f in of_study(d)]
+    if found or table == "trials":
+        return found
+    return visible(path.glob("*.parquet"))  # e.g. a study's rounds/ directory itself
+
+
+def load(path: str | os.PathLike[str], table: str = "rounds") -> pa.Table:
+    """Load the ``rounds`` or ``trials`` table of a study dir, of an output dir holding
+    several studies, or of a single ``.parquet`` file (a file named ``trials.parquet`` is
+    read as the trials table whatever ``table`` says).
+
+    All matching files are concatenated: columns missing from a file are null, int/float
+    mixes become float64, other type clashes become strings. Core columns come first in
+    schema order, then the extra columns sorted by name. A directory with no matching file
+    gives an empty table with the core schema.
+
+    >>> import tempfile
+    >>> out = tempfile.mkdtemp()
+    >>> _ = ResultsStore(out, "a").write_rounds("t", [{"round": 0, "hp.lr": 1}])
+    >>> _ = ResultsStore(out, "b").write_rounds("t", [{"round": 0, "hp.mu": 0.5}])
+    >>> t = load(out)
+    >>> t.num_rows, t.column("hp.lr").to_pylist(), t.column("hp.mu").to_pylist()
+    (2, [1, None], [None, 0.5])
+    >>> load(out, "bogus")
+    Traceback (most recent call last):
+    ...
+    ValueError: table must be one of ['rounds', 'trials'], got 'bogus'
+    """
+    if table not in TABLES:
+        raise ValueError(f"table must be one of {sorted(TABLES)}, got {table!r}")
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no such results path: {str(p)!r}")
+    if p.is_file():
+        core = TRIAL_CORE_SCHEMA if p.name == TRIALS_FILE else TABLES[table]
+        return conform(read_parquet(p), core)
+    core = TABLES[table]
+    return concat([read_parquet(f) for f in _files(p, table)], core)
+
+
+def corrupt_files(path: str | os.PathLike[str], table: str = "rounds") -> list[Path]:
+    """The files :func:`load` would read for ``table`` under ``path`` that cannot be read."""
+    p = Path(path)
+    files = [p] if p.is_file() else _files(p, table)
+    return [f for f in files if not is_readable(f)]
+
+
+def quarantine(path: str | os.PathLike[str]) -> Path:
+    """Rename an unreadable results file to ``<name>.corrupt`` (kept for inspection, ignored by
+    :func:`load`); returns the new path."""
+    p = Path(path)
+    target = p.with_name(p.name + CORRUPT_SUFFIX)
+    os.replace(p, target)
+    return target

@@ -1,0 +1,219 @@
+"""The client pools the coordinator drives, and what happens when a client actor dies.
+
+A pool trains and evaluates the logical clients for the :class:`~fedtune.runtime.coordinator.Coordinator`:
+:class:`LocalPool` (every client in this process, one after another: the sequential reference)
+or :class:`RayPool` (client actors, one per worker slot, weights through the object store,
+zero-copy). Both answer the same calls (``initial_state``, ``publish``, ``fit``, ``evaluate`` +
+``collect_evaluation``, ``shutdown``) with the same :mod:`~fedtune.runtime.messages`, so a seed
+gives the same numbers on either.
+
+Logical client ``c`` lives on worker ``c % num_workers`` for the whole run, target shard ``j``
+on worker ``j % num_workers`` (:func:`assign_clients`, :func:`assign_shards`). A client actor that
+dies is handled by the run's ``on_client_failure`` policy: ``retry`` (restart it and call again),
+``skip`` (restart it, leave its clients out of this call) or ``fail`` (:class:`ClientFailure`).
+
+>>> assign_clients(5, 2)
+[[0, 2, 4], [1, 3]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fedtune.data.base import FederatedPlan
+from fedtune.runtime.messages import EvalReply, FitReply, TargetShard, eval_shards
+from fedtune.runtime.remote_errors import input_error_of, ray_get
+
+
+class ClientFailure(RuntimeError):
+    """A client actor died and the failure policy says to stop (or its retry failed too)."""
+
+
+def assign_clients(num_clients: int, num_workers: int) -> list[list[int]]:
+    """Logical client ``c`` lives on worker ``c % num_workers`` for the whole run."""
+    return [[c for c in range(num_clients) if c % num_workers == w] for w in range(num_workers)]
+
+
+def assign_shards(shards: list[TargetShard], num_workers: int) -> list[list[TargetShard]]:
+    """Target-test shard ``j`` is evaluated by worker ``j % num_workers``."""
+    return [[s for s in shards if s.shard_id % num_workers == w] for w in range(num_workers)]
+
+
+# ------------------------------------------------------------------------------------------------
+class LocalPool:
+    """All clients in this process, trained one after another (the reference sequential backend)."""
+
+    def __init__(self, cfg_dict: dict[str, Any], plan: FederatedPlan, client_threads: int):
+        from fedtune.runtime.common import set_torch_threads
+        from fedtune.runtime.worker import ClientWorker
+
+        self._set_threads = lambda: set_torch_threads(client_threads)
+        self._set_threads()
+        self.worker = ClientWorker(cfg_dict, list(plan.clients), 0, eval_shards(plan),
+                                   manage_threads=False)
+        self.num_workers = 1
+        self.restarts = 0
+
+    def initial_state(self):
+        return self.worker.initial_state()
+
+    def publish(self, weights: np.ndarray) -> np.ndarray:
+        return weights
+
+    def fit(self, weights, payload, round, client_ids) -> tuple[list[FitReply], list[int]]:
+        self._set_threads()
+        return [self.worker.fit(weights, payload, round, list(client_ids))], []
+
+    def evaluate(self, weights) -> Any:
+        self._set_threads()
+        return self.worker.evaluate(weights)
+
+    def collect_evaluation(self, pending) -> list[EvalReply]:
+        return [pending]
+
+    def shutdown(self) -> None:
+        pass
+
+    def handles(self) -> list:
+        return []
+
+
+class ActorFactory:
+    """Creates client actor ``w`` in its placement-group bundle (at start, and again on failure)."""
+
+    def __init__(self, cfg_dict, assignment, plan, pg, bundle_of_worker, cpus, gpus):
+        self.cfg_dict, self.assignment, self.plan = cfg_dict, assignment, plan
+        self.shards = assign_shards(eval_shards(plan), len(assignment))
+        self.pg, self.bundle_of_worker, self.cpus, self.gpus = pg, bundle_of_worker, cpus, gpus
+
+    @classmethod
+    def of(cls, cfg_dict: dict[str, Any], plan: FederatedPlan, pg: Any, resources: Any) -> ActorFactory:
+        """The factory of a run's client actors laid out as ``resources`` (a
+        :class:`~fedtune.runtime.resources.ResourcePlan`) says, clients by :func:`assign_clients`."""
+        assignment = assign_clients(plan.num_clients, resources.num_workers)
+        return cls(cfg_dict, assignment, plan, pg, resources.worker_bundles, resources.client_cpus,
+                   resources.client_gpus)
+
+    def pool_spec(self, actors: list) -> dict[str, Any]:
+        """The coordinator's ``pool_spec`` for a :class:`RayPool` of ``actors`` made by this factory."""
+        return {"kind": "ray", "actors": actors, "factory": self, "assignment": self.assignment}
+
+    def __call__(self, w: int):
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from fedtune.runtime.worker import client_actor_class
+
+        specs = [self.plan.clients[c] for c in self.assignment[w]]
+        strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=self.bundle_of_worker[w],
+                                                    placement_group_capture_child_tasks=True)
+        return client_actor_class().options(
+            num_cpus=self.cpus, num_gpus=self.gpus, scheduling_strategy=strategy,
+            name=None, max_concurrency=1,
+        ).remote(self.cfg_dict, specs, w, self.shards[w])
+
+
+class RayPool:
+    """Client actors, one per worker slot; failure handling per ``on_client_failure``."""
+
+    def __init__(self, actors: list, factory: ActorFactory, assignment: list[list[int]], policy: str):
+        self.actors = list(actors)
+        self.factory = factory
+        self.assignment = assignment
+        self.policy = policy
+        self.num_workers = len(actors)
+        self.restarts = 0
+
+    def initial_state(self):
+        # bad input in a worker's __init__: the error itself, not Ray's wrapper
+        return ray_get(self.actors[0].initial_state.remote())
+
+    def publish(self, weights: np.ndarray):
+        import ray
+
+        return ray.put(weights)
+
+    def _restart(self, w: int) -> None:
+        import ray
+
+        try:
+            ray.kill(self.actors[w], no_restart=True)
+        except Exception:
+            pass
+        self.actors[w] = self.factory(w)
+        self.restarts += 1
+
+    def _call_all(self, method: str, per_worker_args: dict[int, tuple]) -> tuple[dict[int, Any], list[int]]:
+        """Call ``method`` on the given workers; handle dead actors; return replies and skipped workers."""
+        import ray
+        from ray.exceptions import RayActorError, RayError
+
+        refs = {w: getattr(self.actors[w], method).remote(*args) for w, args in per_worker_args.items()}
+        replies, dead = {}, []
+        for w, ref in refs.items():
+            try:
+                replies[w] = ray.get(ref)
+            except RayError as exc:
+                err = input_error_of(exc)
+                if err is not None:  # bad input (an undecodable image ...): a restart would fail again
+                    raise err from None
+                if not isinstance(exc, RayActorError):
+                    raise
+                dead.append(w)
+        skipped = []
+        for w in dead:
+            if self._recover(w, method, per_worker_args[w], replies):
+                skipped.append(w)
+        return replies, skipped
+
+    def _recover(self, w: int, method: str, args: tuple, replies: dict[int, Any]) -> bool:
+        """The failure policy for dead actor ``w``: ``fail`` raises :class:`ClientFailure`; ``skip``
+        restarts it and returns True (its clients sit this call out); ``retry`` restarts it and
+        calls ``method`` again into ``replies`` (a second death raises :class:`ClientFailure`)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        clients = self.assignment[w]
+        if self.policy == "fail":
+            raise ClientFailure(f"client actor {w} (clients {clients}) died during {method}; "
+                                "on_client_failure=fail stops the run (retry or skip would go on)")
+        self._restart(w)
+        if self.policy == "skip":
+            return True
+        try:
+            replies[w] = ray.get(getattr(self.actors[w], method).remote(*args))
+        except RayActorError as exc:
+            raise ClientFailure(f"client actor {w} (clients {clients}) died during {method}, was restarted, "
+                                f"and died again on the retry: {exc}") from None
+        return False
+
+    def fit(self, weights_ref, payload, round, client_ids) -> tuple[list[FitReply], list[int]]:
+        wanted = set(int(c) for c in client_ids)
+        args = {}
+        for w, owned in enumerate(self.assignment):
+            mine = [c for c in owned if c in wanted]
+            if mine:
+                args[w] = (weights_ref, payload, round, mine)
+        replies, skipped_workers = self._call_all("fit", args)
+        skipped = sorted(c for w in skipped_workers for c in args[w][3])
+        return [replies[w] for w in sorted(replies)], skipped
+
+    def evaluate(self, weights_ref):
+        return {w: (weights_ref,) for w in range(self.num_workers)}
+
+    def collect_evaluation(self, pending) -> list[EvalReply]:
+        replies, _ = self._call_all("evaluate", pending)
+        return [replies[w] for w in sorted(replies)]
+
+    def shutdown(self) -> None:
+        import ray
+
+        for a in self.actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:
+                pass
+
+    def handles(self) -> list:
+        return list(self.actors)

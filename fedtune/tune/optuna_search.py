@@ -1,0 +1,303 @@
+"""Optuna inside Ray Tune for a sweep: fedtune's searcher, the study's SQLite storage, the samplers
+and schedulers, and closing trials a killed driver left open.
+
+:mod:`fedtune.tune.sweep` imports this module only when a study runs (it imports Ray Tune and
+Optuna); pickles of Tune's experiment refer to its classes by name.
+
+**Defaults first.** Each search's first trial is the search space's defaults (the papers'
+settings, ``default:`` in the YAML): the Optuna study is seeded with
+``SearchSpace.default_point()`` (``enqueue_trial``) when it has no trial yet, so a resumed or
+restarted search never enqueues it twice.
+
+**Optuna bookkeeping** (:class:`FedtuneOptunaSearch`, a subclass of Ray's OptunaSearch):
+every round's metric is an Optuna intermediate value (``step`` = round; single objective
+only, Optuna has no intermediate values for several objectives), and each round's objective
+values are kept as user attributes ``round.<r>``. When a trial ends it is told to Optuna as
+
+* COMPLETE — it ran its last round; values: the objective(s) (:func:`fedtune.tune.plan.objective_values`);
+* PRUNED — it was stopped before its last round (ASHA) without diverging; Optuna then takes
+  its last intermediate value (Ray's own adapter would tell COMPLETE with a truncated score);
+* FAIL — it diverged (NaN/Inf; ``fedtune_status: diverged``, and ``diverged`` in
+  trials.parquet), raised (``failed``), or has no finite metric. FAIL rather than PRUNED for
+  divergence: a NaN run has no objective value, and TPE must not treat its last finite
+  accuracy as a result.
+
+User attributes: ``tune_trial_id``, ``fedtune_trial_id`` (the Arrow store's id), ``config`` (the
+trial's full configuration), ``fedtune_status`` and ``rounds_done``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import os
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
+from ray.tune.search.optuna import OptunaSearch
+
+from fedtune.config import FederatedRunConfig
+from fedtune.errors import ConfigError
+from fedtune.results import status
+from fedtune.results.selection import is_finite
+from fedtune.tune.active import ACTIVE
+from fedtune.tune.plan import SAMPLERS, objective_values, optuna_storage_url
+
+__all__ = ["SQLITE_TIMEOUT_S", "STORAGE_RETRY_S", "FedtuneOptunaSearch", "FedtuneRDBStorage",
+           "make_sampler", "make_scheduler", "optuna_storage", "reconcile_optuna"]
+
+"""``fedtune_status`` of an Optuna trial asked by a driver killed before Tune's next snapshot
+(:func:`reconcile_optuna`)."""
+
+SQLITE_TIMEOUT_S = 30.0
+"""How long one SQLite statement on ``optuna.db`` waits for a lock held by another connection
+(e.g. optuna-dashboard reading the live study) before SQLite answers "database is locked"."""
+
+STORAGE_RETRY_S = 600.0
+"""After that, how long :func:`optuna_storage` keeps retrying a locked call (backoff 0.05 s ... 2 s)
+before it gives up and raises: a record is never dropped silently."""
+
+
+# ------------------------------------------------------------------------------------------------
+# The study's storage
+def _is_locked(exc: BaseException) -> bool:
+    seen = 0
+    e: BaseException | None = exc
+    while e is not None and seen < 8:
+        text = str(e).lower()
+        if "database is locked" in text or "database table is locked" in text or "database is busy" in text:
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False
+
+
+def _retrying(fn: Callable, name: str) -> Callable:
+    @functools.wraps(fn)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + float(getattr(self, "fedtune_retry_s", STORAGE_RETRY_S))
+        delay = 0.05
+        while True:
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception as exc:
+                if not _is_locked(exc) or time.monotonic() + delay > deadline:
+                    raise
+                logging.getLogger(__name__).info("optuna.db is locked during %s; retrying in %.2fs", name, delay)
+                time.sleep(delay)
+                delay = min(2.0, delay * 2)
+
+    return call
+
+
+def _retried_while_locked(cls: type) -> type:
+    """Wrap every public method of ``RDBStorage`` (and ``__init__``) of ``cls`` in :func:`_retrying`
+    (``cls``'s own override where it has one)."""
+    for attr, fn in list(vars(RDBStorage).items()):
+        if inspect.isfunction(fn) and (not attr.startswith("_") or attr == "__init__"):
+            setattr(cls, attr, _retrying(vars(cls).get(attr, fn), attr))
+    return cls
+
+
+@_retried_while_locked
+class FedtuneRDBStorage(RDBStorage):
+    """Optuna's RDBStorage with a SQLite lock timeout, retries while the database is locked,
+    and relocation: unpickled while a sweep runs (Tune restoring its experiment), it opens
+    the ``optuna.db`` of the study directory being run, wherever the pickle was made."""
+
+    def __init__(self, url: str, *, timeout_s: float = SQLITE_TIMEOUT_S, retry_s: float = STORAGE_RETRY_S):
+        self.fedtune_timeout_s, self.fedtune_retry_s = float(timeout_s), float(retry_s)
+        super().__init__(url, engine_kwargs={"connect_args": {"timeout": float(timeout_s)}})
+
+    def __setstate__(self, state: dict) -> None:
+        active = ACTIVE.get("study_dir")
+        if active is not None and str(state.get("url", "")).startswith("sqlite:"):
+            state = {**state, "url": optuna_storage_url(active)}
+        self.fedtune_retry_s = float(state.get("fedtune_retry_s", STORAGE_RETRY_S))
+        _retrying(RDBStorage.__setstate__, "open")(self, state)
+
+
+def optuna_storage(study_dir: str | os.PathLike[str], *, timeout_s: float = SQLITE_TIMEOUT_S,
+                   retry_s: float = STORAGE_RETRY_S) -> FedtuneRDBStorage:
+    """The Optuna storage of a study: an ``RDBStorage`` on ``optuna.db`` whose SQLite connections
+    wait ``timeout_s`` for a lock and whose every call is retried with backoff while the database
+    is locked (up to ``retry_s``). Pickled into Tune's experiment, it is rebuilt on the study
+    directory being resumed (not the one it was created in), so a study folder can be copied or
+    moved and resumed there (see :class:`FedtuneRDBStorage`)."""
+    return FedtuneRDBStorage(optuna_storage_url(study_dir), timeout_s=timeout_s, retry_s=retry_s)
+
+
+# ------------------------------------------------------------------------------------------------
+# Samplers and schedulers
+def make_sampler(name: str, seed: int, num_samples: int):
+    """A seeded Optuna sampler: ``tpe`` (default), ``random``, ``cmaes`` or ``nsga2``.
+
+    TPE starts modelling after ``max(1, min(10, num_samples // 3))`` random trials (Optuna's
+    fixed 10 would make every small study random); NSGA-II's population is
+    ``max(2, min(50, num_samples // 2))`` for the same reason.
+
+    >>> type(make_sampler("tpe", 0, 9)).__name__
+    'TPESampler'
+    """
+    if name == "tpe":
+        with warnings.catch_warnings():  # multivariate/group are "experimental" (stable since Optuna 2.x)
+            warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(1, min(10, num_samples // 3)),
+                                              multivariate=True, group=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False,
+                                            n_startup_trials=max(1, min(10, num_samples // 3)))
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, min(50, num_samples // 2)))
+    raise ConfigError(f"option '--sampler': '{name}' is not allowed; allowed: {', '.join(SAMPLERS)}")
+
+
+def make_scheduler(name: str, metric: str, mode: str, rounds: int, grace_period: int = 1,
+                   reduction_factor: float = 2.0):
+    """Tune's trial scheduler: ``fifo`` (every trial runs all its rounds) or ``asha``
+    (AsyncHyperBand on the round, rungs at ``grace_period * reduction_factor**k``)."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    if name == "fifo":
+        return FIFOScheduler()
+    return ASHAScheduler(time_attr="training_iteration", metric=metric, mode=mode, max_t=rounds,
+                         grace_period=min(grace_period, rounds), reduction_factor=reduction_factor)
+
+
+# ------------------------------------------------------------------------------------------------
+# The searcher
+class FedtuneOptunaSearch(OptunaSearch):
+    """Ray's OptunaSearch with fedtune's bookkeeping (see the module docstring): per-round
+    intermediate values, PRUNED for trials stopped early, FAIL for diverged ones, the full
+    configuration and fedtune's trial id as user attributes, ``switch.*`` keys kept in Optuna
+    but out of the trial config."""
+
+    def __init__(self, space: Callable, *, metrics: Sequence[str], modes: Sequence[str], rounds: int,
+                 fixed: Mapping[str, Any], sampler: Any, study_name: str, storage: Any,
+                 first_point: Mapping[str, Any] | None = None) -> None:
+        multi = len(metrics) > 1
+        super().__init__(space=space, metric=list(metrics) if multi else metrics[0],
+                         mode=list(modes) if multi else modes[0], sampler=sampler, study_name=study_name,
+                         storage=storage)
+        # The search space's defaults as the first trial (SearchSpace.default_point()). Not
+        # Ray's points_to_evaluate: OptunaSearch would enqueue them again each time the searcher
+        # is re-created on the same Optuna study (a restarted search); enqueue only into an
+        # empty study.
+        if first_point and not self._ot_study.get_trials(deepcopy=False):
+            self._ot_study.enqueue_trial(dict(first_point))
+        self.fedtune_metrics = list(metrics)
+        self.fedtune_modes = list(modes)
+        self.fedtune_rounds = int(rounds)
+        self.fedtune_fixed = dict(fixed)
+        self.fedtune_reported: dict[str, set[int]] = {}
+
+    # -- asking -----------------------------------------------------------------------------------
+    def suggest(self, trial_id: str) -> dict | None:
+        from fedtune.tune.spaces import strip_switches
+
+        params = super().suggest(trial_id)
+        if params is None:
+            return None
+        ot_trial = self._ot_trials[trial_id]
+        config = strip_switches(params)
+        full = {**self.fedtune_fixed, **config}
+        ot_trial.set_user_attr("tune_trial_id", trial_id)
+        try:
+            cfg = FederatedRunConfig.from_dict(full, source="sampled configuration")
+            ot_trial.set_user_attr("fedtune_trial_id", cfg.trial_id())
+        except ConfigError as exc:  # the trial will fail on it and be told FAIL
+            ot_trial.set_user_attr("config_error", str(exc))
+        ot_trial.set_user_attr("config", json.loads(json.dumps(full, sort_keys=True, default=str)))
+        return config
+
+    # -- results ----------------------------------------------------------------------------------
+    def _record(self, trial_id: str, result: Mapping[str, Any]) -> None:
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is None:
+            return
+        step = result.get("round", result.get("training_iteration"))
+        if step is None:
+            return
+        step = int(step)
+        values = {m: float(result[m]) for m in self.fedtune_metrics if is_finite(result.get(m))}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                ot_trial.set_user_attr(f"round.{step}", values)
+                first = values.get(self.fedtune_metrics[0])
+                reported = self.fedtune_reported.setdefault(trial_id, set())
+                if len(self.fedtune_metrics) == 1 and first is not None and step not in reported:
+                    ot_trial.report(first, step)
+                    reported.add(step)
+            except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError, ValueError):
+                pass  # the trial was told already (a driver restart replays it): nothing to add
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id in self._completed_trials:
+            return
+        self._record(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id in self._completed_trials:
+            return
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is None:
+            return
+        if result:
+            self._record(trial_id, result)  # the last result reaches only on_trial_complete
+        frozen = self._frozen(ot_trial)
+        per_round = {int(k.split(".", 1)[1]): v for k, v in (frozen.user_attrs if frozen else {}).items()
+                     if k.startswith("round.")}
+        last_round = int(result.get("round", 0) or 0) if result else (max(per_round) if per_round else 0)
+        diverged = bool(result) and result.get("status") == status.DIVERGED
+        values = None
+        if error:
+            state, fedtune_status = TrialState.FAIL, status.FAILED
+        elif diverged:
+            state, fedtune_status = TrialState.FAIL, status.DIVERGED
+        elif last_round < self.fedtune_rounds:
+            state, fedtune_status = TrialState.PRUNED, status.PRUNED
+        else:
+            values = objective_values(per_round, self.fedtune_metrics, self.fedtune_modes)
+            state, fedtune_status = ((TrialState.COMPLETE, status.COMPLETED) if values
+                                     else (TrialState.FAIL, status.NO_METRIC))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                if frozen is None or frozen.state == TrialState.RUNNING:
+                    ot_trial.set_user_attr("fedtune_status", fedtune_status)
+                    ot_trial.set_user_attr("rounds_done", last_round)
+                self._ot_study.tell(ot_trial, values if state == TrialState.COMPLETE else None, state=state,
+                                    skip_if_finished=True)
+            except Exception as exc:  # noqa: BLE001 - never let bookkeeping kill the study
+                logging.getLogger(__name__).warning("Optuna: could not tell trial %s: %s", trial_id, exc)
+        self._completed_trials.add(trial_id)
+
+    def _frozen(self, ot_trial: Any) -> Any:
+        for t in self._ot_study.get_trials(deepcopy=False):
+            if t.number == ot_trial.number:
+                return t
+        return None
+
+
+def reconcile_optuna(storage_url: str | Any, study_name: str) -> int:
+    """Tell FAIL (user attribute ``fedtune_status: orphaned``) every trial still RUNNING in the
+    Optuna study: after a search ended nothing runs, so these were asked by a driver that was
+    killed before Tune's next snapshot. Returns how many were closed. ``storage_url``: a URL or
+    a storage (:func:`optuna_storage`: retried while the database is locked)."""
+    study = optuna.load_study(study_name=study_name, storage=storage_url)
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "fedtune_status", status.ORPHANED)
+        study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+        n += 1
+    return n

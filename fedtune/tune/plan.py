@@ -1,0 +1,526 @@
+"""What a sweep study is before anything runs: its options, its searches, its objective, the
+no-argument study and the cluster-capacity check. No Ray, no Optuna: every bad input fails here.
+
+**Searches.** One search per algorithm (its space: ``search_spaces/<algorithm>.yaml``, or the
+SPACE files given, one per algorithm); with ``--target-domain all`` one search per
+(algorithm, target domain). Searches run one after the other, each filling the cluster with
+up to ``--max-concurrent`` trials. The target is a search of its own, not a grid dimension
+of one search, because leave-one-domain-out selects hyperparameters per held-out domain
+(DomainBed's training-domain validation, docs/methods.md §5) and Optuna's samplers need one
+objective per study; OptunaSearch cannot take a ``grid_search`` dimension either. A search's
+key is ``<algorithm>`` or ``<algorithm>/<target>``; its Tune experiment is ``tune/<algorithm>``
+or ``tune/<algorithm>--<target>``; its Optuna study is ``<study>/<key>``. Several Optuna
+studies share the one ``optuna.db`` because the algorithms' spaces differ (a single Optuna
+study must keep one search space, and TPE models one objective landscape); every study name
+starts with ``<study>/`` so ``optuna.get_all_study_names`` finds them all.
+
+**Objective** (the protocol is :mod:`fedtune.selection`'s). ``--selection val`` (default,
+honest): the metric is ``val_acc`` (source validation); ``--selection target-val`` (fda only):
+``target_val_acc``, the target client's held-out labels; ``--selection oracle``: ``oracle_acc``,
+a held-out slice of the target domain, and every table says "oracle". ``--metric`` alone
+implies the protocol of its first metric. A trial's objective value is the metric at the round
+the protocol reports (:func:`fedtune.selection.objective`: the best round for ``val`` and
+``target-val``, the last round for ``oracle``); ``target_acc`` (the rest of the target) is
+always recorded and never chooses.
+
+**Trial seeds.** ``--trial-seeds K`` repeats every search K times, DomainBed-style: search
+replicate ``k`` (0..K-1) runs with ``seed + k``, ``data_seed + k`` and sampler seed
+``sampler_seed + k``; its key is the search's key with ``@ts<k>`` appended for k >= 1 (its own
+Optuna study and Tune experiment; k = 0 is the plain search). The report then shows mean ±
+standard error over the K searches (including selection variance); with ``--seeds`` the ± is
+over re-runs of one selected configuration and excludes it (the two cannot be combined).
+``--sampler nsga2`` is multi-objective by default: maximise the metric and minimise
+``server_s`` (mean seconds of server aggregation per round). Objectives named ``*_s`` are
+means over rounds; accuracies/losses are the best over rounds.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from fedtune.config import FederatedRunConfig
+from fedtune.errors import ConfigError, ResourceError
+from fedtune.results import selection as _protocol
+from fedtune.results.study_dir import StudyDir
+
+__all__ = [
+    "DEFAULT_ALGORITHMS", "DEFAULT_STUDY", "METRICS", "SAMPLERS", "SCHEDULERS", "SELECTIONS", "Search",
+    "StudyPlan", "SweepOptions", "abs_path", "apply_default_study", "concurrency_cap", "is_default_study",
+    "objective_values", "optuna_storage_url", "plan_study", "seeds_for",
+]
+
+SAMPLERS = ("tpe", "random", "cmaes", "nsga2")
+SCHEDULERS = ("fifo", "asha")
+SELECTIONS = _protocol.PROTOCOLS
+
+METRICS: dict[str, str] = {
+    "val_acc": "max", "val_loss": "min", "target_val_acc": "max", "target_val_loss": "min",
+    "oracle_acc": "max", "oracle_loss": "min", "train_loss": "min",
+    "server_s": "min", "client_s": "min", "wall_s": "min", "bytes_moved": "min",
+}
+"""Metrics a study may optimise, with their direction. The first (selection) metric is the
+protocol's score or loss (:data:`fedtune.selection.SCORE` / ``LOSS``): ``val_acc``/``val_loss``
+(``val``), ``target_val_acc``/``target_val_loss`` (``target-val``), ``oracle_acc``/``oracle_loss``
+(``oracle``); further objectives (multi-objective) may be any cost metric. ``target_acc`` is
+what is reported and never an objective."""
+
+_SELECTION_METRICS = {p: (_protocol.SCORE[p], _protocol.LOSS[p]) for p in _protocol.PROTOCOLS}
+_COST_METRICS = ("train_loss", "server_s", "client_s", "wall_s", "bytes_moved")
+
+DEFAULT_ALGORITHMS = ("fedavg", "fedprox", "fedomg")
+"""Algorithms of the no-argument study (those registered and with a search space)."""
+
+DEFAULT_STUDY: dict[str, Any] = {
+    "dataset": "rotated-digits", "rounds": 8, "num_samples": 4, "trial_seeds": 3,
+    "overrides": {"local_steps": 10, "batch_size": 32, "client_cpus": 1.0, "max_client_actors": 1},
+}
+"""The no-argument study: rotated-digits (target domain "0", the cnn), 8 rounds of 10 local
+steps, 4 Optuna trials per search (the first: the space's defaults), the whole search repeated
+over 3 trial seeds so the table has an error bar that includes selection variance; one client
+actor per trial, so trials run side by side. A few minutes on 2 CPU cores. Its report says
+plainly which gaps it can and cannot resolve (:meth:`fedtune.tune.report.Report.conclusions`)."""
+
+
+@dataclass
+class SweepOptions:
+    """Everything ``fedtune sweep`` takes (the CLI flags, one to one).
+
+    ``target_domain``: a domain, ``"all"`` (leave-one-domain-out over every domain) or None
+    (the dataset's default target). ``metric``: the objective metric(s), first = selection
+    metric; None = ``val_acc`` (``target_acc`` under oracle), plus ``server_s`` with nsga2.
+    ``overrides``: ``--set`` fields, applied to every trial (a field the space samples is an
+    error). ``max_concurrent``: None = as many as the cluster fits.
+
+    >>> SweepOptions(algorithms=["fedavg"]).metrics()
+    ['val_acc']
+    >>> SweepOptions(sampler="nsga2", selection="oracle").metrics()
+    ['oracle_acc', 'server_s']
+    >>> SweepOptions(metric=["target_val_acc"]).protocol()
+    'target-val'
+    """
+
+    spaces: list[str] = field(default_factory=list)
+    algorithms: list[str] = field(default_factory=list)
+    dataset: str | None = None
+    data_root: str | None = None
+    target_domain: str | None = None
+    rounds: int | None = None
+    num_samples: int = 8
+    seeds: int = 1
+    max_concurrent: int | None = None
+    scheduler: str = "fifo"
+    sampler: str = "tpe"
+    metric: list[str] | None = None
+    selection: str | None = None  # None: the protocol of --metric's first metric, else val
+    trial_seeds: int = 1
+    address: str | None = None
+    output: str = "fedtune_results"
+    name: str | None = None
+    verbose: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)
+    sampler_seed: int = 0
+    grace_period: int = 1
+    reduction_factor: float = 2.0
+    report: bool = True
+
+    def metrics(self) -> list[str]:
+        """The objective metrics, first = the selection metric."""
+        if self.metric:
+            return list(self.metric)
+        first = _protocol.SCORE.get(self.protocol(), "val_acc")
+        return [first, "server_s"] if self.sampler == "nsga2" else [first]
+
+    def protocol(self) -> str:
+        """The selection protocol: ``selection``, else the one ``--metric``'s first metric belongs
+        to, else ``val``."""
+        if self.selection is not None:
+            return self.selection
+        if self.metric:
+            return _protocol.protocol_of_metric(self.metric[0]) or _protocol.DEFAULT
+        return _protocol.DEFAULT
+
+    def modes(self) -> list[str]:
+        """``max``/``min`` per objective metric."""
+        return [METRICS[m] for m in self.metrics()]
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the option and the allowed values."""
+        def choice(name: str, value: Any, allowed: Sequence[str]) -> None:
+            if value not in allowed:
+                raise ConfigError(f"option '--{name}': '{value}' is not allowed; allowed: {', '.join(allowed)}")
+
+        choice("sampler", self.sampler, SAMPLERS)
+        choice("scheduler", self.scheduler, SCHEDULERS)
+        choice("selection", self.protocol(), SELECTIONS)
+        for name, value, lo in (("num-samples", self.num_samples, 1), ("seeds", self.seeds, 1),
+                                ("trial-seeds", self.trial_seeds, 1),
+                                ("grace-period", self.grace_period, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+                raise ConfigError(f"option '--{name}': {value!r} is not allowed; allowed: an integer >= {lo}")
+        if self.max_concurrent is not None and (not isinstance(self.max_concurrent, int) or self.max_concurrent < 1):
+            raise ConfigError(f"option '--max-concurrent': {self.max_concurrent!r} is not allowed; allowed: an integer >= 1")
+        if self.rounds is not None and (not isinstance(self.rounds, int) or self.rounds < 1):
+            raise ConfigError(f"option '--rounds': {self.rounds!r} is not allowed; allowed: an integer >= 1")
+        if not self.reduction_factor > 1:
+            raise ConfigError(f"option '--reduction-factor': {self.reduction_factor!r} is not allowed; allowed: > 1")
+        if self.seeds > 1 and self.trial_seeds > 1:
+            raise ConfigError(f"options '--seeds {self.seeds}' and '--trial-seeds {self.trial_seeds}' cannot be "
+                              "combined; allowed: --trial-seeds K (K whole searches: ± includes selection variance) "
+                              "or --seeds K (K re-runs of each selected configuration)")
+        metrics = self.metrics()
+        for m in metrics:
+            if m in ("target_acc", "target_loss") and m == metrics[0]:
+                raise ConfigError(f"option '--metric': '{m}' is the reported target accuracy and never chooses "
+                                  "(honest selection never chooses by the target domain's reported examples); "
+                                  f"allowed first metrics: {', '.join(v for p in SELECTIONS for v in _SELECTION_METRICS[p])} "
+                                  "(--selection oracle chooses by a held-out slice of the target: oracle_acc)")
+            if m not in ("target_acc", "target_loss"):
+                choice("metric", m, list(METRICS))
+        if len(set(metrics)) != len(metrics):
+            raise ConfigError(f"option '--metric': {','.join(metrics)} names a metric twice")
+        allowed_first = _SELECTION_METRICS[self.protocol()]
+        if metrics[0] not in allowed_first:
+            raise ConfigError(f"option '--metric': '{metrics[0]}' cannot be the selection metric under --selection "
+                              f"{self.protocol()} (it chooses by {_protocol.SCORE[self.protocol()]}); allowed: "
+                              f"{', '.join(allowed_first)}")
+        for m in metrics[1:]:
+            if m not in _COST_METRICS:
+                raise ConfigError(f"option '--metric': a further objective must be a cost metric, not '{m}'; "
+                                  f"allowed: {', '.join(_COST_METRICS)}")
+        if self.sampler == "cmaes":
+            import importlib.util
+
+            if len(metrics) > 1:
+                raise ConfigError("option '--sampler': cmaes optimises one objective; use nsga2 or tpe for "
+                                  f"{', '.join(metrics)}")
+            if importlib.util.find_spec("cmaes") is None:
+                raise ConfigError("option '--sampler': cmaes needs the 'cmaes' package (pip install cmaes); "
+                                  "allowed without it: tpe, random, nsga2")
+        if self.name is not None:
+            from fedtune.results import NAME_RULE, check_name
+
+            try:
+                check_name(self.name, "name")
+            except ValueError:
+                raise ConfigError(f"option '--name': '{self.name}' is not a valid study name; allowed: "
+                                  f"{NAME_RULE}") from None
+        if self.output is not None:
+            from fedtune.results import check_output_dir
+
+            check_output_dir(self.output, "option '--output'")
+        if self.target_domain is not None and str(self.target_domain).strip() == "":
+            raise ConfigError("option '--target-domain': empty; allowed: a domain name or 'all'")
+
+    def to_json(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self), default=str))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SweepOptions:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Search:
+    """One search: an algorithm (and a target domain under leave-one-domain-out) with its space.
+
+    >>> s = Search("fedavg", "30", "search_spaces/fedavg.yaml", True)
+    >>> s.key, s.tune_name, s.optuna_study("lodo")
+    ('fedavg/30', 'fedavg--30', 'lodo/fedavg/30')
+    >>> Search("fedavg", None, "fedavg.yaml", trial_seed=1).tune_name
+    'fedavg@ts1'
+    """
+
+    algorithm: str
+    target: str | None
+    space: str  # path of the search-space file
+    per_target: bool = False  # the target is part of the key (leave-one-domain-out)
+    trial_seed: int = 0  # --trial-seeds: which replicate of the whole search (0 = the plain search)
+
+    @property
+    def key(self) -> str:
+        base = f"{self.algorithm}/{self.target}" if self.per_target else self.algorithm
+        return f"{base}@ts{self.trial_seed}" if self.trial_seed else base
+
+    @property
+    def tune_name(self) -> str:
+        return self.key.replace("/", "--")
+
+    def optuna_study(self, study: str) -> str:
+        return f"{study}/{self.key}"
+
+
+@dataclass
+class StudyPlan:
+    """A validated study: its searches and every search's fixed trial configuration."""
+
+    options: SweepOptions
+    name: str
+    study_dir: Path
+    searches: list[Search]
+    fixed: dict[str, dict[str, Any]]  # search key -> constant part of every trial config
+    targets: list[str | None]
+    base_seed: int
+
+    @property
+    def metrics(self) -> list[str]:
+        return self.options.metrics()
+
+    @property
+    def modes(self) -> list[str]:
+        return self.options.modes()
+
+    @property
+    def optuna_path(self) -> Path:
+        return StudyDir(self.study_dir).optuna_db
+
+    @property
+    def tune_path(self) -> Path:
+        return StudyDir(self.study_dir).tune_dir
+
+
+# ------------------------------------------------------------------------------------------------
+# Planning and validation (no Ray): every bad input fails here, before anything starts.
+def abs_path(path: str | None) -> str | None:
+    """``path`` with ``~`` expanded, made absolute (None stays None)."""
+    return None if path is None else str(Path(path).expanduser().resolve())
+
+
+def optuna_storage_url(study_dir: str | os.PathLike[str]) -> str:
+    """The SQLite URL of a study's ``optuna.db`` (absolute).
+
+    >>> optuna_storage_url("/tmp/x/s")
+    'sqlite:////tmp/x/s/optuna.db'
+    """
+    return f"sqlite:///{StudyDir(Path(study_dir).resolve()).optuna_db}"
+
+
+def _default_name() -> str:
+    return "sweep-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def is_default_study(opts: SweepOptions) -> bool:
+    """True when no option chooses what to run (``fedtune sweep`` alone)."""
+    return not (opts.spaces or opts.algorithms or opts.dataset or opts.data_root or opts.target_domain
+                or opts.rounds or opts.overrides)
+
+
+def apply_default_study(opts: SweepOptions) -> SweepOptions:
+    """The no-argument study: :data:`DEFAULT_STUDY` on the algorithms of :data:`DEFAULT_ALGORITHMS`
+    that are registered and have a search space."""
+    from fedtune.algorithms import PRESETS
+    from fedtune.tune.spaces import list_spaces
+
+    spaces = set(list_spaces())
+    algos = [a for a in DEFAULT_ALGORITHMS if a in PRESETS and a in spaces]
+    out = copy.deepcopy(opts)
+    out.algorithms = algos or ["fedavg"]
+    out.dataset = DEFAULT_STUDY["dataset"]
+    out.rounds = DEFAULT_STUDY["rounds"]
+    if out.num_samples == SweepOptions.num_samples:
+        out.num_samples = DEFAULT_STUDY["num_samples"]
+    if out.trial_seeds == SweepOptions.trial_seeds and out.seeds == SweepOptions.seeds:
+        out.trial_seeds = DEFAULT_STUDY["trial_seeds"]
+    out.overrides = dict(DEFAULT_STUDY["overrides"])
+    return out
+
+
+def _load_spaces(opts: SweepOptions) -> list[Any]:
+    """The search spaces of the study: the SPACE files, else one per ``--algorithm``."""
+    from fedtune.algorithms import PRESETS
+    from fedtune.tune.spaces import load_space
+
+    for a in opts.algorithms:
+        if a not in PRESETS:
+            raise ConfigError(f"option '--algorithm': '{a}' is unknown; allowed: {', '.join(PRESETS)}")
+    if len(set(opts.algorithms)) != len(opts.algorithms):
+        raise ConfigError(f"option '--algorithm': {', '.join(opts.algorithms)} names an algorithm twice")
+    if opts.spaces:
+        spaces = [load_space(abs_path(p) if Path(p).exists() else p) for p in opts.spaces]
+        by_algo: dict[str, Any] = {}
+        for s in spaces:
+            if s.algorithm in by_algo:
+                raise ConfigError(f"search spaces '{by_algo[s.algorithm].source}' and '{s.source}' are both for "
+                                  f"algorithm '{s.algorithm}'; allowed: one space per algorithm")
+            by_algo[s.algorithm] = s
+        if opts.algorithms:
+            missing = [a for a in opts.algorithms if a not in by_algo]
+            if missing:
+                raise ConfigError(f"option '--algorithm': {', '.join(missing)} has no SPACE file among the given "
+                                  f"ones (for {', '.join(by_algo)}); allowed: the SPACE files' algorithms")
+            return [by_algo[a] for a in opts.algorithms]
+        return spaces
+    algorithms = opts.algorithms or ["fedavg"]
+    return [load_space(a) for a in algorithms]
+
+
+def _domains(dataset: str, data_root: str | None, overrides: Mapping[str, Any]) -> list[str]:
+    from fedtune.data import get_dataset
+
+    ds = get_dataset(dataset, root=data_root, image_size=overrides.get("image_size"),
+                     data_seed=int(overrides.get("data_seed", 0) or 0))
+    return list(ds.info.domains)
+
+
+def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
+    """Validate ``opts`` and lay out the searches; raises ConfigError/DataError on bad input.
+
+    Checks, in order: the options; every space file (unknown keys, ranges outside what the
+    algorithm allows, malformed YAML: :func:`fedtune.tune.spaces.load_space`); every ``--set``
+    field; then every search's default configuration as a full :class:`FederatedRunConfig` with its
+    data plan (dataset, data root, target domain, setting), so nothing launches on bad input.
+    """
+    from fedtune.runtime.driver import build_plan
+    from fedtune.tune.spaces import strip_switches
+
+    opts.validate()
+    spaces = _load_spaces(opts)
+    overrides = dict(opts.overrides)
+    for key in ("algorithm", "output", "name", "target_domain", "dataset", "data_root", "rounds", "address"):
+        if key in overrides:
+            flag = key.replace("_", "-")
+            raise ConfigError(f"--set {key}=...: use the option --{flag} of fedtune sweep instead")
+    base: dict[str, Any] = dict(overrides)
+    if opts.dataset:
+        base["dataset"] = opts.dataset
+    if opts.data_root:
+        base["data_root"] = abs_path(opts.data_root)
+    if opts.rounds:
+        base["rounds"] = opts.rounds
+    output = abs_path(opts.output) or str(Path("fedtune_results").resolve())
+    study = name or opts.name or _default_name()
+    base["output"], base["name"] = output, study
+    probe = FederatedRunConfig.from_dict({**base, "algorithm": spaces[0].algorithm}, source="--set")  # field errors first
+
+    if opts.target_domain == "all":
+        domains = _domains(probe.dataset, probe.data_root, overrides)
+        if len(domains) < 2:
+            raise ConfigError(f"option '--target-domain': 'all' needs a dataset with several domains; "
+                              f"'{probe.dataset}' has {len(domains)}")
+        targets: list[str | None] = list(domains)
+    else:
+        targets = [opts.target_domain]
+
+    searches: list[Search] = []
+    fixed: dict[str, dict[str, Any]] = {}
+    for space in spaces:
+        sampled = {p.name for p in space.params.values() if p.sampled}
+        clash = sorted(sampled & set(overrides))
+        if clash:
+            raise ConfigError(f"--set {clash[0]}=...: '{clash[0]}' is sampled by search space '{space.source}'; "
+                              "remove it from the space (or make it fixed there) or from --set")
+        clash = sorted(k for k in space.constants if k in overrides and overrides[k] != space.constants[k])
+        if clash:
+            raise ConfigError(f"--set {clash[0]}={overrides[clash[0]]}: search space '{space.source}' sets "
+                              f"{clash[0]}={space.constants[clash[0]]}; allowed: the space's value")
+        for target in targets:
+            search = Search(space.algorithm, target, space.source, per_target=opts.target_domain == "all")
+            cfg_fixed = {**base, "algorithm": space.algorithm}
+            if target is not None:
+                cfg_fixed["target_domain"] = target
+            trial = {**cfg_fixed, **strip_switches(space.defaults())}
+            cfg = FederatedRunConfig.from_dict(trial, source=f"search '{search.key}'")
+            run_plan = build_plan(cfg)  # dataset, data root, target domain and setting checks
+            if search.per_target and run_plan.setting == "fl":
+                raise ConfigError(f"option '--target-domain': 'all' (leave-one-domain-out) needs a setting that "
+                                  f"holds a domain out; algorithm '{space.algorithm}' runs in setting 'fl', which "
+                                  f"pools every domain, so all {len(targets)} searches would be the same search; "
+                                  "allowed: one --target-domain (or none) with setting fl, or --set setting=fdg")
+            _protocol.check_protocol(opts.protocol(), run_plan.setting, oracle_fraction=cfg.oracle_fraction,
+                                     field="option '--selection':")
+            for k in range(opts.trial_seeds):  # k >= 1: the whole search again, other seeds (DomainBed)
+                rep = Search(space.algorithm, target, space.source, per_target=search.per_target, trial_seed=k)
+                searches.append(rep)
+                fixed[rep.key] = cfg_fixed if k == 0 else {**cfg_fixed, "seed": int(cfg.seed) + k,
+                                                           "data_seed": int(cfg.data_seed) + k}
+    return StudyPlan(options=opts, name=study, study_dir=Path(output) / study, searches=searches, fixed=fixed,
+                     targets=targets, base_seed=int(probe.seed))
+
+
+def seeds_for(base_seed: int, k: int) -> list[int]:
+    """The K seeds of the seed runs; the first is the search's own.
+
+    >>> seeds_for(0, 3)
+    [0, 1, 2]
+    """
+    return [base_seed + i for i in range(k)]
+
+
+def objective_values(per_round: Mapping[int, Mapping[str, float]], metrics: Sequence[str],
+                     modes: Sequence[str]) -> list[float] | None:
+    """A trial's objective values from its per-round metrics, :func:`fedtune.selection.objective`
+    per metric: the value at the round the protocol reports (best over rounds, max/min by mode;
+    the last round for ``oracle_*``), the mean of a ``*_s``/``bytes_moved`` cost; None when a
+    metric has no value.
+
+    >>> objective_values({1: {"val_acc": 0.5, "server_s": 0.2}, 2: {"val_acc": 0.4, "server_s": 0.4}},
+    ...                  ["val_acc", "server_s"], ["max", "min"])
+    [0.5, 0.30000000000000004]
+    """
+    out = []
+    for m, mode in zip(metrics, modes):
+        value = _protocol.objective({r: v.get(m, math.nan) for r, v in per_round.items()}, m, mode)
+        if value is None:
+            return None
+        out.append(value)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Resources
+def concurrency_cap(configs: Sequence[Mapping[str, Any]], requested: int | None,
+                    cluster: Mapping[str, float], nodes: list[dict[str, float]] | None = None) -> tuple[int, str | None]:
+    """How many trials of ``configs`` can run at once on a cluster with ``cluster`` resources in
+    total (``ray.cluster_resources()``), and a warning when ``requested`` is more than that.
+    Each trial reserves the sum of its :func:`~fedtune.tune.trainable.resources_for` bundles
+    (planned on ``nodes``, default: the connected cluster's); the cap divides the cluster's
+    totals by the largest such reservation, an upper bound on a cluster of several nodes.
+    Raises ConfigError when not even one trial fits.
+
+    >>> concurrency_cap([{"dataset": "rect4", "client_cpus": 0.5, "max_client_actors": 1}], 8, {"CPU": 2.0},
+    ...                 nodes=[{"CPU": 2.0}])[1]
+    'option --max-concurrent: 8 concurrent trials need 4 CPU (each trial reserves 0.5 CPU), but the cluster has 2 CPU; running at most 4 trials at a time'
+    """
+    from fedtune.tune.trainable import resources_for
+
+    need: dict[str, float] = {}
+    for cfg in configs:
+        try:
+            pgf = resources_for(dict(cfg), nodes)
+        except ResourceError as exc:
+            raise ConfigError(str(exc)) from None
+        total: dict[str, float] = {}
+        for b in pgf.bundles:
+            for k, v in b.items():
+                total[k] = total.get(k, 0.0) + float(v)
+        for k, v in total.items():
+            need[k] = max(need.get(k, 0.0), v)
+    fit = math.inf
+    for k, v in need.items():
+        if v > 0:
+            fit = min(fit, math.floor(float(cluster.get(k, 0.0)) / v + 1e-9))
+    fit = int(fit) if fit != math.inf else (requested or 1)
+    if fit < 1:
+        raise ConfigError(f"a trial reserves {_res_text(need)} but the cluster has {_res_text(cluster, need)}; "
+                          "lower client_cpus/client_gpus or max_client_actors")
+    if requested is None:
+        return fit, None
+    if requested > fit:
+        want = {k: v * requested for k, v in need.items()}
+        return fit, (f"option --max-concurrent: {requested} concurrent trials need {_res_text(want)} (each trial "
+                     f"reserves {_res_text(need)}), but the cluster has {_res_text(cluster, need)}; running at most "
+                     f"{fit} trial{'s' if fit != 1 else ''} at a time")
+    return requested, None
+
+
+def _res_text(res: Mapping[str, float], keys: Mapping[str, float] | None = None) -> str:
+    names = [k for k in (keys or res) if (keys or res)[k] > 0] or ["CPU"]
+    return ", ".join(f"{float(res.get(k, 0.0)):g} {k}" for k in names)

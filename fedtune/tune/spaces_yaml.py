@@ -1,0 +1,351 @@
+"""Reading and validating one search-space YAML file into a :class:`~fedtune.tune.spaces_model.SearchSpace`.
+
+:func:`read_space_file` reads a file with ``yaml.safe_load``; :func:`build_space` checks the
+mapping against the format described in :mod:`fedtune.tune.spaces` and against the
+algorithm it names: every key, every distribution and whether it fits the hyperparameter's
+kind, every number, and every value the file can produce (range ends, defaults, choices,
+fixed values, ``otherwise``), by building a :class:`~fedtune.config.FederatedRunConfig` with it.
+Conditions must refer to a switch or to an unconditional ``categorical``/``fixed``
+parameter, and every switch must be used. Every problem is a
+:class:`~fedtune.errors.ConfigError` worded ``<file>: <key>: <problem>``.
+
+>>> build_space({"algorithm": "fedavg", "params": {"local_lr": {"distribution": "fixed", "value": 0.1}}},
+...             "inline.yaml", None).defaults()["local_lr"]
+0.1
+>>> build_space({"algorithm": "fedavg", "params": {"local_lr": {"distribution": "uniform", "low": 0.2,
+...              "high": 0.1, "default": 0.1}}}, "inline.yaml", None)
+Traceback (most recent call last):
+...
+fedtune.errors.ConfigError: inline.yaml: params.local_lr: low 0.2 > high 0.1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from fedtune.config import FederatedRunConfig
+from fedtune.errors import ConfigError
+from fedtune.tune.spaces_model import DISTRIBUTIONS, ParamSpec, SearchSpace, Switch, value_in
+
+__all__ = ["build_space", "read_space_file"]
+
+# Top-level keys of a file; the first four are passed on to every configuration.
+_CONSTANT_KEYS = ("algorithm", "client_method", "server_rule", "setting")
+_TOP_KEYS = (*_CONSTANT_KEYS, "description", "switches", "params")
+_DIST_KEYS: dict[str, tuple[str, ...]] = {
+    "uniform": ("low", "high", "default"),
+    "loguniform": ("low", "high", "default"),
+    "int": ("low", "high", "default", "log"),
+    "categorical": ("choices", "default"),
+    "fixed": ("value",),
+}
+_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
+    "uniform": ("low", "high", "default"),
+    "loguniform": ("low", "high", "default"),
+    "int": ("low", "high", "default"),
+    "categorical": ("choices", "default"),
+    "fixed": ("value",),
+}
+_COMMON_KEYS = ("distribution", "when", "otherwise", "help")
+_SWITCH_KEYS = ("choices", "default", "help")
+# Which distributions fit which kind of hyperparameter (HParam.kind or a field's type).
+_FITS: dict[str, tuple[str, ...]] = {
+    "float": ("uniform", "loguniform", "categorical", "fixed"),
+    "float_or_choice": ("uniform", "loguniform", "categorical", "fixed"),
+    "int": ("int", "categorical", "fixed"),
+    "bool": ("categorical", "fixed"),
+    "choice": ("categorical", "fixed"),
+}
+
+
+def read_space_file(path: Path, expected: str | None = None) -> SearchSpace:
+    """Read ``path`` with ``yaml.safe_load`` and validate it (:func:`build_space`).
+
+    ``expected``: the name the file was looked up by, which its ``algorithm`` must equal.
+    Unreadable files and malformed YAML are ConfigErrors naming the file.
+    """
+    src = str(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{src}: not valid YAML: {' '.join(str(exc).split())}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{src}: cannot read the file: {exc}") from None
+    return build_space(data, src, expected)
+
+
+def _err(src: str, key: str, problem: str) -> ConfigError:
+    return ConfigError(f"{src}: {key}: {problem}")
+
+
+def _check_keys(src: str, key: str, got: Mapping[str, Any], allowed: tuple[str, ...], what: str) -> None:
+    for k in got:
+        if k not in allowed:
+            close = difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise _err(src, f"{key}.{k}" if key else str(k),
+                       f"unknown key '{k}' {what}{hint}; allowed: {', '.join(allowed)}")
+
+
+def _number(src: str, key: str, value: Any, *, integer: bool = False) -> float | int:
+    """A YAML number (numeric text such as ``1e-3``, which YAML 1.1 reads as a string, too)."""
+    num: float
+    if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+        raise _err(src, key, f"expected a{'n integer' if integer else ' number'}, got {value!r}")
+    try:
+        num = float(value)
+    except (TypeError, ValueError):
+        raise _err(src, key, f"expected a{'n integer' if integer else ' number'}, got {value!r}") from None
+    if not math.isfinite(num):
+        raise _err(src, key, f"expected a finite number, got {value!r}")
+    if integer:
+        if not num.is_integer():
+            raise _err(src, key, f"expected an integer, got {value!r}")
+        return int(num)
+    return num
+
+
+def _field_kind(hint: Any) -> str:
+    """``float | None`` -> "float", ``int`` -> "int", ... (what distributions fit a field)."""
+    if get_origin(hint) in (Union, types.UnionType):
+        hint = next(a for a in get_args(hint) if a is not type(None))
+    return {float: "float", int: "int", bool: "bool"}.get(hint, "choice")
+
+
+class _Algorithm:
+    """What an algorithm allows: its tunable names, their kinds, defaults and a value check."""
+
+    def __init__(self, src: str, constants: dict[str, Any]) -> None:
+        from fedtune.algorithms import all_hparams
+
+        self.src = src
+        self.constants = constants
+        try:
+            cfg = FederatedRunConfig.from_dict(dict(constants))
+        except ConfigError as exc:
+            key = next((k for k in _CONSTANT_KEYS if f"'{k}'" in str(exc)), "algorithm")
+            raise _err(src, key, str(exc)) from None
+        self.resolved = cfg.resolved
+        self.specs = self.resolved.hparam_specs()
+        self.owners = all_hparams()
+        hints = get_type_hints(FederatedRunConfig)
+        self.fields = {f.name: f for f in dataclasses.fields(FederatedRunConfig)}
+        self.kinds: dict[str, str] = {n: _field_kind(hints[n]) for n, f in self.fields.items() if f.metadata.get("hp")}
+        self.defaults: dict[str, Any] = {n: getattr(cfg, n) for n in self.kinds}
+        for name, spec in self.specs.items():
+            self.kinds[name] = spec.kind
+            self.defaults[name] = spec.default
+
+    def describe(self) -> str:
+        r = self.resolved
+        return (f"algorithm '{r.algorithm}' (client method {r.client_method.name}, "
+                f"server rule {r.server_rule.name})")
+
+    def check_name(self, name: str) -> None:
+        if name in self.kinds:
+            return
+        key = f"params.{name}"
+        if name in self.owners:
+            raise _err(self.src, key, f"'{name}' is a hyperparameter of {self.owners[name][0]}, "
+                                      f"which {self.describe()} does not use; it has: {', '.join(self.kinds)}")
+        if name in self.fields:
+            raise _err(self.src, key, f"'{name}' is a run setting, not a tunable hyperparameter; "
+                                      f"set it in the study's base configuration; tunable: {', '.join(self.kinds)}")
+        close = difflib.get_close_matches(name, list(self.kinds), n=2, cutoff=0.6)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise _err(self.src, key, f"unknown hyperparameter '{name}'{hint}; {self.describe()} has: "
+                                  f"{', '.join(self.kinds)}")
+
+    def check_value(self, name: str, key: str, value: Any, what: str) -> Any:
+        """The canonical value a run would use, or ConfigError naming file/key/problem."""
+        try:
+            cfg = FederatedRunConfig.from_dict({**self.constants, name: value})
+        except ConfigError as exc:
+            raise _err(self.src, key, f"{what} {value!r} is not allowed for '{name}': {exc}") from None
+        return cfg.params[name] if name in self.specs else getattr(cfg, name)
+
+
+def _scalar_list(src: str, key: str, value: Any) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise _err(src, key, f"expected a non-empty list of values, got {value!r}")
+    for v in value:
+        if isinstance(v, (list, dict)):
+            raise _err(src, key, f"choices must be plain values (numbers, strings, true/false), got {v!r}")
+    for i, v in enumerate(value):
+        if any(value_in(v, (w,)) for w in value[:i]):
+            raise _err(src, key, f"{v!r} is listed twice")
+    return value
+
+
+def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
+    """Validate a parsed YAML document ``data`` (read from ``src``) into a :class:`SearchSpace`;
+    ``expected`` as in :func:`read_space_file`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{src}: a search space must be a YAML mapping with keys "
+                          f"{', '.join(_TOP_KEYS)}; got {type(data).__name__}")
+    _check_keys(src, "", data, _TOP_KEYS, "at the top level")
+    for k in ("algorithm", "params"):
+        if k not in data:
+            raise _err(src, k, f"missing required key '{k}'")
+    constants: dict[str, Any] = {}
+    for k in _CONSTANT_KEYS:
+        if data.get(k) is not None:
+            if not isinstance(data[k], str):
+                raise _err(src, k, f"expected a name, got {data[k]!r}")
+            constants[k] = data[k]
+    algorithm = constants.get("algorithm")
+    if algorithm is None:
+        raise _err(src, "algorithm", "missing the algorithm's name")
+    if expected is not None and algorithm != expected:
+        raise _err(src, "algorithm", f"'{algorithm}' does not match the file's name '{expected}'")
+    description = data.get("description") or ""
+    if not isinstance(description, str):
+        raise _err(src, "description", f"expected text, got {description!r}")
+    algo = _Algorithm(src, constants)
+
+    raw_switches = data.get("switches") or {}
+    if not isinstance(raw_switches, dict):
+        raise _err(src, "switches", f"expected a mapping of name: {{choices, default}}, got {raw_switches!r}")
+    raw_params = data["params"]
+    if not isinstance(raw_params, dict) or not raw_params:
+        raise _err(src, "params", f"expected a non-empty mapping of hyperparameter: {{distribution, ...}}, "
+                                  f"got {raw_params!r}")
+
+    switches: dict[str, Switch] = {}
+    for name, body in raw_switches.items():
+        key = f"switches.{name}"
+        if not isinstance(name, str) or not name.isidentifier():
+            raise _err(src, key, "a switch name must be a plain identifier")
+        if name in raw_params or name in algo.kinds or name in algo.owners or name in algo.fields:
+            raise _err(src, key, f"'{name}' is a hyperparameter or field name; give the switch another name")
+        if not isinstance(body, dict):
+            raise _err(src, key, f"expected a mapping with keys {', '.join(_SWITCH_KEYS)}, got {body!r}")
+        _check_keys(src, key, body, _SWITCH_KEYS, "in a switch")
+        for k in ("choices", "default"):
+            if k not in body:
+                raise _err(src, key, f"missing required key '{k}'")
+        choices = tuple(_scalar_list(src, f"{key}.choices", body["choices"]))
+        if not value_in(body["default"], choices):
+            raise _err(src, f"{key}.default", f"{body['default']!r} is not among the choices {list(choices)}")
+        switches[name] = Switch(name, choices, body["default"], str(body.get("help") or ""))
+
+    params: dict[str, ParamSpec] = {}
+    for name, body in raw_params.items():
+        params[str(name)] = _build_param(src, algo, str(name), body)
+
+    # Conditions: refer to a switch or to an unconditional categorical / fixed parameter.
+    used: set[str] = set()
+    resolved: dict[str, ParamSpec] = {}
+    for name, p in params.items():
+        if not p.when:
+            resolved[name] = p
+            continue
+        when: dict[str, tuple[Any, ...]] = {}
+        for ref, allowed in p.when.items():
+            key = f"params.{name}.when.{ref}"
+            values = list(allowed)
+            if ref in switches:
+                options = switches[ref].choices
+                canon = values
+            elif ref in params and params[ref].distribution in ("categorical", "fixed") and not params[ref].when:
+                options = params[ref].choices if params[ref].distribution == "categorical" else (params[ref].value,)
+                canon = [algo.check_value(ref, key, v, "condition value") for v in values]
+            elif ref in params:
+                raise _err(src, key, f"a condition may refer to a switch or to an unconditional categorical "
+                                     f"or fixed parameter; '{ref}' is {params[ref].distribution}"
+                                     f"{' and conditional' if params[ref].when else ''}")
+            else:
+                known = list(switches) + [n for n, q in params.items() if q.distribution in ("categorical", "fixed")]
+                raise _err(src, key, f"'{ref}' is neither a switch nor a parameter of this file; "
+                                     f"conditions may use: {', '.join(known) or 'nothing (declare a switch)'}")
+            for v, c in zip(values, canon):
+                if not value_in(c, tuple(options)):
+                    raise _err(src, key, f"{v!r} is never taken by '{ref}'; its values: {list(options)}")
+            when[ref] = tuple(canon)
+            used.add(ref)
+        resolved[name] = dataclasses.replace(p, when=when)
+    for name in switches:
+        if name not in used:
+            raise _err(src, f"switches.{name}", "no parameter's 'when' uses this switch")
+
+    return SearchSpace(algorithm=algorithm, source=src, constants=constants, switches=switches,
+                       params=resolved, description=description)
+
+
+def _build_param(src: str, algo: _Algorithm, name: str, body: Any) -> ParamSpec:
+    key = f"params.{name}"
+    algo.check_name(name)
+    if not isinstance(body, dict):
+        raise _err(src, key, f"expected a mapping such as {{distribution: uniform, low: 0.0, high: 1.0, "
+                             f"default: 0.5}}, got {body!r}")
+    if "distribution" not in body:
+        raise _err(src, key, f"missing required key 'distribution' (one of {', '.join(DISTRIBUTIONS)})")
+    dist = body["distribution"]
+    if dist not in DISTRIBUTIONS:
+        raise _err(src, f"{key}.distribution", f"unknown distribution {dist!r}; allowed: {', '.join(DISTRIBUTIONS)}")
+    _check_keys(src, key, body, (*_COMMON_KEYS, *_DIST_KEYS[dist]), f"for distribution '{dist}'")
+    for k in _REQUIRED_KEYS[dist]:
+        if k not in body:
+            raise _err(src, key, f"missing required key '{k}' for distribution '{dist}'")
+    kind = algo.kinds[name]
+    if dist not in _FITS[kind]:
+        kind_text = {"int": "an integer", "bool": "a true/false", "choice": "a named-choice"}.get(kind, "a real-valued")
+        raise _err(src, f"{key}.distribution", f"'{dist}' does not fit '{name}', {kind_text} hyperparameter; "
+                                               f"allowed: {', '.join(_FITS[kind])}")
+
+    spec: dict[str, Any] = {"name": name, "distribution": dist, "help": str(body.get("help") or "")}
+    if dist in ("uniform", "loguniform", "int"):
+        integer = dist == "int"
+        low = _number(src, f"{key}.low", body["low"], integer=integer)
+        high = _number(src, f"{key}.high", body["high"], integer=integer)
+        log = body.get("log", False)
+        if not isinstance(log, bool):
+            raise _err(src, f"{key}.log", f"expected true or false, got {log!r}")
+        if low > high:
+            raise _err(src, key, f"low {low!r} > high {high!r}")
+        if low == high:
+            raise _err(src, key, f"low == high == {low!r}; use distribution: fixed for a single value")
+        if dist == "loguniform" and low <= 0:
+            raise _err(src, f"{key}.low", f"loguniform needs low > 0, got {low!r}")
+        if dist == "int" and log and low < 1:
+            raise _err(src, f"{key}.low", f"int with log: true needs low >= 1, got {low!r}")
+        low = algo.check_value(name, f"{key}.low", low, "low")
+        high = algo.check_value(name, f"{key}.high", high, "high")
+        default = _number(src, f"{key}.default", body["default"], integer=integer)
+        if not low <= default <= high:
+            raise _err(src, f"{key}.default", f"default {default!r} is outside the range [{low!r}, {high!r}]")
+        default = algo.check_value(name, f"{key}.default", default, "default")
+        spec.update(low=low, high=high, log=log, default=default)
+    elif dist == "categorical":
+        choices = _scalar_list(src, f"{key}.choices", body["choices"])
+        canon = tuple(algo.check_value(name, f"{key}.choices", c, "choice") for c in choices)
+        if not value_in(body["default"], tuple(choices)):
+            raise _err(src, f"{key}.default", f"default {body['default']!r} is not among the choices {choices}")
+        default = algo.check_value(name, f"{key}.default", body["default"], "default")
+        spec.update(choices=canon, default=default)
+    else:
+        value = body["value"]
+        if isinstance(value, (list, dict)):
+            raise _err(src, f"{key}.value", f"expected a single value, got {value!r}")
+        spec.update(value=algo.check_value(name, f"{key}.value", value, "value"))
+
+    when = body.get("when")
+    if when is not None:
+        if not isinstance(when, dict) or not when:
+            raise _err(src, f"{key}.when", f"expected a mapping of switch or parameter: value(s), got {when!r}")
+        spec["when"] = {str(ref): tuple(v if isinstance(v, list) else [v]) for ref, v in when.items()}
+    if "otherwise" in body:
+        if when is None:
+            raise _err(src, f"{key}.otherwise", "'otherwise' needs a 'when' condition")
+        spec["fallback"] = algo.check_value(name, f"{key}.otherwise", body["otherwise"], "otherwise")
+    else:
+        spec["fallback"] = algo.defaults[name]
+    return ParamSpec(**spec)

@@ -1,0 +1,59 @@
+"""Tune's driver loop, set up for a sweep: how often Tune snapshots its experiment, no per-trial
+log files, and (without ``--verbose``) Tune's and Optuna's own output muted while the live view
+shows progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+
+__all__ = ["EXPERIMENT_SNAPSHOT_S", "tune_env"]
+
+EXPERIMENT_SNAPSHOT_S = 2.0
+"""Seconds between Tune's experiment snapshots (``TUNE_GLOBAL_CHECKPOINT_S``; Ray's default is
+adaptive and at least 10 s). A driver killed between two snapshots redoes at most this much
+bookkeeping on ``--resume``; set the environment variable to override."""
+
+
+@contextlib.contextmanager
+def tune_env(verbose: bool) -> Iterator[None]:
+    """Environment and loggers of Tune's driver loop: experiment snapshots every
+    :data:`EXPERIMENT_SNAPSHOT_S`, no per-trial CSV/JSON/TensorBoard files (the Arrow store has
+    every result), and without ``--verbose`` no Tune tables or INFO logs (the live view shows
+    progress). Restored afterwards."""
+    env = {"TUNE_GLOBAL_CHECKPOINT_S": str(EXPERIMENT_SNAPSHOT_S), "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1"}
+    if not verbose:
+        env["RAY_AIR_NEW_OUTPUT"] = "0"  # the legacy engine honours verbose=0; the new one prints a header
+    saved = {k: os.environ.get(k) for k in env}
+    for k, v in env.items():
+        if k == "TUNE_GLOBAL_CHECKPOINT_S" and os.environ.get(k):
+            continue
+        os.environ[k] = v
+    loggers = [logging.getLogger(n) for n in ("ray.tune", "ray.train", "ray.air", "optuna")]
+    levels = [lg.level for lg in loggers]
+    import optuna
+
+    optuna_level = optuna.logging.get_verbosity()
+    if not verbose:
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            if not verbose:
+                warnings.simplefilter("ignore")
+            yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for lg, lvl in zip(loggers, levels):
+            lg.setLevel(lvl)
+        optuna.logging.set_verbosity(optuna_level)
+
