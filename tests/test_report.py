@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import itertools
 import json
 import math
 import shutil
@@ -215,6 +216,47 @@ def test_per_trial_tables_are_wide_on_a_wide_console(val_report):
                                        "local_lr")) for line in lines)  # one column per field and hyperparameter
     assert any(all(v in line for v in ("fedavg-0-s0-val-best", "80.0", "40.0", "completed", "0.01"))
                for line in lines)  # one line per trial
+
+
+def _leave_one_out_study(output: Path, algorithms: list[str]) -> Path:
+    """Six target domains, one trial per (algorithm i, domain j, seed s): target acc (%) =
+    10·(i+1) + j − 1 + 2s, so each cell is ``10·(i+1) + j`` ± 1.0 over the two seeds."""
+    store = ResultsStore(output, f"loo{len(algorithms)}")
+    domains = enumerate(("0", "15", "30", "45", "60", "75"))
+    for (i, a), (j, d), seed in itertools.product(enumerate(algorithms), list(domains), (0, 1)):
+        tid = f"{a}-{d}-s{seed}"
+        rows = [{"algorithm": a, "target_domain": d, "seed": seed, "dataset": "rotated-digits", "setting": "fdg",
+                 "status": "ok", "round": 1, "val_acc": 0.5, "target_acc": (10 * (i + 1) + j - 1 + 2 * seed) / 100,
+                 "hp.local_lr": 0.01 * (j + 1)}]
+        store.write_rounds(tid, rows)
+        store.write_trial(summarize_trial(rows, config={"trial_id": tid}, status="completed", error=None,
+                                          started_at=None, ended_at=None))
+    return store.study_dir
+
+
+@pytest.mark.parametrize("n_algorithms, form", [(2, "column per algorithm"), (8, "row per (algorithm, domain)")])
+def test_main_table_with_six_target_domains_stays_readable_at_80_columns(tmp_path, n_algorithms, form):
+    from rich.console import Console
+
+    algorithms = ["fedavg", "fedprox", "fedomg", "fedsam", "fedgala", "gfm", "fedgp", "fedda"][:n_algorithms]
+    report = make_report(_leave_one_out_study(tmp_path, algorithms), plots=False)
+    console = Console(record=True, width=80)
+    report.print(console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for i, a in enumerate(algorithms):  # every algorithm's name whole, and its cells unbroken
+        assert any(a in line for line in lines), a
+        for j, d in enumerate(("0", "15", "30", "45", "60", "75")):
+            cell = f"{10 * (i + 1) + j:.1f} ± 1.0"
+            if form == "column per algorithm":  # the domain's row holds every algorithm's cell
+                row = next(line for line in lines if line.startswith(f"│ {d} "))
+                assert cell in row, (a, d, row)
+            else:  # one line per (algorithm, domain)
+                assert any(f" {d} " in line and cell in line for line in lines), (a, d)
+    wide = Console(record=True, width=200)
+    report.print(wide)
+    header = next(line for line in wide.export_text().splitlines() if "algorithm" in line and "Avg" in line)
+    assert all(d in header for d in ("0", "15", "30", "45", "60", "75", "seeds", "trials"))  # one row per algorithm
 
 
 # --------------------------------------------------------------------------- oracle selection

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from fedtune.errors import ConfigError
+from fedtune.results.status import DIVERGED
 
 __all__ = [
     "PROTOCOLS", "DEFAULT", "SCORE", "LOSS", "LABELS", "Choice", "check_protocol", "choose_round",
@@ -161,7 +162,7 @@ def choose_round(rows: Sequence[Mapping[str, Any]], protocol: str) -> Choice:
     best: Mapping[str, Any] | None = None
     if protocol in LAST_ROUND:
         # the last evaluated round; a trial that diverged has no last model to report
-        if not any(r.get("status") == "diverged" for r in rows):
+        if not any(r.get("status") == DIVERGED for r in rows):
             last = [r for r in rows if is_finite(r.get(col))]
             best = last[-1] if last else None
     else:

@@ -6,7 +6,8 @@ hyperparameter) in ``report.md`` and on a console wide enough for it; on a narro
 (80 columns: log files, CI, ``ray job logs``) each trial is one row of a three-column table —
 the trial, its result (``target domain 0, seed 1`` / ``round 2, completed`` / ``val_acc 80.0``
 / ``target_acc 40.0``) and its hyperparameters as ``name = value`` lines — so no name or number
-is broken across lines.
+is broken across lines. The main table likewise: one row per algorithm where it fits, else one
+column per algorithm (a row per target domain), else one row per (algorithm, target domain).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
     from fedtune.tune.report_model import ReportData
 
-__all__ = ["markdown", "print_report", "md_table", "protocol_text", "score_name"]
+__all__ = ["main_table", "markdown", "print_report", "md_table", "protocol_text", "score_name", "trials_table"]
 
 _WIDE_ENOUGH = 10**6  # a width no table needs: measure a table's natural width with it
 
@@ -139,12 +140,7 @@ def print_report(report: ReportData, console: Console | None = None) -> None:
     if not report.algorithms:
         console.print(f"{report.study_dir}: no trial has a round with accuracies yet")
     else:
-        t = Table(title=report.title(), title_style=style, caption=protocol_text(report))
-        for col in ("algorithm", *report.columns, "seeds", "trials"):
-            t.add_column(col, justify="left" if col == "algorithm" else "right")
-        for row in report.main_rows():
-            t.add_row(*row)
-        console.print(t)
+        console.print(main_table(report, console, title_style=style))
         if report.variants_text():
             console.print(report.variants_text())
         for i, line in enumerate(report.conclusions()):
@@ -162,12 +158,66 @@ def print_report(report: ReportData, console: Console | None = None) -> None:
         console.print(f"[dim]{n}[/dim]")
 
 
+def _fits(table: Table, console: Console) -> bool:
+    """Whether ``table`` at its natural width (no cell wrapped) fits ``console``."""
+    return console.measure(table, options=console.options.update_width(_WIDE_ENOUGH)).maximum <= console.width
+
+
+def main_table(report: ReportData, console: Console, title_style: Any = None) -> Table:
+    """The main table in the first form that fits ``console`` without breaking a cell: one row per
+    algorithm (the form of ``report.md``); else one row per target domain and one column per
+    algorithm; else one row per (algorithm, target domain)."""
+    for build in (_wide_main_table, _transposed_main_table):
+        table = build(report, title_style)
+        if _fits(table, console):
+            return table
+    return _long_main_table(report, title_style)
+
+
+def _main_table(report: ReportData, title_style: Any) -> Table:
+    from rich.table import Table
+
+    return Table(title=report.title(), title_style=title_style, caption=protocol_text(report))
+
+
+def _wide_main_table(report: ReportData, title_style: Any) -> Table:
+    t = _main_table(report, title_style)
+    for col in ("algorithm", *report.columns, "seeds", "trials"):
+        t.add_column(col, justify="left" if col == "algorithm" else "right", no_wrap=True)
+    for row in report.main_rows():
+        t.add_row(*row)
+    return t
+
+
+def _transposed_main_table(report: ReportData, title_style: Any) -> Table:
+    rows = report.main_rows()
+    t = _main_table(report, title_style)
+    t.add_column("target domain", no_wrap=True)
+    for row in rows:
+        t.add_column(row[0], justify="right", no_wrap=True)
+    for j, name in enumerate([*report.columns, "seeds", "trials"], start=1):
+        t.add_row(name, *[row[j] for row in rows], end_section=name == report.columns[-1])
+    return t
+
+
+def _long_main_table(report: ReportData, title_style: Any) -> Table:
+    t = _main_table(report, title_style)
+    t.add_column("algorithm", no_wrap=True)
+    t.add_column("target domain", no_wrap=True)
+    t.add_column("accuracy", justify="right", no_wrap=True)
+    for row in report.main_rows():
+        algorithm, cells, (seeds, trials) = row[0], row[1:-2], row[-2:]
+        for i, (column, cell) in enumerate(zip(report.columns, cells)):
+            t.add_row(algorithm if i == 0 else "", column, cell)
+        t.add_row("", "seeds, trials", f"{seeds}, {trials}", end_section=True)
+    return t
+
+
 def trials_table(report: ReportData, algorithm: str, console: Console, title_style: Any = None) -> Table:
     """``algorithm``'s selected trials: the wide table when ``console`` is wide enough for it,
     else one row per trial with its result and hyperparameters as lines."""
     wide = _wide_trials_table(report, algorithm, title_style)
-    natural = console.measure(wide, options=console.options.update_width(_WIDE_ENOUGH)).maximum
-    return wide if natural <= console.width else _narrow_trials_table(report, algorithm, title_style)
+    return wide if _fits(wide, console) else _narrow_trials_table(report, algorithm, title_style)
 
 
 def _trials_title(report: ReportData, algorithm: str) -> str:

@@ -41,7 +41,7 @@ then shows mean ± standard error over the K seeds.
 says (by default as many client actors as the cluster fits, so trials run one at a time;
 ``--set max_client_actors=1`` lets more run side by side). ``--max-concurrent`` above what
 the cluster can place is capped, with a warning naming the numbers
-(:func:`fedtune.tune.plan.concurrency_cap`).
+(:func:`fedtune.tune.capacity.concurrency_cap`).
 """
 
 from __future__ import annotations
@@ -62,9 +62,10 @@ from fedtune.results.selection import SCORE
 from fedtune.results.study_dir import OPTUNA_FILE, SPACES_DIR, STUDY_FILE, TUNE_DIR, latest_study, write_study
 from fedtune.tune.active import ACTIVE as _ACTIVE
 from fedtune.tune.active import SESSIONS as _SESSIONS
+from fedtune.tune.capacity import concurrency_cap
 from fedtune.tune.plan import (DEFAULT_ALGORITHMS, DEFAULT_STUDY, METRICS, SAMPLERS, SCHEDULERS, SELECTIONS, Search,
-                               StudyPlan, SweepOptions, abs_path, apply_default_study, concurrency_cap,
-                               is_default_study, objective_values, optuna_storage_url, plan_study, seeds_for)
+                               StudyPlan, SweepOptions, abs_path, apply_default_study, is_default_study,
+                               objective_values, optuna_storage_url, plan_study, seeds_for)
 from fedtune.tune.resume import repair_round_files, restorable, resumed_study
 from fedtune.tune.tune_env import EXPERIMENT_SNAPSHOT_S, tune_env
 
@@ -75,8 +76,6 @@ __all__ = [
     "make_sampler", "make_scheduler", "objective_values", "optuna_storage", "optuna_storage_url", "plan_study",
     "reconcile_optuna", "repair_round_files", "run_sweep", "seeds_for", "selected_config", "trial_dirname",
 ]
-
-# The status of a search (or seed run) in study.json: PENDING, RUNNING, INTERRUPTED, then one of these.
 
 # Names that live in modules importing Ray Tune and Optuna, loaded on first use so that importing
 # this module stays light. Tune experiments written before those modules existed pickled

@@ -61,6 +61,7 @@ from ray.tune import PlacementGroupFactory
 
 from fedtune.config import FederatedRunConfig
 from fedtune.results import status
+from fedtune.results.schema import IDENTITY_COLUMNS
 from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
 from fedtune.runtime.driver import FederatedRun, build_plan, cluster_nodes, round_row
 from fedtune.runtime.resources import ResourcePlan, resource_plan_of
@@ -83,10 +84,6 @@ trainable's own start-up time of the trial (entering ``setup``/``reset_config`` 
 and every client actor being ready), ``actors_reused`` whether that kept live actors, and
 ``actors_in_trial_pg`` whether the coordinator and every client actor run in the placement group
 Tune gave the trial (False for a trainable used outside Tune, whose run reserves its own)."""
-
-# Identity columns of a round row that are not metrics.
-_IDENTITY = ("study", "trial_id", "algorithm", "client_method", "server_rule", "dataset", "setting",
-             "target_domain", "seed")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -252,7 +249,7 @@ class FedtuneTrainable(tune.Trainable):
         result = run.step()
         row = round_row(self.cfg, run, self.fedtune_trial_id, result)
         out: dict[str, Any] = {k: v for k, v in row.items()
-                               if k not in _IDENTITY and not k.startswith("hp.")
+                               if k not in IDENTITY_COLUMNS and not k.startswith("hp.")
                                and isinstance(v, (bool, int, float, str, np.generic))}
         diverged = row["status"] == status.DIVERGED
         done = diverged or row["round"] >= self.cfg.rounds
