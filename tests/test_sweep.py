@@ -229,6 +229,27 @@ def test_interruption_detection():
     assert progress.interrupted({"started": set(), "ended": set(), "statuses": {}, "num_trials": 1}, 2)
 
 
+
+def test_live_view_keeps_every_search_name_whole_at_80_columns(tmp_path):
+    from rich.console import Console
+
+    from fedtune.tune.progress import LiveView
+
+    plan = plan_study(opts(tmp_path, algorithms=["fedavg", "fedprox"], target_domain="all", trial_seeds=3,
+                           name="live"))
+    console = Console(record=True, width=80)
+    view = LiveView(plan, console, live=False)
+    for search in plan.searches:
+        view.row(search.key, 4)["best"] = (0.9067, 0.4875)
+    console.print(view.render())
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    keys = [s.key for s in plan.searches]
+    assert any("@ts2" in k for k in keys) and len(keys) == 2 * 6 * 3
+    for key in keys:  # each name whole on the line that holds its numbers
+        assert any(key in line.replace("│", " ").split() and "0.9067" in line and "0.4875" in line
+                   for line in lines), key
+
 # ------------------------------------------------------------------------------------------------
 # The command line (subprocesses: argument parsing and exit codes; no Ray starts).
 def fedtune_cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:

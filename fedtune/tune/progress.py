@@ -65,15 +65,25 @@ class LiveView:
             return self.rows.setdefault(key, {"total": total, "trials": {}, "state": "waiting"})
 
     def render(self) -> Any:
+        """The table; without its vertical rules when the console is too narrow for them, so that a
+        search's name and the numbers stay whole at 80 columns (log files, CI, ``ray job logs``)."""
+        from rich import box
+
+        table = self._table(box.HEAVY_HEAD)
+        width = self.console.measure(table, options=self.console.options.update_width(10**6)).maximum
+        return table if width <= self.console.width else self._table(box.SIMPLE_HEAD, compact=True)
+
+    def _table(self, table_box: Any, compact: bool = False) -> Any:
         from rich.table import Table
 
         metric = self.plan.metrics[0]
         label = self.plan.options.protocol()
         t = Table(title=f"study {self.plan.name} — {time.time() - self.t0:.0f}s — selection: {label} "
-                        f"({metric}{', ORACLE' if label == 'oracle' else ''})")
-        for col in ("search", "state", "done", "run", "pruned", "failed", "of", f"best {metric}", "target"):
-            t.add_column(col, justify="left" if col in ("search", "state") else "right",
-                         overflow="fold", min_width=10 if col == "search" else None)
+                        f"({metric}{', ORACLE' if label == 'oracle' else ''})", box=table_box,
+                  **(dict(show_edge=False, pad_edge=False, collapse_padding=True) if compact else {}))
+        # "best": the best value of the selection metric (named in the title), "target": its target accuracy
+        for col in ("search", "state", "done", "run", "pruned", "failed", "of", "best", "target"):
+            t.add_column(col, justify="left" if col in ("search", "state") else "right", no_wrap=True)
         with self.lock:
             for key, r in self.rows.items():
                 c = count_states(r["trials"].values())

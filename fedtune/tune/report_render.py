@@ -148,7 +148,8 @@ def print_report(report: ReportData, console: Console | None = None) -> None:
         for a in report.algorithms:
             console.print(trials_table(report, a, console, title_style=style))
     for study, imp in report.importances.items():
-        t = Table(title=f"Optuna parameter importances (fANOVA) — study {study}")
+        console.print(f"Optuna parameter importances (fANOVA) — study {study}")  # its own line: the name stays whole
+        t = Table()
         t.add_column("parameter")
         t.add_column("importance", justify="right")
         for k, v in imp.items():
