@@ -8,14 +8,17 @@ Arrow store, exactly as ``fedtune run`` does.
 
     python examples/tuner_api.py                        # 4 FedOMG trials on rotated-digits, ~1 minute on 2 cores
     python examples/tuner_api.py --algorithm fedavg --num-samples 8 --output /tmp/fedtune-results
+    python examples/tuner_api.py --logger csv --logger mlflow   # also Tune's CSV / MLflow loggers
 
 Results: ``OUTPUT/STUDY/rounds/<trial_id>.parquet`` and ``OUTPUT/STUDY/trials.parquet`` (read them
-with ``fedtune.results.load``); Tune's own files (checkpoints, logs) under ``OUTPUT/.tune/STUDY``.
+with ``fedtune.results.load``); Tune's own files (checkpoints, logs, ``--logger csv|tensorboard``)
+under ``OUTPUT/.tune/STUDY``; ``--logger mlflow``: ``OUTPUT/STUDY/mlflow.db`` (or ``$MLFLOW_TRACKING_URI``).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from ray import tune
 
 import fedtune
 from fedtune.tune.callback import ArrowCallback
+from fedtune.tune.loggers import logger_callbacks
 from fedtune.tune.trainable import fedtune_trainable
 
 # What every trial shares (any FederatedRunConfig field): the budget, and the resources. One client actor
@@ -37,12 +41,13 @@ BASE: dict[str, Any] = {
 def main(output: str = "fedtune_results", study: str = "tuner-api", algorithm: str = "fedomg", *,
          num_samples: int = 4, max_concurrent_trials: int = 2, reuse_actors: bool = True,
          overrides: dict[str, Any] | None = None, scheduler: Any = None,
-         storage_path: str | None = None) -> tune.ResultGrid:
+         storage_path: str | None = None, loggers: Sequence[str] = ()) -> tune.ResultGrid:
     """Tune ``algorithm``'s search space on :data:`BASE` (+ ``overrides``, which may hold Tune
     sampling objects such as ``tune.grid_search``) and return Tune's ``ResultGrid``.
 
     Trials are compared by source-validation accuracy (``val_acc``, the honest selection
-    metric; never ``target_acc``)."""
+    metric; never ``target_acc``). ``loggers``: any of ``csv``, ``tensorboard``, ``mlflow`` (Ray
+    Tune's logger callbacks, each round once; :mod:`fedtune.tune.loggers`)."""
     output = str(Path(output).resolve())
     param_space = {**fedtune.search_space(algorithm), **BASE, **(overrides or {})}
     tuner = tune.Tuner(
@@ -53,7 +58,10 @@ def main(output: str = "fedtune_results", study: str = "tuner-api", algorithm: s
         run_config=tune.RunConfig(
             name=study,
             storage_path=storage_path or str(Path(output) / ".tune"),
-            callbacks=[ArrowCallback(output, study)],
+            # fedtune's subclasses of Tune's CSV/TensorBoard/MLflow loggers: Tune then adds no automatic
+            # logger of the same kind, and a round a restarted trial reports again is logged once.
+            callbacks=[ArrowCallback(output, study),
+                       *logger_callbacks(loggers, Path(output) / study, study, algorithm)],
             # Checkpoints every `checkpoint_every` rounds (BASE), none at the end: Tune's default for
             # class trainables would save every finished trial, whose results are in the store already.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_at_end=False),
@@ -75,10 +83,11 @@ def _cli() -> None:
     ap.add_argument("--algorithm", default="fedomg")
     ap.add_argument("--num-samples", type=int, default=4)
     ap.add_argument("--max-concurrent", type=int, default=2)
+    ap.add_argument("--logger", action="append", default=[], choices=["csv", "tensorboard", "mlflow"])
     args = ap.parse_args()
     ray.init(include_dashboard=False, log_to_driver=False)  # the example's own Ray; trials never call ray.init
     grid = main(args.output, args.study, args.algorithm, num_samples=args.num_samples,
-                max_concurrent_trials=args.max_concurrent)
+                max_concurrent_trials=args.max_concurrent, loggers=args.logger)
     errors = [r.error for r in grid if r.error is not None]
     trials = results.load(Path(args.output) / args.study, "trials").to_pandas()
     trials = trials.sort_values("best_val_acc", ascending=False)

@@ -24,9 +24,22 @@ RUN_FLAGS = {
 }
 
 
+def installed_version() -> str:
+    """fedtune's installed version (package metadata), else ``fedtune.__version__`` (a source tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fedtune")
+    except PackageNotFoundError:
+        from fedtune import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fedtune", description="Federated domain generalisation / adaptation studies on Ray.")
+    parser.add_argument("--version", action="version", version=f"fedtune {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run one federated training run (one trial)",
@@ -220,6 +233,19 @@ def add_sweep_parser(sub: Any) -> Any:
     p.add_argument("--reduction-factor", type=float, default=2.0, metavar="F", help="ASHA: rung reduction factor")
     p.add_argument("--sampler-seed", type=int, default=0, metavar="S", help="seed of the Optuna sampler")
     p.add_argument("--address", metavar="ADDR", help="Ray cluster to join ('auto' for the running one)")
+    p.add_argument("--max-failures", type=int, default=None, metavar="N",
+                   help="restart a failed trial up to N times (-1: no limit), from its last checkpoint "
+                        "(--set checkpoint_every=K), e.g. after its node was preempted; default 0")
+    p.add_argument("--storage-path", metavar="DIR|URI",
+                   help="Ray Tune's storage for experiment state and trial checkpoints, reachable from every node: "
+                        "a shared directory or a URI (s3://bucket/dir, gs://...); default OUTPUT/STUDY/tune")
+    p.add_argument("--scale-up-timeout", type=float, default=None, metavar="SECONDS",
+                   help="how long trials may wait for the autoscaler to add nodes before the study stops "
+                        "(default 900)")
+    p.add_argument("--optuna-storage", metavar="URL",
+                   help="keep the Optuna studies in this shared storage instead of OUTPUT/STUDY/optuna.db: a "
+                        "database URL (sqlite:///PATH, postgresql://USER@HOST/DB, mysql+pymysql://...) or "
+                        "journal:///ABSOLUTE/PATH.log (Optuna's journal file, fine on NFS)")
     p.add_argument("--output", metavar="DIR", default="fedtune_results", help="results directory")
     p.add_argument("--name", metavar="STUDY", help="study name (default sweep-<UTC time>; --resume: the latest)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted study (its saved options)")
@@ -227,11 +253,19 @@ def add_sweep_parser(sub: Any) -> Any:
     p.add_argument("--verbose", action="store_true", help="Ray Tune's own tables and logs instead of the live view")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="set a run field for every trial, e.g. --set local_steps=2 (see `fedtune fields`)")
+    p.add_argument("--config", metavar="FILE.yaml",
+                   help="YAML mapping of run fields (as for fedtune run), the base of every trial; "
+                        "precedence: --config FILE < flags < --set")
+    p.add_argument("--logger", action="append", dest="loggers", default=[], metavar="csv|tensorboard|mlflow",
+                   help="also log every round with Ray Tune's logger callback (repeatable): csv and tensorboard "
+                        "into each trial's folder under OUTPUT/STUDY/tune/, mlflow to OUTPUT/STUDY/mlflow.db "
+                        "(or $MLFLOW_TRACKING_URI)")
     return p
 
 
 _RESUME_FIXED = ("spaces", "algorithms", "dataset", "data_root", "target_domain", "rounds", "num_samples",
-                 "max_concurrent", "metric", "selection", "set")
+                 "max_concurrent", "metric", "selection", "set", "config", "loggers", "optuna_storage",
+                 "max_failures", "storage_path", "scale_up_timeout")
 
 
 def options_from_args(args: Any) -> SweepOptions:
@@ -256,7 +290,64 @@ def options_from_args(args: Any) -> SweepOptions:
         if given:
             raise ConfigError(f"--resume continues a study with its saved options; {', '.join(given)} cannot "
                               "change them (allowed with --resume: --name, --output, --address, --verbose)")
+    opts.loggers = tuple(args.loggers)
+    opts.optuna_storage = args.optuna_storage
+    if args.max_failures is not None:
+        opts.max_failures = args.max_failures
+    opts.storage_path = args.storage_path
+    if args.scale_up_timeout is not None:
+        opts.scale_up_timeout_s = args.scale_up_timeout
+    if args.config:
+        opts = with_config_file(opts, args.config)
     return opts
+
+
+# Fields of a --config file that are fedtune sweep options (a flag given on the command line wins).
+_CONFIG_OPTIONS = {"algorithm": "algorithms", "dataset": "dataset", "data_root": "data_root",
+                   "target_domain": "target_domain", "rounds": "rounds"}
+
+
+def with_config_file(opts: SweepOptions, path: str) -> SweepOptions:
+    """``opts`` with ``fedtune sweep --config FILE.yaml`` applied: the file is read and checked by
+    ``fedtune run --config``'s loader (:meth:`FederatedRunConfig.from_yaml`: YAML errors, unknown
+    fields and bad values name the file); its ``algorithm``, ``dataset``, ``data_root``,
+    ``target_domain`` and ``rounds`` fill those options unless the flag (or a SPACE file, for the
+    algorithm) is given; every other field becomes ``opts.config_fields``, the base of every
+    trial, which ``--set`` overrides. ``output``, ``name`` and ``address`` say where a study goes
+    and are refused: use the flags."""
+    import copy
+
+    read: dict[str, Any] = {}
+
+    class _Fields(FederatedRunConfig):  # from_yaml builds through cls.from_dict: keep the mapping it read
+        @classmethod
+        def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> FederatedRunConfig:
+            read.update(values)
+            return FederatedRunConfig.from_dict(values, source=source)
+
+    try:
+        cfg = _Fields.from_yaml(path)
+    except ConfigError as exc:  # value errors of the loader name the field, not always the file
+        if str(path) in str(exc):
+            raise
+        raise ConfigError(f"config file '{path}': {exc}") from None
+    for key in ("output", "name", "address"):
+        if key in read:
+            raise ConfigError(f"config file '{path}': field '{key}' is not allowed in fedtune sweep --config "
+                              f"(it says where the study goes); use the option --{key} instead")
+    out = copy.deepcopy(opts)
+    for key, attr in _CONFIG_OPTIONS.items():
+        if key not in read:
+            continue
+        read.pop(key)
+        value = getattr(cfg, key)  # as the loader coerced it (target_domain: 30 -> "30")
+        if key == "algorithm":
+            if not out.algorithms and not out.spaces:
+                out.algorithms = [value]
+        elif getattr(out, attr) is None:
+            setattr(out, attr, value)
+    out.config, out.config_fields = str(path), read
+    return out
 
 
 def cmd_sweep(args: Any) -> int:
@@ -264,7 +355,9 @@ def cmd_sweep(args: Any) -> int:
     from rich.console import Console
 
     from fedtune.results.study_dir import StudyDir, latest_study
-    from fedtune.tune.plan import abs_path, optuna_storage_url
+    from fedtune.tune.importances import study_optuna_url
+    from fedtune.tune.optuna_url import shown
+    from fedtune.tune.plan import abs_path
     from fedtune.tune.sweep import StudyInterrupted, run_sweep
 
     console = Console()
@@ -285,7 +378,7 @@ def cmd_sweep(args: Any) -> int:
     print(f"study:   {result.study_dir}")
     print(f"rounds:  {study.rounds_dir}")
     print(f"trials:  {study.trials}")
-    print(f"optuna:  {optuna_storage_url(result.study_dir)} (studies {result.name}/...)")
+    print(f"optuna:  {shown(study_optuna_url(result.study_dir))} (studies {result.name}/...)")
     if result.report_path is not None:
         print(f"report:  {result.report_path}")
     print(f"elapsed: {result.elapsed_s:.0f}s")

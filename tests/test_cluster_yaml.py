@@ -33,6 +33,10 @@ def test_cluster_yaml_has_a_gpu_worker_type_setup_and_data_mount():
     assert gpu, "no GPU worker node type"
     assert any("pip install" in c and "fedtune" in c for c in cfg["setup_commands"])
     assert "~/fedtune" in cfg["file_mounts"] and any("data" in k for k in cfg["file_mounts"])
+    assert any('fedtune[cluster]' in c for c in cfg["setup_commands"])  # ray[default]: Ray Jobs on the head
+    # No GPU worker is kept up: the autoscaler adds them for the trials that ask for GPUs.
+    assert [v["min_workers"] for v in workers.values()] == [0] * len(workers)
+    assert all(v["resources"].get("GPU", 0) >= 1 for v in gpu), "fedtune plans on the node types' resources"
     # The dashboard is bound to localhost on the head (reach it through `ray dashboard cluster.yaml`).
     assert any("--dashboard-host=127.0.0.1" in c for c in cfg["head_start_ray_commands"])
 

@@ -57,6 +57,7 @@ _ROUND_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("num_participants", pa.int64(), "Clients that took part in the round."),
     ("skipped_clients", pa.int64(), "Sampled clients that were skipped (failed, straggled)."),
     ("bytes_moved", pa.int64(), "Float32 weight bytes moved through the object store: one broadcast read by each actor plus one state per participant."),
+    ("attempt", pa.int64(), "Sweeps: 0 for a round of the trial's first run, n for one run after its n-th restart (`--max-failures`: a lost node, an error); a restarted trial continues from its last checkpoint and its rows replace those of the rounds it runs again."),
 ]
 
 _TRIAL_COLUMNS: list[tuple[str, pa.DataType, str]] = [
@@ -73,6 +74,7 @@ _TRIAL_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("target_acc_at_best_target_val", pa.float64(), "fda: `target_acc` at `target_val_round`."),
     ("final_oracle_acc", pa.float64(), "`oracle_acc` of the last evaluated round (the trial's score under selection `oracle`, which reports `final_target_acc`); null for a diverged trial."),
     ("total_wall_s", pa.float64(), "`ended_at - started_at` in seconds, else the sum of the rounds' `wall_s`."),
+    ("restarts", pa.int64(), "Sweeps: how many times Ray Tune restarted the trial after a failure (`--max-failures`; e.g. its node was preempted)."),
     ("started_at", TIMESTAMP, "When the trial started (UTC)."),
     ("ended_at", TIMESTAMP, "When the trial ended (UTC)."),
     ("error", pa.string(), "Error message of a failed trial; null otherwise."),

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
-import os
 import sys
 import time
 from contextlib import contextmanager
@@ -26,6 +24,7 @@ from fedtune.config import FederatedRunConfig
 from fedtune.data import get_dataset, make_plan
 from fedtune.data.base import FederatedPlan
 from fedtune.results.status import COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING
+from fedtune.runtime.cluster import cluster_nodes, cluster_view, connect_ray  # noqa: F401 - re-exported
 from fedtune.runtime.remote_errors import ray_get
 from fedtune.runtime.resources import ResourceError, ResourcePlan, resource_plan_of
 
@@ -57,30 +56,6 @@ def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
                      target_fraction=cfg.target_fraction, val_fraction=cfg.val_fraction,
                      test_fraction=cfg.test_fraction, probe_fraction=cfg.probe_fraction, seed=cfg.seed,
                      oracle_fraction=cfg.oracle_fraction, data_seed=cfg.data_seed)
-
-
-def connect_ray(cfg: FederatedRunConfig, *, verbose: bool = False) -> bool:
-    """Join ``cfg.address`` or start a local Ray with ``num_cpus``/``num_gpus`` and no dashboard.
-
-    Returns True when this call started Ray (so the caller shuts it down). Never called inside a trial.
-    """
-    import ray
-
-    if ray.is_initialized():
-        return False
-    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=verbose,
-                                  logging_level=logging.INFO if verbose else logging.WARNING)
-    if cfg.address:
-        ray.init(address=cfg.address, **kwargs)
-    else:
-        ray.init(num_cpus=cfg.num_cpus or os.cpu_count(), num_gpus=cfg.num_gpus, **kwargs)
-    return True
-
-
-def cluster_nodes() -> list[dict[str, float]]:
-    import ray
-
-    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive", n.get("alive", False))]
 
 
 class FederatedRun:
@@ -132,7 +107,9 @@ class FederatedRun:
                 self._pg = None
                 raise ResourceError(
                     f"the cluster could not reserve {res.total} for this run within placement_timeout_s="
-                    f"{self.cfg.placement_timeout_s:g}s (available now: {_avail()}); other work holds the resources")
+                    f"{self.cfg.placement_timeout_s:g}s (available now: {_avail()}); other work holds the resources"
+                    + ("" if not cluster_view().launchable else ", or the autoscaler has not added the nodes yet "
+                       "(raise placement_timeout_s to wait for it)"))
         cfg_dict = self.cfg.to_dict()
         factory = ActorFactory.of(cfg_dict, self.plan, self._pg, res)
         # Client actors start first and together (each imports torch); the NumPy-only coordinator

@@ -14,7 +14,10 @@ Trials never write results themselves. The callback runs on the Tune driver and 
 ``trial_id`` is fedtune's (:meth:`FederatedRunConfig.trial_id`), not Tune's. Each (trial, round) is
 stored once: rows are kept in memory keyed by round, so a trial restored from a checkpoint
 that reports rounds again replaces them instead of adding copies, and two Tune trials of one
-configuration (equal ``trial_id``) share one file. The first row this callback sees of a
+configuration (equal ``trial_id``) share one file. A trial restarted after a failure
+(``--max-failures``: a lost node) continues from its last checkpoint; each row's ``attempt`` is
+Tune's count of the trial's failures when the round ran, and ``trials.parquet`` keeps the final
+count as ``restarts``. The first row this callback sees of a
 trial decides where its history comes from: round 1 means a fresh trial, which replaces any
 rows an earlier study run left under that ``trial_id``; a later round means a trial resumed
 after a driver restart (``Tuner.restore``), whose earlier rows are first read back from disk.
@@ -95,6 +98,7 @@ class ArrowCallback(Callback):
         self._last: dict[str, dict[str, Any]] = {}  # Tune trial id -> its last row
         self._started: dict[str, _dt.datetime] = {}  # Tune trial id -> first start
         self._ended: set[str] = set()  # Tune trial ids whose trials.parquet row is written
+        self._restarts: dict[str, int] = {}  # Tune trial id -> Tune's num_failures at its last result
 
     # --- Tune hooks ---------------------------------------------------------------------------
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -103,13 +107,19 @@ class ArrowCallback(Callback):
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         row = result.get("fedtune_row")
         if isinstance(row, Mapping):
-            self.add_row(trial.trial_id, row)
+            self._restarts[trial.trial_id] = int(getattr(trial, "num_failures", 0) or 0)
+            self.add_row(trial.trial_id, {**row, "attempt": self._restarts[trial.trial_id]})
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.finish(trial.trial_id, trial.config, error=None)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._restarts[trial.trial_id] = int(getattr(trial, "num_failures", 0) or 0)
         self.finish(trial.trial_id, trial.config, error=_error_text(trial))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:  # callbacks pickled by an older fedtune lack _restarts
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_restarts", {})
 
     def get_state(self) -> dict[str, Any]:
         # Rows are not part of the state: a resumed trial reads them back from disk.
@@ -155,7 +165,7 @@ class ArrowCallback(Callback):
         status = trial_status(last, cfg.rounds if cfg is not None else 0, error)
         summary = summarize_trial([rows[r] for r in sorted(rows)], config=config_dict, status=status, error=error,
                                   started_at=self._started.get(tune_trial_id), ended_at=_now())
-        summary.update({"study": self.study, "trial_id": trial_id})
+        summary.update({"study": self.study, "trial_id": trial_id, "restarts": self._restarts.get(tune_trial_id, 0)})
         if cfg is not None:
             summary.update({"algorithm": cfg.algorithm, "dataset": cfg.dataset, "seed": cfg.seed})
         self.store.write_trial(summary)

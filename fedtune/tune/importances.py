@@ -1,8 +1,11 @@
-"""Optuna's parameter importances of a study's searches, for ``fedtune report``.
+"""A study's Optuna storage as the report reads it, and Optuna's parameter importances of its
+searches, for ``fedtune report``.
 
-:func:`optuna_importances` reads ``STUDY_DIR/optuna.db`` and computes fANOVA importances
-(seed 0) of every Optuna study in it with ≥ 2 complete trials (the first objective of a
-multi-objective study); every study it cannot do gets a note saying why.
+:func:`study_optuna` opens where the study's Optuna studies are: the ``--optuna-storage`` URL
+saved in ``study.json`` (a shared storage holds other studies too: only the names starting with
+``<study>/`` are this study's), else ``STUDY_DIR/optuna.db``. :func:`optuna_importances`
+computes fANOVA importances (seed 0) of every Optuna study there with ≥ 2 complete trials (the
+first objective of a multi-objective study); every study it cannot do gets a note saying why.
 
 >>> import tempfile
 >>> optuna_importances(tempfile.mkdtemp())[1][0][:45]
@@ -14,31 +17,70 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fedtune.results.study_dir import OPTUNA_FILE, StudyDir
+from fedtune.results.study_dir import OPTUNA_FILE, StudyDir, read_study_if_any
 
-__all__ = ["optuna_importances"]
+__all__ = ["optuna_importances", "study_optuna", "study_optuna_url"]
+
+
+def study_optuna_url(study_dir: str | os.PathLike[str]) -> str:
+    """The URL of the study's Optuna storage: ``study.json``'s ``--optuna-storage``, else the
+    SQLite URL of ``STUDY_DIR/optuna.db``.
+
+    >>> study_optuna_url("/x")
+    'sqlite:////x/optuna.db'
+    """
+    options = read_study_if_any(study_dir).get("options")
+    url = options.get("optuna_storage") if isinstance(options, dict) else None
+    return str(url) if url else f"sqlite:///{StudyDir(os.path.abspath(study_dir)).optuna_db}"
+
+
+def study_optuna(study_dir: str | os.PathLike[str]) -> tuple[Any, list[str], list[str]]:
+    """(storage, the study's Optuna study names, notes): the storage is what ``optuna.load_study``
+    takes (a URL, or a JournalStorage for ``journal:///PATH``), None when there is none to read
+    (notes say why)."""
+    from fedtune.tune.optuna_url import journal_path, shown
+
+    url = study_optuna_url(study_dir)
+    data = read_study_if_any(study_dir)
+    shared = isinstance(data.get("options"), dict) and bool(data["options"].get("optuna_storage"))
+    if not shared and not StudyDir(study_dir).optuna_db.is_file():
+        return None, [], [(f"no {OPTUNA_FILE} in the study directory (not an Optuna sweep, or its Optuna "
+                           "study was kept in memory)")]
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        path = journal_path(url)
+        if path is not None:
+            if not os.path.isfile(path):
+                return None, [], [f"the study's Optuna journal {path} does not exist"]
+            from optuna.storages.journal import JournalFileBackend
+
+            storage: Any = optuna.storages.JournalStorage(JournalFileBackend(path))
+        else:
+            storage = url
+        names = optuna.get_all_study_names(storage=storage)
+    except Exception as exc:  # noqa: BLE001 -- a corrupt or foreign file, a server down: say so, keep the report
+        return None, [], [f"cannot read {shown(url)}: {exc}"]
+    if shared:  # a shared storage holds other studies: only "<study>/..." are this one's
+        prefix = f"{data.get('study') or os.path.basename(os.path.abspath(study_dir))}/"
+        names = [n for n in names if n.startswith(prefix)]
+    if not names:
+        return None, [], [f"{shown(url)} holds no study of this one"]
+    return storage, sorted(names), []
 
 
 def optuna_importances(study_dir: str | os.PathLike[str]) -> tuple[dict[str, dict[str, float]], list[str]]:
     """(Optuna study name -> {parameter: importance}, notes on the studies left out)."""
-    path = StudyDir(study_dir).optuna_db
-    if not path.is_file():
-        return {}, [(f"Optuna importances: no {OPTUNA_FILE} in the study directory (not an Optuna sweep, "
-                     "or its Optuna study was kept in memory)")]
+    storage, names, why = study_optuna(study_dir)
+    if storage is None:
+        return {}, [f"Optuna importances: {w}" for w in why]
     import optuna
     from optuna.importance import FanovaImportanceEvaluator
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = f"sqlite:///{path}"
-    try:
-        names = optuna.get_all_study_names(storage=storage)
-    except Exception as exc:  # noqa: BLE001 -- a corrupt or foreign file: say so, keep the report
-        return {}, [f"Optuna importances: cannot read {path}: {exc}"]
-    if not names:
-        return {}, [f"Optuna importances: {path} holds no study"]
     out: dict[str, dict[str, float]] = {}
     notes: list[str] = []
-    for name in sorted(names):
+    for name in names:
         study = optuna.load_study(study_name=name, storage=storage)
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         target = None

@@ -1,5 +1,6 @@
-"""Optuna inside Ray Tune for a sweep: fedtune's searcher, the study's SQLite storage, the samplers
-and schedulers, and closing trials a killed driver left open.
+"""Optuna inside Ray Tune for a sweep: fedtune's searcher, the study's Optuna storage (SQLite
+``optuna.db``, or the ``--optuna-storage`` URL: :mod:`fedtune.tune.optuna_url`), the samplers and
+schedulers, and closing trials a killed driver left open.
 
 :mod:`fedtune.tune.sweep` imports this module only when a study runs (it imports Ray Tune and
 Optuna); pickles of Tune's experiment refer to its classes by name.
@@ -39,7 +40,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optuna
-from optuna.storages import RDBStorage
+from optuna.storages import JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from ray.tune.search.optuna import OptunaSearch
 
@@ -48,10 +50,12 @@ from fedtune.errors import ConfigError
 from fedtune.results import status
 from fedtune.results.selection import is_finite
 from fedtune.tune.active import ACTIVE
+from fedtune.tune.optuna_url import journal_path, shown
 from fedtune.tune.plan import SAMPLERS, objective_values, optuna_storage_url
 
-__all__ = ["SQLITE_TIMEOUT_S", "STORAGE_RETRY_S", "FedtuneOptunaSearch", "FedtuneRDBStorage",
-           "make_sampler", "make_scheduler", "optuna_storage", "reconcile_optuna"]
+__all__ = ["SQLITE_TIMEOUT_S", "STORAGE_RETRY_S", "FedtuneJournalStorage", "FedtuneOptunaSearch", "FedtuneRDBStorage",
+           "check_storage_opens", "constant_liar", "make_sampler", "make_scheduler", "optuna_storage",
+           "reconcile_optuna"]
 
 """``fedtune_status`` of an Optuna trial asked by a driver killed before Tune's next snapshot
 (:func:`reconcile_optuna`)."""
@@ -106,51 +110,119 @@ def _retried_while_locked(cls: type) -> type:
     return cls
 
 
+def _active_url() -> str | None:
+    """The Optuna storage URL of the study this process is running (None outside a sweep):
+    ``--optuna-storage``, else the running study directory's ``optuna.db``."""
+    url = ACTIVE.get("optuna_url")
+    if url:
+        return str(url)
+    active = ACTIVE.get("study_dir")
+    return optuna_storage_url(active) if active is not None else None
+
+
+def _engine_kwargs(url: str, timeout_s: float) -> dict[str, Any]:
+    """SQLite's lock timeout; nothing for other databases (their drivers take no ``timeout``)."""
+    return {"connect_args": {"timeout": float(timeout_s)}} if url.startswith("sqlite:") else {}
+
+
 @_retried_while_locked
 class FedtuneRDBStorage(RDBStorage):
     """Optuna's RDBStorage with a SQLite lock timeout, retries while the database is locked,
     and relocation: unpickled while a sweep runs (Tune restoring its experiment), it opens
-    the ``optuna.db`` of the study directory being run, wherever the pickle was made."""
+    the storage of the study being run (its ``--optuna-storage`` URL, else the ``optuna.db``
+    of its study directory), wherever the pickle was made."""
 
     def __init__(self, url: str, *, timeout_s: float = SQLITE_TIMEOUT_S, retry_s: float = STORAGE_RETRY_S):
         self.fedtune_timeout_s, self.fedtune_retry_s = float(timeout_s), float(retry_s)
-        super().__init__(url, engine_kwargs={"connect_args": {"timeout": float(timeout_s)}})
+        super().__init__(url, engine_kwargs=_engine_kwargs(url, timeout_s))
 
     def __setstate__(self, state: dict) -> None:
-        active = ACTIVE.get("study_dir")
-        if active is not None and str(state.get("url", "")).startswith("sqlite:"):
-            state = {**state, "url": optuna_storage_url(active)}
+        active = _active_url()
+        if active is not None and journal_path(active) is None:
+            timeout = float(state.get("fedtune_timeout_s", SQLITE_TIMEOUT_S))
+            state = {**state, "url": active, "engine_kwargs": _engine_kwargs(active, timeout)}
         self.fedtune_retry_s = float(state.get("fedtune_retry_s", STORAGE_RETRY_S))
         _retrying(RDBStorage.__setstate__, "open")(self, state)
 
 
-def optuna_storage(study_dir: str | os.PathLike[str], *, timeout_s: float = SQLITE_TIMEOUT_S,
-                   retry_s: float = STORAGE_RETRY_S) -> FedtuneRDBStorage:
-    """The Optuna storage of a study: an ``RDBStorage`` on ``optuna.db`` whose SQLite connections
-    wait ``timeout_s`` for a lock and whose every call is retried with backoff while the database
-    is locked (up to ``retry_s``). Pickled into Tune's experiment, it is rebuilt on the study
-    directory being resumed (not the one it was created in), so a study folder can be copied or
-    moved and resumed there (see :class:`FedtuneRDBStorage`)."""
-    return FedtuneRDBStorage(optuna_storage_url(study_dir), timeout_s=timeout_s, retry_s=retry_s)
+class FedtuneJournalStorage(JournalStorage):
+    """Optuna's JournalStorage on the log file of a ``journal:///PATH`` URL (``url``), relocated
+    like :class:`FedtuneRDBStorage`: unpickled while a sweep runs, it opens that sweep's journal."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        super().__init__(JournalFileBackend(str(journal_path(url))))
+
+    def __setstate__(self, state: dict) -> None:
+        active = _active_url()
+        if active is not None and journal_path(active) is not None and active != state.get("url"):
+            state = {**state, "url": active, "_backend": JournalFileBackend(str(journal_path(active)))}
+        super().__setstate__(state)
+
+
+def optuna_storage(study_dir: str | os.PathLike[str], *, url: str | None = None, timeout_s: float = SQLITE_TIMEOUT_S,
+                   retry_s: float = STORAGE_RETRY_S) -> FedtuneRDBStorage | FedtuneJournalStorage:
+    """The Optuna storage of a study: ``url`` (``--optuna-storage``, checked by
+    :func:`fedtune.tune.optuna_url.check_optuna_storage`) or by default ``optuna.db`` in
+    ``study_dir``. A database is an ``RDBStorage`` whose SQLite connections wait ``timeout_s``
+    for a lock and whose every call is retried with backoff while the database is locked (up to
+    ``retry_s``); ``journal:///PATH`` is a ``JournalStorage`` on that file. Pickled into Tune's
+    experiment, it is rebuilt on the storage of the study being resumed (not where it was
+    created), so a study folder can be copied or moved and resumed there (see
+    :class:`FedtuneRDBStorage`)."""
+    url = url or optuna_storage_url(study_dir)
+    if journal_path(url) is not None:
+        return FedtuneJournalStorage(url)
+    return FedtuneRDBStorage(url, timeout_s=timeout_s, retry_s=retry_s)
+
+
+def check_storage_opens(url: str) -> None:
+    """Open the ``--optuna-storage`` storage once (a database connects and creates Optuna's
+    tables; a journal file is created): a server that cannot be reached is a ConfigError
+    before Ray starts, not a traceback at the first trial."""
+    try:
+        storage = optuna_storage(".", url=url, retry_s=0.0)
+    except Exception as exc:  # noqa: BLE001 -- any driver or file error: say which option and URL
+        raise ConfigError(f"option '--optuna-storage': cannot open '{shown(url)}': {type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if isinstance(storage, RDBStorage):
+        storage.engine.dispose()
 
 
 # ------------------------------------------------------------------------------------------------
 # Samplers and schedulers
-def make_sampler(name: str, seed: int, num_samples: int):
+def constant_liar(sampler: str, concurrency: int | None) -> bool:
+    """Whether the ``sampler`` of a search whose trials run ``concurrency`` at a time (None: as
+    many as the cluster fits, maybe more than one) uses TPE's constant liar: only TPE has one,
+    and it is on exactly when trials may run side by side.
+
+    >>> constant_liar("tpe", 4), constant_liar("tpe", None), constant_liar("tpe", 1), constant_liar("random", 4)
+    (True, True, False, False)
+    """
+    return sampler == "tpe" and (concurrency is None or concurrency > 1)
+
+
+def make_sampler(name: str, seed: int, num_samples: int, concurrency: int | None = None):
     """A seeded Optuna sampler: ``tpe`` (default), ``random``, ``cmaes`` or ``nsga2``.
 
     TPE starts modelling after ``max(1, min(10, num_samples // 3))`` random trials (Optuna's
     fixed 10 would make every small study random); NSGA-II's population is
-    ``max(2, min(50, num_samples // 2))`` for the same reason.
+    ``max(2, min(50, num_samples // 2))`` for the same reason. With trials running side by side
+    (``concurrency`` > 1, or None: not capped), TPE uses Optuna's constant liar: a trial still
+    running counts as a bad result, so the trials asked meanwhile spread out instead of all
+    sampling the same region (:func:`constant_liar`); one at a time it is off (Optuna 5's
+    default is on, so it is always passed).
 
-    >>> type(make_sampler("tpe", 0, 9)).__name__
-    'TPESampler'
+    >>> s = make_sampler("tpe", 0, 9, concurrency=2)
+    >>> type(s).__name__, s._constant_liar, make_sampler("tpe", 0, 9, concurrency=1)._constant_liar
+    ('TPESampler', True, False)
     """
     if name == "tpe":
         with warnings.catch_warnings():  # multivariate/group are "experimental" (stable since Optuna 2.x)
             warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
             return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(1, min(10, num_samples // 3)),
-                                              multivariate=True, group=True)
+                                              multivariate=True, group=True,
+                                              constant_liar=constant_liar(name, concurrency))
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "cmaes":

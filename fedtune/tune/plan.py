@@ -53,13 +53,17 @@ from fedtune.results import selection as _protocol
 from fedtune.results.study_dir import StudyDir
 
 __all__ = [
-    "DEFAULT_ALGORITHMS", "DEFAULT_STUDY", "METRICS", "SAMPLERS", "SCHEDULERS", "SELECTIONS", "Search",
+    "DEFAULT_ALGORITHMS", "DEFAULT_STUDY", "LOGGERS", "METRICS", "SAMPLERS", "SCHEDULERS", "SELECTIONS", "Search",
     "StudyPlan", "SweepOptions", "abs_path", "apply_default_study", "is_default_study",
     "objective_values", "optuna_storage_url", "plan_study", "seeds_for",
 ]
 
 SAMPLERS = ("tpe", "random", "cmaes", "nsga2")
 SCHEDULERS = ("fifo", "asha")
+LOGGERS: dict[str, tuple[str, str] | None] = {"csv": None, "tensorboard": ("tensorboardX", "tensorboard"),
+                                              "mlflow": ("mlflow", "mlflow")}
+"""``--logger`` names (:mod:`fedtune.tune.loggers`): the module each needs and fedtune's pip extra
+that installs it (csv needs nothing more than Ray Tune)."""
 SELECTIONS = _protocol.PROTOCOLS
 
 METRICS: dict[str, str] = {
@@ -131,6 +135,13 @@ class SweepOptions:
     grace_period: int = 1
     reduction_factor: float = 2.0
     report: bool = True
+    max_failures: int = 0  # --max-failures: restarts of a failed trial (from its last checkpoint); -1: unlimited
+    storage_path: str | None = None  # --storage-path: Tune's storage (shared dir or URI); None: <study>/tune
+    scale_up_timeout_s: float = 900.0  # --scale-up-timeout: how long trials may wait for the autoscaler
+    optuna_storage: str | None = None  # --optuna-storage: a shared Optuna storage URL (fedtune.tune.optuna_url)
+    loggers: tuple[str, ...] = ()  # --logger: Ray Tune logger callbacks (csv, tensorboard, mlflow)
+    config: str | None = None  # --config FILE.yaml: where config_fields came from (messages, study.json)
+    config_fields: dict[str, Any] = field(default_factory=dict)  # its run fields; overrides (--set) win
 
     def metrics(self) -> list[str]:
         """The objective metrics, first = the selection metric."""
@@ -196,6 +207,21 @@ class SweepOptions:
             if m not in _COST_METRICS:
                 raise ConfigError(f"option '--metric': a further objective must be a cost metric, not '{m}'; "
                                   f"allowed: {', '.join(_COST_METRICS)}")
+        if not isinstance(self.max_failures, int) or isinstance(self.max_failures, bool) or self.max_failures < -1:
+            raise ConfigError(f"option '--max-failures': {self.max_failures!r} is not allowed; allowed: an integer "
+                              ">= 0 (restarts of a failed trial), or -1 (unlimited)")
+        if not (isinstance(self.scale_up_timeout_s, (int, float)) and self.scale_up_timeout_s > 0):
+            raise ConfigError(f"option '--scale-up-timeout': {self.scale_up_timeout_s!r} is not allowed; allowed: "
+                              "seconds > 0")
+        if self.storage_path is not None:
+            from fedtune.tune.tune_storage import check_storage_path
+
+            check_storage_path(self.storage_path)
+        _check_loggers(self.loggers)
+        if self.optuna_storage is not None:
+            from fedtune.tune.optuna_url import check_optuna_storage
+
+            check_optuna_storage(self.optuna_storage)
         if self.sampler == "cmaes":
             import importlib.util
 
@@ -284,12 +310,60 @@ class StudyPlan:
         return StudyDir(self.study_dir).optuna_db
 
     @property
+    def optuna_url(self) -> str:
+        """Where the study's Optuna studies live: ``--optuna-storage``, else ``optuna.db`` here."""
+        return self.options.optuna_storage or optuna_storage_url(self.study_dir)
+
+    @property
     def tune_path(self) -> Path:
         return StudyDir(self.study_dir).tune_dir
+
+    @property
+    def tune_storage(self) -> str:
+        """Tune's ``storage_path`` for this study's experiments: ``<study>/tune`` on the driver's
+        disk, or ``<--storage-path>/<study>`` (a shared directory or a URI such as ``s3://...``),
+        where Tune keeps its experiment state and the trials' checkpoints."""
+        if self.options.storage_path:
+            return f"{self.options.storage_path.rstrip('/')}/{self.name}"
+        return str(self.tune_path)
+
+    def tune_location(self, name: str) -> str:
+        """Where the Tune experiment ``name`` of this study lives (:attr:`tune_storage`/``name``)."""
+        return f"{self.tune_storage}/{name}"
 
 
 # ------------------------------------------------------------------------------------------------
 # Planning and validation (no Ray): every bad input fails here, before anything starts.
+def _check_loggers(loggers: Sequence[str]) -> None:
+    """``--logger``: known names, each once, and its package installed (else which extra to install).
+
+    >>> _check_loggers(["csv"])
+    >>> _check_loggers(["wandb"])
+    Traceback (most recent call last):
+    ...
+    fedtune.errors.ConfigError: option '--logger': 'wandb' is not allowed; allowed: csv, tensorboard, mlflow
+    """
+    import importlib.util
+
+    for name in loggers:
+        if name not in LOGGERS:
+            raise ConfigError(f"option '--logger': '{name}' is not allowed; allowed: {', '.join(LOGGERS)}")
+        needs = LOGGERS[name]
+        if needs is not None and importlib.util.find_spec(needs[0]) is None:
+            module, extra = needs
+            raise ConfigError(f"option '--logger': {name} needs the '{module}' package, which is not installed; "
+                              f"install it with: pip install 'fedtune[{extra}]'")
+    if len(set(loggers)) != len(loggers):
+        raise ConfigError(f"option '--logger': {', '.join(loggers)} names a logger twice; allowed: each once")
+
+
+def _given(opts: SweepOptions, key: str, value: Any = "...") -> str:
+    """Where a trial field was set: ``--set key=value`` or the ``--config`` file's field."""
+    if key in opts.config_fields and key not in opts.overrides:
+        return f"config file '{opts.config}': field '{key}'"
+    return f"--set {key}={value}"
+
+
 def abs_path(path: str | None) -> str | None:
     """``path`` with ``~`` expanded, made absolute (None stays None)."""
     return None if path is None else str(Path(path).expanduser().resolve())
@@ -311,7 +385,7 @@ def _default_name() -> str:
 def is_default_study(opts: SweepOptions) -> bool:
     """True when no option chooses what to run (``fedtune sweep`` alone)."""
     return not (opts.spaces or opts.algorithms or opts.dataset or opts.data_root or opts.target_domain
-                or opts.rounds or opts.overrides)
+                or opts.rounds or opts.overrides or opts.config_fields)
 
 
 def apply_default_study(opts: SweepOptions) -> SweepOptions:
@@ -383,8 +457,16 @@ def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
     from fedtune.tune.spaces import strip_switches
 
     opts.validate()
+    if opts.optuna_storage is not None:  # saved normalised: --resume from elsewhere opens the same storage
+        from fedtune.tune.optuna_url import check_optuna_storage
+
+        opts.optuna_storage = check_optuna_storage(opts.optuna_storage)
+    if opts.storage_path is not None:  # saved normalised (absolute), like --output
+        from fedtune.tune.tune_storage import check_storage_path
+
+        opts.storage_path = check_storage_path(opts.storage_path)
     spaces = _load_spaces(opts)
-    overrides = dict(opts.overrides)
+    overrides = {**opts.config_fields, **opts.overrides}  # --config FILE < --set
     for key in ("algorithm", "output", "name", "target_domain", "dataset", "data_root", "rounds", "address"):
         if key in overrides:
             flag = key.replace("_", "-")
@@ -416,11 +498,11 @@ def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
         sampled = {p.name for p in space.params.values() if p.sampled}
         clash = sorted(sampled & set(overrides))
         if clash:
-            raise ConfigError(f"--set {clash[0]}=...: '{clash[0]}' is sampled by search space '{space.source}'; "
-                              "remove it from the space (or make it fixed there) or from --set")
+            raise ConfigError(f"{_given(opts, clash[0])}: '{clash[0]}' is sampled by search space '{space.source}'; "
+                              "remove it from the space (or make it fixed there) or from --set/--config")
         clash = sorted(k for k in space.constants if k in overrides and overrides[k] != space.constants[k])
         if clash:
-            raise ConfigError(f"--set {clash[0]}={overrides[clash[0]]}: search space '{space.source}' sets "
+            raise ConfigError(f"{_given(opts, clash[0], overrides[clash[0]])}: search space '{space.source}' sets "
                               f"{clash[0]}={space.constants[clash[0]]}; allowed: the space's value")
         for target in targets:
             search = Search(space.algorithm, target, space.source, per_target=opts.target_domain == "all")

@@ -6,9 +6,12 @@ seeds, one panel per target domain), ``sensitivity_<algorithm>.png`` (every ``hp
 varies among an algorithm's trials: each trial's ``target_acc`` (filled) and score (hollow) at
 its reported round against the value, coloured by target domain, with a line through the mean
 target accuracy per value when there are at most 12 distinct values: the papers' ablation
-plots) and ``importances.png`` (Optuna's fANOVA importances, when the report has some).
-Figures use matplotlib's Agg canvas directly (no pyplot, no display) and are written
-atomically (:func:`fedtune.results.atomic.atomic_write`).
+plots), ``importances.png`` (Optuna's fANOVA importances, when the report has some) and
+``pareto_<search>.png`` (Optuna's own Pareto-front plot, ``visualization.matplotlib``, of every
+multi-objective Optuna study of the study, e.g. ``--sampler nsga2``: one per search).
+fedtune's figures use matplotlib's Agg canvas directly (no pyplot, no display); Optuna's
+draws through pyplot, so its figure is closed and its style reverted after saving. Every PNG is
+written atomically (:func:`fedtune.results.atomic.atomic_write`).
 
 To add a plot: write ``_plot_<name>(report, ..., path) -> Path`` ending in :func:`_save`, and
 call it from :func:`make_plots`.
@@ -31,7 +34,7 @@ from fedtune.tune.report_stats import NO_DOMAIN, missing
 if TYPE_CHECKING:
     from fedtune.tune.report_model import ReportData
 
-__all__ = ["AXIS_LABELS", "make_plots"]
+__all__ = ["AXIS_LABELS", "make_plots", "pareto_file", "pareto_fronts"]
 
 # Axis labels that must say which convention a value follows (docs/methods.md §2: fedtune's gp_beta
 # weights the source term; the authors' code weights the target, i.e. their β is 1 − gp_beta).
@@ -50,6 +53,7 @@ def make_plots(report: ReportData, rounds: pd.DataFrame) -> dict[str, Path]:
                 made[f"sensitivity_{a}"] = _plot_sensitivity(report, a, out_dir / f"sensitivity_{a}.png")
     if report.importances:
         made["importances"] = _plot_importances(report, out_dir / "importances.png")
+    made.update(pareto_fronts(report.study_dir, out_dir))
     return made
 
 
@@ -166,6 +170,66 @@ def _plot_importances(report: ReportData, path: Path) -> Path:
         ax.set_title(f"Optuna study {name}", fontsize=10)
     _suptitle(fig, "Optuna parameter importances (each study's own objective)")
     return _save(fig, path)
+
+
+def pareto_file(optuna_study: str) -> str:
+    """The file of an Optuna study's Pareto-front plot: its search key (the name after
+    ``<study>/``) with ``/`` as ``--``, like the search's Tune experiment.
+
+    >>> pareto_file("lodo/fedavg/30@ts1"), pareto_file("s/nsga")
+    ('pareto_fedavg--30@ts1.png', 'pareto_nsga.png')
+    """
+    key = optuna_study.split("/", 1)[1] if "/" in optuna_study else optuna_study
+    return f"pareto_{key.replace('/', '--')}.png"
+
+
+def pareto_fronts(study_dir: Path, out_dir: Path) -> dict[str, Path]:
+    """``pareto_<search>.png`` for every Optuna study of ``study_dir`` (its ``--optuna-storage``
+    or ``optuna.db``: :func:`fedtune.tune.importances.study_optuna`) with 2 or 3 objectives and a
+    complete trial: Optuna's ``plot_pareto_front``, axes named by the study's metrics. Returns
+    ``pareto <search>`` -> path; a single-objective study gets none."""
+    from fedtune.results.study_dir import read_study_if_any
+    from fedtune.tune.importances import study_optuna
+
+    storage, names, _ = study_optuna(study_dir)
+    if storage is None:
+        return {}
+    import optuna
+
+    metrics = read_study_if_any(study_dir).get("metric")
+    made: dict[str, Path] = {}
+    for name in names:
+        study = optuna.load_study(study_name=name, storage=storage)
+        n = len(study.directions)
+        if n not in (2, 3) or not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            continue
+        targets = [str(m) for m in metrics] if isinstance(metrics, list) and len(metrics) == n else None
+        path = out_dir / pareto_file(name)
+        made[f"pareto {path.stem.removeprefix('pareto_')}"] = _plot_pareto(study, name, targets, path)
+    return made
+
+
+def _plot_pareto(study: Any, name: str, target_names: list[str] | None, path: Path) -> Path:
+    import warnings
+
+    import matplotlib
+    import optuna
+    from matplotlib import pyplot as plt
+    from optuna.visualization.matplotlib import plot_pareto_front
+
+    with matplotlib.rc_context(), warnings.catch_warnings():  # Optuna sets the ggplot style: undone on exit
+        warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+        ax = plot_pareto_front(study, target_names=target_names)
+        fig = ax.get_figure()
+        try:
+            directions = ", ".join(f"{t} ({d.name.lower()})" for t, d in
+                                   zip(target_names or [f"objective {i}" for i in range(len(study.directions))],
+                                       study.directions))
+            ax.set_title(textwrap.fill(f"Pareto front of Optuna study {name}: {directions}", 60), fontsize=9)
+            fig.set_layout_engine("constrained")
+            return _save(fig, path)
+        finally:
+            plt.close(fig)
 
 
 # --------------------------------------------------------------------------- hyperparameter axes

@@ -41,7 +41,11 @@ through the mean target accuracy per value when there are at most 12 distinct va
 papers' ablation plots) and
 ``STUDY_DIR/plots/importances.png`` (Optuna's fANOVA parameter importances, seed 0, of each
 study in ``optuna.db`` with ≥ 2 complete trials, for the first objective of a multi-objective
-study; otherwise the report says why they are missing). Plots use matplotlib's Agg canvas directly (no pyplot, no display).
+study; otherwise the report says why they are missing) and ``STUDY_DIR/plots/pareto_<search>.png``
+(Optuna's Pareto-front plot of each multi-objective Optuna study, e.g. ``--sampler nsga2``). With
+``fedtune sweep --optuna-storage URL`` the Optuna studies are read from that storage (only those
+named ``<study>/...``; :func:`fedtune.tune.importances.study_optuna`). fedtune's plots use matplotlib's Agg
+canvas directly (no pyplot, no display); Optuna's Pareto plot goes through pyplot and is closed after saving.
 
 This module reads a study and builds its :class:`Report` (:func:`make_report`); the rooms beside
 it: :mod:`fedtune.tune.report_stats` (per-trial summaries, selected trials, cells and gaps),

@@ -13,6 +13,7 @@ from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE, StudyDir, latest_study, read_study, studies_in
 from fedtune.tune.plan import StudyPlan, SweepOptions, plan_study
+from fedtune.tune.tune_storage import restorable  # re-exported (it was defined here)
 
 __all__ = ["repair_round_files", "restorable", "resumed_study", "study_space"]
 
@@ -80,15 +81,6 @@ def repair_round_files(study_dir: Path, console: Any = None) -> list[str]:
         if console is not None:
             console.print(f"[yellow]warning: {note}[/yellow]")
     return notes
-
-
-def restorable(exp_dir: Path) -> bool:
-    """Tune can restore ``exp_dir``: it has Tune's ``tuner.pkl`` and an experiment snapshot (a
-    driver killed before the first snapshot left nothing to restore: the search starts again,
-    continuing the same Optuna study)."""
-    from ray import tune
-
-    return tune.Tuner.can_restore(str(exp_dir)) and any(exp_dir.glob("experiment_state-*.json"))
 
 
 def study_space(study_dir: Path, path: str) -> Path:

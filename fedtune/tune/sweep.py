@@ -5,6 +5,7 @@ A *study* (``--name``) lives in ``OUTPUT/<study>/`` (every file name: :mod:`fedt
     study.json              options, selection (val|target-val|oracle), algorithms, targets, searches, seed runs
     spaces/<algorithm>.yaml the study's own copy of its search spaces (what ``--resume`` reads)
     optuna.db               SQLite; one Optuna study per search, named "<study>/<search key>"
+                            (with --optuna-storage URL: in that storage instead, same names)
     tune/<search>/          Ray Tune's experiment of each search (what ``--resume`` restores)
     rounds/<trial>.parquet  every (trial, round), written by ArrowCallback (the single writer)
     trials.parquet          one row per finished trial
@@ -138,23 +139,33 @@ class _Study:
 
     # -- phases ----------------------------------------------------------------------------------
     def run(self) -> None:
-        import ray
+        from fedtune.runtime.cluster import cluster_view
 
         if self.trainable is None:
             from fedtune.tune.trainable import fedtune_trainable
 
             self.trainable = fedtune_trainable()
-        self.cap, warning = concurrency_cap(list(self._probe_configs()), self.opts.max_concurrent,
-                                            ray.cluster_resources())  # bundles planned on the live cluster
+        cluster = cluster_view(fresh=True)  # alive nodes and those the autoscaler may add
+        try:
+            self.cap, warning = concurrency_cap(list(self._probe_configs()), self.opts.max_concurrent,
+                                                cluster.total, cluster.nodes)
+        except ConfigError as exc:  # no node (alive or launchable) can ever hold a trial
+            if cluster.autoscaler is None:
+                raise
+            raise ConfigError(f"{exc} (the cluster: {cluster.describe()})") from None
         if warning:
             self.warnings.append(warning)
             self.console.print(f"[yellow]warning: {warning}[/yellow]")
         self.data["max_concurrent"] = self.cap
+        from fedtune.tune.optuna_search import constant_liar
+
+        self.data["constant_liar"] = constant_liar(self.opts.sampler, self.cap)  # TPE with trials side by side
         self.save()
         _ACTIVE["view"] = self.view
         # Tune's saved experiment (tuner.pkl, searcher state) holds the Optuna storage pickled where
         # the study was created; while this study runs, it unpickles onto this study directory.
         _ACTIVE["study_dir"] = self.plan.study_dir
+        _ACTIVE["optuna_url"] = self.plan.optuna_url  # and onto this study's Optuna storage
         self.view.start()
         try:
             with tune_env(self.opts.verbose):
@@ -167,6 +178,7 @@ class _Study:
             self.view.stop()
             _ACTIVE["view"] = None
             _ACTIVE.pop("study_dir", None)
+            _ACTIVE.pop("optuna_url", None)
 
     def _probe_configs(self) -> Iterator[dict[str, Any]]:
         from fedtune.tune.spaces import load_space, strip_switches
@@ -179,16 +191,27 @@ class _Study:
 
         from fedtune.tune.callback import ArrowCallback
         from fedtune.tune.progress import SweepProgress
+        from fedtune.tune.scale_up import ScaleUpWatch
 
         progress = SweepProgress(key, self._rounds(), self.plan.metrics[0], self.plan.modes[0], total)
         return tune.RunConfig(
-            name=name, storage_path=str(self.plan.tune_path),
-            callbacks=[ArrowCallback(str(self.plan.study_dir.parent), self.plan.name), progress],
+            name=name, storage_path=self.plan.tune_storage,
+            callbacks=[ArrowCallback(str(self.plan.study_dir.parent), self.plan.name), progress,
+                       ScaleUpWatch(key, self.opts.scale_up_timeout_s),
+                       *self._loggers(key)],
             verbose=1 if self.opts.verbose else 0, log_to_file=False,
-            failure_config=tune.FailureConfig(max_failures=0),
+            failure_config=tune.FailureConfig(max_failures=self.opts.max_failures),
             checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False))
 
-    def _restore(self, exp_dir: Path) -> Any:
+    def _loggers(self, key: str) -> list[Any]:
+        """``--logger``'s Tune callbacks (:mod:`fedtune.tune.loggers`)."""
+        if not self.opts.loggers:
+            return []
+        from fedtune.tune.loggers import logger_callbacks
+
+        return logger_callbacks(self.opts.loggers, self.plan.study_dir, self.plan.name, key)
+
+    def _restore(self, exp_dir: str) -> Any:
         """``Tuner.restore`` of ``exp_dir`` (in this study directory, wherever the study was created):
         Tune takes the experiment's location from ``exp_dir``; the Optuna storage unpickles onto
         this study (``_ACTIVE["study_dir"]``); the Arrow callback pickled in ``tuner.pkl`` is
@@ -214,7 +237,9 @@ class _Study:
         from fedtune.tune.progress import interrupted
 
         state = self.search_state(key)
-        state.update(status=status.RUNNING, tune_dir=f"{TUNE_DIR}/{tune_name}")  # relative to the study dir
+        # relative to the study dir, unless --storage-path puts Tune elsewhere
+        state.update(status=status.RUNNING, tune_dir=self.plan.tune_location(tune_name) if self.opts.storage_path
+                     else f"{TUNE_DIR}/{tune_name}")
         self.save()
         _SESSIONS.pop(key, None)
         row = self.view.row(key, total)
@@ -247,7 +272,7 @@ class _Study:
         if state.get("status") == status.DONE:
             self.view.row(search.key, total)["state"] = "done (earlier run)"
             return
-        exp_dir = self.plan.tune_path / search.tune_name
+        exp_dir = self.plan.tune_location(search.tune_name)
         study_name = search.optuna_study(self.plan.name)
         state.update(optuna_study=study_name, algorithm=search.algorithm, target_domain=search.target,
                      space=_relative(self.plan.study_dir, search.space))
@@ -255,11 +280,12 @@ class _Study:
             tuner = self._restore(exp_dir)
         else:
             space = load_space(search.space)
-            sampler = make_sampler(self.opts.sampler, self.opts.sampler_seed + search.trial_seed, total)
+            sampler = make_sampler(self.opts.sampler, self.opts.sampler_seed + search.trial_seed, total,
+                                   concurrency=self.cap)
             searcher = FedtuneOptunaSearch(
                 space.optuna_define_by_run, metrics=self.plan.metrics, modes=self.plan.modes,
                 rounds=self._rounds(), fixed=self.plan.fixed[search.key], sampler=sampler,
-                study_name=study_name, storage=optuna_storage(self.plan.study_dir),
+                study_name=study_name, storage=optuna_storage(self.plan.study_dir, url=self.plan.optuna_url),
                 first_point=space.default_point())
             scheduler = make_scheduler(self.opts.scheduler, self.plan.metrics[0], self.plan.modes[0], self._rounds(),
                                        self.opts.grace_period, self.opts.reduction_factor)
@@ -270,7 +296,7 @@ class _Study:
                                             trial_dirname_creator=trial_dirname),
                 run_config=self._run_config(search.tune_name, search.key, total))
         self._fit(tuner, search.key, search.tune_name, total)
-        orphans = reconcile_optuna(optuna_storage(self.plan.study_dir), study_name)
+        orphans = reconcile_optuna(optuna_storage(self.plan.study_dir, url=self.plan.optuna_url), study_name)
         state.update(status=status.DONE, ended_at=_now(), orphaned_trials=orphans)
         self.save()
 
@@ -286,7 +312,7 @@ class _Study:
             self.view.row(key, total)["state"] = f"{state['status']} (earlier run)"
             return
         name = f"{search.tune_name}--seeds"
-        exp_dir = self.plan.tune_path / name
+        exp_dir = self.plan.tune_location(name)
         if restorable(exp_dir):
             tuner = self._restore(exp_dir)
         else:
@@ -396,7 +422,8 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
                                      "optuna_study": s.optuna_study(plan.name)}
                              for s in plan.searches},
                 "trial_seed_of": {s.key: s.trial_seed for s in plan.searches},
-                "optuna_storage": OPTUNA_FILE, "tune_dir": TUNE_DIR}
+                "optuna_storage": opts.optuna_storage or OPTUNA_FILE,
+                "tune_dir": plan.tune_storage if opts.storage_path else TUNE_DIR}
     import ray
 
     from fedtune.runtime.driver import connect_ray
@@ -405,6 +432,10 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
                                    source="study").replace(address=opts.address)
     from fedtune.runtime.driver import sigterm_as_interrupt
 
+    if plan.options.optuna_storage:  # a shared storage that cannot be opened fails before Ray starts
+        from fedtune.tune.optuna_search import check_storage_opens
+
+        check_storage_opens(plan.options.optuna_storage)
     started_ray = connect_ray(base_cfg, verbose=opts.verbose)
     study = _Study(plan, data, console, trainable)
     try:

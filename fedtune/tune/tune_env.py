@@ -22,18 +22,21 @@ bookkeeping on ``--resume``; set the environment variable to override."""
 @contextlib.contextmanager
 def tune_env(verbose: bool) -> Iterator[None]:
     """Environment and loggers of Tune's driver loop: experiment snapshots every
-    :data:`EXPERIMENT_SNAPSHOT_S`, no per-trial CSV/JSON/TensorBoard files (the Arrow store has
-    every result), and without ``--verbose`` no Tune tables or INFO logs (the live view shows
-    progress). Restored afterwards."""
+    :data:`EXPERIMENT_SNAPSHOT_S`, none of Tune's automatic per-trial CSV/JSON/TensorBoard files
+    (``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1``: the Arrow store has every result; ``--logger``
+    adds its callbacks explicitly, so no file is written twice), and without ``--verbose`` no
+    Tune tables or INFO logs of Tune, Optuna or MLflow (the live view shows progress). Restored
+    afterwards."""
     env = {"TUNE_GLOBAL_CHECKPOINT_S": str(EXPERIMENT_SNAPSHOT_S), "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1"}
     if not verbose:
         env["RAY_AIR_NEW_OUTPUT"] = "0"  # the legacy engine honours verbose=0; the new one prints a header
+        env["MLFLOW_LOGGING_LEVEL"] = "WARNING"  # --logger mlflow: read when mlflow is first imported
     saved = {k: os.environ.get(k) for k in env}
     for k, v in env.items():
         if k == "TUNE_GLOBAL_CHECKPOINT_S" and os.environ.get(k):
             continue
         os.environ[k] = v
-    loggers = [logging.getLogger(n) for n in ("ray.tune", "ray.train", "ray.air", "optuna")]
+    loggers = [logging.getLogger(n) for n in ("ray.tune", "ray.train", "ray.air", "optuna", "mlflow")]
     levels = [lg.level for lg in loggers]
     import optuna
 
