@@ -21,13 +21,7 @@ import sys
 import time
 
 import pytest
-
-ASHA_SPACE = """algorithm: fedavg
-params:
-  local_lr:       {distribution: categorical, choices: [0.2, 1.0e-5], default: 0.2}
-  weight_decay:   {distribution: uniform, low: 0.0, high: 1.0e-3, default: 0.0}
-  local_momentum: {distribution: fixed, value: 0.9}
-"""
+from test_sweep import ASHA_SPACE  # the same study as test_sweep's uninterrupted ASHA test
 
 
 @pytest.mark.ray

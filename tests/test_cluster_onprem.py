@@ -113,7 +113,7 @@ def _skip_reason() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.ray, pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")]
+needs_sshd = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -410,6 +410,8 @@ def test_shipped_onprem_config_passes_rays_validation():
     assert any("--dashboard-host=127.0.0.1" in c for c in cfg["head_start_ray_commands"])
 
 
+@pytest.mark.ray
+@needs_sshd
 def test_ray_up_exec_down_over_ssh_on_loopback(box: Box, tmp_path: Path):
     times = {}  # the commands' logs stay in tmp_path
     rc, up, times["up"] = _run([*RAY, "up", "-y", "--no-config-cache", str(box.config)], tmp_path / "up.log",
