@@ -7,8 +7,10 @@ Plain functions on NumPy arrays (importable and testable without Ray or torch). 
 * ``updates[u] = Δ_u = θ_u − θ`` is a *descent displacement* (adding it lowers client u's loss);
   rows are in ascending client-id order, so results never depend on which actor ran whom.
 * ``weights[u] = p_u = n_u / Σ n`` (training examples of the round's participants).
-* Sums are accumulated in float64, client by client in a fixed order (no BLAS reduction whose
-  order could depend on thread counts), then cast to float32: bit-reproducible.
+* Sums are accumulated in float64 (:func:`fedtune.algorithms.blocked.weighted_rows`: blocks of
+  rows copied to float64, one single-threaded ``dgemv`` each), then cast to float32:
+  bit-reproducible, and bit-identical for any number of server threads (``threads``, the
+  coordinator's ``coordinator_cpus``), backend and actor count.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-BLOCK = 1 << 16  # elements per block: the float64 scratch stays in cache (512 KiB)
+from fedtune.algorithms.blocked import weighted_rows
+
+BLOCK = 1 << 16  # elements per block of the per-tensor and per-pair loops (float64 scratch of 512 KiB)
 
 
 def check_updates(updates: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -30,39 +34,25 @@ def check_updates(updates: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray,
 
 
 def combine(updates: np.ndarray, weights: np.ndarray, base: np.ndarray | None, scale: float,
-            out: np.ndarray) -> np.ndarray:
-    """``out = base + scale · Σ_u w_u updates[u]`` (``base=None``: ``out = Σ_u w_u updates[u]``)
-    block by block; every element sees exactly the float64 operations of the plain formula, in
-    client order (so blocking changes no bit). Every weighted sum of the server rules is this one.
+            out: np.ndarray, *, threads: int = 1) -> np.ndarray:
+    """``out = base + scale · Σ_u w_u updates[u]`` (``base=None``: ``out = scale · Σ_u w_u updates[u]``),
+    the sum in float64, into ``out`` (float32 or float64). Every weighted sum of the server rules is
+    this one (:func:`fedtune.algorithms.blocked.weighted_rows`, on ``threads`` threads).
 
     >>> combine(np.array([[1., 2.]], np.float32), np.array([2.0]), np.ones(2), 0.5, np.empty(2))
     array([2., 3.])
     """
-    m = updates.shape[1]
-    acc_buf = np.empty(min(BLOCK, m), dtype=np.float64)
-    tmp_buf = np.empty_like(acc_buf)
-    for s in range(0, m, BLOCK):
-        e = min(s + BLOCK, m)
-        acc, tmp = acc_buf[:e - s], tmp_buf[:e - s]
-        acc[:] = 0.0
-        for w, row in zip(weights, updates):
-            np.multiply(row[s:e], w, out=tmp)
-            acc += tmp
-        if base is not None:
-            acc *= scale
-            acc += base[s:e]
-        out[s:e] = acc
-    return out
+    return weighted_rows(updates, weights, out, base=base, scale=scale, threads=threads)
 
 
-def weighted_sum(updates: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """``Σ_u weights[u] · updates[u]`` accumulated in float64, client by client in order.
+def weighted_sum(updates: np.ndarray, weights: np.ndarray, *, threads: int = 1) -> np.ndarray:
+    """``Σ_u weights[u] · updates[u]`` accumulated in float64 (float64 ``[M]``).
 
     >>> weighted_sum(np.array([[1., 2.], [3., 4.]], np.float32), np.array([0.25, 0.75]))
     array([2.5, 3.5])
     """
     updates, weights = check_updates(updates, weights)
-    return combine(updates, weights, None, 1.0, np.empty(updates.shape[1], dtype=np.float64))
+    return combine(updates, weights, None, 1.0, np.empty(updates.shape[1], dtype=np.float64), threads=threads)
 
 
 def fedavg_weights(num_examples: np.ndarray) -> np.ndarray:
@@ -77,7 +67,8 @@ def fedavg_weights(num_examples: np.ndarray) -> np.ndarray:
     return n / n.sum()
 
 
-def fedavg_step(params: np.ndarray, updates: np.ndarray, weights: np.ndarray, global_lr: float = 1.0) -> np.ndarray:
+def fedavg_step(params: np.ndarray, updates: np.ndarray, weights: np.ndarray, global_lr: float = 1.0, *,
+                threads: int = 1) -> np.ndarray:
     """FedAvg with a server learning rate: ``θ + η_g · Σ_u p_u Δ_u`` (float32).
 
     ``global_lr = 1`` is McMahan et al.'s FedAvg (the weighted mean of the client models).
@@ -88,7 +79,8 @@ def fedavg_step(params: np.ndarray, updates: np.ndarray, weights: np.ndarray, gl
     updates, weights = check_updates(updates, weights)
     if np.shape(params) != (updates.shape[1],):
         raise ValueError(f"params {np.shape(params)} and updates {np.shape(updates)} disagree on the parameter count")
-    return combine(updates, weights, np.asarray(params), float(global_lr), np.empty(updates.shape[1], np.float32))
+    return combine(updates, weights, np.asarray(params), float(global_lr), np.empty(updates.shape[1], np.float32),
+                   threads=threads)
 
 
 def fedavg_buffers(client_buffers: np.ndarray, weights: np.ndarray) -> np.ndarray:

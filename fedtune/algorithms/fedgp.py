@@ -407,7 +407,7 @@ class _TargetSourceRule(ServerRule):
             # s_i = (lr_T/lr_S) · mean_b(−lr_S ∇_b^i) = the source's mean raw step at the target's
             # learning rate; fedtune's sources and target share local_lr, so the ratio is 1.
             source_steps = np.stack([np.asarray(extras[u]["mean_step_update"], np.float32) for u in src])
-            est = auto_beta_estimates(step_updates, source_steps)
+            est = auto_beta_estimates(step_updates, source_steps, threads=self.threads)
             betas = est.beta_gp if self.projection else est.beta_da
             diag["gp_sigma2"] = float(est.sigma2)
             for k, cid in enumerate(ids):

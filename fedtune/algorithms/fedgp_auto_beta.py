@@ -5,8 +5,8 @@ per-step updates (NumPy only).
 the same units (what they are, and why raw gradient steps: :mod:`fedtune.algorithms.fedgp`).
 :func:`auto_beta_estimates` gives ``σ̂²`` (the variance of the target's mean step), ``d̂_i²`` and
 ``τd̂_i²``; ``β^DA_i = σ̂²/(d̂_i² + σ̂²)`` and ``β^GP_i = σ̂²/(τd̂_i² + σ̂²)`` (:func:`beta_from`,
-distances clipped at 0, ``0/0 := 0``). Sums run block by block in float64 in a fixed order (no
-BLAS): bit-reproducible.
+distances clipped at 0, ``0/0 := 0``). One blocked float64 pass over the steps
+(:mod:`fedtune.algorithms.blocked`): bit-reproducible for any number of server threads.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.aggregate import BLOCK
+from fedtune.algorithms.blocked import cross_pass
 
 F64 = np.float64
 
@@ -70,7 +70,7 @@ class AutoBetaEstimates:
 
 
 def auto_beta_estimates(target_step_updates: np.ndarray, source_step_updates: np.ndarray,
-                        source_scales: Any = None) -> AutoBetaEstimates:
+                        source_scales: Any = None, *, threads: int = 1) -> AutoBetaEstimates:
     """``σ̂², d̂_i², τd̂_i²`` (docs/methods.md §2, Appendix A.2 eqs. 90, 95, 105) on the whole vector.
 
     ``target_step_updates`` ``[B, P]``: the target's per-step displacements ``t_b`` (``B ≥ 2``);
@@ -83,7 +83,13 @@ def auto_beta_estimates(target_step_updates: np.ndarray, source_step_updates: np
     * ``τd̂_i² = (1/B) Σ_b ‖r_b‖² − Σ_b ‖r_b − r̄‖² / (B−1)``, ``r_b = t_b − ⟨t_b, u_i⟩ u_i``,
       ``u_i = s_i/‖s_i‖`` (``u_i = 0`` when ``s_i = 0``)
 
-    Sums run block by block in float64 in a fixed order (no BLAS): bit-reproducible.
+    How (one read of the ``B + N`` rows, :func:`fedtune.algorithms.blocked.cross_pass`): each
+    column block is copied to float64 and *centred* on the block of ``t̄`` (``c_b = t_b − t̄``,
+    ``e_i = s_i − t̄``, exact per coordinate), then one BLAS product gives the inner products of
+    ``[c; e; t̄]`` with ``[e; t̄]`` and one ``ddot`` the sum ``Σ_b ‖c_b‖²``. Every estimator is a
+    function of those (:func:`estimates_from_products`) with no difference of large sums: the
+    variance never comes out of ``Σ‖t_b‖² − B‖t̄‖²``. Float64, fixed blocks: bit-reproducible, and
+    the same bits for any ``threads``.
 
     >>> t = np.array([[1., 0.], [3., 0.]]); s = np.array([[2., 1.]])
     >>> e = auto_beta_estimates(t, s)
@@ -100,34 +106,58 @@ def auto_beta_estimates(target_step_updates: np.ndarray, source_step_updates: np
     n = s.shape[0]
     if b < 2:
         raise ValueError(f"auto-β needs at least 2 target steps per round to estimate the target variance, got {b}")
+    if p == 0:
+        raise ValueError("auto-β needs at least one parameter")
     scales = np.ones(n, F64) if source_scales is None else np.broadcast_to(np.asarray(source_scales, F64), (n,))
-    sq = np.zeros(b, F64)  # ‖t_b‖²
-    centred = np.zeros(b, F64)  # ‖t_b − t̄‖²
-    dist = np.zeros((b, n), F64)  # ‖s_i − t_b‖²
-    inner = np.zeros((b, n), F64)  # ⟨t_b, s_i⟩
-    snorm = np.zeros(n, F64)  # ‖s_i‖²
-    for st in range(0, p, BLOCK):
-        tb = t[:, st:st + BLOCK].astype(F64)
-        mean = np.add.reduce(tb, axis=0) / b
-        dev = tb - mean
-        sq += np.add.reduce(tb * tb, axis=1)
-        centred += np.add.reduce(dev * dev, axis=1)
-        for i in range(n):
-            si = s[i, st:st + BLOCK].astype(F64) * float(scales[i])
-            snorm[i] += float(np.add.reduce(si * si))
-            diff = tb - si
-            dist[:, i] += np.add.reduce(diff * diff, axis=1)
-            inner[:, i] += np.add.reduce(tb * si, axis=1)
-    total_centred = float(np.sum(centred))
-    per_batch_var = total_centred / (b - 1)  # σ̂²(D̂_T,B): the variance of one step
+    inv_b = 1.0 / b
+
+    def block_products(blocks: list[np.ndarray], z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # z: [B + N + 1, w] float64; rows c_1..c_B, e_1..e_N, then the block of t̄
+        np.copyto(z[:b], blocks[0])
+        np.copyto(z[b:b + n], blocks[1])
+        mean = z[b + n]
+        np.add.reduce(z[:b], axis=0, out=mean)
+        mean *= inv_b
+        z[:b] -= mean  # c_b
+        if source_scales is not None:
+            z[b:b + n] *= scales[:, None]
+        z[b:b + n] -= mean  # e_i
+        centred = z[:b].reshape(-1)
+        return np.array([float(np.dot(centred, centred))]), z @ z[b:].T
+
+    trace, cross = cross_pass([t, s], block_products, extra_rows=1, threads=threads)
+    return estimates_from_products(float(trace[0]), cross, b)
+
+
+def estimates_from_products(trace: float, cross: np.ndarray, b: int) -> AutoBetaEstimates:
+    """``σ̂², d̂_i², τd̂_i²`` from the centred products of :func:`auto_beta_estimates`:
+    ``trace = Σ_b ‖c_b‖²`` and ``cross`` ``[B + N + 1, N + 1]`` = the inner products of
+    ``[c_1..c_B, e_1..e_N, t̄]`` with ``[e_1..e_N, t̄]`` (``c_b = t_b − t̄``, ``e_i = s_i − t̄``).
+
+    With ``σ̂² = trace / (B (B−1))``, ``S_i = ‖s_i‖² = ‖e_i‖² + 2⟨e_i, t̄⟩ + ‖t̄‖²`` and
+    ``q_bi = ⟨c_b, s_i⟩ = ⟨c_b, e_i⟩ + ⟨c_b, t̄⟩``:
+
+    * ``d̂_i² = ‖s_i − t̄‖² − σ̂²`` (= the definition, since ``(1/B) Σ_b ‖s_i − t_b‖² = ‖s_i − t̄‖² + trace/B``);
+    * ``τd̂_i² = ‖r̄‖² − Σ_b ‖r_b − r̄‖² / (B (B−1))`` with ``‖r̄‖² = ‖t̄‖² − ⟨t̄, s_i⟩²/S_i`` and
+      ``Σ_b ‖r_b − r̄‖² = trace − Σ_b q_bi² / S_i`` (the same identity for the ``r_b``).
+    """
+    n = cross.shape[1] - 1
+    per_batch_var = trace / (b - 1)  # σ̂²(D̂_T,B): the variance of one step
     sigma2 = per_batch_var / b
-    d2 = np.mean(dist, axis=0) - per_batch_var
+    e_sq = np.array([cross[b + i, i] for i in range(n)], F64)  # ‖e_i‖²
+    e_mean = cross[b:b + n, n]  # ⟨e_i, t̄⟩
+    mean_sq = float(cross[b + n, n])  # ‖t̄‖²
+    d2 = e_sq - sigma2
     tau_d2 = np.empty(n, F64)
     for i in range(n):
-        proj = inner[:, i] / np.sqrt(snorm[i]) if snorm[i] > 0 else np.zeros(b, F64)  # ⟨t_b, u_i⟩
-        resid_sq = sq - proj * proj  # ‖r_b‖²
-        resid_var = (total_centred - float(np.sum((proj - proj.mean()) ** 2))) / (b - 1)  # Σ‖r_b − r̄‖²/(B−1)
-        tau_d2[i] = float(np.mean(resid_sq)) - resid_var
+        s_sq = float(e_sq[i] + 2.0 * e_mean[i] + mean_sq)
+        if s_sq > 0:
+            q = cross[:b, i] + cross[:b, n]  # ⟨c_b, s_i⟩
+            mean_resid = mean_sq - (float(e_mean[i]) + mean_sq) ** 2 / s_sq
+            spread = trace - float(np.dot(q, q)) / s_sq
+        else:  # u_i = 0: r_b = t_b
+            mean_resid, spread = mean_sq, trace
+        tau_d2[i] = mean_resid - spread / (b * (b - 1))
     return AutoBetaEstimates(sigma2, d2, tau_d2)
 
 
@@ -146,4 +176,5 @@ def auto_beta(target_step_updates: np.ndarray, source_step_update: np.ndarray) -
     return float(est.beta_da[0]), float(est.beta_gp[0])
 
 
-__all__ = ["AutoBetaEstimates", "auto_beta", "auto_beta_estimates", "beta_from", "source_step_scales"]
+__all__ = ["AutoBetaEstimates", "auto_beta", "auto_beta_estimates", "beta_from", "estimates_from_products",
+           "source_step_scales"]

@@ -10,10 +10,11 @@ an *invariant gradient direction*:
 
 Everything in step 2 depends only on the Gram matrix ``G = [⟨Δ_u, Δ_v⟩]``:
 ``⟨Γg, g_FL⟩ = Γᵀ G p``, ``‖g_FL‖² = pᵀ G p``, ``‖Γg‖² = Γᵀ G Γ``. A round therefore costs one
-pass over the ``[U, M]`` updates to build ``G`` (:func:`gram_matrix`), a ``U``-dimensional solve
-that never touches an ``M``-sized vector (:mod:`fedtune.algorithms.fedomg_solvers`:
-:func:`solve_omg_exact` or the authors' :func:`solve_omg_sgd`), and one more weighted sum, since ``d = Σ_u (p_u + λ γ_u) Δ_u`` with
-``λ = κ ‖g_FL‖ / ‖Γ*g‖`` (:func:`fedomg_step`).
+pass over the ``[U, M]`` updates that builds ``G`` and ``g_FL`` together (:func:`fedomg_step`,
+BLAS on float64 copies of column blocks: :mod:`fedtune.algorithms.blocked`), a ``U``-dimensional
+solve that never touches an ``M``-sized vector (:mod:`fedtune.algorithms.fedomg_solvers`:
+:func:`solve_omg_exact` or the authors' :func:`solve_omg_sgd`), and ``d = g_FL + λ Σ γ_u Δ_u``
+with ``λ = κ ‖g_FL‖ / ‖Γ*g‖``, which reads only the rows of Γ*'s support.
 
 Choices where the paper and the authors' code leave room (each is a flag or stated here):
 
@@ -37,15 +38,15 @@ array([0.5, 0.5])
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.aggregate import BLOCK, check_updates, combine
+from fedtune.algorithms.aggregate import check_updates, combine
 from fedtune.algorithms.base import HParam
+from fedtune.algorithms.blocked import gram_pass, weighted_rows
 from fedtune.algorithms.fedomg_solvers import (  # noqa: F401  (the step-2 solvers, re-exported)
     SOLVERS,
     ExactSolve,
@@ -61,42 +62,11 @@ from fedtune.algorithms.fedomg_solvers import (  # noqa: F401  (the step-2 solve
 from fedtune.algorithms.server import AggregateResult, ServerRule
 
 # ============================================================================== Gram matrix
-# Columns per block of the Gram pass: the float64 copy of a [U, cols] block stays around
-# GRAM_BLOCK_ELEMS elements (2 MiB), at least 1024 columns so small-U blocks stay long.
-GRAM_BLOCK_ELEMS = 4 * BLOCK
-
-_blas_controller: Any = None
-
-
-def _blas_threads(threads: int | None) -> contextlib.AbstractContextManager:
-    """Limit NumPy's BLAS to ``threads`` threads for a ``with`` block (threadpoolctl, which
-    scikit-learn brings along); a no-op for ``None`` or when threadpoolctl is missing."""
-    global _blas_controller
-    if threads is None:
-        return contextlib.nullcontext()
-    try:
-        if _blas_controller is None:
-            from threadpoolctl import ThreadpoolController
-
-            _blas_controller = ThreadpoolController()
-        return _blas_controller.limit(limits=int(threads), user_api="blas")
-    except (ImportError, AttributeError, TypeError, ValueError):  # pragma: no cover - threadpoolctl absent or unusable
-        return contextlib.nullcontext()
-
-
-def gram_matrix(updates: np.ndarray, block_elems: int = GRAM_BLOCK_ELEMS, blas_threads: int | None = 1) -> np.ndarray:
-    """``G[u, v] = ⟨updates[u], updates[v]⟩`` (float64 ``[U, U]``) in one pass over the updates.
-
-    The columns are taken in blocks of about ``block_elems / U`` (at least 1024); each block is
-    copied to float64 and multiplied with itself (BLAS ``syrk``: exactly symmetric, and the same
-    bits whatever the number of BLAS threads, since threads split the output, not the sums), and
-    the block results are added in column order in float64. The ``[U, M]`` input is never copied
-    whole. Cost: ``U² M / 2`` multiply-adds (FedAvg's weighted sum is ``U M``).
-
-    ``blas_threads`` (default 1; ``None`` = leave the process's setting) caps BLAS threads during
-    the pass: the coordinator shares its cores with client actors, and oversubscribed OpenBLAS
-    threads spin — measured 10–30× slower than one thread on a busy 2-core machine — while under
-    Ray the coordinator runs with one thread anyway (``OMP_NUM_THREADS=1``).
+def gram_matrix(updates: np.ndarray, block_elems: int | None = None, threads: int = 1) -> np.ndarray:
+    """``G[u, v] = ⟨updates[u], updates[v]⟩`` (float64 ``[U, U]``, exactly symmetric) in one pass
+    over the updates: :func:`fedtune.algorithms.blocked.gram_pass` (float32 blocks of about
+    ``block_elems`` elements, default :data:`~fedtune.algorithms.blocked.SCRATCH_ELEMS`, copied to float64, one ``dsyrk`` each, float64 accumulation; the same
+    bits for any ``threads``). Cost: ``U² M / 2`` multiply-adds (FedAvg's weighted sum is ``U M``).
 
     >>> gram_matrix(np.array([[1., 2.], [3., 4.]], np.float32))
     array([[ 5., 11.],
@@ -105,26 +75,15 @@ def gram_matrix(updates: np.ndarray, block_elems: int = GRAM_BLOCK_ELEMS, blas_t
     updates = np.asarray(updates)
     if updates.ndim != 2:
         raise ValueError(f"updates must be [U, M], got shape {updates.shape}")
-    num, m = updates.shape
-    gram = np.zeros((num, num), dtype=np.float64)
-    if num == 0 or m == 0:
-        return gram
-    cols = min(m, max(1024, int(block_elems) // num))
-    buf = np.empty((num, cols), dtype=np.float64)
-    with _blas_threads(blas_threads):
-        for s in range(0, m, cols):
-            e = min(s + cols, m)
-            blk = buf[:, :e - s]
-            blk[...] = updates[:, s:e]
-            gram += blk @ blk.T
-    return gram
+    return gram_pass(updates, threads=threads, scratch_elems=block_elems)[0]
 
 
 # ============================================================================== step
 @dataclass
 class FedOMGStep:
     """One FedOMG server step: ``out`` (the direction ``d``, float64, or the new parameters
-    ``params + global_lr · d``, float32), the Gram matrix, the solution, and the time split."""
+    ``params + global_lr · d``, float32), the Gram matrix, the solution, and the time split:
+    ``gram_s`` (the one pass that builds ``G`` and ``g_FL``), ``solve_s``, ``combine_s``."""
 
     out: np.ndarray
     gram: np.ndarray
@@ -136,27 +95,36 @@ class FedOMGStep:
 
 def fedomg_step(updates: np.ndarray, weights: np.ndarray, kappa: float, *, solver: str = "exact",
                 rescale: bool = False, params: np.ndarray | None = None, global_lr: float = 1.0,
-                blas_threads: int | None = 1) -> FedOMGStep:
-    """Gram pass (:func:`gram_matrix`, with ``blas_threads``) → solve → combine, timed separately.
+                threads: int = 1) -> FedOMGStep:
+    """One read of the updates for ``G`` and ``g_FL`` (:func:`~fedtune.algorithms.blocked.gram_pass`)
+    → solve step 2 on ``G`` → ``d = g_FL + λ Σ_{u: γ_u > 0} γ_u Δ_u``, which reads only the rows in
+    Γ*'s support (often a few of the U; the authors' SGD solver gives every row a weight).
 
     Without ``params``, ``out = d`` (float64). With ``params``, ``out = params + global_lr · d``
-    (float32), computed by the same blockwise float64 accumulation as ``fedavg_step`` with the
-    weights ``p`` replaced by ``d``'s coefficients — so with ``κ = 0`` (coefficients ``= p``
-    exactly) the result is bit-for-bit FedAvg's.
+    (float32). When ``λ = 0`` (``κ = 0``, or ``Γ*g = 0``) ``d = g_FL`` is computed by FedAvg's own
+    kernel (:func:`~fedtune.algorithms.aggregate.combine` with the weights ``p``) — a second read,
+    and so ``κ = 0`` is FedAvg bit for bit. ``threads`` (the coordinator's ``coordinator_cpus``)
+    changes the time, never a bit.
     """
     updates, weights = check_updates(updates, weights)
+    m = updates.shape[1]
+    if params is not None and np.shape(params) != (m,):
+        raise ValueError(f"params {np.shape(params)} and updates {updates.shape} disagree on the parameter count")
     t0 = time.perf_counter()
-    G = gram_matrix(updates, blas_threads=blas_threads)
+    G, g_fl = gram_pass(updates, weights, threads=threads)
     t1 = time.perf_counter()
     sol = omg_solution(G, weights, kappa, solver, rescale)
     t2 = time.perf_counter()
-    m = updates.shape[1]
-    if params is None:
-        out = combine(updates, sol.coefficients, None, 1.0, np.empty(m, dtype=np.float64))
+    factor = 1.0 / (1.0 + float(kappa) ** 2) if rescale else 1.0
+    base = None if params is None else np.asarray(params)
+    scale = factor if params is None else float(global_lr) * factor
+    out = np.empty(m, np.float64 if params is None else np.float32)
+    if sol.lam == 0.0:
+        combine(updates, weights, base, scale, out, threads=threads)
     else:
-        if np.shape(params) != (m,):
-            raise ValueError(f"params {np.shape(params)} and updates {updates.shape} disagree on the parameter count")
-        out = combine(updates, sol.coefficients, np.asarray(params), float(global_lr), np.empty(m, np.float32))
+        support = np.flatnonzero(sol.gamma > 0)
+        weighted_rows(updates, sol.lam * sol.gamma[support], out, base=base, scale=scale, offset=g_fl,
+                      rows=support, threads=threads)
     t3 = time.perf_counter()
     return FedOMGStep(out, G, sol, t1 - t0, t2 - t1, t3 - t2)
 
@@ -214,7 +182,7 @@ class FedOMG(ServerRule):
 
     def aggregate(self, params, updates, weights, *, extras, round, info):
         step = fedomg_step(updates, weights, self.kappa, solver=self.solver, rescale=self.rescale,
-                           params=params, global_lr=self.global_lr)
+                           params=params, global_lr=self.global_lr, threads=self.threads)
         sol = step.solution
         cos = cosines(step.gram, sol.coefficients)
         diag: dict[str, float] = {

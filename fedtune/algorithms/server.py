@@ -93,6 +93,13 @@ class ServerRule:
         return bool(cls.wants_target_steps)
 
     @property
+    def threads(self) -> int:
+        """Threads for this rule's passes over the updates: the coordinator's whole CPUs
+        (``coordinator_cpus``; at least 1, since with 0 the coordinator shares a client's bundle).
+        They change a round's server time, never a bit (:mod:`fedtune.algorithms.blocked`)."""
+        return max(1, int(getattr(self.cfg, "coordinator_cpus", 0) or 0))
+
+    @property
     def global_lr(self) -> float:
         """This run's server learning rate (:meth:`effective_global_lr`)."""
         return self.effective_global_lr(self.cfg)
@@ -135,4 +142,4 @@ class FedAvg(ServerRule):
     description = "FedAvg: θ ← θ + global_lr · Σ p_u Δ_u"
 
     def aggregate(self, params, updates, weights, *, extras, round, info):
-        return AggregateResult(fedavg_step(params, updates, weights, self.global_lr), {})
+        return AggregateResult(fedavg_step(params, updates, weights, self.global_lr, threads=self.threads), {})
