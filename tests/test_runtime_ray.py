@@ -59,6 +59,20 @@ def test_two_rounds_of_three_clients_match_the_in_process_backend(ray_session, t
     assert all(pg["state"] == "REMOVED" for pg in ray_session.util.placement_group_table().values())
 
 
+@pytest.mark.parametrize("algorithm,extra", [("fedomg", {}), ("fedgp", {"setting": "fda", "gp_beta": "auto"})])
+def test_server_rules_on_their_own_coordinator_cpu_match_the_in_process_backend(ray_session, tmp_path, algorithm,
+                                                                                 extra):
+    # The coordinator actor in its own 1-CPU bundle (one server thread) against the in-process
+    # coordinator with 3 server threads: the Gram / auto-β passes give the same bits.
+    cfg = dict(algorithm=algorithm, max_client_actors=2, **extra)
+    on_ray = run(cfg_of(tmp_path, coordinator_cpus=1, name="ray", **cfg), progress=False)
+    local = run(cfg_of(tmp_path, backend="local", coordinator_cpus=3, name="local", **cfg), progress=False)
+    assert on_ray.status == local.status == "completed"
+    assert metrics_of(on_ray.rows) == metrics_of(local.rows)
+    diag = "diag.omg_lambda" if algorithm == "fedomg" else "diag.gp_sigma2"
+    assert [r[diag] for r in on_ray.rows] == [r[diag] for r in local.rows]
+
+
 @pytest.mark.parametrize("actors", [1, 2, 4])
 def test_metrics_do_not_depend_on_the_number_of_actors(ray_session, tmp_path, actors):
     cfg = dict(dataset="rotated-digits", setting="fl", num_clients=5, rounds=2, local_steps=2, participation=0.8,

@@ -12,7 +12,8 @@ import pytest
 import fedtune.algorithms.blocked as blocked
 import fedtune.algorithms.fedomg as fedomg_mod
 from fedtune.algorithms import auto_beta_estimates, fedavg_step, fedavg_weights, weighted_sum
-from fedtune.algorithms.blocked import column_blocks, cross_pass, gram_pass, map_chunks, sum_blocks, weighted_rows
+from fedtune.algorithms.blocked import (column_blocks, cross_pass, gram_pass, map_chunks, subtract_rows, sum_blocks,
+                                       weighted_rows)
 from fedtune.algorithms.fedomg import fedomg_step, omg_solution
 
 
@@ -87,6 +88,17 @@ def test_weighted_sums_are_the_same_bits_for_any_thread_count(small_blocks, thre
     # ... and the same as the production block sizes give, up to float64 rounding of the sum
     assert np.max(np.abs(one.astype(np.float64) - (theta + 0.7 * (p @ X.astype(np.float64))))) <= \
         np.spacing(np.abs(one)).max()
+
+
+def test_subtract_rows_builds_the_updates_from_the_states_on_any_thread_count():
+    rng = np.random.default_rng(7)
+    states = [rng.standard_normal(60).astype(np.float32) for _ in range(5)]  # parameters + 10 buffer entries
+    theta = rng.standard_normal(50).astype(np.float32)
+    one = subtract_rows(states, theta, np.empty((5, 50), np.float32))
+    np.testing.assert_array_equal(one, np.stack([s[:50] - theta for s in states]))
+    assert subtract_rows(states, theta, np.empty((5, 50), np.float32), threads=3).tobytes() == one.tobytes()
+    with pytest.raises(ValueError, match="expected"):
+        subtract_rows(states, theta, np.empty((4, 50), np.float32))
 
 
 # ================================================================================ products

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from fedtune.algorithms.blocked import subtract_rows
 from fedtune.algorithms.server import RoundInfo
 from fedtune.data.base import FederatedPlan
 from fedtune.results.status import DIVERGED, OK
@@ -203,9 +204,7 @@ class Coordinator:
         P = self.layout.num_params
         theta = self.weights[:P]
         states = fit.of("states")
-        updates = self._update_buffer(len(fit.order), P)
-        for u, state in enumerate(states):
-            np.subtract(state[:P], theta, out=updates[u])
+        updates = subtract_rows(states, theta, self._update_buffer(len(fit.order), P), threads=self.rule.threads)
         info = RoundInfo(tuple(fit.order), tuple(self.plan.clients[c].role for c in fit.order),
                          tuple(int(s) for s in fit.of("steps")), tuple(int(x) for x in n))
         result = self.rule.aggregate(theta, updates, p, extras=fit.of("extras"), round=round, info=info)
