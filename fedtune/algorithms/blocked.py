@@ -8,7 +8,8 @@ the functions here, and only here:
 * :func:`gram_pass` — the Gram matrix ``X Xᵀ`` *and* the weighted sum ``wᵀX`` in one read
   (FedOMG's step 1 and ``g_FL``);
 * :func:`cross_pass` — user-defined per-block products reduced over the blocks (auto-β's
-  estimators: :mod:`fedtune.algorithms.fedgp_auto_beta`).
+  estimators: :mod:`fedtune.algorithms.fedgp_auto_beta`);
+* :func:`subtract_rows` — the coordinator's updates ``Δ_u = θ_u − θ`` from the clients' states.
 
 How. Columns are cut into blocks of a fixed width (:func:`column_blocks`, from the row count
 only); each block is copied to a float64 scratch and handed to BLAS with **one BLAS thread**
@@ -19,9 +20,9 @@ OpenBLAS's, fixed for a given shape) and across row groups in group order.
 Threads. With ``threads > 1`` (the coordinator's ``coordinator_cpus``) the blocks are dealt out
 in fixed *chunks* of consecutive blocks, one chunk per task, and the chunks' partial results
 are added in chunk order — so results are **bit-identical for every thread count** (and
-every backend, actor count and process): they depend only on the shapes. Measured with
-``benchmarks/fedomg_server.py``: BLAS itself is not run multi-threaded because threaded BLAS
-splits the inner sums differently from one thread (different bits).
+every backend, actor count and process): they depend only on the shapes. BLAS itself never
+runs multi-threaded: threaded ``dsyrk`` splits the inner sums differently from one thread
+(different bits). What the threads buy: ``benchmarks/fedomg_server.py``.
 
 Memory: a float64 scratch of about :data:`SCRATCH_ELEMS` elements (8 MiB) per thread; the
 ``[rows, M]`` input is never copied whole.
