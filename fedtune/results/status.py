@@ -18,7 +18,7 @@ Trial status (``trials`` table, column ``status``):
 from __future__ import annotations
 
 __all__ = ["OK", "DIVERGED", "ROUND_STATUSES", "RUNNING", "COMPLETED", "PRUNED", "FAILED", "INTERRUPTED",
-           "TRIAL_STATUSES", "PENDING", "DONE", "SKIPPED", "SEARCH_STATUSES", "NO_METRIC", "ORPHANED", "TUNE_TERMINATED", "TUNE_ERROR", "TUNE_RUNNING",
+           "TRIAL_STATUSES", "PENDING", "DONE", "SKIPPED", "SEARCH_STATUSES", "NO_METRIC", "ORPHANED", "DUPLICATE", "TUNE_TERMINATED", "TUNE_ERROR", "TUNE_RUNNING",
            "TUNE_PENDING", "TUNE_FINISHED", "is_finished"]
 
 # rounds
@@ -44,6 +44,8 @@ SEARCH_STATUSES = (PENDING, DONE, SKIPPED, INTERRUPTED)
 NO_METRIC = "no_metric"
 # an Optuna trial left RUNNING by a killed process, closed on resume
 ORPHANED = "orphaned"
+# an Optuna trial whose sampled configuration had already run in its search: told FAIL, never run
+DUPLICATE = "duplicate"
 
 # Ray Tune's own trial states, as fedtune reads them
 TUNE_TERMINATED = "TERMINATED"

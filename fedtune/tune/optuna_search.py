@@ -43,6 +43,7 @@ import optuna
 from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
+from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from fedtune.config import FederatedRunConfig
@@ -53,9 +54,9 @@ from fedtune.tune.active import ACTIVE
 from fedtune.tune.optuna_url import journal_path, shown
 from fedtune.tune.plan import SAMPLERS, objective_values, optuna_storage_url
 
-__all__ = ["SQLITE_TIMEOUT_S", "STORAGE_RETRY_S", "FedtuneJournalStorage", "FedtuneOptunaSearch", "FedtuneRDBStorage",
-           "check_storage_opens", "constant_liar", "make_sampler", "make_scheduler", "optuna_storage",
-           "reconcile_optuna"]
+__all__ = ["EXHAUSTED", "MAX_DUPLICATE_ASKS", "SQLITE_TIMEOUT_S", "STORAGE_RETRY_S", "FedtuneJournalStorage", "FedtuneOptunaSearch", "FedtuneRDBStorage",
+           "check_storage_opens", "constant_liar", "ended_early", "make_sampler", "make_scheduler", "optuna_storage",
+           "reconcile_optuna", "spent_trials"]
 
 """``fedtune_status`` of an Optuna trial asked by a driver killed before Tune's next snapshot
 (:func:`reconcile_optuna`)."""
@@ -63,6 +64,13 @@ __all__ = ["SQLITE_TIMEOUT_S", "STORAGE_RETRY_S", "FedtuneJournalStorage", "Fedt
 SQLITE_TIMEOUT_S = 30.0
 """How long one SQLite statement on ``optuna.db`` waits for a lock held by another connection
 (e.g. optuna-dashboard reading the live study) before SQLite answers "database is locked"."""
+
+EXHAUSTED = "search space exhausted"
+"""How the note of a search that ran out of new configurations begins (:meth:`FedtuneOptunaSearch.suggest`)."""
+
+MAX_DUPLICATE_ASKS = 50
+"""How many proposals in a row :meth:`FedtuneOptunaSearch.suggest` tells FAIL as duplicates of
+configurations that already ran before it takes the search space as exhausted."""
 
 STORAGE_RETRY_S = 600.0
 """After that, how long :func:`optuna_storage` keeps retrying a locked call (backoff 0.05 s ... 2 s)
@@ -255,7 +263,7 @@ class FedtuneOptunaSearch(OptunaSearch):
 
     def __init__(self, space: Callable, *, metrics: Sequence[str], modes: Sequence[str], rounds: int,
                  fixed: Mapping[str, Any], sampler: Any, study_name: str, storage: Any,
-                 first_point: Mapping[str, Any] | None = None) -> None:
+                 first_point: Mapping[str, Any] | None = None, num_samples: int | None = None) -> None:
         multi = len(metrics) > 1
         super().__init__(space=space, metric=list(metrics) if multi else metrics[0],
                          mode=list(modes) if multi else modes[0], sampler=sampler, study_name=study_name,
@@ -271,25 +279,67 @@ class FedtuneOptunaSearch(OptunaSearch):
         self.fedtune_rounds = int(rounds)
         self.fedtune_fixed = dict(fixed)
         self.fedtune_reported: dict[str, set[int]] = {}
+        self.fedtune_num_samples = None if num_samples is None else int(num_samples)
 
     # -- asking -----------------------------------------------------------------------------------
-    def suggest(self, trial_id: str) -> dict | None:
+    def suggest(self, trial_id: str) -> dict | str | None:
+        """The next configuration to run, one that has not run in this search.
+
+        A sampler may propose a configuration that already ran: NSGA-II's children of two equal
+        parents, TPE on a small categorical space, or a sampler restored from an older Tune
+        snapshot that replays its random draws after a killed driver. Equal configurations have
+        the same fedtune trial id and the same results, so such a proposal is told FAIL
+        (``fedtune_status: duplicate``, ``duplicate_of``: the id) and the sampler is asked again.
+        After :data:`MAX_DUPLICATE_ASKS` duplicates in a row the search space is taken as
+        exhausted and the search ends (``Searcher.FINISHED``; the Optuna study's user attribute
+        ``fedtune_exhausted`` says so). The search also ends once ``num_samples`` trials of its
+        Optuna study have run or are running here (:meth:`spent`), so a driver restarted from an
+        older snapshot does not run more trials than were asked for."""
         from fedtune.tune.spaces import strip_switches
 
-        params = super().suggest(trial_id)
-        if params is None:
-            return None
-        ot_trial = self._ot_trials[trial_id]
-        config = strip_switches(params)
-        full = {**self.fedtune_fixed, **config}
-        ot_trial.set_user_attr("tune_trial_id", trial_id)
-        try:
-            cfg = FederatedRunConfig.from_dict(full, source="sampled configuration")
-            ot_trial.set_user_attr("fedtune_trial_id", cfg.trial_id())
-        except ConfigError as exc:  # the trial will fail on it and be told FAIL
-            ot_trial.set_user_attr("config_error", str(exc))
-        ot_trial.set_user_attr("config", json.loads(json.dumps(full, sort_keys=True, default=str)))
-        return config
+        budget = getattr(self, "fedtune_num_samples", None)
+        for _ in range(MAX_DUPLICATE_ASKS):
+            spent = self.spent()
+            if budget is not None and len(spent) >= budget:
+                return Searcher.FINISHED
+            params = super().suggest(trial_id)
+            if params is None:
+                return None
+            ot_trial = self._ot_trials[trial_id]
+            config = strip_switches(params)
+            full = {**self.fedtune_fixed, **config}
+            try:
+                fedtune_id: str | None = FederatedRunConfig.from_dict(full, source="sampled configuration").trial_id()
+            except ConfigError as exc:  # the trial will fail on it and be told FAIL
+                fedtune_id = None
+                ot_trial.set_user_attr("config_error", str(exc))
+            if fedtune_id is not None and fedtune_id in spent:
+                self._tell_duplicate(trial_id, fedtune_id, spent[fedtune_id])
+                continue
+            ot_trial.set_user_attr("tune_trial_id", trial_id)
+            if fedtune_id is not None:
+                ot_trial.set_user_attr("fedtune_trial_id", fedtune_id)
+            ot_trial.set_user_attr("config", json.loads(json.dumps(full, sort_keys=True, default=str)))
+            return config
+        message = (f"{EXHAUSTED}: the sampler proposed {MAX_DUPLICATE_ASKS} configurations in a row that "
+                   f"had already run; the search ends after {len(self.spent())} distinct trials")
+        logging.getLogger(__name__).warning("Optuna study %s: %s", self._ot_study.study_name, message)
+        self._ot_study.set_user_attr("fedtune_exhausted", message)
+        return Searcher.FINISHED
+
+    def spent(self) -> dict[str, int]:
+        """:func:`spent_trials` of this search, counting the trials running in this driver."""
+        live = {t.number for tid, t in self._ot_trials.items() if tid not in self._completed_trials}
+        return spent_trials(self._ot_study.get_trials(deepcopy=False), live)
+
+    def _tell_duplicate(self, trial_id: str, fedtune_id: str, number: int) -> None:
+        ot_trial = self._ot_trials.pop(trial_id)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ot_trial.set_user_attr("fedtune_status", status.DUPLICATE)
+            ot_trial.set_user_attr("duplicate_of", fedtune_id)
+            ot_trial.set_user_attr("duplicate_of_number", number)
+            self._ot_study.tell(ot_trial, state=TrialState.FAIL, skip_if_finished=True)
 
     # -- results ----------------------------------------------------------------------------------
     def _record(self, trial_id: str, result: Mapping[str, Any]) -> None:
@@ -361,6 +411,34 @@ class FedtuneOptunaSearch(OptunaSearch):
         return None
 
 
+def spent_trials(trials: Sequence[Any], live: set[int] = frozenset()) -> dict[str, int]:
+    """The trials of a search that count against its budget, as fedtune trial id -> Optuna trial
+    number: those that ran (COMPLETE, PRUNED, or FAIL as diverged, failed or without metric) and
+    those running (``live``: Optuna numbers). A trial a killed driver left RUNNING (orphaned) or
+    a duplicate never ran to the end and does not count. A trial without an id (its sampled
+    configuration was invalid) counts as ``#<number>``."""
+    ran = (status.DIVERGED, status.FAILED, status.NO_METRIC)
+    out: dict[str, int] = {}
+    for t in trials:
+        if (t.state in (TrialState.COMPLETE, TrialState.PRUNED) or t.number in live
+                or (t.state == TrialState.FAIL and t.user_attrs.get("fedtune_status") in ran)):
+            out.setdefault(t.user_attrs.get("fedtune_trial_id") or f"#{t.number}", t.number)
+    return out
+
+
+def ended_early(storage_url: str | Any, study_name: str, num_samples: int) -> str | None:
+    """Why the search of ``study_name`` asked Tune for fewer than ``num_samples`` trials and is
+    nevertheless complete, or None: its Optuna study already holds ``num_samples`` trials that ran
+    (a driver restarted from an older Tune snapshot), or its sampler found no configuration that
+    had not run (``fedtune_exhausted``: :meth:`FedtuneOptunaSearch.suggest`)."""
+    study = optuna.load_study(study_name=study_name, storage=storage_url)
+    note = study.user_attrs.get("fedtune_exhausted")
+    if note:
+        return str(note)
+    n = len(spent_trials(study.get_trials(deepcopy=False)))
+    return f"its Optuna study holds {n} trials that ran" if n >= num_samples else None
+
+
 def reconcile_optuna(storage_url: str | Any, study_name: str) -> int:
     """Tell FAIL (user attribute ``fedtune_status: orphaned``) every trial still RUNNING in the
     Optuna study: after a search ended nothing runs, so these were asked by a driver that was
@@ -373,3 +451,4 @@ def reconcile_optuna(storage_url: str | Any, study_name: str) -> int:
         study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
         n += 1
     return n
+

@@ -177,6 +177,11 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
         notes.append(f"{len(no_metric)} trial(s) without a finite {protocol.SCORE[selection]} at a reportable round "
                      f"(not selectable): {', '.join(no_metric['trial_id'])}")
 
+    searches = read_study_if_any(study_dir).get("searches") or {}
+    for key, state in sorted(searches.items()):
+        if isinstance(state, dict) and state.get("ended_early"):
+            notes.append(f"search '{key}' ran fewer trials than asked: {state['ended_early']}")
+
     selected = select_trials(trials)
     algorithms = sorted(selected["algorithm"].unique()) if not selected.empty else []
     domains = domain_order(selected)

@@ -233,7 +233,11 @@ class _Study:
     def _rounds(self) -> int:
         return int(next(iter(self.plan.fixed.values())).get("rounds") or FederatedRunConfig().rounds)
 
-    def _fit(self, tuner: Any, key: str, tune_name: str, total: int) -> None:
+    def _fit(self, tuner: Any, key: str, tune_name: str, total: int,
+             complete_anyway: Callable[[], bool] | None = None) -> None:
+        """Run ``tuner``; a fit that left a trial unfinished or made fewer than ``total`` trials is
+        an interruption, unless only the count is short and ``complete_anyway()`` (the searcher
+        finished the search: its budget was spent before this driver, or the space is exhausted)."""
         from fedtune.tune.progress import interrupted
 
         state = self.search_state(key)
@@ -246,7 +250,8 @@ class _Study:
         row["state"] = "starting"
         tuner.fit()
         session = _SESSIONS.get(key, {})
-        if interrupted(session, total):
+        if interrupted(session, total) and not (complete_anyway is not None and not interrupted(session, 0)
+                                                and complete_anyway()):
             row["state"] = status.INTERRUPTED
             state["status"] = status.INTERRUPTED
             self.save()
@@ -259,7 +264,9 @@ class _Study:
         from ray import tune
 
         from fedtune.tune.optuna_search import (
+            EXHAUSTED,
             FedtuneOptunaSearch,
+            ended_early,
             make_sampler,
             make_scheduler,
             optuna_storage,
@@ -286,7 +293,7 @@ class _Study:
                 space.optuna_define_by_run, metrics=self.plan.metrics, modes=self.plan.modes,
                 rounds=self._rounds(), fixed=self.plan.fixed[search.key], sampler=sampler,
                 study_name=study_name, storage=optuna_storage(self.plan.study_dir, url=self.plan.optuna_url),
-                first_point=space.default_point())
+                first_point=space.default_point(), num_samples=total)
             scheduler = make_scheduler(self.opts.scheduler, self.plan.metrics[0], self.plan.modes[0], self._rounds(),
                                        self.opts.grace_period, self.opts.reduction_factor)
             tuner = tune.Tuner(
@@ -295,9 +302,21 @@ class _Study:
                                             max_concurrent_trials=self.cap, reuse_actors=True,
                                             trial_dirname_creator=trial_dirname),
                 run_config=self._run_config(search.tune_name, search.key, total))
-        self._fit(tuner, search.key, search.tune_name, total)
-        orphans = reconcile_optuna(optuna_storage(self.plan.study_dir, url=self.plan.optuna_url), study_name)
+        ended: dict[str, str | None] = {"why": None}
+
+        def complete_anyway() -> bool:  # the searcher ended the search before Tune's count
+            ended["why"] = ended_early(optuna_storage(self.plan.study_dir, url=self.plan.optuna_url), study_name, total)
+            return ended["why"] is not None
+
+        self._fit(tuner, search.key, search.tune_name, total, complete_anyway)
+        storage = optuna_storage(self.plan.study_dir, url=self.plan.optuna_url)
+        orphans = reconcile_optuna(storage, study_name)
         state.update(status=status.DONE, ended_at=_now(), orphaned_trials=orphans)
+        if ended["why"]:
+            state["ended_early"] = ended["why"]
+        if ended["why"] and ended["why"].startswith(EXHAUSTED):
+            self.warnings.append(f"search '{search.key}': {ended['why']}")
+            self.console.print(f"[yellow]warning: search '{search.key}': {ended['why']}[/yellow]")
         self.save()
 
     def run_seeds(self, search: Search) -> None:

@@ -1,0 +1,132 @@
+"""A search never spends a trial on a configuration that already ran in it.
+
+Samplers propose repeats: NSGA-II's child of two equal parents, TPE or random search on a
+small categorical space, and a sampler restored from an older Tune snapshot (a killed driver)
+replays its random draws. Equal configurations share a fedtune trial id, so a repeat would be a
+second Tune trial that writes the same rows under the same id: the study would say N trials
+where the Arrow store holds fewer. FedtuneOptunaSearch tells such a proposal FAIL
+(``fedtune_status: duplicate``) and asks again; it ends the search once its Optuna study holds
+``num_samples`` trials that ran, or when the space has nothing new (``fedtune_exhausted``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fedtune.config import FederatedRunConfig
+
+
+def searcher(tmp_path, sampler, *, num_samples=None, name="d"):
+    import optuna
+
+    from fedtune.tune.optuna_search import FedtuneOptunaSearch
+    from fedtune.tune.spaces import load_space
+
+    fixed = {"algorithm": "fedavg", "rounds": 2, "local_steps": 1}
+    return FedtuneOptunaSearch(load_space("fedavg").optuna_define_by_run, metrics=["val_acc"], modes=["max"], rounds=2,
+                               fixed=fixed, sampler=sampler, study_name=f"{name}/fedavg",
+                               storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db"),
+                               num_samples=num_samples), fixed
+
+
+def finish(s, trial_id, acc=0.5):
+    s.on_trial_result(trial_id, {"round": 1, "training_iteration": 1, "val_acc": acc, "status": "ok"})
+    s.on_trial_complete(trial_id, {"round": 2, "training_iteration": 2, "val_acc": acc, "status": "ok", "done": True})
+
+
+def test_a_replayed_proposal_is_told_duplicate_and_the_sampler_asked_again(tmp_path):
+    import optuna
+    from optuna.trial import TrialState
+
+    first, fixed = searcher(tmp_path, optuna.samplers.RandomSampler(seed=0))
+    a = first.suggest("a")
+    finish(first, "a")
+    # a driver restarted from a snapshot taken before "a": the same sampler state, the same study
+    again, _ = searcher(tmp_path, optuna.samplers.RandomSampler(seed=0))
+    b = again.suggest("b")
+
+    assert b != a
+    trials = again._ot_study.get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING]
+    dup = trials[1]
+    a_id = FederatedRunConfig.from_dict({**fixed, **a}).trial_id()
+    assert dup.params == trials[0].params  # the replayed draw
+    assert dup.user_attrs["fedtune_status"] == "duplicate" and dup.user_attrs["duplicate_of"] == a_id
+    assert dup.user_attrs["duplicate_of_number"] == 0 and "fedtune_trial_id" not in dup.user_attrs
+    assert trials[2].user_attrs["tune_trial_id"] == "b"
+    assert trials[2].user_attrs["fedtune_trial_id"] == FederatedRunConfig.from_dict({**fixed, **b}).trial_id() != a_id
+    # the trial Tune runs is the one asked last: its results are told there
+    finish(again, "b", 0.7)
+    assert again._ot_study.get_trials()[2].state == TrialState.COMPLETE and again._ot_study.get_trials()[2].value == 0.7
+
+
+def test_budget_counts_trials_that_ran_and_running_here_not_orphans(tmp_path):
+    import optuna
+
+    from fedtune.tune.optuna_search import ended_early
+
+    first, _ = searcher(tmp_path, optuna.samplers.RandomSampler(seed=1), num_samples=2)
+    first.suggest("a")
+    finish(first, "a")
+    first.suggest("orphan")  # its driver dies: RUNNING in Optuna, running nowhere
+    storage = first._ot_study._storage
+
+    again, _ = searcher(tmp_path, optuna.samplers.RandomSampler(seed=2), num_samples=2)
+    assert isinstance(again.suggest("c"), dict)  # 1 ran + 0 running here: one more
+    assert again.suggest("d") == "FINISHED"  # 1 ran + "c" running here = 2
+    assert ended_early(storage, "d/fedavg", 2) is None  # "c" has not ended: Tune's fit would be interrupted
+    finish(again, "c")
+    assert ended_early(storage, "d/fedavg", 2) == "its Optuna study holds 2 trials that ran"
+    assert ended_early(storage, "d/fedavg", 3) is None
+
+
+def test_a_space_with_nothing_new_ends_the_search_with_a_note(tmp_path, monkeypatch):
+    import optuna
+    from optuna.trial import TrialState
+
+    from fedtune.tune import optuna_search
+    from fedtune.tune.optuna_search import EXHAUSTED, ended_early
+
+    monkeypatch.setattr(optuna_search, "MAX_DUPLICATE_ASKS", 4)
+    point = {"local_lr": 0.05, "local_momentum": 0.9, "weight_decay": 0.0, "global_lr": 1.0}
+    with pytest.warns(optuna.exceptions.ExperimentalWarning):  # PartialFixedSampler: "experimental" since 2.4
+        one_point = optuna.samplers.PartialFixedSampler(point, optuna.samplers.RandomSampler(seed=0))
+    s, _ = searcher(tmp_path, one_point, num_samples=5)
+    assert s.suggest("a") == point | {"algorithm": "fedavg"}
+    finish(s, "a")
+    assert s.suggest("b") == "FINISHED"
+
+    states = [t.state for t in s._ot_study.get_trials()]
+    assert states == [TrialState.COMPLETE] + [TrialState.FAIL] * 4
+    note = ended_early(s._ot_study._storage, "d/fedavg", 5)
+    assert note.startswith(EXHAUSTED) and "4 configurations in a row" in note and "after 1 distinct trials" in note
+
+
+@pytest.mark.ray
+def test_sweep_on_a_two_point_space_runs_two_trials_and_says_why(ray_session, tmp_path):
+    import optuna
+
+    from fedtune import results
+    from fedtune.tune.sweep import SweepOptions, run_sweep
+
+    space = tmp_path / "two.yaml"
+    space.write_text("algorithm: fedavg\nparams:\n"
+                     "  local_lr: {distribution: categorical, choices: [0.05, 0.1], default: 0.05}\n")
+    out = tmp_path / "out"
+    result = run_sweep(SweepOptions(spaces=[str(space)], rounds=1, num_samples=4, max_concurrent=1, sampler="random",
+                                    output=str(out), name="two",
+                                    overrides={"local_steps": 1, "model": "mlp", "mlp_hidden": [8],
+                                               "max_client_actors": 1}))
+
+    (state,) = result.searches.values()
+    assert state["status"] == "done" and state["ended_early"].startswith("search space exhausted")
+    assert any("search space exhausted" in w for w in result.warnings)
+    assert any(n.startswith("search 'fedavg' ran fewer trials than asked: search space exhausted")
+               for n in result.report.notes)
+    trials = results.load(out / "two", "trials").to_pylist()
+    assert sorted(t["hp.local_lr"] for t in trials) == [0.05, 0.1]
+    assert {t["status"] for t in trials} == {"completed"}
+    study = optuna.load_study(study_name=state["optuna_study"], storage=f"sqlite:///{out / 'two' / 'optuna.db'}")
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert sorted(t.user_attrs["fedtune_trial_id"] for t in complete) == sorted(t["trial_id"] for t in trials)
+    assert all(t.user_attrs["fedtune_status"] == "duplicate" for t in study.trials if t.state.name == "FAIL")
