@@ -195,6 +195,8 @@ def test_sqlite_outside_the_study_survives_a_killed_driver_and_nsga2_gets_a_pare
     # driver ran too: its searcher, unpickled from Tune's experiment, wrote there)
     assert sorted(t.user_attrs["fedtune_trial_id"] for t in complete) == trial_ids(study_dir)
     assert len(complete) == 3 and all(len(t.values) == 2 for t in complete)
+    # the budget was spent across the two drivers: done, nothing "ended early"
+    assert result.searches["fedavg"]["status"] == "done" and "ended_early" not in result.searches["fedavg"]
     # the rest never ran: asked by the killed driver after Tune's last snapshot, or a draw the
     # restored sampler replayed (a configuration that already ran)
     assert all(t.user_attrs["fedtune_status"] in ("orphaned", "duplicate") for t in study.trials

@@ -312,9 +312,8 @@ class _Study:
         storage = optuna_storage(self.plan.study_dir, url=self.plan.optuna_url)
         orphans = reconcile_optuna(storage, study_name)
         state.update(status=status.DONE, ended_at=_now(), orphaned_trials=orphans)
-        if ended["why"]:
+        if ended["why"] and ended["why"].startswith(EXHAUSTED):  # not when earlier drivers ran the rest
             state["ended_early"] = ended["why"]
-        if ended["why"] and ended["why"].startswith(EXHAUSTED):
             self.warnings.append(f"search '{search.key}': {ended['why']}")
             self.console.print(f"[yellow]warning: search '{search.key}': {ended['why']}[/yellow]")
         self.save()
