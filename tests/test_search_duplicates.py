@@ -11,6 +11,13 @@ where the Arrow store holds fewer. FedtuneOptunaSearch tells such a proposal FAI
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
 from fedtune.config import FederatedRunConfig
@@ -130,3 +137,126 @@ def test_sweep_on_a_two_point_space_runs_two_trials_and_says_why(ray_session, tm
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert sorted(t.user_attrs["fedtune_trial_id"] for t in complete) == sorted(t["trial_id"] for t in trials)
     assert all(t.user_attrs["fedtune_status"] == "duplicate" for t in study.trials if t.state.name == "FAIL")
+
+
+def test_resume_rebuilds_the_trials_row_a_killed_driver_did_not_write(tmp_path):
+    """Tune tells the searcher before the Arrow callback: a driver killed in between leaves a trial
+    Optuna holds as finished (so the resumed searcher never runs it again) without its
+    trials.parquet row. --resume writes that row from the trial's round rows."""
+    import optuna
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from optuna.trial import TrialState
+
+    from fedtune import results
+    from fedtune.runtime.driver import run
+    from fedtune.tune.resume import recover_trial_rows
+
+    base = {"rounds": 2, "local_steps": 1, "model": "mlp", "mlp_hidden": [8], "output": str(tmp_path), "name": "s"}
+    cfgs = [FederatedRunConfig.from_dict({**base, "local_lr": lr}) for lr in (0.05, 0.1, 0.2, 0.3)]
+    for cfg in cfgs:
+        run(cfg, progress=False)
+    full, stopped, orphan, kept = (c.trial_id() for c in cfgs)
+    study_dir = tmp_path / "s"
+    store = results.ResultsStore(str(tmp_path), "s")
+    rounds = {c.trial_id(): results.load(store.rounds_path(c.trial_id())).to_pylist() for c in cfgs}
+    store.write_rounds(stopped, rounds[stopped][:1])  # stopped by ASHA after round 1
+    kept_row = next(r for r in results.load(study_dir, "trials").to_pylist() if r["trial_id"] == kept)
+    # the race: of the four, only `kept` has its trials.parquet row
+    table = results.load(study_dir, "trials")
+    pq.write_table(table.filter(pc.equal(table["trial_id"], kept)), study_dir / "trials.parquet")
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/optuna.db", study_name="s/fedavg")
+    for cfg, state in zip(cfgs, (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.COMPLETE)):
+        t = study.ask()
+        t.set_user_attr("fedtune_trial_id", cfg.trial_id())
+        t.set_user_attr("config", json.loads(json.dumps(cfg.to_dict(), default=str)))
+        if state == TrialState.PRUNED:
+            t.report(0.1, 1)
+        if state != TrialState.RUNNING:
+            study.tell(t, 0.5 if state == TrialState.COMPLETE else None, state=state)
+    dup = study.ask()  # a duplicate of `full`: never ran, no row
+    dup.set_user_attr("fedtune_status", "duplicate")
+    study.tell(dup, state=TrialState.FAIL)
+
+    notes = recover_trial_rows(study_dir, study.get_trials())
+
+    got = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
+    assert sorted(got) == sorted([full, stopped, kept]) and len(notes) == 2
+    assert all("was rebuilt from its" in n for n in notes) and full in notes[0] and stopped in notes[1]
+    assert got[kept] == kept_row  # untouched
+    assert got[full]["status"] == "completed" and got[full]["rounds_done"] == 2
+    assert got[full]["best_val_acc"] == max(r["val_acc"] for r in rounds[full])
+    assert got[full]["final_target_acc"] == rounds[full][-1]["target_acc"]
+    assert FederatedRunConfig.from_dict(json.loads(got[full]["config_json"])).trial_id() == full
+    assert (got[full]["algorithm"], got[full]["seed"]) == ("fedavg", cfgs[0].seed)
+    assert got[stopped]["status"] == "pruned" and got[stopped]["rounds_done"] == 1
+    assert recover_trial_rows(study_dir, study.get_trials()) == []  # nothing left to rebuild
+
+
+SLOW_TRIAL_ROW = '''
+import os, time
+from fedtune.tune import callback
+
+_calls = []
+_finish = callback.ArrowCallback.on_trial_complete
+
+
+def on_trial_complete(self, *args, **kwargs):  # the driver is killed while this sleeps
+    _calls.append(1)
+    if len(_calls) == int(os.environ["SLOW_ROW_AT"]):
+        open(os.environ["SLOW_ROW_FLAG"], "w").close()
+        time.sleep(120)
+    return _finish(self, *args, **kwargs)
+
+
+callback.ArrowCallback.on_trial_complete = on_trial_complete
+'''
+
+
+@pytest.mark.ray
+def test_driver_killed_between_optunas_tell_and_the_trials_row(ray_session, tmp_path):
+    """The interleaving that once failed CI: the second trial is COMPLETE in Optuna, its
+    trials.parquet row not written, and Tune's snapshot may not know the trial. The resumed study
+    rebuilds the row, never runs that configuration again and runs exactly one more trial."""
+    import optuna
+
+    from fedtune import results
+    from fedtune.tune.sweep import SweepOptions, run_sweep
+
+    (tmp_path / "patch").mkdir()
+    (tmp_path / "patch" / "sitecustomize.py").write_text(SLOW_TRIAL_ROW)
+    flag, out = tmp_path / "row-pending", tmp_path / "out"
+    tiny = {"local_steps": 1, "model": "mlp", "mlp_hidden": [8], "max_client_actors": 1}
+    cmd = [sys.executable, "-m", "fedtune.cli", "sweep", "--algorithm", "fedavg", "--rounds", "1", "--num-samples", "3",
+           "--max-concurrent", "1", "--sampler", "nsga2", "--output", str(out), "--name", "k", "--no-report",
+           "--address", ray_session.get_runtime_context().gcs_address,
+           *[a for k, v in tiny.items() for a in ("--set", f"{k}={json.dumps(v)}")]]
+    env = {**os.environ, "SLOW_ROW_AT": "2", "SLOW_ROW_FLAG": str(flag),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path / "patch"), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and proc.poll() is None and not flag.exists():
+            time.sleep(0.1)
+        assert flag.exists(), proc.stderr.read().decode()[-3000:] if proc.poll() is not None else "no second trial"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+    study_dir, storage = out / "k", f"sqlite:///{out / 'k' / 'optuna.db'}"
+    told = [t for t in optuna.load_study(study_name="k/fedavg", storage=storage).trials if t.state.name == "COMPLETE"]
+    assert len(told) == 2 and len(results.load(study_dir, "trials").to_pylist()) == 1  # the race, set up
+
+    result = run_sweep(SweepOptions(output=str(out), name="k"), resume=True)
+
+    rows = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
+    second = told[1].user_attrs["fedtune_trial_id"]
+    assert len(rows) == 3 and rows[second]["status"] == "completed"
+    assert any(w.startswith(f"trial {second} ended just before the driver stopped") for w in result.warnings)
+    study = optuna.load_study(study_name="k/fedavg", storage=storage)
+    complete = [t.user_attrs["fedtune_trial_id"] for t in study.trials if t.state.name == "COMPLETE"]
+    assert sorted(complete) == sorted(rows)  # one Optuna record per trial: nothing run twice, nothing lost
+    assert result.searches["fedavg"]["status"] == "done" and "ended_early" not in result.searches["fedavg"]

@@ -37,7 +37,7 @@ from ray.tune import Callback
 from fedtune.results import ResultsStore, load, summarize_trial
 from fedtune.results.status import COMPLETED, DIVERGED, FAILED, PRUNED
 
-__all__ = ["ArrowCallback", "trial_status"]
+__all__ = ["ArrowCallback", "trial_row", "trial_status"]
 
 ERROR_STATUS = FAILED
 
@@ -61,6 +61,24 @@ def trial_status(last_row: Mapping[str, Any] | None, rounds: int, error: str | N
     if last_row.get("status") == DIVERGED:
         return DIVERGED
     return COMPLETED if int(last_row["round"]) >= rounds else PRUNED
+
+
+def trial_row(rows: list[Mapping[str, Any]], cfg: Any, *, study: str, trial_id: str, error: str | None,
+              started_at: Any, ended_at: Any, restarts: int, last_row: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``trials.parquet`` row of a trial that ended after its round ``rows`` (in round order):
+    its status (:func:`trial_status` of ``last_row``, the last row it reported; default the last
+    of ``rows``), the summary of :func:`fedtune.results.summarize_trial`, and its identity from
+    ``cfg`` (its :class:`~fedtune.config.FederatedRunConfig`, or None when the trial's
+    configuration was refused)."""
+    config_dict = json.loads(json.dumps(cfg.to_dict(), sort_keys=True, default=str)) if cfg is not None else {}
+    last = last_row if last_row is not None else (rows[-1] if rows else None)
+    status = trial_status(last, cfg.rounds if cfg is not None else 0, error)
+    summary = summarize_trial(rows, config=config_dict, status=status, error=error, started_at=started_at,
+                              ended_at=ended_at)
+    summary.update({"study": study, "trial_id": trial_id, "restarts": int(restarts)})
+    if cfg is not None:
+        summary.update({"algorithm": cfg.algorithm, "dataset": cfg.dataset, "seed": cfg.seed})
+    return summary
 
 
 def _now() -> _dt.datetime:
@@ -161,14 +179,9 @@ class ArrowCallback(Callback):
         if trial_id is None:
             return
         rows = self._rows.get(trial_id, {})
-        config_dict = json.loads(json.dumps(cfg.to_dict(), sort_keys=True, default=str)) if cfg is not None else {}
-        status = trial_status(last, cfg.rounds if cfg is not None else 0, error)
-        summary = summarize_trial([rows[r] for r in sorted(rows)], config=config_dict, status=status, error=error,
-                                  started_at=self._started.get(tune_trial_id), ended_at=_now())
-        summary.update({"study": self.study, "trial_id": trial_id, "restarts": self._restarts.get(tune_trial_id, 0)})
-        if cfg is not None:
-            summary.update({"algorithm": cfg.algorithm, "dataset": cfg.dataset, "seed": cfg.seed})
-        self.store.write_trial(summary)
+        self.store.write_trial(trial_row([rows[r] for r in sorted(rows)], cfg, study=self.study, trial_id=trial_id,
+                                         error=error, started_at=self._started.get(tune_trial_id), ended_at=_now(),
+                                         restarts=self._restarts.get(tune_trial_id, 0), last_row=last))
         self._ended.add(tune_trial_id)
 
     def _rows_on_disk(self, trial_id: str) -> dict[int, dict[str, Any]]:

@@ -56,7 +56,7 @@ from fedtune.tune.plan import SAMPLERS, objective_values, optuna_storage_url
 
 __all__ = ["EXHAUSTED", "MAX_DUPLICATE_ASKS", "SQLITE_TIMEOUT_S", "STORAGE_RETRY_S", "FedtuneJournalStorage", "FedtuneOptunaSearch", "FedtuneRDBStorage",
            "check_storage_opens", "constant_liar", "ended_early", "make_sampler", "make_scheduler", "optuna_storage",
-           "reconcile_optuna", "spent_trials"]
+           "optuna_trials", "reconcile_optuna", "spent_trials"]
 
 """``fedtune_status`` of an Optuna trial asked by a driver killed before Tune's next snapshot
 (:func:`reconcile_optuna`)."""
@@ -437,6 +437,15 @@ def ended_early(storage_url: str | Any, study_name: str, num_samples: int) -> st
         return str(note)
     n = len(spent_trials(study.get_trials(deepcopy=False)))
     return f"its Optuna study holds {n} trials that ran" if n >= num_samples else None
+
+
+def optuna_trials(storage_url: str | Any, study_name: str) -> list[Any]:
+    """The trials of the Optuna study ``study_name`` (none when it does not exist yet)."""
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage_url)
+    except KeyError:
+        return []
+    return study.get_trials(deepcopy=False)
 
 
 def reconcile_optuna(storage_url: str | Any, study_name: str) -> int:

@@ -1,12 +1,14 @@
 """Continuing a sweep study (``fedtune sweep --resume``): its saved options and search spaces read
 back, the check that Tune can restore a search, and round files that became unreadable computed
-again. :mod:`fedtune.tune.sweep` runs the study itself.
+again, and ``trials.parquet`` rows of trials that ended just before the driver stopped written.
+:mod:`fedtune.tune.sweep` runs the study itself.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from fedtune.config import FederatedRunConfig
@@ -15,7 +17,7 @@ from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE, StudyDir, latest_s
 from fedtune.tune.plan import StudyPlan, SweepOptions, plan_study
 from fedtune.tune.tune_storage import restorable  # re-exported (it was defined here)
 
-__all__ = ["repair_round_files", "restorable", "resumed_study", "study_space"]
+__all__ = ["recover_trial_rows", "repair_round_files", "restorable", "resumed_study", "study_space"]
 
 
 def resumed_study(opts: SweepOptions, output: Path) -> tuple[StudyPlan, dict[str, Any]]:
@@ -80,6 +82,50 @@ def repair_round_files(study_dir: Path, console: Any = None) -> list[str]:
         notes.append(note)
         if console is not None:
             console.print(f"[yellow]warning: {note}[/yellow]")
+    return notes
+
+
+def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: Any = None) -> list[str]:
+    """``--resume``: the ``trials.parquet`` rows a killed driver did not write. Tune tells the
+    searcher that a trial ended before it tells the Arrow callback, so a driver killed between
+    the two leaves a trial that Optuna records as finished (COMPLETE, PRUNED, or FAIL as
+    diverged or without metric) whose round file is whole but whose ``trials.parquet`` row is
+    missing. The resumed searcher never runs that configuration again (it already ran), so its
+    row is rebuilt here from its round rows and Optuna's record of the trial (configuration,
+    start and end times). Returns one note per row written."""
+    from optuna.trial import TrialState
+
+    from fedtune import results
+    from fedtune.results import status
+    from fedtune.tune.callback import trial_row
+    from fedtune.tune.trainable import trial_run_config
+
+    files = StudyDir(study_dir)
+    have = set(results.load(study_dir, "trials").column("trial_id").to_pylist()) if files.trials.is_file() else set()
+    store = results.ResultsStore(study_dir.parent, study_dir.name)
+    notes = []
+    for t in optuna_trials:
+        trial_id, config = t.user_attrs.get("fedtune_trial_id"), t.user_attrs.get("config")
+        ran = t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
+            t.state == TrialState.FAIL and t.user_attrs.get("fedtune_status") in (status.DIVERGED, status.NO_METRIC))
+        if not ran or not trial_id or not isinstance(config, dict) or trial_id in have:
+            continue
+        path = store.rounds_path(trial_id)
+        rows = sorted((r for r in results.load(path).to_pylist() if r.get("round") is not None),
+                      key=lambda r: int(r["round"])) if path.is_file() else []
+        cfg = trial_run_config(config)
+        if not rows or cfg.trial_id() != trial_id:
+            continue
+        rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
+        store.write_trial(trial_row(rows, cfg, study=store.study, trial_id=trial_id, error=None,
+                                    started_at=t.datetime_start, ended_at=t.datetime_complete,
+                                    restarts=max(int(r.get("attempt") or 0) for r in rows)))
+        have.add(trial_id)
+        note = (f"trial {trial_id} ended just before the driver stopped, before its {files.trials.name} row was "
+                f"written: the row was rebuilt from its {len(rows)} round rows")
+        notes.append(note)
+        if console is not None:
+            console.print(f"[yellow]note: {note}[/yellow]")
     return notes
 
 

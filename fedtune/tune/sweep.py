@@ -67,7 +67,7 @@ from fedtune.tune.capacity import concurrency_cap
 from fedtune.tune.plan import (DEFAULT_ALGORITHMS, DEFAULT_STUDY, METRICS, SAMPLERS, SCHEDULERS, SELECTIONS, Search,
                                StudyPlan, SweepOptions, abs_path, apply_default_study, is_default_study,
                                objective_values, optuna_storage_url, plan_study, seeds_for)
-from fedtune.tune.resume import repair_round_files, restorable, resumed_study
+from fedtune.tune.resume import recover_trial_rows, repair_round_files, restorable, resumed_study
 from fedtune.tune.tune_env import EXPERIMENT_SNAPSHOT_S, tune_env
 
 __all__ = [
@@ -270,6 +270,7 @@ class _Study:
             make_sampler,
             make_scheduler,
             optuna_storage,
+            optuna_trials,
             reconcile_optuna,
         )
         from fedtune.tune.spaces import load_space
@@ -283,6 +284,8 @@ class _Study:
         study_name = search.optuna_study(self.plan.name)
         state.update(optuna_study=study_name, algorithm=search.algorithm, target_domain=search.target,
                      space=_relative(self.plan.study_dir, search.space))
+        self.warnings.extend(recover_trial_rows(self.plan.study_dir, optuna_trials(
+            optuna_storage(self.plan.study_dir, url=self.plan.optuna_url), study_name), self.console))
         if restorable(exp_dir):
             tuner = self._restore(exp_dir)
         else:
