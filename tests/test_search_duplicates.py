@@ -150,13 +150,13 @@ def test_resume_rebuilds_the_trials_row_a_killed_driver_did_not_write(tmp_path):
 
     from fedtune import results
     from fedtune.runtime.driver import run
-    from fedtune.tune.resume import recover_trial_rows
+    from fedtune.tune.resume import FAILED_UNRECORDED, recover_trial_rows
 
     base = {"rounds": 2, "local_steps": 1, "model": "mlp", "mlp_hidden": [8], "output": str(tmp_path), "name": "s"}
-    cfgs = [FederatedRunConfig.from_dict({**base, "local_lr": lr}) for lr in (0.05, 0.1, 0.2, 0.3)]
+    cfgs = [FederatedRunConfig.from_dict({**base, "local_lr": lr}) for lr in (0.05, 0.1, 0.2, 0.3, 0.4)]
     for cfg in cfgs:
         run(cfg, progress=False)
-    full, stopped, orphan, kept = (c.trial_id() for c in cfgs)
+    full, stopped, orphan, kept, raised = (c.trial_id() for c in cfgs)
     study_dir = tmp_path / "s"
     store = results.ResultsStore(str(tmp_path), "s")
     rounds = {c.trial_id(): results.load(store.rounds_path(c.trial_id())).to_pylist() for c in cfgs}
@@ -167,9 +167,12 @@ def test_resume_rebuilds_the_trials_row_a_killed_driver_did_not_write(tmp_path):
     pq.write_table(table.filter(pc.equal(table["trial_id"], kept)), study_dir / "trials.parquet")
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/optuna.db", study_name="s/fedavg")
-    for cfg, state in zip(cfgs, (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.COMPLETE)):
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.COMPLETE, TrialState.FAIL)
+    for cfg, state in zip(cfgs, states):
         t = study.ask()
         t.set_user_attr("fedtune_trial_id", cfg.trial_id())
+        if state == TrialState.FAIL:
+            t.set_user_attr("fedtune_status", "failed")
         t.set_user_attr("config", json.loads(json.dumps(cfg.to_dict(), default=str)))
         if state == TrialState.PRUNED:
             t.report(0.1, 1)
@@ -182,8 +185,10 @@ def test_resume_rebuilds_the_trials_row_a_killed_driver_did_not_write(tmp_path):
     notes = recover_trial_rows(study_dir, study.get_trials())
 
     got = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
-    assert sorted(got) == sorted([full, stopped, kept]) and len(notes) == 2
-    assert all("was rebuilt from its" in n for n in notes) and full in notes[0] and stopped in notes[1]
+    assert sorted(got) == sorted([full, stopped, kept, raised]) and len(notes) == 3
+    assert all("was rebuilt from its" in n for n in notes)
+    assert full in notes[0] and stopped in notes[1] and raised in notes[2]
+    assert got[raised]["status"] == "failed" and got[raised]["error"] == FAILED_UNRECORDED
     assert got[kept] == kept_row  # untouched
     assert got[full]["status"] == "completed" and got[full]["rounds_done"] == 2
     assert got[full]["best_val_acc"] == max(r["val_acc"] for r in rounds[full])

@@ -17,7 +17,7 @@ from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE, StudyDir, latest_s
 from fedtune.tune.plan import StudyPlan, SweepOptions, plan_study
 from fedtune.tune.tune_storage import restorable  # re-exported (it was defined here)
 
-__all__ = ["recover_trial_rows", "repair_round_files", "restorable", "resumed_study", "study_space"]
+__all__ = ["FAILED_UNRECORDED", "recover_trial_rows", "repair_round_files", "restorable", "resumed_study", "study_space"]
 
 
 def resumed_study(opts: SweepOptions, output: Path) -> tuple[StudyPlan, dict[str, Any]]:
@@ -85,12 +85,17 @@ def repair_round_files(study_dir: Path, console: Any = None) -> list[str]:
     return notes
 
 
+FAILED_UNRECORDED = "the trial raised; the driver stopped before its error text was recorded"
+"""``error`` of a failed trial's ``trials.parquet`` row rebuilt by :func:`recover_trial_rows`."""
+
+
 def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: Any = None) -> list[str]:
     """``--resume``: the ``trials.parquet`` rows a killed driver did not write. Tune tells the
     searcher that a trial ended before it tells the Arrow callback, so a driver killed between
     the two leaves a trial that Optuna records as finished (COMPLETE, PRUNED, or FAIL as
-    diverged or without metric) whose round file is whole but whose ``trials.parquet`` row is
-    missing. The resumed searcher never runs that configuration again (it already ran), so its
+    diverged, failed or without metric) whose round file is whole but whose ``trials.parquet``
+    row is missing; a failed one gets status ``failed`` with :data:`FAILED_UNRECORDED` as its
+    error (the error text was not saved). The resumed searcher never runs that configuration again (it already ran), so its
     row is rebuilt here from its round rows and Optuna's record of the trial (configuration,
     start and end times). Returns one note per row written."""
     from optuna.trial import TrialState
@@ -106,7 +111,8 @@ def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: A
     notes = []
     for t in optuna_trials:
         trial_id, config = t.user_attrs.get("fedtune_trial_id"), t.user_attrs.get("config")
-        ran = t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
+        failed = t.state == TrialState.FAIL and t.user_attrs.get("fedtune_status") == status.FAILED
+        ran = failed or t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
             t.state == TrialState.FAIL and t.user_attrs.get("fedtune_status") in (status.DIVERGED, status.NO_METRIC))
         if not ran or not trial_id or not isinstance(config, dict) or trial_id in have:
             continue
@@ -117,7 +123,8 @@ def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: A
         if not rows or cfg.trial_id() != trial_id:
             continue
         rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
-        store.write_trial(trial_row(rows, cfg, study=store.study, trial_id=trial_id, error=None,
+        error = FAILED_UNRECORDED if failed else None
+        store.write_trial(trial_row(rows, cfg, study=store.study, trial_id=trial_id, error=error,
                                     started_at=t.datetime_start, ended_at=t.datetime_complete,
                                     restarts=max(int(r.get("attempt") or 0) for r in rows)))
         have.add(trial_id)
