@@ -34,6 +34,7 @@ import sys
 import numpy as np
 import torch
 
+from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import SGD, ClientContext
 from fedtune.algorithms.fedgp import auto_beta_estimates
 from fedtune.config import FederatedRunConfig
@@ -71,7 +72,7 @@ def make_data(rng: np.random.Generator, n: int, dim: int, classes: int,
 def train_client(cfg, model, theta, layout, x, y, seed, role, mode):
     """Train one client from ``theta``; return (samples or mean sample, Δ, steps)."""
     set_flat(model, layout, theta)
-    ctx = ClientContext(model=model, x=x, y=y, cfg=cfg, round=1, client_id=0, role=role,
+    ctx = ClientContext(model=model, data=TensorExamples(x, y), cfg=cfg, round=1, client_id=0, role=role,
                         generator=torch.Generator().manual_seed(seed), device=torch.device("cpu"))
     rec = (_StepRecorder(model, layout, cfg.local_lr, keep_rows=role == "target") if mode == "after"
            else ThetaDiffRecorder(model, layout))

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get
 
 import yaml
 
+from fedtune.algorithms.optim import LOCAL_OPTIMIZERS
+from fedtune.algorithms.precision import PRECISIONS
 from fedtune.errors import ConfigError
 
 if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
@@ -45,8 +47,8 @@ def _f(default: Any, help: str, *, choices: tuple | None = None, lo: float | Non
 
 
 SETTINGS = ("fdg", "fl", "fda", "ufdg")
-MODELS = ("cnn", "mlp", "resnet18")
 BACKENDS = ("ray", "local")
+AUGMENTS = ("none", "domainbed")  # fedtune.runtime.augment.make_augment
 FAILURE_POLICIES = ("retry", "skip", "fail")
 
 
@@ -73,9 +75,12 @@ class FederatedRunConfig:
     test_fraction: float = _f(0.2, "fl: per-client test hold-out", lo=0.0, hi=0.9, lo_open=True)
     probe_fraction: float = _f(0.1, "ufdg: fraction of the target domain's labels for the linear probe", lo=0.0, hi=1.0, lo_open=True)
     oracle_fraction: float = _f(0.2, "fdg/fda/ufdg: fraction of the target domain held out (stratified, fixed by data_seed) as the oracle slice: scored as oracle_acc, never part of target_acc; 0: no slice (no oracle selection)", lo=0.0, hi=0.9)
-    model: str | None = _f(None, "cnn, mlp or resnet18; default: the dataset's", choices=MODELS)
+    model: str | None = _f(None, "cnn, mlp, or a torchvision classification model by name (resnet18, resnet50, convnext_tiny, efficientnet_b0, ...); default: the dataset's")
     mlp_hidden: list[int] = _f(None, "hidden layer widths of the mlp model ([] = linear model)", factory=lambda: [256, 256])
-    pretrained_path: str | None = _f(None, "resnet18 only: local state_dict file to start from (loaded with weights_only=True)")
+    weights: str = _f("none", "torchvision models: pretrained weights, none, DEFAULT or an enum name such as IMAGENET1K_V1 (read from $TORCH_HOME/hub/checkpoints); the classifier is replaced for the dataset's classes")
+    pretrained_path: str | None = _f(None, "local checkpoint to start from (torch.load weights_only=True; a plain, 'module.'-prefixed or {'state_dict'|'model': ...} state dict whose backbone keys all match; only the classifier may differ)")
+    augment: str = _f("auto", "training augmentation applied per batch on the client's device: none, domainbed (DomainBed's crop, flip, colour jitter, greyscale), auto (domainbed for image-folder datasets, none otherwise)", choices=("auto", *AUGMENTS))
+    cache_dir: str | None = _f(None, "image-folder datasets: folder of the decoded-image cache (default: $FEDTUNE_CACHE_DIR, else ~/.cache/fedtune/images)")
 
     # --- training ------------------------------------------------------------------------
     rounds: int = _f(10, "federated rounds", lo=1)
@@ -83,7 +88,8 @@ class FederatedRunConfig:
     local_steps: int | None = _f(None, "local SGD steps per round; overrides local_epochs", lo=1, hp=True)
     batch_size: int = _f(32, "local mini-batch size", lo=1, hp=True)
     local_lr: float = _f(0.05, "client learning rate", lo=0.0, lo_open=True, hp=True)
-    local_momentum: float = _f(0.9, "client SGD momentum (optimizer state is reset every round)", lo=0.0, hi=1.0, hp=True)
+    local_optimizer: str = _f("sgd", "client optimiser: sgd (local_momentum, weight_decay) or adam (torch Adam, betas 0.9/0.999, L2 weight_decay: DomainBed's, with local_lr 5e-5); its state is reset every round", choices=LOCAL_OPTIMIZERS, hp=True)
+    local_momentum: float = _f(0.9, "client SGD momentum (optimizer state is reset every round; unused by adam)", lo=0.0, hi=1.0, hp=True)
     weight_decay: float = _f(0.0, "client weight decay", lo=0.0, hp=True)
     global_lr: float | None = _f(None, "server learning rate: theta <- theta + global_lr * aggregate(updates); unset: the server rule's default (fedavg 1.0, fedomg 0.05)", lo=0.0, lo_open=True, hp=True)
     eval_batch_size: int = _f(256, "batch size of evaluation", lo=1)
@@ -104,6 +110,9 @@ class FederatedRunConfig:
     max_client_actors: int | None = _f(None, "client actors; logical clients are spread over them (default: as many as the cluster fits, at most one per client)", lo=1)
     on_client_failure: str = _f("retry", "a dead client actor: retry (restart it, retry its clients once), skip (go on without them, recorded), fail", choices=FAILURE_POLICIES)
     placement_timeout_s: float = _f(60.0, "seconds to wait for the placement group when the cluster is busy", lo=0.0, lo_open=True)
+    precision: str = _f("fp32", "client compute precision: fp32, bf16 (autocast; CPU or a GPU that has it) or fp16 (autocast and a gradient scaler; CUDA only); weights travel as float32", choices=PRECISIONS)
+    channels_last: bool = _f(True, "CUDA clients: convolutional models and batches in channels_last memory format (no effect on CPU clients)")
+    cudnn_benchmark: bool = _f(True, "CUDA clients: torch.backends.cudnn.benchmark (faster convolutions; GPU results may then differ in the last bits between runs)")
     checkpoint_every: int = _f(0, "Ray Tune trials: ask Tune to checkpoint the run every N rounds (weights, server-rule and client state; 0: never); `fedtune run` ignores it", lo=0)
 
     # --- hyperparameters declared by client methods / server rules (omg_kappa, gp_beta, ...) ---
@@ -233,6 +242,7 @@ class FederatedRunConfig:
                 "training data; allowed: a sum below 0.95")
         if "/" in self.name or self.name.strip() in ("", ".", ".."):
             raise ConfigError(f"field 'name': '{self.name}' is not a valid study name; allowed: a folder name without '/'")
+        self._validate_model_and_data()
         # Names that need a registry are checked here too, so bad input fails before anything starts.
         from fedtune.algorithms import all_hparams
 
@@ -250,6 +260,44 @@ class FederatedRunConfig:
         # Conditions across fields (e.g. auto-β needs 2 local steps): once, here, not when the run starts.
         resolved.client_method.check_config(self)
         resolved.server_rule.check_config(self)
+        if self.precision == "fp16" and not resolved.client_method.scales_fp16_gradients:
+            raise ConfigError(f"field 'precision': fp16 is not available with client method {resolved.client_method.name} "
+                              "(its extra gradient passes bypass the fp16 gradient scaler); allowed: fp32, bf16")
+
+    def _validate_model_and_data(self) -> None:
+        """Model name, pretrained weights, augmentation and precision against each other."""
+        from fedtune.data.registry import DOMAINBED
+
+        if self.model is not None and self.model not in ("cnn", "mlp"):
+            from fedtune.models import check_model_name
+
+            check_model_name(self.model)
+        if self.weights != "none":
+            if self.pretrained_path:
+                raise ConfigError("fields 'weights' and 'pretrained_path': give one of them, not both")
+            if self.model in (None, "cnn", "mlp"):
+                raise ConfigError(f"field 'weights': '{self.weights}' needs a torchvision model; set model (for "
+                                  f"example model=resnet18 or resnet50), got model={self.model or 'the dataset default'}")
+            from fedtune.models import ensure_weights_file
+
+            ensure_weights_file(self.model, self.weights)
+        image_folder = self.dataset.strip().lower().replace("_", "-") in ("folder", *DOMAINBED)
+        if self.augment == "domainbed" and not image_folder:
+            raise ConfigError(f"field 'augment': domainbed applies to image-folder datasets (folder, "
+                              f"{', '.join(DOMAINBED)}); dataset '{self.dataset}' allows: none")
+        if self.precision == "fp16" and self.client_gpus == 0:
+            raise ConfigError("field 'precision': fp16 needs CUDA clients (client_gpus > 0); allowed on CPU clients: "
+                              "fp32, bf16")
+
+    @property
+    def effective_augment(self) -> str:
+        """The training augmentation the run uses: ``augment``, else ``domainbed`` for image-folder
+        datasets and ``none`` for the others."""
+        if self.augment != "auto":
+            return self.augment
+        from fedtune.data.registry import DOMAINBED
+
+        return "domainbed" if self.dataset.strip().lower().replace("_", "-") in ("folder", *DOMAINBED) else "none"
 
     def param(self, name: str) -> Any:
         """A client-method / server-rule hyperparameter: the value set, else its declared default."""
@@ -273,11 +321,19 @@ class FederatedRunConfig:
         """A stable id of what this run computes: equal configs (up to output/naming/backends) share it."""
         ignore = {"backend", "address", "eval_every", "eval_batch_size", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
                   "placement_timeout_s", "on_client_failure", "client_cpus", "client_gpus",
-                  "coordinator_cpus", "coordinator_gpus", "checkpoint_every"}
-        payload = {k: v for k, v in sorted(self.to_dict().items()) if k not in ignore}
+                  "coordinator_cpus", "coordinator_gpus", "checkpoint_every", "cache_dir"}
+        values = {**self.to_dict(), "augment": self.effective_augment}  # what ran, not "auto"
+        payload = {k: v for k, v in sorted(values.items())
+                   if k not in ignore and not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])}
         digest = hashlib.sha1(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:10]
         return f"{self.algorithm}-{digest}"
 
+
+# Fields added after studies were first written: left out of trial_id while at these values, so the
+# trial ids of earlier studies (which ran with exactly these) stay the same. ``augment`` is hashed as
+# the augmentation that runs: image-folder runs now augment by default, so their ids change.
+_HASHED_WHEN_SET = {"weights": "none", "augment": "none", "local_optimizer": "sgd", "precision": "fp32",
+                    "channels_last": True, "cudnn_benchmark": True}
 
 RunConfig = FederatedRunConfig
 """The former name of :class:`FederatedRunConfig` (kept: same class)."""

@@ -26,7 +26,6 @@ from torch import nn
 from fedtune.errors import ConfigError
 from fedtune.layout import FlatLayout, TensorSlot  # noqa: F401  (re-exported)
 
-MODELS = ("cnn", "mlp", "resnet18")
 
 
 class FedAvgCNN(nn.Module):
@@ -48,10 +47,129 @@ class FedAvgCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
+BUILTIN_MODELS = ("cnn", "mlp")
+WEIGHT_FREE = "none"
+
+
+def torchvision_models() -> list[str]:
+    """torchvision's classification models (``torchvision.models.list_models``)."""
+    import torchvision.models
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def check_model_name(name: str) -> None:
+    """Raise a ConfigError unless ``name`` is cnn, mlp or a torchvision classification model."""
+    if name in BUILTIN_MODELS:
+        return
+    known = torchvision_models()
+    if name not in known:
+        import difflib
+
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"field 'model': '{name}' is unknown; allowed: cnn, mlp or a torchvision classification "
+                          f"model such as resnet18, resnet50, convnext_tiny, efficientnet_b0 ({len(known)} in all; "
+                          f"`python -c \"import torchvision; print(torchvision.models.list_models())\"`){hint}")
+
+
+def resolve_weights(model: str, weights: str):
+    """torchvision's weights enum member for ``model`` named ``weights`` (``DEFAULT`` or a member
+    name such as ``IMAGENET1K_V1``), or a ConfigError naming the choices."""
+    if model in BUILTIN_MODELS:
+        raise ConfigError(f"field 'weights': model '{model}' has no pretrained weights; allowed: none "
+                          "(or a torchvision model such as resnet18)")
+    from torchvision.models import get_model_weights
+
+    check_model_name(model)
+    enum = get_model_weights(model)
+    names = [m.name for m in enum]
+    if weights == "DEFAULT":
+        return enum.DEFAULT
+    if weights not in names:
+        raise ConfigError(f"field 'weights': '{weights}' is not a weight set of {model}; allowed: none, DEFAULT, "
+                          f"{', '.join(names)}")
+    return enum[weights]
+
+
+def weights_file(member) -> Path:
+    """Where torchvision reads ``member``'s file: ``$TORCH_HOME/hub/checkpoints/<file name>``."""
+    from urllib.parse import urlparse
+
+    import torch.hub
+
+    return Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(member.url).path).name
+
+
+def ensure_weights_file(model: str, weights: str, download_timeout_s: float = 20.0) -> Path:
+    """The local file of torchvision's ``weights`` for ``model``: found in
+    ``$TORCH_HOME/hub/checkpoints``, else downloaded there (torch.hub, hash checked), else one
+    ConfigError line naming the file, the folder and ``pretrained_path``."""
+    member = resolve_weights(model, weights)
+    path = weights_file(member)
+    if path.is_file():
+        return path
+    import socket
+
+    import torch.hub
+
+    import contextlib
+    import io
+
+    old = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(download_timeout_s)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # torch.hub's "Downloading: ..." line
+            torch.hub.load_state_dict_from_url(member.url, progress=False, check_hash=True, weights_only=True)
+    except Exception as exc:  # offline, a proxy, a bad hash: say what to do instead
+        reason = str(getattr(exc, "reason", "") or exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise ConfigError(
+            f"field 'weights': {model} {member.name} needs the file {path.name} in {path.parent} (not there, and "
+            f"downloading {member.url} failed: {reason}); copy the file there (or set TORCH_HOME), or give a local "
+            "checkpoint as pretrained_path") from None
+    finally:
+        socket.setdefaulttimeout(old)
+    return path
+
+
+def _torchvision_model(name: str, input_shape: tuple[int, ...], num_classes: int, weights: str | None) -> nn.Module:
+    check_model_name(name)
+    if len(input_shape) != 3:
+        raise ConfigError(f"field 'model': {name} needs image input, dataset gives shape {input_shape}; use mlp")
+    from torchvision.models import get_model
+
+    if weights in (None, WEIGHT_FREE):
+        model = get_model(name, weights=None, num_classes=num_classes)
+    else:
+        if input_shape[0] != 3:
+            raise ConfigError(f"field 'weights': {name}'s pretrained weights take RGB input, dataset gives "
+                              f"{input_shape[0]} channel(s); allowed: weights none")
+        ensure_weights_file(name, weights)
+        model = get_model(name, weights=resolve_weights(name, weights))  # torchvision loads it, strictly
+        parent, key = _head_owner(model)
+        old = _child(parent, key)
+        _set_child(parent, key, nn.Linear(old.in_features, num_classes))
+    if input_shape[0] != 3:  # grey input: the first convolution takes input_shape[0] channels
+        conv_name, conv = next((n, m) for n, m in model.named_modules() if isinstance(m, nn.Conv2d))
+        parent_name, _, key = conv_name.rpartition(".")
+        _set_child(model.get_submodule(parent_name) if parent_name else model, key,
+                   nn.Conv2d(input_shape[0], conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                             conv.dilation, conv.groups, conv.bias is not None))
+    return model
+
+
 def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
                 mlp_hidden: list[int] | None = None, pretrained_path: str | None = None,
-                head: str = "classifier", proj_dim: int = 128) -> nn.Module:
-    """Build a freshly initialised model (initialisation follows torch's global RNG).
+                weights: str | None = None, head: str = "classifier", proj_dim: int = 128) -> nn.Module:
+    """Build a model (initialisation follows torch's global RNG).
+
+    ``name``: ``cnn`` (:class:`FedAvgCNN`), ``mlp``, or any torchvision classification model
+    (``torchvision.models.get_model``: resnet18, resnet50, convnext_tiny, efficientnet_b0, ...;
+    grey input replaces the first convolution). ``weights`` (torchvision models): ``none``,
+    ``DEFAULT`` or an enum member name such as ``IMAGENET1K_V1``; torchvision's weights are read
+    from ``$TORCH_HOME/hub/checkpoints`` (:func:`ensure_weights_file`), then the classifier is
+    replaced by a fresh ``num_classes`` one. ``pretrained_path``: a local checkpoint
+    (:func:`load_checkpoint`: strict on every backbone key).
 
     ``head="classifier"`` (supervised runs) ends in a ``num_classes`` linear classifier.
     ``head="projector"`` (unsupervised runs, e.g. SimCLR) builds exactly the same model (same
@@ -68,6 +186,8 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
         raise ValueError(f"build_model head: '{head}' is unknown; allowed: {', '.join(HEADS)}")
     if head == "projector" and int(proj_dim) < 1:
         raise ValueError(f"build_model proj_dim: {proj_dim} is out of range; allowed: >= 1")
+    if weights not in (None, WEIGHT_FREE) and pretrained_path:
+        raise ConfigError("fields 'weights' and 'pretrained_path': give one of them, not both")
     if name == "mlp":
         layers: list[nn.Module] = [nn.Flatten()]
         width = int(np.prod(input_shape))
@@ -83,33 +203,12 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
         if h != w or h < 8:
             raise ConfigError(f"field 'model': cnn needs square images of side >= 8, got {h}x{w}")
         model = FedAvgCNN(c, h, num_classes)
-    elif name == "resnet18":
-        if len(input_shape) != 3:
-            raise ConfigError(f"field 'model': resnet18 needs image input, dataset gives shape {input_shape}; use mlp")
-        from torchvision.models import resnet18
-
-        model = resnet18(weights=None, num_classes=num_classes)
-        if input_shape[0] != 3:
-            model.conv1 = nn.Conv2d(input_shape[0], 64, kernel_size=7, stride=2, padding=3, bias=False)
     else:
-        raise ConfigError(f"field 'model': '{name}' is unknown; allowed: {', '.join(MODELS)}")
+        model = _torchvision_model(name, input_shape, num_classes, weights)
+    if weights not in (None, WEIGHT_FREE) and name in BUILTIN_MODELS:
+        resolve_weights(name, weights)  # raises: cnn/mlp have no pretrained weights
     if pretrained_path:
-        if name != "resnet18":
-            raise ConfigError("field 'pretrained_path': only resnet18 loads pretrained weights")
-        path = Path(pretrained_path)
-        if not path.is_file():
-            raise ConfigError(f"field 'pretrained_path': '{path}' does not exist")
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # not a torch file, or it holds objects weights_only refuses
-            raise ConfigError(f"field 'pretrained_path': '{path}' is not a loadable state_dict "
-                              f"(torch.load with weights_only=True): {type(exc).__name__}") from None
-        if not isinstance(state, dict):
-            raise ConfigError(f"field 'pretrained_path': '{path}' holds a {type(state).__name__}, not a state_dict")
-        # A backbone checkpoint's classifier usually has another class count: keep ours.
-        own = model.state_dict()
-        state = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
-        model.load_state_dict(state, strict=False)
+        load_checkpoint(model, pretrained_path)
     if head == "projector":
         _replace_head(model, int(proj_dim))
     return model
@@ -118,49 +217,143 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
 HEADS = ("classifier", "projector")
 
 
+def _unwrap_checkpoint(state: object, path: Path) -> dict:
+    """A checkpoint's state dict: ``{"state_dict": ...}`` / ``{"model": ...}`` wrappers removed (any
+    depth), then a ``module.`` prefix (DataParallel / DDP) on every key removed."""
+    for _ in range(4):
+        if isinstance(state, dict) and not any(isinstance(v, torch.Tensor) for v in state.values()):
+            inner = next((state[k] for k in ("state_dict", "model") if isinstance(state.get(k), dict)), None)
+            if inner is None:
+                break
+            state = inner
+    if not isinstance(state, dict) or not state:
+        raise ConfigError(f"field 'pretrained_path': '{path}' holds a {type(state).__name__}, not a state_dict "
+                          "(nor one wrapped as {'state_dict': ...} or {'model': ...})")
+    tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    if len(tensors) != len(state):
+        other = [k for k in state if k not in tensors][:5]
+        raise ConfigError(f"field 'pretrained_path': '{path}' is not a state_dict: entries {', '.join(map(str, other))} "
+                          "are not tensors")
+    if all(str(k).startswith("module.") for k in tensors):
+        tensors = {k[len("module."):]: v for k, v in tensors.items()}
+    return tensors
+
+
+def _key_list(keys: list[str]) -> str:
+    return ", ".join(keys[:6]) + (f" (and {len(keys) - 6} more)" if len(keys) > 6 else "")
+
+
+def load_checkpoint(model: nn.Module, pretrained_path: str | Path) -> None:
+    """Load a local checkpoint into ``model``, strictly on the backbone.
+
+    Read with ``torch.load(..., weights_only=True)``; accepts a plain state dict, one wrapped as
+    ``{"state_dict": ...}`` or ``{"model": ...}``, and ``module.``-prefixed keys. Every key of the
+    model except its classifier must be in the checkpoint with the same shape, and the checkpoint
+    may hold nothing else; the classifier is loaded when its shapes match (same class count) and
+    left as built otherwise. Anything else is refused, naming the keys."""
+    path = Path(pretrained_path)
+    if not path.is_file():
+        raise ConfigError(f"field 'pretrained_path': '{path}' does not exist")
+    try:
+        raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # not a torch file, or it holds objects weights_only refuses
+        raise ConfigError(f"field 'pretrained_path': '{path}' is not a loadable state_dict "
+                          f"(torch.load with weights_only=True): {type(exc).__name__}") from None
+    state = _unwrap_checkpoint(raw, path)
+    own = model.state_dict()
+    parent, key = _head_owner(model)
+    head_name = next(n for n, m in model.named_modules() if m is _child(parent, key))
+    is_head = lambda k: k.startswith(head_name + ".")  # noqa: E731
+    optional = lambda k: is_head(k) or k.endswith("num_batches_tracked")  # noqa: E731
+    missing = [k for k in own if k not in state and not optional(k)]
+    unexpected = [k for k in state if k not in own]
+    wrong = [f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in own
+             if k in state and not is_head(k) and state[k].shape != own[k].shape]
+    problems = []
+    if missing:
+        problems.append(f"missing {_key_list(missing)}")
+    if wrong:
+        problems.append(f"wrong shape {_key_list(wrong)}")
+    if unexpected:
+        problems.append(f"not in the model {_key_list(unexpected)}")
+    if problems:
+        raise ConfigError(f"field 'pretrained_path': '{path}' does not match the model's backbone ({len(own)} keys; only "
+                          f"the classifier {head_name} may differ): {'; '.join(problems)}")
+    load = {k: v for k, v in state.items() if not is_head(k) or v.shape == own[k].shape}
+    model.load_state_dict(load, strict=False)
+
+
+def prepare_for_device(model: nn.Module, device: torch.device | str, channels_last: bool = False) -> nn.Module:
+    """``model`` on ``device``, in ``channels_last`` memory format when asked (convolutional
+    models on GPUs; the flat weights stay in logical order either way)."""
+    model = model.to(device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
 def projector_mlp(in_features: int, proj_dim: int) -> nn.Sequential:
     """SimCLR's projection head g(h) = W2 ReLU(W1 h): hidden width = the encoder's feature width
     (as in Chen et al. 2020), no batch norm (so it adds no buffers)."""
     return nn.Sequential(nn.Linear(in_features, in_features), nn.ReLU(inplace=True), nn.Linear(in_features, proj_dim))
 
 
+def _child(parent: nn.Module, key: str) -> nn.Module:
+    return parent[int(key)] if key.isdigit() else getattr(parent, key)
+
+
+def _set_child(parent: nn.Module, key: str, module: nn.Module) -> None:
+    if key.isdigit():
+        parent[int(key)] = module
+    else:
+        setattr(parent, key, module)
+
+
 def _head_owner(model: nn.Module) -> tuple[nn.Module, str]:
-    """(parent module, attribute/index) of the model's final linear head, for cnn, mlp and resnet18."""
-    if isinstance(model, FedAvgCNN):
-        return model.classifier, str(len(model.classifier) - 1)
-    if isinstance(model, nn.Sequential):  # mlp
-        return model, str(len(model) - 1)
-    if hasattr(model, "layer4") and hasattr(model, "fc"):  # torchvision ResNet (no torchvision import)
-        return model, "fc"
-    raise TypeError(f"no known head on a {type(model).__name__}; known models: {', '.join(MODELS)}")
+    """(parent module, attribute/index) of the model's head: its last linear layer in module
+    order (cnn, mlp and every torchvision classifier: ``fc``, ``classifier[-1]``, ``heads.head``)
+    or the SimCLR projector that replaced it."""
+    found = None
+    for name, module in model.named_modules():
+        if getattr(module, "_fedtune_projector", False):
+            found = name
+            break
+        if isinstance(module, nn.Linear):
+            found = name
+    if not found:
+        raise TypeError(f"no linear head on a {type(model).__name__}: fedtune replaces a classifier's last nn.Linear")
+    parent_name, _, key = found.rpartition(".")
+    return (model.get_submodule(parent_name) if parent_name else model), key
 
 
 def _replace_head(model: nn.Module, proj_dim: int) -> None:
     parent, key = _head_owner(model)
-    old = parent[int(key)] if key.isdigit() else getattr(parent, key)
+    old = _child(parent, key)
     new = projector_mlp(old.in_features, proj_dim).to(old.weight.device)
-    if key.isdigit():
-        parent[int(key)] = new
-    else:
-        setattr(parent, key, new)
+    new._fedtune_projector = True
+    _set_child(parent, key, new)
 
 
 def encode(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Encoder features of ``x``: the model's output before its head (classifier or projector).
+    """Encoder features of ``x``: what the model's head (classifier or projector) receives.
 
     cnn: the 512-unit FC layer after ReLU; mlp: the last hidden layer after ReLU (the flattened
-    input when ``mlp_hidden=[]``); resnet18: the 512-d global-average-pooled features.
+    input when ``mlp_hidden=[]``); resnet18: the 512-d global-average-pooled features; any other
+    torchvision model: the input of its last linear layer (read with a forward pre-hook).
     Runs in whatever mode the model is in (call ``model.eval()`` first for evaluation).
     """
     if isinstance(model, FedAvgCNN):
         return model.classifier[:-1](model.features(x))
     if isinstance(model, nn.Sequential):
         return model[:-1](x)
-    if hasattr(model, "layer4") and hasattr(model, "fc"):
-        h = model.maxpool(model.relu(model.bn1(model.conv1(x))))
-        h = model.layer4(model.layer3(model.layer2(model.layer1(h))))
-        return torch.flatten(model.avgpool(h), 1)
-    raise TypeError(f"cannot encode with a {type(model).__name__}; known models: {', '.join(MODELS)}")
+    parent, key = _head_owner(model)
+    seen: list[torch.Tensor] = []
+    handle = _child(parent, key).register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    try:
+        model(x)
+    finally:
+        handle.remove()
+    return seen[0]
 
 
 def get_flat(model: nn.Module, layout: FlatLayout, out: np.ndarray | None = None) -> np.ndarray:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import SGD, ClientContext
 from fedtune.algorithms.client import batches
 from fedtune.algorithms.fedgp import auto_beta_estimates
@@ -32,7 +33,7 @@ def _model(seed=0, dim=5, classes=3, hidden=(4,)):
 
 
 def _ctx(model, x, y, cfg, seed=7, role="target"):
-    return ClientContext(model=model, x=x, y=y, cfg=cfg, round=1, client_id=0, role=role,
+    return ClientContext(model=model, data=TensorExamples(x, y), cfg=cfg, round=1, client_id=0, role=role,
                          generator=torch.Generator().manual_seed(seed), device=torch.device("cpu"))
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedtune.runtime.examples import TensorExamples
 from fedtune import results
 from fedtune.config import ConfigError, FederatedRunConfig
 from fedtune.data import DataError, get_dataset
@@ -111,7 +112,7 @@ def test_a_batchnorm_model_trains_on_18_examples_with_batch_size_17():
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
     x, y = torch.randn(18, 4), torch.arange(18) % 3
     cfg = FederatedRunConfig.from_dict({"batch_size": 17, "local_epochs": 3, "local_lr": 0.1})
-    ctx = ClientContext(model=model, x=x, y=y, cfg=cfg, round=1, client_id=0, role="source",
+    ctx = ClientContext(model=model, data=TensorExamples(x, y), cfg=cfg, round=1, client_id=0, role="source",
                         generator=torch.Generator().manual_seed(0), device=torch.device("cpu"))
     out = SGD(cfg).train(ctx)  # a batch of one would raise in BatchNorm1d's train mode
     assert out.steps == 3 and np.isfinite(out.loss)
@@ -130,7 +131,7 @@ def _drawn_batches(cfg: FederatedRunConfig, round: int, client: int) -> list[lis
         drawn: list[list[int]] = []
 
         def record(ctx):
-            n = len(ctx.y)
+            n = ctx.num_examples
             drawn.extend(b.tolist() for b in batches(n, cfg.batch_size, local_steps(n, cfg), ctx.generator))
             from fedtune.algorithms.client import ClientOutcome
 

@@ -9,7 +9,8 @@ import pytest
 from fedtune.algorithms import resolve
 from fedtune.config import ConfigError, FederatedRunConfig, describe_fields, parse_set_options
 
-HP_FIELDS = {"local_epochs", "local_steps", "batch_size", "local_lr", "local_momentum", "weight_decay", "global_lr"}
+HP_FIELDS = {"local_epochs", "local_steps", "batch_size", "local_optimizer", "local_lr", "local_momentum", "weight_decay",
+             "global_lr"}
 
 
 def _err(values: dict) -> str:
@@ -182,7 +183,7 @@ def test_known_method_and_rule_overrides_are_accepted():
 @pytest.mark.parametrize("field,value,allowed", [
     ("setting", "xyz", "allowed: fdg, fl, fda, ufdg"),
     ("backend", "spark", "allowed: ray, local"),
-    ("model", "vgg", "allowed: cnn, mlp, resnet18"),
+    ("model", "vgg", "allowed: cnn, mlp or a torchvision classification model"),
     ("on_client_failure", "ignore", "allowed: retry, skip, fail"),
 ])
 def test_bad_choice_lists_allowed(field, value, allowed):

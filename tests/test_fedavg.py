@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import (
     RoundInfo,
     FedAvg,
@@ -195,7 +196,7 @@ def _cfg(**kw) -> FederatedRunConfig:
 
 
 def _ctx(model, x, y, cfg, seed=0):
-    return ClientContext(model=model, x=x, y=y, cfg=cfg, round=1, client_id=0, role="source",
+    return ClientContext(model=model, data=TensorExamples(x, y), cfg=cfg, round=1, client_id=0, role="source",
                          generator=torch.Generator().manual_seed(seed), device=torch.device("cpu"))
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES, SGD, ClientContext, RoundInfo, fedavg_step
 from fedtune.algorithms.gala import (
     Gala,
@@ -303,7 +304,7 @@ def test_skipped_tensor_keeps_its_momentum_buffer_and_gets_no_weight_decay():
 
 
 def _ctx(model, x, y, cfg, payload=None, seed=0, round=2):
-    return ClientContext(model=model, x=x, y=y, cfg=cfg, round=round, client_id=0, role="source",
+    return ClientContext(model=model, data=TensorExamples(x, y), cfg=cfg, round=round, client_id=0, role="source",
                          generator=torch.Generator().manual_seed(seed), device=torch.device("cpu"),
                          payload=payload or {})
 
@@ -405,7 +406,7 @@ def test_gated_client_mixin_wraps_any_loss():
             opt = self.make_optimizer(ctx.model)
             for _ in range(3):
                 opt.zero_grad()
-                ctx.model(ctx.x).pow(2).sum().backward()
+                ctx.model(ctx.data.x).pow(2).sum().backward()
                 ctx.record_step(opt.params, [p.grad for p in opt.params])
                 opt.step()
             return ClientOutcome(loss=0.0, steps=3)

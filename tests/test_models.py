@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedtune.config import ConfigError
-from fedtune.models import FlatLayout, build_model, count_parameters, get_flat, set_flat
+from fedtune.models import FlatLayout, build_model, count_parameters, encode, get_flat, set_flat
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_cnn_rejects_non_square_or_tiny_images():
 
 
 def test_unknown_model():
-    with pytest.raises(ValueError, match="'vgg' is unknown; allowed: cnn, mlp, resnet18"):
+    with pytest.raises(ValueError, match="'vgg' is unknown; allowed: cnn, mlp or a torchvision classification model"):
         build_model("vgg", input_shape=(2,), num_classes=2)
 
 
@@ -208,10 +208,10 @@ def test_pretrained_path_missing_file(tmp_path):
         build_model("resnet18", input_shape=(3, 32, 32), num_classes=2, pretrained_path=str(tmp_path / "no.pt"))
 
 
-def test_pretrained_path_only_for_resnet(tmp_path):
+def test_pretrained_path_empty_checkpoint_is_refused(tmp_path):
     path = tmp_path / "w.pt"
     torch.save({}, path)
-    with pytest.raises(ValueError, match="field 'pretrained_path': only resnet18"):
+    with pytest.raises(ValueError, match="field 'pretrained_path'.*not a state_dict"):
         build_model("mlp", input_shape=(2,), num_classes=2, pretrained_path=str(path))
 
 
@@ -241,3 +241,117 @@ def test_model_errors_are_config_errors():
     # the CLI reports ConfigError as a one-line error (exit 2) instead of a traceback
     with pytest.raises(ConfigError):
         build_model("cnn", input_shape=(2,), num_classes=2)
+
+
+# ------------------------------------- pretrained checkpoints: strict backbone, wrappers, prefixes
+def _resnet_state(seed: int, num_classes: int = 10) -> dict:
+    torch.manual_seed(seed)
+    return build_model("resnet18", input_shape=(3, 32, 32), num_classes=num_classes).state_dict()
+
+
+@pytest.mark.parametrize("wrap", ["plain", "module-prefix", "state_dict", "model", "state_dict+prefix"])
+def test_pretrained_path_accepts_wrapped_and_prefixed_checkpoints(tmp_path, wrap):
+    state = _resnet_state(11)
+    if "prefix" in wrap:
+        state = {f"module.{k}": v for k, v in state.items()}
+    saved = {"plain": state, "module-prefix": state, "state_dict": {"state_dict": state, "epoch": 3},
+             "model": {"model": state}, "state_dict+prefix": {"state_dict": state}}[wrap]
+    path = tmp_path / "ckpt.pt"
+    torch.save(saved, path)
+    loaded = build_model("resnet18", input_shape=(3, 32, 32), num_classes=7, pretrained_path=str(path)).state_dict()
+    ref = _resnet_state(11)
+    for k, v in loaded.items():
+        if not k.startswith("fc."):
+            assert torch.equal(v, ref[k]), k
+
+
+def test_pretrained_path_same_class_count_loads_the_classifier_too(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    torch.save(_resnet_state(5, num_classes=7), path)
+    loaded = build_model("resnet18", input_shape=(3, 32, 32), num_classes=7, pretrained_path=str(path)).state_dict()
+    assert torch.equal(loaded["fc.weight"], _resnet_state(5, num_classes=7)["fc.weight"])
+
+
+@pytest.mark.parametrize("damage,named", [
+    (lambda s: {k: v for k, v in s.items() if k != "layer2.0.conv1.weight"}, "missing layer2.0.conv1.weight"),
+    (lambda s: {**s, "layer1.0.conv1.weight": torch.zeros(64, 64, 1, 1)}, "wrong shape layer1.0.conv1.weight"),
+    (lambda s: {f"backbone.{k}": v for k, v in s.items()}, "not in the model backbone.conv1.weight"),
+    (lambda s: {**s, "projector.0.weight": torch.zeros(2, 2)}, "not in the model projector.0.weight"),
+])
+def test_pretrained_path_refuses_mismatched_backbone_keys(tmp_path, damage, named):
+    path = tmp_path / "ckpt.pt"
+    torch.save(damage(_resnet_state(2)), path)
+    with pytest.raises(ConfigError, match=f"field 'pretrained_path'.*does not match the model's backbone.*{named}"):
+        build_model("resnet18", input_shape=(3, 32, 32), num_classes=7, pretrained_path=str(path))
+
+
+def test_pretrained_path_with_no_matching_key_is_refused(tmp_path):
+    path = tmp_path / "other.pt"
+    torch.save({"weight": torch.zeros(3, 3)}, path)
+    with pytest.raises(ConfigError, match="missing conv1.weight"):
+        build_model("resnet18", input_shape=(3, 32, 32), num_classes=7, pretrained_path=str(path))
+
+
+# --------------------------------------------------- torchvision models by name, weights offline
+@pytest.mark.parametrize("name,features", [("resnet50", 2048), ("convnext_tiny", 768), ("efficientnet_b0", 1280)])
+def test_torchvision_models_by_name(name, features):
+    torch.manual_seed(0)
+    model = build_model(name, input_shape=(3, 32, 32), num_classes=5)
+    model.eval()
+    x = torch.rand(2, 3, 32, 32)
+    assert model(x).shape == (2, 5)
+    assert encode(model, x).shape == (2, features)
+
+
+def _fake_weights_file(torch_home, member) -> dict:
+    """A random state dict of ``member``'s architecture (1000 classes) under torchvision's file name."""
+    from torchvision.models import get_model
+
+    from fedtune.models import weights_file
+
+    torch.manual_seed(123)
+    state = get_model(member.__class__.__name__.replace("_Weights", "").lower(), weights=None).state_dict()
+    state = {k: (torch.randn_like(v) if v.is_floating_point() else v) for k, v in state.items()}
+    path = weights_file(member)
+    assert str(path).startswith(str(torch_home))
+    path.parent.mkdir(parents=True)
+    torch.save(state, path)
+    return state
+
+
+def test_torchvision_weights_load_bit_for_bit_from_torch_home(tmp_path, monkeypatch):
+    from torchvision.models import ResNet18_Weights
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    state = _fake_weights_file(tmp_path, ResNet18_Weights.IMAGENET1K_V1)
+    torch.manual_seed(0)
+    model = build_model("resnet18", input_shape=(3, 64, 64), num_classes=7, weights="IMAGENET1K_V1")
+    got = model.state_dict()
+    for k, v in state.items():
+        if not k.startswith("fc."):
+            assert torch.equal(got[k], v), k
+    assert got["fc.weight"].shape == (7, 512)  # the classifier is replaced for the dataset's classes
+    # DEFAULT names the same file for resnet18
+    again = build_model("resnet18", input_shape=(3, 64, 64), num_classes=7, weights="DEFAULT").state_dict()
+    assert torch.equal(again["layer3.0.conv1.weight"], state["layer3.0.conv1.weight"])
+
+
+def test_missing_weights_file_error_names_file_and_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr("torch.hub.load_state_dict_from_url",
+                        lambda *a, **k: (_ for _ in ()).throw(OSError("no network")))
+    with pytest.raises(ConfigError) as info:
+        build_model("resnet18", input_shape=(3, 64, 64), num_classes=7, weights="IMAGENET1K_V1")
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert "resnet18-f37072fd.pth" in msg and str(tmp_path / "hub" / "checkpoints") in msg
+    assert "pretrained_path" in msg
+
+
+def test_weights_errors(tmp_path):
+    with pytest.raises(ConfigError, match="'IMAGENET9K' is not a weight set of resnet18; allowed: none, DEFAULT, IMAGENET1K_V1"):
+        build_model("resnet18", input_shape=(3, 32, 32), num_classes=2, weights="IMAGENET9K")
+    with pytest.raises(ConfigError, match="model 'cnn' has no pretrained weights"):
+        build_model("cnn", input_shape=(3, 32, 32), num_classes=2, weights="DEFAULT")
+    with pytest.raises(ConfigError, match="take RGB input"):
+        build_model("resnet18", input_shape=(1, 32, 32), num_classes=2, weights="DEFAULT")

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import CLIENT_METHODS, ClientContext, all_hparams
 from fedtune.algorithms.client import LocalSGD
 from fedtune.algorithms.gfm import (
@@ -38,7 +39,7 @@ def _cfg(**values) -> FederatedRunConfig:
 
 
 def _ctx(model, x, y, cfg, *, state=None, round=1, seed=0) -> ClientContext:
-    return ClientContext(model=model, x=x, y=y, cfg=cfg, round=round, client_id=3, role="source",
+    return ClientContext(model=model, data=TensorExamples(x, y), cfg=cfg, round=round, client_id=3, role="source",
                          generator=torch.Generator().manual_seed(seed), device=torch.device("cpu"),
                          state={} if state is None else state)
 

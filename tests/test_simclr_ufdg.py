@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import CLIENT_METHODS, PRESETS, ClientContext, resolve
 from fedtune.algorithms.simclr import (
     GalaSimCLR,
@@ -117,7 +118,7 @@ def test_build_model_refuses_unknown_heads():
 
 # -------------------------------------------------------------------------------- client method
 def _ctx(model, x, y, cfg, seed=0, record_step=lambda params, grads: None):
-    return ClientContext(model=model, x=x, y=y, cfg=cfg, round=1, client_id=0, role="source",
+    return ClientContext(model=model, data=TensorExamples(x, y), cfg=cfg, round=1, client_id=0, role="source",
                          generator=torch.Generator().manual_seed(seed), device=torch.device("cpu"),
                          record_step=record_step)
 

@@ -1,15 +1,16 @@
 """Client methods: how one client trains from the global model for one round, and THE local loop.
 
 A :class:`ClientMethod` gets a :class:`ClientContext` (the model already holding the global
-weights, the client's data as tensors on its device, a seeded generator for data order, the
-server rule's broadcast payload and the client's own persistent state) and trains the model in
-place. The runtime then ships the trained weights back; the method may add ``extras`` (arrays
+weights, the client's training examples, fetched batch by batch onto its device by
+:meth:`ClientContext.batch` with the run's training augmentation, a seeded generator for data
+order and augmentation, the server rule's broadcast payload and the client's own persistent
+state) and trains the model in place. The runtime then ships the trained weights back; the method may add ``extras`` (arrays
 the server rule needs, e.g. per-batch displacements) and ``metrics`` (diag columns).
 
 Every method trains through one loop, :meth:`ClientMethod.local_loop`: it draws the round's
-batches (:func:`batches`, :func:`local_steps`), calls the method's *step function*
-``step(batch) -> loss`` on each (the indices of one mini-batch, on the device), sums the
-losses, stops at the first non-finite one (the run diverged) and returns the
+batches (:func:`batches`, :func:`local_steps`), fetches each (:meth:`ClientContext.batch`),
+calls the method's *step function* ``step(x, y) -> loss`` on it under the run's ``precision``
+(:mod:`fedtune.algorithms.precision`; backward passes leave autocast), sums the losses, stops at the first non-finite one (the run diverged) and returns the
 :class:`ClientOutcome`. A step function trains on its batch and returns the batch's training
 loss; the plain gradient step is :func:`descend` (SGD, FedProx, SimCLR, GCA, FedGaLA's gated
 step through the optimiser it is given), SAM's is :class:`fedtune.algorithms.sam.SamDescent`
@@ -29,10 +30,11 @@ if TYPE_CHECKING:  # torch is imported lazily: the driver process never needs it
 import numpy as np
 
 from fedtune.algorithms.base import HParam
-from fedtune.algorithms.optim import LocalSGD, local_sgd
+from fedtune.algorithms.optim import LocalSGD, local_optimizer
+from fedtune.algorithms.precision import autocast, autocast_off
 
-# One training step on a mini-batch (its example indices, on the device) -> its training loss.
-StepFunction = Callable[["torch.Tensor"], float]
+# One training step on a mini-batch (inputs x, labels y, on the device) -> its training loss.
+StepFunction = Callable[["torch.Tensor", "torch.Tensor"], float]
 # ClientContext.record_step: (parameters, their batch gradients, None where a parameter has none).
 RecordStep = Callable[[Sequence["torch.Tensor"], Sequence["torch.Tensor | None"]], None]
 
@@ -40,8 +42,7 @@ RecordStep = Callable[[Sequence["torch.Tensor"], Sequence["torch.Tensor | None"]
 @dataclass
 class ClientContext:
     model: nn.Module
-    x: torch.Tensor
-    y: torch.Tensor
+    data: Any  # fedtune.runtime.examples.Examples: len(), batch(rows, augment, generator), value_range()
     cfg: Any  # FederatedRunConfig
     round: int
     client_id: int
@@ -56,6 +57,18 @@ class ClientContext:
     # has no gradient. The runtime uses it to record the FDA clients' raw per-batch steps
     # ``−local_lr · ∇_b`` when the server rule wants them (auto-β); a no-op otherwise.
     record_step: RecordStep = lambda params, grads: None
+    # The run's training augmentation (fedtune.runtime.augment; None: none), drawn from ``generator``.
+    augment: Any = None
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (fedtune.algorithms.precision)
+    scaler: Any = None  # fp16: the round's torch.amp.GradScaler
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.data)
+
+    def batch(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, y)`` of training rows ``rows`` (a CPU int64 tensor) on the device, augmented."""
+        return self.data.batch(rows, self.augment, self.generator)
 
 
 @dataclass
@@ -113,18 +126,37 @@ def batches(n: int, batch_size: int, steps: int, generator: torch.Generator) -> 
 def descend(optimizer: LocalSGD, loss: torch.Tensor, record_step: RecordStep,
             after_backward: Callable[[], None] | None = None) -> float:
     """One gradient step on ``loss``: its value, and unless that is not finite (then nothing
-    changes), ``zero_grad``, ``backward``, ``record_step`` with the batch gradient (see
-    :class:`ClientContext`), ``after_backward()`` (e.g. FedProx adding its proximal gradient) and
-    ``optimizer.step()``. Returns the loss value."""
+    changes), ``zero_grad``, ``backward`` (outside autocast), ``record_step`` with the batch
+    gradient (see :class:`ClientContext`), ``after_backward()`` (e.g. FedProx adding its proximal
+    gradient) and ``optimizer.step()``. Returns the loss value.
+
+    With ``optimizer.scaler`` (a ``torch.amp.GradScaler``, ``precision: fp16``) the loss is
+    scaled before ``backward`` and the gradients unscaled after it; a step whose gradients are
+    not finite is skipped (nothing recorded, nothing stepped) and the scale lowered."""
     value = float(loss.detach())
     if not math.isfinite(value):
         return value
     optimizer.zero_grad()
-    loss.backward()
+    scaler = optimizer.scaler
+    with autocast_off(loss.device.type):
+        (loss if scaler is None else scaler.scale(loss)).backward()
+    if scaler is not None:
+        import torch
+
+        scaler.unscale_(optimizer)
+        grads = [p.grad for p in optimizer.params if p.grad is not None]
+        if not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
+            optimizer.zero_grad()
+            scaler.update()  # lowers the scale; the step is skipped
+            return value
     record_step(optimizer.params, [p.grad for p in optimizer.params])
     if after_backward is not None:
         after_backward()
-    optimizer.step()
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)
+        scaler.update()
     return value
 
 
@@ -136,6 +168,9 @@ class ClientMethod:
     description: ClassVar[str] = ""
     hparams: ClassVar[tuple[HParam, ...]] = ()
     supervised: ClassVar[bool] = True  # False: trains without labels (the ufdg setting)
+    # True: every backward pass of the method goes through :func:`descend`, so ``precision: fp16``
+    # (its gradient scaler) works; False (SAM's two gradients, GFM's augmenter): fp16 is refused.
+    scales_fp16_gradients: ClassVar[bool] = True
     # True: the runtime puts the last global move θ^t − θ^(t−1) (float32 [num_params]) in
     # ``ctx.payload["global_move"]`` from the second round on (FedGaLA's local alignment).
     needs_global_move: ClassVar[bool] = False
@@ -152,26 +187,32 @@ class ClientMethod:
         raise NotImplementedError
 
     def make_optimizer(self, model: nn.Module) -> LocalSGD:
-        """The round's local optimiser (:func:`~fedtune.algorithms.optim.local_sgd`); a mixin may
+        """The round's local optimiser (:func:`~fedtune.algorithms.optim.local_optimizer`); a mixin may
         swap it (FedGaLA's :class:`~fedtune.algorithms.gala.GatedClientMixin`)."""
-        return local_sgd(model.parameters(), self.cfg)
+        return local_optimizer(model.parameters(), self.cfg)
 
     def start_round(self, ctx: ClientContext) -> LocalSGD:
-        """Put ``ctx.model`` in training mode and return the round's optimiser over it."""
+        """Put ``ctx.model`` in training mode and return the round's optimiser over it (with the
+        round's gradient scaler when ``precision`` is fp16)."""
         ctx.model.train()
-        return self.make_optimizer(ctx.model)
+        opt = self.make_optimizer(ctx.model)
+        opt.scaler = ctx.scaler
+        return opt
 
     def local_loop(self, ctx: ClientContext, step: StepFunction,
                    metrics: Callable[[int], dict[str, float]] | None = None) -> ClientOutcome:
-        """THE local training loop: ``step(batch)`` on each of the round's batches of
-        ``ctx.x``'s rows (:func:`local_steps` of them, drawn by :func:`batches` from
-        ``ctx.generator``), in order. A non-finite loss ends the round at once:
+        """THE local training loop: ``step(x, y)`` on each of the round's batches of the
+        client's examples (:func:`local_steps` of them, rows drawn by :func:`batches` from
+        ``ctx.generator``, fetched and augmented by :meth:`ClientContext.batch`), in order, each
+        under the run's precision. A non-finite loss ends the round at once:
         ``ClientOutcome(loss, steps)`` with the steps taken, that one included. Otherwise the
         outcome's loss is the mean over the steps and its metrics ``metrics(steps)``."""
-        n = len(ctx.x)
+        n = ctx.num_examples
         total, done = 0.0, 0
         for idx in batches(n, self.cfg.batch_size, local_steps(n, self.cfg), ctx.generator):
-            value = step(idx.to(ctx.device))
+            x, y = ctx.batch(idx)
+            with autocast(ctx.device, ctx.precision):
+                value = step(x, y)
             if not math.isfinite(value):
                 return ClientOutcome(loss=value, steps=done + 1)
             total += value
@@ -188,4 +229,4 @@ class SGD(ClientMethod):
 
         model, opt = ctx.model, self.start_round(ctx)
         return self.local_loop(
-            ctx, lambda batch: descend(opt, F.cross_entropy(model(ctx.x[batch]), ctx.y[batch]), ctx.record_step))
+            ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step))

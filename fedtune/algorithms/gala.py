@@ -62,7 +62,7 @@ import numpy as np
 from fedtune.algorithms.aggregate import BLOCK, check_updates, combine, fedavg_step, tensor_slices, weighted_sum
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.client import SGD, ClientContext, ClientOutcome
-from fedtune.algorithms.optim import LocalSGD, local_sgd_settings
+from fedtune.algorithms.optim import LocalAdam, LocalSGD, local_optimizer_settings
 from fedtune.algorithms.server import AggregateResult, ServerRule
 
 if TYPE_CHECKING:  # torch is imported lazily: the coordinator never needs it
@@ -308,11 +308,14 @@ class GatedSGD(LocalSGD):
     def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0, *,
                  reference: list[torch.Tensor] | None = None, tau: float = 0.0, gate: str = "descent"):
         params = list(params)
+        super().__init__(params, lr, momentum, weight_decay)
+        self._init_gate(params, reference, tau, gate)
+
+    def _init_gate(self, params: list, reference: list[torch.Tensor] | None, tau: float, gate: str) -> None:
         if reference is not None and len(reference) != len(params):
             raise ValueError(f"reference has {len(reference)} tensors, params has {len(params)}")
         if reference is not None:
             reference = [r for r, p in zip(reference, params) if p.requires_grad]
-        super().__init__(params, lr, momentum, weight_decay)
         if not -1.0 <= float(tau) <= 1.0:
             raise ValueError(f"tau must be in [-1, 1], got {tau!r}")
         if gate not in GALA_GATE.choices:
@@ -370,15 +373,28 @@ class GatedSGD(LocalSGD):
         return {"gala_skipped": self.skipped_fraction()}
 
 
+class GatedAdam(LocalAdam, GatedSGD):
+    """:class:`GatedSGD`'s gate on :class:`~fedtune.algorithms.optim.LocalAdam` (``local_optimizer:
+    adam``): a skipped tensor keeps its Adam moments and step count unchanged this batch."""
+
+    def __init__(self, params, lr: float, weight_decay: float = 0.0, *,
+                 reference: list[torch.Tensor] | None = None, tau: float = 0.0, gate: str = "descent"):
+        params = list(params)
+        LocalAdam.__init__(self, params, lr, weight_decay)
+        self._init_gate(params, reference, tau, gate)
+
+
 def gated_sgd_for(model: nn.Module, ctx: ClientContext, cfg: Any, tau: float | None = None) -> GatedSGD:
-    """A :class:`GatedSGD` over ``model.parameters()`` with the run's local optimiser settings
+    """A :class:`GatedSGD` (or :class:`GatedAdam` with ``local_optimizer: adam``) over
+    ``model.parameters()`` with the run's local optimiser settings
     (``local_lr``, ``local_momentum``, ``weight_decay``), gated against
     ``ctx.payload["global_move"]`` (no gating while it is absent) at ``tau`` (default: the run's
     ``gala_tau``) with the run's ``gala_gate`` sign."""
     ref = reference_tensors(model, ctx.payload.get("global_move"), ctx.device)
     tau = float(cfg.param("gala_tau")) if tau is None else float(tau)
-    return GatedSGD(model.parameters(), **local_sgd_settings(cfg), reference=ref, tau=tau,
-                    gate=str(cfg.param("gala_gate")))
+    settings = local_optimizer_settings(cfg)
+    cls = GatedAdam if settings.pop("kind") == "adam" else GatedSGD
+    return cls(model.parameters(), **settings, reference=ref, tau=tau, gate=str(cfg.param("gala_gate")))
 
 
 class GatedClientMixin:
@@ -433,6 +449,7 @@ class GalaClient(GatedClientMixin, SGD):
 
 
 __all__ = [
-    "GALA_GATE", "GALA_ITERS", "GALA_MIX", "GALA_TAU", "GALA_WEIGHTS", "Gala", "GalaClient", "GatedClientMixin", "GatedSGD",
+    "GALA_GATE", "GALA_ITERS", "GALA_MIX", "GALA_TAU", "GALA_WEIGHTS", "Gala", "GalaClient", "GatedAdam",
+    "GatedClientMixin", "GatedSGD",
     "gala_global_weights", "gala_step", "gated_sgd_for", "reference_tensors",
 ]

@@ -53,6 +53,7 @@ import numpy as np
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
 from fedtune.algorithms.optim import FunctionalAdam
+from fedtune.algorithms.precision import autocast_off
 from fedtune.algorithms.sam import SAM_RHO, PositiveHParam, SamDescent, frozen_buffers
 
 if TYPE_CHECKING:  # torch is imported lazily: the coordinator never needs it
@@ -333,7 +334,8 @@ def augmenter_update(augmenter: nn.Module, opt: AugmenterAdam, x: torch.Tensor, 
         objective, local, glob = augmenter_objective(augmenter, x, y, local_model, global_model, noise)
         if not (math.isfinite(local) and math.isfinite(glob)):
             return local, glob
-        grads = torch.autograd.grad(objective, opt.params, allow_unused=True)
+        with autocast_off(objective.device.type):
+            grads = torch.autograd.grad(objective, opt.params, allow_unused=True)
     opt.step([torch.zeros_like(p) if g is None else g for p, g in zip(opt.params, grads)])
     return local, glob
 
@@ -345,6 +347,7 @@ class GCA(ClientMethod):
     description = "GCA: local SGD on images from an adversarial augmenter constrained by the global model (GFM ablation)"
     hparams = (GFM_INTERVAL, GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE)
     use_sam = False
+    scales_fp16_gradients = False  # the augmenter's ascent step takes its own gradient
 
     def __init__(self, cfg: Any):
         super().__init__(cfg)
@@ -360,12 +363,12 @@ class GCA(ClientMethod):
         import torch
 
         cfg = self.cfg
-        if ctx.x.dim() != 4:
+        if len(ctx.data.input_shape) != 3:
             from fedtune.errors import ConfigError
 
             raise ConfigError(
                 f"field 'dataset': algorithm '{cfg.algorithm}' (client method {self.name}) augments images "
-                f"(N, C, H, W), but dataset '{cfg.dataset}' gives vectors of shape {tuple(ctx.x.shape[1:])}; "
+                f"(N, C, H, W), but dataset '{cfg.dataset}' gives vectors of shape {tuple(ctx.data.input_shape)}; "
                 "allowed: an image dataset (e.g. rotated-digits, pacs), or a client method without an augmenter "
                 "(sgd, sam, prox)")
         held = ctx.state.get(STATE_KEY)
@@ -375,10 +378,9 @@ class GCA(ClientMethod):
         if held is not None:
             return restore_augmenter(held, ctx.device)
         gen = torch.Generator().manual_seed(_module_seed(cfg.seed, ctx.client_id, 0x47464D))
-        aug = new_augmenter(ctx.x.shape[1], color_scale=cfg.param("gfm_color_scale"),
+        aug = new_augmenter(ctx.data.input_shape[0], color_scale=cfg.param("gfm_color_scale"),
                             geometry_scale=cfg.param("gfm_geometry_scale"), generator=gen)
-        dims = [0, 2, 3]
-        aug.set_value_range(ctx.x.amin(dim=dims).cpu(), ctx.x.amax(dim=dims).cpu())
+        aug.set_value_range(*ctx.data.value_range())
         aug = aug.to(ctx.device)
         return aug, AugmenterAdam(aug.parameters(), lr=cfg.param("gfm_aug_lr"))
 
@@ -412,11 +414,10 @@ class GCA(ClientMethod):
         local_losses: list[float] = []
         global_losses: list[float] = []
 
-        def step(batch: torch.Tensor) -> float:
+        def step(x: torch.Tensor, y: torch.Tensor) -> float:
             """A model step on the augmented batch, then every ``interval``-th step one augmenter
             update on the same batch (a non-finite augmenter loss ends the round as a model loss would)."""
             nonlocal taken
-            x, y = ctx.x[batch], ctx.y[batch]
             with torch.no_grad():
                 xa = augmenter(x, generator=noise_gen)
             value = sam(xa, y) if sam is not None else descend(opt, F.cross_entropy(model(xa), y), ctx.record_step)

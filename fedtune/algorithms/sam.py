@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, RecordStep, descend
 from fedtune.algorithms.optim import LocalSGD
+from fedtune.algorithms.precision import autocast_off
 
 if TYPE_CHECKING:  # torch is imported lazily: the coordinator never needs it
     import torch
@@ -152,7 +153,8 @@ def sam_step(optimizer: LocalSGD, closure: Callable[[], torch.Tensor], rho: floa
     value = float(loss.detach())
     if not math.isfinite(value):
         return SamStep(value, math.nan)
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    with autocast_off(loss.device.type):
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
     if record_step is not None:
         record_step(params, grads)
     eps = sam_perturbation(grads, rho)
@@ -164,7 +166,8 @@ def sam_step(optimizer: LocalSGD, closure: Callable[[], torch.Tensor], rho: floa
     with frozen_buffers(model):  # restored after the backward pass, which may read them
         perturbed = closure()
         perturbed_value = float(perturbed.detach())
-        perturbed_grads = torch.autograd.grad(perturbed, params, allow_unused=True)
+        with autocast_off(perturbed.device.type):
+            perturbed_grads = torch.autograd.grad(perturbed, params, allow_unused=True)
     with torch.no_grad():
         for p, s in zip(params, saved):
             p.copy_(s)
@@ -246,8 +249,8 @@ class Prox(ClientMethod):
             if mu > 0:
                 penalty += add_prox_gradient(opt.params, anchors, mu)
 
-        def step(batch: torch.Tensor) -> float:
-            return descend(opt, F.cross_entropy(model(ctx.x[batch]), ctx.y[batch]), ctx.record_step, add_prox)
+        def step(x: torch.Tensor, y: torch.Tensor) -> float:
+            return descend(opt, F.cross_entropy(model(x), y), ctx.record_step, add_prox)
 
         return self.local_loop(ctx, step, lambda steps: {"prox_penalty": penalty / max(steps, 1)})
 
@@ -256,7 +259,8 @@ class SAM(ClientMethod):
     name = "sam"
     description = "SAM local steps (FedSAM): gradient at theta + sam_rho grad/||grad||, step from theta"
     hparams = (SAM_RHO,)
+    scales_fp16_gradients = False  # two gradients per step through torch.autograd.grad
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         sam = SamDescent(self.start_round(ctx), ctx.model, float(self.cfg.param("sam_rho")), ctx.record_step)
-        return self.local_loop(ctx, lambda batch: sam(ctx.x[batch], ctx.y[batch]), sam.metrics)
+        return self.local_loop(ctx, sam, sam.metrics)

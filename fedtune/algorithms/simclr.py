@@ -210,9 +210,9 @@ class SimCLR(ClientMethod):
     def train(self, ctx: ClientContext) -> ClientOutcome:
         loss_fn = SimCLRLoss.from_cfg(self.cfg)
         model, opt = ctx.model, self.start_round(ctx)
-        # labels (ctx.y) are never read; the views draw from the data-order generator
-        return self.local_loop(ctx, lambda batch: descend(opt, loss_fn(model, ctx.x[batch], ctx.generator),
-                                                          ctx.record_step))
+        # labels (y) are never read; the views draw from the data-order generator, on top of the
+        # run's training augmentation (augment) when it has one
+        return self.local_loop(ctx, lambda x, y: descend(opt, loss_fn(model, x, ctx.generator), ctx.record_step))
 
 
 # FedGaLA's local alignment on the SimCLR loss (docs/methods.md §3, the paper's own setting): the

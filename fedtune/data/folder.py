@@ -7,10 +7,13 @@
 * Images: files with extension jpg / jpeg / png / bmp (case-insensitive), any size, grey or
   RGB. Other files and hidden entries are ignored.
 * Canonical order inside a domain: sorted by (class, file name).
-* :meth:`labels` only lists files (done once, at construction). :meth:`load` decodes with PIL,
-  converts to RGB, resizes to ``image_size`` x ``image_size`` (bilinear; default 64), scales to
-  [0, 1] and normalises with the ImageNet mean/std. ``input_shape`` is ``(3, S, S)``.
-  PIL is imported inside :meth:`load` only; torch is never imported.
+* :meth:`labels` only lists files (done once, at construction). Pixels come from the node's
+  decoded-image cache (:mod:`fedtune.data.cache`): :meth:`pixels` is a domain's read-only
+  uint8 ``(N, S, S, 3)`` memory map, decoded once per node with PIL (RGB, resized to
+  ``image_size`` x ``image_size``, bilinear; default 64). :meth:`load` gathers rows from it,
+  scales to [0, 1] and normalises with the ImageNet mean/std; client actors instead gather
+  uint8 batches and normalise on their device (:mod:`fedtune.runtime.examples`).
+  ``input_shape`` is ``(3, S, S)``. PIL is imported only when a cache is built; torch never.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import DataError, DatasetInfo, DomainDataset
+from .cache import ImageMap, cache_entry, cached_images, resolve_cache_dir
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
 DEFAULT_IMAGE_SIZE = 64
@@ -28,20 +32,45 @@ IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
 
+def _scandir(path: Path) -> list[os.DirEntry]:
+    try:
+        with os.scandir(path) as it:
+            return list(it)
+    except OSError as e:
+        raise DataError(f"cannot list {str(path)!r}: {e.strerror or e}; the dataset's folders must be "
+                        "readable by the user running fedtune") from None
+
+
 def _subdirs(path: Path) -> list[str]:
     return sorted(
-        e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith(".")
+        e.name for e in _scandir(path) if e.is_dir() and not e.name.startswith(".")
     )
 
 
 def _images(path: Path) -> list[str]:
     return sorted(
         e.name
-        for e in os.scandir(path)
+        for e in _scandir(path)
         if e.is_file()
         and not e.name.startswith(".")
         and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS
     )
+
+
+def decode_image(path: Path, size: int, out: np.ndarray) -> None:
+    """Decode ``path`` into ``out`` (a ``(size, size, 3)`` uint8 view): PIL, RGB, bilinear resize
+    (JPEG draft mode first: fast down-scaling, a no-op otherwise), or a :class:`DataError`."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            im.draft("RGB", (size, size))
+            im = im.convert("RGB")
+            if im.size != (size, size):
+                im = im.resize((size, size), Image.BILINEAR)
+            out[...] = np.asarray(im, dtype=np.uint8)
+    except OSError as e:
+        raise DataError(f"cannot decode image {str(path)!r}: {e}") from None
 
 
 class ImageFolderDataset(DomainDataset):
@@ -54,8 +83,11 @@ class ImageFolderDataset(DomainDataset):
         name: str = "folder",
         image_size: int | None = None,
         layout_hint: str | None = None,
+        cache_dir: str | os.PathLike | None = None,
     ):
         self.root = Path(root)
+        self.cache_dir = resolve_cache_dir(cache_dir)
+        self._pixels: dict[str, ImageMap] = {}
         self.image_size = DEFAULT_IMAGE_SIZE if image_size is None else int(image_size)
         if self.image_size < 1:
             raise DataError(f"image_size must be a positive integer, got {image_size!r}")
@@ -120,25 +152,22 @@ class ImageFolderDataset(DomainDataset):
         self.check_domain(domain)
         return self._labels[domain].copy()
 
-    def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        from PIL import Image
-
+    def pixels(self, domain: str) -> ImageMap:
+        """``domain``'s images mapped read-only from the node's cache (``.array``: uint8
+        ``(N, S, S, 3)``, canonical order; decoded on first use on this node; see
+        :mod:`fedtune.data.cache`)."""
         self.check_domain(domain)
-        files = self._files[domain]
-        idx = self.check_indices(domain, indices, len(files))
-        s = self.image_size
-        out = np.empty((len(idx), s, s, 3), dtype=np.float32)
-        for j, i in enumerate(idx):
-            path = self.root / domain / files[i]
-            try:
-                with Image.open(path) as im:
-                    im.draft("RGB", (s, s))  # fast JPEG down-scaling; no-op otherwise
-                    im = im.convert("RGB")
-                    if im.size != (s, s):
-                        im = im.resize((s, s), Image.BILINEAR)
-                    out[j] = np.asarray(im, dtype=np.float32)
-            except OSError as e:
-                raise DataError(f"cannot decode image {str(path)!r}: {e}") from e
+        if domain not in self._pixels:
+            files, s, base = self._files[domain], self.image_size, self.root / domain
+            entry = cache_entry(self.cache_dir, dataset=self.info.name, domain=domain, root=base,
+                                files=files, image_size=s)
+            self._pixels[domain] = cached_images(entry, lambda i, out: decode_image(base / files[i], s, out))
+        return self._pixels[domain]
+
+    def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.check_domain(domain)
+        idx = self.check_indices(domain, indices, len(self._files[domain]))
+        out = np.asarray(self.pixels(domain).array[idx], dtype=np.float32)
         out /= 255.0
         out -= IMAGENET_MEAN
         out /= IMAGENET_STD

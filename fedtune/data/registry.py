@@ -81,12 +81,15 @@ def get_dataset(
     root: str | os.PathLike | None = None,
     image_size: int | None = None,
     data_seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
 ) -> DomainDataset:
     """Build the dataset ``name`` (see :func:`list_datasets`).
 
     ``root`` is the data root (``--data-root``) for datasets that need one; ``image_size``
     only applies to image-folder datasets (default 64) and must otherwise be None or the
-    dataset's native size; ``data_seed`` seeds synthetic/split datasets (rotated-digits, rect4).
+    dataset's native size; ``data_seed`` seeds synthetic/split datasets (rotated-digits, rect4);
+    ``cache_dir`` is where image-folder datasets keep their decoded-image cache
+    (:mod:`fedtune.data.cache`; default ``$FEDTUNE_CACHE_DIR`` or the user's cache folder).
     """
     entry = _entry(name)
     n = entry.name
@@ -115,7 +118,7 @@ def get_dataset(
 
         base = Path(root)  # type: ignore[arg-type]
         if n == "folder":
-            return ImageFolderDataset(base, name="folder", image_size=image_size)
+            return ImageFolderDataset(base, name="folder", image_size=image_size, cache_dir=cache_dir)
         sub = DOMAINBED[n][0]
         path = base / sub
         if not path.is_dir() and base.name == sub and base.is_dir():
@@ -123,7 +126,7 @@ def get_dataset(
         if not path.is_dir():
             raise DataError(f"dataset {n!r}: {str(path)!r} does not exist; data_root "
                             f"(--data-root DIR) must hold {_layout(n)}")
-        return ImageFolderDataset(path, name=n, image_size=image_size,
+        return ImageFolderDataset(path, name=n, image_size=image_size, cache_dir=cache_dir,
                                   layout_hint=f"{path}/<domain>/<class>/<image>")
     from .tvsets import TorchvisionDataset
 

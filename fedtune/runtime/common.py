@@ -70,18 +70,23 @@ class EvalCounts:
         return self.loss_sum / self.count if self.count else float("nan")
 
 
-def evaluate(model, x, y, batch_size: int) -> EvalCounts:
-    """Accuracy counts and summed cross-entropy of ``model`` on ``(x, y)`` tensors (eval mode)."""
+def evaluate(model, examples, batch_size: int, precision: str = "fp32") -> EvalCounts:
+    """Accuracy counts and summed cross-entropy of ``model`` (eval mode) on ``examples``
+    (:class:`fedtune.runtime.examples.Examples`), streamed in batches of ``batch_size``, never
+    augmented, forward passes under ``precision`` (the loss summed in float32)."""
     import torch
 
+    from fedtune.algorithms.precision import autocast
+
     out = EvalCounts()
-    if len(y) == 0:
+    if len(examples) == 0:
         return out
     model.eval()
     with torch.no_grad():
-        for start in range(0, len(y), batch_size):
-            xb, yb = x[start:start + batch_size], y[start:start + batch_size]
-            logits = model(xb)
+        for xb, yb in examples.batches(batch_size):
+            with autocast(xb.device, precision):
+                logits = model(xb)
+            logits = logits.float()
             out.loss_sum += float(torch.nn.functional.cross_entropy(logits, yb, reduction="sum"))
             out.correct += int((logits.argmax(1) == yb).sum())
             out.count += len(yb)

@@ -2,9 +2,11 @@
 
 :class:`ClientWorker` is a plain class. The Ray backend runs it as an actor
 (:func:`client_actor_class`), the local backend calls it in-process; both execute the same code, so a
-seed gives the same numbers on either. Data is decoded once, in ``__init__``, and never leaves
-the worker; weights arrive as a (zero-copy, read-only) float32 vector and leave as one
-contiguous float32 array ``[k, M]`` holding the k trained clients' flat states.
+seed gives the same numbers on either. Data never leaves the worker and never sits whole on its
+device: each split is an :class:`~fedtune.runtime.examples.Examples` (indices into the node's
+decoded-image cache for image-folder datasets) fetched batch by batch. Weights arrive as a
+(zero-copy, read-only) float32 vector and leave as one contiguous float32 array ``[k, M]``
+holding the k trained clients' flat states.
 """
 
 from __future__ import annotations
@@ -48,20 +50,22 @@ def model_head_kwargs(client_method: Any, cfg: Any) -> dict[str, Any]:
     return dict(head(cfg)) if head is not None else {"head": "projector"}
 
 
-def encode_split(model: Any, x: Any, y: Any, batch_size: int) -> FeatureSet:
-    """Encoder features (:func:`fedtune.models.encode`, eval mode, no grad) of ``x`` in batches of
-    ``batch_size``, as float32 NumPy, with the labels ``y`` as int64 NumPy."""
+def encode_split(model: Any, examples: Any, batch_size: int, precision: str = "fp32") -> FeatureSet:
+    """Encoder features (:func:`fedtune.models.encode`, eval mode, no grad, un-augmented) of
+    ``examples`` in batches of ``batch_size``, as float32 NumPy, with their labels as int64 NumPy."""
     import torch
 
+    from fedtune.algorithms.precision import autocast
     from fedtune.models import encode
 
     model.eval()
     parts = []
     with torch.no_grad():
-        for start in range(0, len(y), batch_size):
-            parts.append(encode(model, x[start:start + batch_size]).float().cpu().numpy())
+        for xb, _ in examples.batches(batch_size):
+            with autocast(xb.device, precision):
+                parts.append(encode(model, xb).float().cpu().numpy())
     feats = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
-    return FeatureSet(np.ascontiguousarray(feats, dtype=np.float32), y.cpu().numpy().astype(np.int64))
+    return FeatureSet(np.ascontiguousarray(feats, dtype=np.float32), examples.labels.numpy().astype(np.int64))
 
 
 class ClientWorker:
@@ -69,9 +73,12 @@ class ClientWorker:
 
     def __init__(self, cfg_dict: dict[str, Any], specs: list[ClientSpec], worker_index: int = 0,
                  shards: list[TargetShard] | None = None, manage_threads: bool = True):
+        from fedtune.algorithms.precision import check_device
         from fedtune.config import FederatedRunConfig
         from fedtune.data import get_dataset
-        from fedtune.models import FlatLayout, build_model
+        from fedtune.models import FlatLayout, build_model, prepare_for_device
+        from fedtune.runtime.augment import make_augment
+        from fedtune.runtime.examples import client_examples
 
         t_init = time.time()
         self.cfg = FederatedRunConfig.from_validated(cfg_dict)
@@ -84,23 +91,26 @@ class ClientWorker:
         t_torch = time.time()
         self.gpu_ids = assigned_gpu_ids()
         self.device = pick_device(bool(self.gpu_ids) or (self.cfg.backend == "local" and self.cfg.client_gpus > 0))
+        self.precision = self.cfg.precision
+        check_device(self.precision, self.device)
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = bool(self.cfg.cudnn_benchmark)
         dataset = get_dataset(self.cfg.dataset, root=self.cfg.data_root, image_size=self.cfg.image_size,
-                              data_seed=self.cfg.data_seed)
+                              data_seed=self.cfg.data_seed, cache_dir=self.cfg.cache_dir)
         info = dataset.info
+        # channels_last only on CUDA clients (CPU clients keep today's layout and numbers)
+        self.channels_last = bool(self.cfg.channels_last) and self.device.type == "cuda" and len(info.input_shape) == 3
+        self.augment = make_augment(self.cfg.effective_augment, info.input_shape[-1] if info.is_image else None)
         self.specs = {s.client_id: s for s in specs}
-        self.data: dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.data: dict[int, dict[str, Any]] = {}  # client id -> split -> Examples
         for s in specs:
-            parts = {}
-            for split in ("train", "val", "test"):
-                x, y = dataset.load_pieces(getattr(s, split))
-                parts[split] = (torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device))
-            self.data[s.client_id] = parts
-        self.shards: dict[int, tuple[str, torch.Tensor, torch.Tensor]] = {}
+            self.data[s.client_id] = {split: client_examples(dataset, getattr(s, split), self.device, self.channels_last)
+                                      for split in ("train", "val", "test")}
+        self.shards: dict[int, tuple[str, Any]] = {}  # shard id -> (domain, Examples)
         self.shard_split = {sh.shard_id: sh.split for sh in shards or []}  # "test" | "probe" (ufdg)
         for sh in shards or []:
-            x, y = dataset.load(sh.domain, sh.indices)
-            self.shards[sh.shard_id] = (sh.domain, torch.from_numpy(x).to(self.device),
-                                        torch.from_numpy(y).to(self.device))
+            self.shards[sh.shard_id] = (sh.domain, client_examples(dataset, {sh.domain: sh.indices}, self.device,
+                                                                   self.channels_last))
         # Every worker builds the same initial model from the run's seed; the coordinator takes
         # its weights from worker 0 (so the coordinator process never needs torch).
         torch.manual_seed(self.cfg.seed)
@@ -108,8 +118,9 @@ class ClientWorker:
         # Unsupervised methods (SimCLR) replace the classifier by their projector head.
         self.model = build_model(self.cfg.model or info.default_model, input_shape=info.input_shape,
                                  num_classes=info.num_classes, mlp_hidden=self.cfg.mlp_hidden,
-                                 pretrained_path=self.cfg.pretrained_path,
-                                 **model_head_kwargs(resolved.client_method, self.cfg)).to(self.device)
+                                 pretrained_path=self.cfg.pretrained_path, weights=self.cfg.weights,
+                                 **model_head_kwargs(resolved.client_method, self.cfg))
+        self.model = prepare_for_device(self.model, self.device, channels_last=self.channels_last)
         self.layout = FlatLayout.of(self.model)
         self.method = resolved.client_method(self.cfg)
         self.record_target_steps = resolved.server_rule.wants_target_steps_for(self.cfg)
@@ -142,6 +153,7 @@ class ClientWorker:
         import torch
 
         from fedtune.algorithms import ClientContext
+        from fedtune.algorithms.precision import grad_scaler
         from fedtune.models import get_flat
 
         client_ids = sorted(client_ids)
@@ -155,10 +167,11 @@ class ClientWorker:
             seed = derive_seed(self.cfg.seed, cid, round)
             torch.manual_seed(seed)
             gen = torch.Generator().manual_seed(seed)
-            x, y = self.data[cid]["train"]
-            ctx = ClientContext(model=self.model, x=x, y=y, cfg=self.cfg, round=round, client_id=cid,
+            train = self.data[cid]["train"]
+            ctx = ClientContext(model=self.model, data=train, cfg=self.cfg, round=round, client_id=cid,
                                 role=spec.role, generator=gen, device=self.device, payload=payload,
-                                state=self.client_state[cid])
+                                state=self.client_state[cid], augment=self.augment, precision=self.precision,
+                                scaler=grad_scaler(self.device, self.precision))
             recorder = None
             if self.record_target_steps:  # auto-β: raw per-batch steps −local_lr·∇_b (docs/methods.md §2)
                 recorder = ctx.record_step = _StepRecorder(self.model, self.layout, self.cfg.local_lr,
@@ -169,7 +182,7 @@ class ClientWorker:
             t_out = time.perf_counter()
             get_flat(self.model, self.layout, out=states[row])
             reply.io_s += time.perf_counter() - t_out
-            reply.num_examples.append(len(y))
+            reply.num_examples.append(len(train))
             reply.losses.append(float(out.loss))
             reply.steps.append(out.steps)
             reply.extras.append(out.extras)
@@ -190,23 +203,22 @@ class ClientWorker:
         ids = sorted(self.specs if client_ids is None else client_ids)
         bs = self.cfg.eval_batch_size
         reply = EvalReply(ids, [], [])
+        prec = self.precision
         if not self.method.supervised:
             for cid in ids:
-                reply.val_features.append(encode_split(self.model, *self.data[cid]["val"], bs))
+                reply.val_features.append(encode_split(self.model, self.data[cid]["val"], bs, prec))
             for sid in sorted(self.shards):
-                _, x, y = self.shards[sid]
                 reply.shard_ids.append(sid)
-                reply.shard_features.append(encode_split(self.model, x, y, bs))
+                reply.shard_features.append(encode_split(self.model, self.shards[sid][1], bs, prec))
             return reply
         for cid in ids:
-            reply.val.append(evaluate(self.model, *self.data[cid]["val"], bs))
-            reply.test.append(evaluate(self.model, *self.data[cid]["test"], bs))
+            reply.val.append(evaluate(self.model, self.data[cid]["val"], bs, prec))
+            reply.test.append(evaluate(self.model, self.data[cid]["test"], bs, prec))
         for sid in sorted(self.shards):
             if self.shard_split.get(sid, "test") == "probe":
                 continue  # probe shards only matter to unsupervised (linear-probe) evaluation
-            _, x, y = self.shards[sid]
             reply.shard_ids.append(sid)
-            reply.shards.append(evaluate(self.model, x, y, bs))
+            reply.shards.append(evaluate(self.model, self.shards[sid][1], bs, prec))
         return reply
 
     def ping(self) -> int:

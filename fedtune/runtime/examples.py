@@ -1,0 +1,185 @@
+"""A client's examples, fetched batch by batch onto its device.
+
+A client actor never holds a whole split on its device. :class:`Examples` is one split (train,
+validation, a target shard): labels on the host, pixels fetched per batch by
+:meth:`Examples.batch` (rows of the split, as a CPU int64 tensor) as a normalised float tensor
+on the device, with the training augmentation applied on the device when one is given.
+
+* :class:`CachedImages` (image-folder datasets): indices into the node's decoded-image cache
+  (uint8 ``(N, S, S, 3)`` memory maps, :mod:`fedtune.data.cache`). A batch is gathered from the
+  memory map into a pinned host buffer, copied to the device (non-blocking on CUDA), turned into
+  float there, augmented (:mod:`fedtune.runtime.augment`), then normalised with the ImageNet
+  mean/std. Private memory: the indices and labels, 16 bytes an image.
+* :class:`TensorExamples` (the embedded and torchvision datasets: small, already normalised
+  float arrays): rows gathered from a host tensor and copied to the device.
+
+Both give the same values whatever the batch composition, so evaluation in fixed batches sums
+to the same counts on any number of actors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from fedtune.data.base import DomainDataset, Pieces
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+# augment(x in [0, 1], generator) -> augmented x (fedtune.runtime.augment.DomainBedAugment)
+Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+
+
+class Examples:
+    """One split of a client's examples; see the module docstring."""
+
+    labels: torch.Tensor  # int64, on the host
+    input_shape: tuple[int, ...]
+    device: torch.device
+    channels_last: bool = False
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batch(self, rows: torch.Tensor, augment: Augment | None = None,
+              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, y)`` on the device for ``rows`` (positions in this split, a CPU int64 tensor)."""
+        raise NotImplementedError
+
+    def batches(self, batch_size: int):
+        """Every example in order, in batches of ``batch_size`` (evaluation)."""
+        for start in range(0, len(self), batch_size):
+            yield self.batch(torch.arange(start, min(start + batch_size, len(self))))
+
+    def value_range(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-channel minimum and maximum of the (normalised, un-augmented) inputs, on the host."""
+        raise NotImplementedError
+
+    def _finish(self, x: torch.Tensor) -> torch.Tensor:
+        if self.channels_last and x.dim() == 4:
+            return x.contiguous(memory_format=torch.channels_last)
+        return x.contiguous()
+
+
+class TensorExamples(Examples):
+    """Examples held as a float tensor ``x`` (already normalised) and labels ``y``."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device | str = "cpu",
+                 channels_last: bool = False):
+        self.x, self.labels = x, y.to("cpu", torch.int64)
+        self.input_shape = tuple(x.shape[1:])
+        self.device, self.channels_last = torch.device(device), channels_last
+
+    def batch(self, rows, augment=None, generator=None):
+        if augment is not None:
+            raise ValueError("augmentation needs image-folder examples (CachedImages)")
+        rows = rows.to(self.x.device)
+        return (self._finish(self.x.index_select(0, rows).to(self.device)),
+                self.labels.index_select(0, rows.cpu()).to(self.device))
+
+    def value_range(self):
+        if len(self.x) == 0:
+            return torch.zeros(0), torch.zeros(0)
+        dims = [d for d in range(self.x.dim()) if d != 1] if self.x.dim() > 2 else [0]
+        return self.x.amin(dim=dims).cpu(), self.x.amax(dim=dims).cpu()
+
+
+class CachedImages(Examples):
+    """Rows of the cache's uint8 ``(N, S, S, 3)`` maps (:class:`fedtune.data.cache.ImageMap`, one
+    per domain piece), fetched per batch; the pages read are released from this process's mapping
+    once copied (they stay in the node's page cache)."""
+
+    def __init__(self, maps: list[Any], rows: list[np.ndarray], labels: np.ndarray,
+                 device: torch.device | str = "cpu", channels_last: bool = False):
+        self.maps = maps
+        arrays = self.arrays = [m.array for m in maps]
+        self.piece = np.concatenate([np.full(len(r), k, np.int32) for k, r in enumerate(rows)]) \
+            if rows else np.zeros(0, np.int32)
+        self.row = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
+        self.labels = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+        side = arrays[0].shape[1] if arrays else 0
+        self.input_shape = (3, side, side)
+        self.device, self.channels_last = torch.device(device), channels_last
+        self.mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
+        self.std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1)
+        self._pinned = self.device.type == "cuda"
+        self._staging: list[Any] = []  # (pinned buffer, CUDA event of its last copy), alternating
+        self._turn = 0
+
+    def gather(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """uint8 ``(len(rows), S, S, 3)`` of ``rows`` (positions in this split), read from the maps."""
+        pieces, where = self.piece[rows], self.row[rows]
+        if out is None:
+            out = np.empty((len(rows), *self.arrays[0].shape[1:]), np.uint8) if self.arrays else \
+                np.zeros((0, 0, 0, 3), np.uint8)
+        for k in np.unique(pieces):
+            sel = np.nonzero(pieces == k)[0]
+            out[sel] = self.arrays[k][where[sel]]
+            self.maps[k].release(where[sel])
+        return out
+
+    def _host_buffer(self, n: int) -> torch.Tensor:
+        shape = (n, *self.arrays[0].shape[1:])
+        if not self._pinned:
+            return torch.empty(shape, dtype=torch.uint8)
+        self._turn ^= 1
+        while len(self._staging) < 2:
+            self._staging.append([torch.empty(0, dtype=torch.uint8), None])
+        slot = self._staging[self._turn]
+        if slot[1] is not None:
+            slot[1].synchronize()  # the copy that last read this buffer has finished
+        if slot[0].numel() < int(np.prod(shape)):
+            slot[0] = torch.empty(int(np.prod(shape)), dtype=torch.uint8).pin_memory()
+        return slot[0][:int(np.prod(shape))].view(shape)
+
+    def batch(self, rows, augment=None, generator=None):
+        r = rows.cpu().numpy()
+        host = self._host_buffer(len(r))
+        self.gather(r, host.numpy())
+        x = host.to(self.device, non_blocking=self._pinned)
+        if self._pinned:
+            event = torch.cuda.Event()
+            event.record()
+            self._staging[self._turn][1] = event
+        x = x.permute(0, 3, 1, 2).float().div_(255.0)
+        if augment is not None:
+            x = augment(x, generator)
+        x = (x - self.mean) / self.std
+        return self._finish(x), self.labels.index_select(0, rows.cpu()).to(self.device)
+
+    def value_range(self):
+        lo = np.full(3, 255, np.uint8)
+        hi = np.zeros(3, np.uint8)
+        for start in range(0, len(self), 1024):
+            chunk = self.gather(np.arange(start, min(start + 1024, len(self))))
+            lo = np.minimum(lo, chunk.min(axis=(0, 1, 2)))
+            hi = np.maximum(hi, chunk.max(axis=(0, 1, 2)))
+        mean, std = np.array(IMAGENET_MEAN), np.array(IMAGENET_STD)
+        to = lambda v: torch.tensor(((v / 255.0) - mean) / std, dtype=torch.float32)  # noqa: E731
+        return to(lo.astype(np.float64)), to(hi.astype(np.float64))
+
+
+def client_examples(dataset: DomainDataset, pieces: Pieces, device: torch.device | str = "cpu",
+                    channels_last: bool = False) -> Examples:
+    """The examples ``pieces`` of ``dataset``: :class:`CachedImages` for datasets with a
+    decoded-image cache (``pixels(domain)``, an :class:`~fedtune.data.cache.ImageMap`), else :class:`TensorExamples` of ``load_pieces``."""
+    pixels = getattr(dataset, "pixels", None)
+    if pixels is None:
+        x, y = dataset.load_pieces(pieces)
+        return TensorExamples(torch.from_numpy(x), torch.from_numpy(y), device, channels_last)
+    maps, rows, labels = [], [], []
+    for domain, idx in pieces.items():
+        if len(idx) == 0:
+            continue
+        dataset.check_domain(domain)
+        domain_labels = dataset.labels(domain)
+        idx = dataset.check_indices(domain, np.asarray(idx, dtype=np.int64), len(domain_labels))
+        maps.append(pixels(domain))
+        rows.append(idx)
+        labels.append(domain_labels[idx])
+    if not maps:
+        side = dataset.info.input_shape[-1]
+        return TensorExamples(torch.zeros((0, 3, side, side)), torch.zeros(0, dtype=torch.int64), device, channels_last)
+    return CachedImages(maps, rows, np.concatenate(labels), device, channels_last)
