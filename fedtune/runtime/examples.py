@@ -105,8 +105,6 @@ class CachedImages(Examples):
         self.mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
         self.std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1)
         self._pinned = self.device.type == "cuda"
-        self._staging: list[Any] = []  # (pinned buffer, CUDA event of its last copy), alternating
-        self._turn = 0
 
     def gather(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """uint8 ``(len(rows), S, S, 3)`` of ``rows`` (positions in this split), read from the maps."""
@@ -124,15 +122,7 @@ class CachedImages(Examples):
         shape = (n, *self.arrays[0].shape[1:])
         if not self._pinned:
             return torch.empty(shape, dtype=torch.uint8)
-        self._turn ^= 1
-        while len(self._staging) < 2:
-            self._staging.append([torch.empty(0, dtype=torch.uint8), None])
-        slot = self._staging[self._turn]
-        if slot[1] is not None:
-            slot[1].synchronize()  # the copy that last read this buffer has finished
-        if slot[0].numel() < int(np.prod(shape)):
-            slot[0] = torch.empty(int(np.prod(shape)), dtype=torch.uint8).pin_memory()
-        return slot[0][:int(np.prod(shape))].view(shape)
+        return _STAGING.buffer(shape)
 
     def batch(self, rows, augment=None, generator=None):
         r = rows.cpu().numpy()
@@ -140,9 +130,7 @@ class CachedImages(Examples):
         self.gather(r, host.numpy())
         x = host.to(self.device, non_blocking=self._pinned)
         if self._pinned:
-            event = torch.cuda.Event()
-            event.record()
-            self._staging[self._turn][1] = event
+            _STAGING.copied()
         x = x.permute(0, 3, 1, 2).float().div_(255.0)
         if augment is not None:
             x = augment(x, generator)
@@ -159,6 +147,36 @@ class CachedImages(Examples):
         mean, std = np.array(IMAGENET_MEAN), np.array(IMAGENET_STD)
         to = lambda v: torch.tensor(((v / 255.0) - mean) / std, dtype=torch.float32)  # noqa: E731
         return to(lo.astype(np.float64)), to(hi.astype(np.float64))
+
+
+class _PinnedStaging:
+    """The process's two pinned host buffers for batches on their way to a CUDA device, used in
+    turn: a batch is gathered into one while the copy of the previous batch from the other may
+    still run; before a buffer is reused, the CUDA event recorded after its last copy is waited
+    on. One pair per process (a client actor fetches one batch at a time), grown as needed."""
+
+    def __init__(self) -> None:
+        self.slots: list[list[Any]] = [[None, None], [None, None]]  # [pinned uint8 buffer, event]
+        self.turn = 0
+
+    def buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
+        self.turn ^= 1
+        slot = self.slots[self.turn]
+        if slot[1] is not None:
+            slot[1].synchronize()  # the copy that last read this buffer has finished
+        size = int(np.prod(shape))
+        if slot[0] is None or slot[0].numel() < size:
+            slot[0] = torch.empty(size, dtype=torch.uint8).pin_memory()
+        return slot[0][:size].view(shape)
+
+    def copied(self) -> None:
+        """Record that the current buffer's copy to the device has been queued."""
+        event = torch.cuda.Event()
+        event.record()
+        self.slots[self.turn][1] = event
+
+
+_STAGING = _PinnedStaging()
 
 
 def client_examples(dataset: DomainDataset, pieces: Pieces, device: torch.device | str = "cpu",
