@@ -144,7 +144,12 @@ def _torchvision_model(name: str, input_shape: tuple[int, ...], num_classes: int
         if input_shape[0] != 3:
             raise ConfigError(f"field 'weights': {name}'s pretrained weights take RGB input, dataset gives "
                               f"{input_shape[0]} channel(s); allowed: weights none")
-        ensure_weights_file(name, weights)
+        path = ensure_weights_file(name, weights)
+        try:  # torchvision's builder reads it with weights_only=False: only a plain state dict may get there
+            torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise ConfigError(f"field 'weights': {path} is not a plain state dict (torch.load with weights_only=True "
+                              f"refused it: {type(exc).__name__}); delete it and fetch torchvision's file again") from None
         model = get_model(name, weights=resolve_weights(name, weights))  # torchvision loads it, strictly
         parent, key = _head_owner(model)
         old = _child(parent, key)

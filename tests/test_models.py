@@ -355,3 +355,16 @@ def test_weights_errors(tmp_path):
         build_model("cnn", input_shape=(3, 32, 32), num_classes=2, weights="DEFAULT")
     with pytest.raises(ConfigError, match="take RGB input"):
         build_model("resnet18", input_shape=(1, 32, 32), num_classes=2, weights="DEFAULT")
+
+
+def test_a_weights_file_holding_objects_is_refused_before_torchvision_unpickles_it(tmp_path, monkeypatch):
+    from torchvision.models import ResNet18_Weights
+
+    from fedtune.models import weights_file
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    path = weights_file(ResNet18_Weights.IMAGENET1K_V1)
+    path.parent.mkdir(parents=True)
+    torch.save({"conv1.weight": argparse.Namespace(a=1)}, path)
+    with pytest.raises(ConfigError, match="field 'weights': .*resnet18-f37072fd.pth is not a plain state dict"):
+        build_model("resnet18", input_shape=(3, 32, 32), num_classes=2, weights="IMAGENET1K_V1")
