@@ -7,9 +7,12 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 # Image-folder datasets decode into a cache: one per test session, never the user's own
 # (inherited by the Ray workers and CLI subprocesses the tests start).
 if not os.environ.get("FEDTUNE_CACHE_DIR"):
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["FEDTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="fedtune-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["FEDTUNE_CACHE_DIR"], True)
 
 
 @pytest.fixture(scope="session")
