@@ -266,7 +266,7 @@ class FederatedRunConfig:
 
     def _validate_model_and_data(self) -> None:
         """Model name, pretrained weights, augmentation and precision against each other."""
-        from fedtune.data.registry import DOMAINBED
+        from fedtune.data.registry import DOMAINBED, is_image_folder
 
         if self.model is not None and self.model not in ("cnn", "mlp"):
             from fedtune.models import check_model_name
@@ -281,8 +281,7 @@ class FederatedRunConfig:
             from fedtune.models import ensure_weights_file
 
             ensure_weights_file(self.model, self.weights)
-        image_folder = self.dataset.strip().lower().replace("_", "-") in ("folder", *DOMAINBED)
-        if self.augment == "domainbed" and not image_folder:
+        if self.augment == "domainbed" and not is_image_folder(self.dataset):
             raise ConfigError(f"field 'augment': domainbed applies to image-folder datasets (folder, "
                               f"{', '.join(DOMAINBED)}); dataset '{self.dataset}' allows: none")
         if self.precision == "fp16" and self.client_gpus == 0:
@@ -295,9 +294,9 @@ class FederatedRunConfig:
         datasets and ``none`` for the others."""
         if self.augment != "auto":
             return self.augment
-        from fedtune.data.registry import DOMAINBED
+        from fedtune.data.registry import is_image_folder
 
-        return "domainbed" if self.dataset.strip().lower().replace("_", "-") in ("folder", *DOMAINBED) else "none"
+        return "domainbed" if is_image_folder(self.dataset) else "none"
 
     def param(self, name: str) -> Any:
         """A client-method / server-rule hyperparameter: the value set, else its declared default."""

@@ -191,8 +191,11 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
         raise ValueError(f"build_model head: '{head}' is unknown; allowed: {', '.join(HEADS)}")
     if head == "projector" and int(proj_dim) < 1:
         raise ValueError(f"build_model proj_dim: {proj_dim} is out of range; allowed: >= 1")
-    if weights not in (None, WEIGHT_FREE) and pretrained_path:
-        raise ConfigError("fields 'weights' and 'pretrained_path': give one of them, not both")
+    if weights not in (None, WEIGHT_FREE):
+        if pretrained_path:
+            raise ConfigError("fields 'weights' and 'pretrained_path': give one of them, not both")
+        if name in BUILTIN_MODELS:
+            resolve_weights(name, weights)  # raises: cnn/mlp have no pretrained weights
     if name == "mlp":
         layers: list[nn.Module] = [nn.Flatten()]
         width = int(np.prod(input_shape))
@@ -210,8 +213,6 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
         model = FedAvgCNN(c, h, num_classes)
     else:
         model = _torchvision_model(name, input_shape, num_classes, weights)
-    if weights not in (None, WEIGHT_FREE) and name in BUILTIN_MODELS:
-        resolve_weights(name, weights)  # raises: cnn/mlp have no pretrained weights
     if pretrained_path:
         load_checkpoint(model, pretrained_path)
     if head == "projector":

@@ -253,8 +253,8 @@ def build_cache(entry: CacheEntry, decode, *, threads: int | None = None) -> Non
     try:
         # The header (and the file's full size) from numpy; pixels are written with pwrite from a
         # per-chunk buffer, so the builder never maps (and never holds resident) the whole array.
-        del_me = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=entry.shape)
-        del del_me
+        header_only = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=entry.shape)
+        del header_only
         offset = _expected_size(tmp, entry.shape) - int(np.prod(entry.shape))
         row = int(np.prod(entry.shape[1:]))
         n, chunk = entry.num_images, 64

@@ -66,6 +66,16 @@ def _entry(name: str) -> DatasetEntry:
     return _BY_NAME[key]
 
 
+def is_image_folder(name: str) -> bool:
+    """Whether ``name`` is an image-folder dataset (``folder`` or a DomainBed one): what the
+    decoded-image cache and DomainBed's augmentation apply to.
+
+    >>> is_image_folder("PACS"), is_image_folder("office_home"), is_image_folder("rotated-digits")
+    (True, True, False)
+    """
+    return str(name).strip().lower().replace("_", "-") in ("folder", *DOMAINBED)
+
+
 def _layout(name: str) -> str:
     if name == "folder":
         return "DIR/<domain>/<class>/<image>"

@@ -25,9 +25,7 @@ import numpy as np
 import torch
 
 from fedtune.data.base import DomainDataset, Pieces
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from fedtune.data.folder import IMAGENET_MEAN, IMAGENET_STD
 # augment(x in [0, 1], generator) -> augmented x (fedtune.runtime.augment.DomainBedAugment)
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 
@@ -94,32 +92,31 @@ class CachedImages(Examples):
     def __init__(self, maps: list[Any], rows: list[np.ndarray], labels: np.ndarray,
                  device: torch.device | str = "cpu", channels_last: bool = False):
         self.maps = maps
-        arrays = self.arrays = [m.array for m in maps]
         self.piece = np.concatenate([np.full(len(r), k, np.int32) for k, r in enumerate(rows)]) \
             if rows else np.zeros(0, np.int32)
         self.row = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
         self.labels = torch.from_numpy(np.asarray(labels, dtype=np.int64))
-        side = arrays[0].shape[1] if arrays else 0
+        side = maps[0].array.shape[1] if maps else 0
         self.input_shape = (3, side, side)
         self.device, self.channels_last = torch.device(device), channels_last
-        self.mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
-        self.std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1)
+        self.mean = torch.from_numpy(IMAGENET_MEAN).to(self.device).view(1, 3, 1, 1)
+        self.std = torch.from_numpy(IMAGENET_STD).to(self.device).view(1, 3, 1, 1)
         self._pinned = self.device.type == "cuda"
 
     def gather(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """uint8 ``(len(rows), S, S, 3)`` of ``rows`` (positions in this split), read from the maps."""
         pieces, where = self.piece[rows], self.row[rows]
         if out is None:
-            out = np.empty((len(rows), *self.arrays[0].shape[1:]), np.uint8) if self.arrays else \
+            out = np.empty((len(rows), *self.maps[0].array.shape[1:]), np.uint8) if self.maps else \
                 np.zeros((0, 0, 0, 3), np.uint8)
         for k in np.unique(pieces):
             sel = np.nonzero(pieces == k)[0]
-            out[sel] = self.arrays[k][where[sel]]
+            out[sel] = self.maps[k].array[where[sel]]
             self.maps[k].release(where[sel])
         return out
 
     def _host_buffer(self, n: int) -> torch.Tensor:
-        shape = (n, *self.arrays[0].shape[1:])
+        shape = (n, *self.maps[0].array.shape[1:])
         if not self._pinned:
             return torch.empty(shape, dtype=torch.uint8)
         return _STAGING.buffer(shape)
@@ -144,9 +141,8 @@ class CachedImages(Examples):
             chunk = self.gather(np.arange(start, min(start + 1024, len(self))))
             lo = np.minimum(lo, chunk.min(axis=(0, 1, 2)))
             hi = np.maximum(hi, chunk.max(axis=(0, 1, 2)))
-        mean, std = np.array(IMAGENET_MEAN), np.array(IMAGENET_STD)
-        to = lambda v: torch.tensor(((v / 255.0) - mean) / std, dtype=torch.float32)  # noqa: E731
-        return to(lo.astype(np.float64)), to(hi.astype(np.float64))
+        to = lambda v: torch.from_numpy((v.astype(np.float32) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD)  # noqa: E731
+        return to(lo), to(hi)
 
 
 class _PinnedStaging:
