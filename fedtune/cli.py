@@ -211,12 +211,14 @@ def add_sweep_parser(sub: Any) -> Any:
     p.add_argument("--rounds", type=int, metavar="N", help="federated rounds per trial")
     p.add_argument("--num-samples", type=int, default=None, metavar="N",
                    help="trials per search (default 8; the default study: 4)")
-    p.add_argument("--seeds", type=int, default=1, metavar="K",
+    p.add_argument("--seeds", type=int, default=None, metavar="K",
                    help="re-run each search's selected configuration with K seeds (mean ± standard error over the "
                         "re-runs; excludes selection variance: see --trial-seeds)")
     p.add_argument("--max-concurrent", type=int, metavar="N", help="trials at once (default: as many as fit)")
-    p.add_argument("--scheduler", choices=SCHEDULERS, default="fifo", help="fifo (all rounds) or asha (early stop)")
-    p.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="Optuna sampler (seeded; nsga2: multi-objective)")
+    p.add_argument("--scheduler", choices=SCHEDULERS, default=None,
+                   help="fifo (all rounds; default) or asha (early stop)")
+    p.add_argument("--sampler", choices=SAMPLERS, default=None,
+                   help="Optuna sampler (seeded; nsga2: multi-objective); default tpe")
     p.add_argument("--metric", metavar="NAME[,NAME]",
                    help="objective metric(s), first = selection metric (its protocol: val_acc/val_loss -> val, "
                         "target_val_acc/target_val_loss -> target-val, oracle_acc/oracle_loss -> oracle); default "
@@ -226,12 +228,14 @@ def add_sweep_parser(sub: Any) -> Any:
                    help="val (default): by source validation (honest); target-val (fda only): by the target "
                         "client's held-out labels; oracle: by a held-out slice of the target domain, last round "
                         "(DomainBed's test-domain validation; labelled oracle)")
-    p.add_argument("--trial-seeds", type=int, default=1, metavar="K",
+    p.add_argument("--trial-seeds", type=int, default=None, metavar="K",
                    help="repeat every search K times with other seeds, data seeds and sampler seeds; the report's "
                         "± is then over the K searches (includes selection variance)")
-    p.add_argument("--grace-period", type=int, default=1, metavar="N", help="ASHA: rounds before a trial may stop")
-    p.add_argument("--reduction-factor", type=float, default=2.0, metavar="F", help="ASHA: rung reduction factor")
-    p.add_argument("--sampler-seed", type=int, default=0, metavar="S", help="seed of the Optuna sampler")
+    p.add_argument("--grace-period", type=int, default=None, metavar="N",
+                   help="ASHA: rounds before a trial may stop (default 1)")
+    p.add_argument("--reduction-factor", type=float, default=None, metavar="F",
+                   help="ASHA: rung reduction factor (default 2)")
+    p.add_argument("--sampler-seed", type=int, default=None, metavar="S", help="seed of the Optuna sampler (default 0)")
     p.add_argument("--address", metavar="ADDR", help="Ray cluster to join ('auto' for the running one)")
     p.add_argument("--max-failures", type=int, default=None, metavar="N",
                    help="restart a failed trial up to N times (-1: no limit), from its last checkpoint "
@@ -263,9 +267,14 @@ def add_sweep_parser(sub: Any) -> Any:
     return p
 
 
-_RESUME_FIXED = ("spaces", "algorithms", "dataset", "data_root", "target_domain", "rounds", "num_samples",
-                 "max_concurrent", "metric", "selection", "set", "config", "loggers", "optuna_storage",
+_RESUME_FIXED = ("spaces", "algorithms", "dataset", "data_root", "target_domain", "rounds", "num_samples", "seeds",
+                 "max_concurrent", "scheduler", "sampler", "metric", "selection", "trial_seeds", "grace_period",
+                 "reduction_factor", "sampler_seed", "set", "config", "loggers", "optuna_storage",
                  "max_failures", "storage_path", "scale_up_timeout")
+"""Options (argparse dests) a study keeps from its start: given with ``--resume``, they are refused
+(each defaults to None on the command line, so "given" is exact)."""
+_RESUME_ALLOWED = ("--name", "--output", "--address", "--verbose", "--no-report")
+"""What ``--resume`` does take: where the study is and how this driver runs and ends."""
 
 
 def options_from_args(args: Any) -> SweepOptions:
@@ -275,21 +284,25 @@ def options_from_args(args: Any) -> SweepOptions:
     metric = None
     if args.metric:
         metric = [m.strip() for m in str(args.metric).split(",") if m.strip()]
-    opts = SweepOptions(
-        spaces=list(args.spaces), algorithms=list(args.algorithms), dataset=args.dataset, data_root=args.data_root,
-        target_domain=args.target_domain, rounds=args.rounds,
-        num_samples=args.num_samples if args.num_samples is not None else SweepOptions.num_samples,
-        seeds=args.seeds, max_concurrent=args.max_concurrent, scheduler=args.scheduler, sampler=args.sampler,
-        metric=metric, selection=args.selection, trial_seeds=args.trial_seeds, address=args.address, output=args.output,
-        name=args.name,
-        verbose=args.verbose, overrides=parse_set_options(args.set), sampler_seed=args.sampler_seed,
-        grace_period=args.grace_period, reduction_factor=args.reduction_factor, report=not args.no_report)
     if args.resume:
         given = [f"--{k.replace('_', '-')}" for k in _RESUME_FIXED
                  if getattr(args, k, None) not in (None, [], False)]
         if given:
             raise ConfigError(f"--resume continues a study with its saved options; {', '.join(given)} cannot "
-                              "change them (allowed with --resume: --name, --output, --address, --verbose)")
+                              f"change them (allowed with --resume: {', '.join(_RESUME_ALLOWED)})")
+
+    def given(name: str) -> Any:  # the flag's value, else SweepOptions' default
+        value = getattr(args, name)
+        return getattr(SweepOptions, name) if value is None else value
+
+    opts = SweepOptions(
+        spaces=list(args.spaces), algorithms=list(args.algorithms), dataset=args.dataset, data_root=args.data_root,
+        target_domain=args.target_domain, rounds=args.rounds, num_samples=given("num_samples"),
+        seeds=given("seeds"), max_concurrent=args.max_concurrent, scheduler=given("scheduler"),
+        sampler=given("sampler"), metric=metric, selection=args.selection, trial_seeds=given("trial_seeds"),
+        address=args.address, output=args.output, name=args.name,
+        verbose=args.verbose, overrides=parse_set_options(args.set), sampler_seed=given("sampler_seed"),
+        grace_period=given("grace_period"), reduction_factor=given("reduction_factor"), report=not args.no_report)
     opts.loggers = tuple(args.loggers)
     opts.optuna_storage = args.optuna_storage
     if args.max_failures is not None:
@@ -354,10 +367,9 @@ def cmd_sweep(args: Any) -> int:
     """``fedtune sweep``: run the study, print the results table and the paths."""
     from rich.console import Console
 
-    from fedtune.results.study_dir import StudyDir, latest_study
+    from fedtune.results.study_dir import StudyDir
     from fedtune.tune.importances import study_optuna_url
     from fedtune.tune.optuna_url import shown
-    from fedtune.tune.plan import abs_path
     from fedtune.tune.sweep import StudyInterrupted, run_sweep
 
     console = Console()
@@ -367,11 +379,9 @@ def cmd_sweep(args: Any) -> int:
     except StudyInterrupted as exc:
         print(f"fedtune: {exc}", file=sys.stderr)
         return 130
-    except KeyboardInterrupt:  # a second Ctrl-C, or one outside Tune's loop
-        name = opts.name or latest_study(Path(abs_path(opts.output) or "fedtune_results")) or "STUDY"
-        print(f"fedtune: the study is interrupted; continue it with: fedtune sweep --resume --name {name} "
-              f"--output {abs_path(opts.output)}", file=sys.stderr)
-        raise
+    except KeyboardInterrupt:  # while the study was being planned (run_sweep turns later ones into StudyInterrupted)
+        print("fedtune: interrupted before the study started; nothing ran", file=sys.stderr)
+        return 130
     if result.report is not None:
         result.report.print(console)
     study = StudyDir(result.study_dir)

@@ -8,6 +8,7 @@ A study named ``NAME`` lives in ``OUTPUT/NAME/``::
     tune/<search>/             Ray Tune experiment folders (checkpoints, for resume)
     trials.parquet             one summary row per trial (fedtune.results)
     .trials.lock               file lock guarding trials.parquet
+    .driver.lock, driver.json  the lock a running ``fedtune sweep`` holds (one driver per study), and who holds it
     rounds/<trial_id>.parquet  every round of one trial
     report.md                  ``fedtune report``'s tables
     plots/*.png                ``fedtune report``'s figures
@@ -34,7 +35,7 @@ from typing import Any
 from fedtune.errors import ConfigError
 from fedtune.results.atomic import atomic_write_text
 
-__all__ = ["STUDY_FILE", "OPTUNA_FILE", "TUNE_DIR", "SPACES_DIR", "TRIALS_FILE", "LOCK_FILE", "ROUNDS_DIR",
+__all__ = ["STUDY_FILE", "OPTUNA_FILE", "TUNE_DIR", "SPACES_DIR", "TRIALS_FILE", "LOCK_FILE", "DRIVER_LOCK_FILE", "DRIVER_FILE", "ROUNDS_DIR",
            "REPORT_FILE", "PLOTS_DIR", "CORRUPT_SUFFIX", "StudyDir", "read_study", "read_study_if_any",
            "write_study", "latest_study", "studies_in"]
 
@@ -44,6 +45,8 @@ TUNE_DIR = "tune"
 SPACES_DIR = "spaces"
 TRIALS_FILE = "trials.parquet"
 LOCK_FILE = ".trials.lock"
+DRIVER_LOCK_FILE = ".driver.lock"
+DRIVER_FILE = "driver.json"
 ROUNDS_DIR = "rounds"
 REPORT_FILE = "report.md"
 PLOTS_DIR = "plots"
@@ -82,6 +85,14 @@ class StudyDir:
     @property
     def trials_lock(self) -> Path:
         return self.root / LOCK_FILE
+
+    @property
+    def driver_lock(self) -> Path:
+        return self.root / DRIVER_LOCK_FILE
+
+    @property
+    def driver(self) -> Path:
+        return self.root / DRIVER_FILE
 
     @property
     def rounds_dir(self) -> Path:

@@ -44,6 +44,9 @@ def study_optuna(study_dir: str | os.PathLike[str]) -> tuple[Any, list[str], lis
     data = read_study_if_any(study_dir)
     shared = isinstance(data.get("options"), dict) and bool(data["options"].get("optuna_storage"))
     if not shared and not StudyDir(study_dir).optuna_db.is_file():
+        if data.get("searches"):  # a fedtune sweep study: it had one
+            return None, [], [(f"the study's Optuna storage {OPTUNA_FILE} is missing (deleted or moved): no "
+                               "parameter importances; the results above come from trials.parquet and rounds/")]
         return None, [], [(f"no {OPTUNA_FILE} in the study directory (not an Optuna sweep, or its Optuna "
                            "study was kept in memory)")]
     import optuna

@@ -17,7 +17,8 @@ from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE, StudyDir, latest_s
 from fedtune.tune.plan import StudyPlan, SweepOptions, plan_study
 from fedtune.tune.tune_storage import restorable  # re-exported (it was defined here)
 
-__all__ = ["FAILED_UNRECORDED", "recover_trial_rows", "repair_round_files", "restorable", "resumed_study", "study_space"]
+__all__ = ["FAILED_UNRECORDED", "check_optuna_storage", "rebuild_trial_rows", "recover_seed_rows", "recover_trial_rows",
+           "repair_round_files", "restorable", "resumed_study", "study_space"]
 
 
 def resumed_study(opts: SweepOptions, output: Path) -> tuple[StudyPlan, dict[str, Any]]:
@@ -128,12 +129,102 @@ def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: A
                                     started_at=t.datetime_start, ended_at=t.datetime_complete,
                                     restarts=max(int(r.get("attempt") or 0) for r in rows)))
         have.add(trial_id)
-        note = (f"trial {trial_id} ended just before the driver stopped, before its {files.trials.name} row was "
-                f"written: the row was rebuilt from its {len(rows)} round rows")
+        note = (f"trial {trial_id} had no {files.trials.name} row (its driver stopped before writing it, or the file "
+                f"was moved away): rebuilt from its {len(rows)} round rows and Optuna's record of the trial")
         notes.append(note)
         if console is not None:
             console.print(f"[yellow]note: {note}[/yellow]")
     return notes
+
+
+def recover_seed_rows(study_dir: Path, data: dict[str, Any], console: Any = None) -> list[str]:
+    """``--resume``: the missing ``trials.parquet`` rows of ``--seeds`` re-runs (they are not Optuna
+    trials) rebuilt from their round files and the configuration ``study.json`` saved for them, for
+    each re-run whose round file holds every round; a shorter one is left to Tune, which continues
+    it. Returns one note per row written."""
+    from fedtune import results
+    from fedtune.tune.callback import trial_row
+    from fedtune.tune.trainable import trial_run_config
+
+    files = StudyDir(study_dir)
+    have = set(results.load(study_dir, "trials").column("trial_id").to_pylist()) if files.trials.is_file() else set()
+    store = results.ResultsStore(study_dir.parent, study_dir.name)
+    notes = []
+    for key, state in sorted((data.get("searches") or {}).items()):
+        config, seeds = state.get("config"), state.get("seeds") or []
+        if not key.endswith(" seeds") or not isinstance(config, dict):
+            continue
+        for seed in seeds[1:]:
+            cfg = trial_run_config({**config, "seed": seed, "output": str(study_dir.parent), "name": study_dir.name})
+            trial_id = cfg.trial_id()
+            path = store.rounds_path(trial_id)
+            if trial_id in have or not path.is_file():
+                continue
+            rows = sorted((r for r in results.load(path).to_pylist() if r.get("round") is not None),
+                          key=lambda r: int(r["round"]))
+            if not rows or int(rows[-1]["round"]) < cfg.rounds:
+                continue
+            rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
+            store.write_trial(trial_row(rows, cfg, study=store.study, trial_id=trial_id, error=None,
+                                        started_at=None, ended_at=None,
+                                        restarts=max(int(r.get("attempt") or 0) for r in rows)))
+            have.add(trial_id)
+            note = (f"trial {trial_id} (seed {seed} of search '{key[:-len(' seeds')]}') had no {files.trials.name} "
+                    f"row: rebuilt from its {len(rows)} round rows")
+            notes.append(note)
+            if console is not None:
+                console.print(f"[yellow]note: {note}[/yellow]")
+    return notes
+
+
+def check_optuna_storage(plan: StudyPlan, data: dict[str, Any]) -> None:
+    """``--resume``: refuse, before anything opens (and so creates) it, an Optuna storage that lost
+    the study's searches: ``optuna.db`` deleted or moved, or a shared ``--optuna-storage`` without
+    the study's Optuna studies. A search cannot continue without its Optuna trials (the sampler's
+    history and the trials Tune will ask about), and an empty storage would silently restart it."""
+    from fedtune.tune.optuna_search import optuna_storage
+
+    started = [s for s in plan.searches
+               if ((data.get("searches") or {}).get(s.key) or {}).get("status") not in (None, "pending")]
+    if not started:
+        return
+    files = StudyDir(plan.study_dir)
+    if not plan.options.optuna_storage:
+        if files.optuna_db.is_file():
+            return
+        missing, where = [s.key for s in started], f"'{files.optuna_db}' is missing (deleted or moved)"
+    else:
+        import optuna
+
+        storage = optuna_storage(plan.study_dir, url=plan.optuna_url)
+        names = {st.study_name for st in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+        missing = [s.key for s in started if s.optuna_study(plan.name) not in names]
+        if not missing:
+            return
+        where = f"the Optuna storage {plan.options.optuna_storage} has no Optuna study for them"
+    raise ConfigError(f"--resume: the Optuna storage of study '{plan.name}' is gone: {where}; search(es) "
+                      f"{', '.join(missing)} cannot continue without their Optuna trials. Nothing was changed: the "
+                      f"finished trials are intact in {files.trials.name} and {files.rounds_dir.name}/ (fedtune report "
+                      f"{plan.study_dir} still works); put the storage back to continue, or start a new study "
+                      "(another --name) to run more trials")
+
+
+def rebuild_trial_rows(plan: StudyPlan, data: dict[str, Any], console: Any = None) -> list[str]:
+    """``--resume``: every ``trials.parquet`` row that is missing (a driver killed between a trial's
+    end and its row, or a ``trials.parquet`` renamed away as fedtune's message for an unreadable
+    one advises) rebuilt, for every search of the study, finished ones included: searched trials
+    from their round files and Optuna (:func:`recover_trial_rows`), ``--seeds`` re-runs from their
+    round files and ``study.json`` (:func:`recover_seed_rows`)."""
+    from fedtune.tune.optuna_search import optuna_storage, optuna_trials
+
+    storage = optuna_storage(plan.study_dir, url=plan.optuna_url)
+    notes = []
+    for search in plan.searches:
+        state = (data.get("searches") or {}).get(search.key) or {}
+        if state.get("status") in (None, "pending"):
+            continue
+        notes += recover_trial_rows(plan.study_dir, optuna_trials(storage, search.optuna_study(plan.name)), console)
+    return notes + recover_seed_rows(plan.study_dir, data, console)
 
 
 def study_space(study_dir: Path, path: str) -> Path:

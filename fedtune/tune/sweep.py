@@ -50,6 +50,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -59,6 +60,7 @@ from typing import Any
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.results import status
+from fedtune.results.store import check_name
 from fedtune.results.selection import SCORE
 from fedtune.results.study_dir import OPTUNA_FILE, SPACES_DIR, STUDY_FILE, TUNE_DIR, latest_study, write_study
 from fedtune.tune.active import ACTIVE as _ACTIVE
@@ -67,7 +69,7 @@ from fedtune.tune.capacity import concurrency_cap
 from fedtune.tune.plan import (DEFAULT_ALGORITHMS, DEFAULT_STUDY, METRICS, SAMPLERS, SCHEDULERS, SELECTIONS, Search,
                                StudyPlan, SweepOptions, abs_path, apply_default_study, is_default_study,
                                objective_values, optuna_storage_url, plan_study, seeds_for)
-from fedtune.tune.resume import recover_trial_rows, repair_round_files, restorable, resumed_study
+from fedtune.tune.resume import rebuild_trial_rows, recover_trial_rows, repair_round_files, restorable, resumed_study
 from fedtune.tune.tune_env import EXPERIMENT_SNAPSHOT_S, tune_env
 
 __all__ = [
@@ -248,7 +250,8 @@ class _Study:
         _SESSIONS.pop(key, None)
         row = self.view.row(key, total)
         row["state"] = "starting"
-        tuner.fit()
+        with _signal_handlers_kept():
+            tuner.fit()
         session = _SESSIONS.get(key, {})
         if interrupted(session, total) and not (complete_anyway is not None and not interrupted(session, 0)
                                                 and complete_anyway()):
@@ -362,6 +365,28 @@ class _Study:
         self.save()
 
 
+@contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Put back the SIGINT and SIGUSR1 handlers after a ``Tuner.fit``: Ray Tune installs its own
+    graceful-stop handler for the fit and leaves it in place after the fit ends, where it would
+    swallow a Ctrl-C or SIGTERM (:func:`~fedtune.runtime.driver.sigterm_as_interrupt` calls the
+    SIGINT handler) between searches or while the report is built."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    names = [n for n in ("SIGINT", "SIGUSR1") if hasattr(signal, n)]
+    saved = {n: signal.getsignal(getattr(signal, n)) for n in names}
+    try:
+        yield
+    finally:
+        for n, handler in saved.items():
+            if handler is not None:
+                signal.signal(getattr(signal, n), handler)
+
+
 def trial_dirname(trial: Any) -> str:
     """Tune's folder of a trial: its Tune id (Tune's default lists the whole config)."""
     return f"trial_{trial.trial_id}"
@@ -419,32 +444,81 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
     console = console or Console()
     t0 = time.time()
     output = Path(abs_path(opts.output) or "fedtune_results")
+    from fedtune.tune.driver_lock import study_driver
+
     if resume:
-        plan, data = resumed_study(opts, output)
-        data.setdefault("resumed_at", []).append(_now())
+        name = opts.name or latest_study(output)
+        if name is None:
+            raise ConfigError(f"--resume: no sweep study in '{output}' (no */{STUDY_FILE}); start one without --resume")
+        study_dir = output / check_name(name, "option '--name'")
+        opts = copy.copy(opts)
+        opts.name = name
     else:
         if is_default_study(opts):
             opts = apply_default_study(opts)
         plan = plan_study(opts)
+        study_dir, name = plan.study_dir, plan.name
+    try:
+        # One driver per study, refused at once otherwise; taken before study.json is read or written.
+        with study_driver(study_dir, _command_line(), create=not resume):
+            data = None
+            if resume:
+                plan, data = resumed_study(opts, output)
+            return _start_or_continue(opts, plan, data, output, console=console, trainable=trainable, on_ray=on_ray,
+                                      t0=t0)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside Tune's graceful stop (Ray's start, between searches, report)
+        if not (study_dir / STUDY_FILE).is_file():
+            raise StudyInterrupted(f"study '{name}' was interrupted before it started; nothing ran") from None
+        raise StudyInterrupted(f"study '{name}' was interrupted; continue it with: fedtune sweep --resume "
+                               f"--name {name} --output {output}") from None
+
+
+def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any] | None, output: Path, *,
+                       console: Any, trainable: Any, on_ray: Callable[[], None] | None, t0: float) -> SweepResult:
+    resume = data is not None
+    if data is not None:
+        from fedtune.tune.resume import check_optuna_storage
+
+        check_optuna_storage(plan, data)
+        data.setdefault("resumed_at", []).append(_now())
+    else:
         if (plan.study_dir / STUDY_FILE).exists() or (plan.study_dir / TUNE_DIR).exists():
-            raise ConfigError(f"option '--name': study '{plan.name}' already exists in '{output}'; continue it with "
-                              f"--resume --name {plan.name}, or choose another --name")
+            raise ConfigError(f"option '--name': study '{plan.name}' already exists in '{output}'; continue it "
+                              f"with --resume --name {plan.name}, or choose another --name")
         opts, plan = _snapshot_spaces(opts, plan)
-        data = {"study": plan.name, "started_at": _now(), "selection": opts.protocol(),
-                "trial_seeds": opts.trial_seeds,
-                "metric": plan.metrics, "modes": plan.modes,
-                "algorithms": list(dict.fromkeys(s.algorithm for s in plan.searches)),
-                "targets": plan.targets, "protocol": "leave-one-domain-out" if opts.target_domain == "all" else "single",
-                "sampler": opts.sampler, "scheduler": opts.scheduler, "seeds": seeds_for(plan.base_seed, opts.seeds),
-                "options": {**opts.to_json(), "name": plan.name, "output": str(output),
-                            "spaces": [_relative(plan.study_dir, p) for p in opts.spaces]},
-                "searches": {s.key: {"status": status.PENDING, "algorithm": s.algorithm, "target_domain": s.target,
-                                     "space": _relative(plan.study_dir, s.space),
-                                     "optuna_study": s.optuna_study(plan.name)}
-                             for s in plan.searches},
-                "trial_seed_of": {s.key: s.trial_seed for s in plan.searches},
-                "optuna_storage": opts.optuna_storage or OPTUNA_FILE,
-                "tune_dir": plan.tune_storage if opts.storage_path else TUNE_DIR}
+        data = _new_study_data(opts, plan, output)
+    return _drive(opts, plan, data, resume=resume, console=console, trainable=trainable, on_ray=on_ray, t0=t0)
+
+
+def _command_line() -> str:
+    import shlex
+    import sys
+
+    return " ".join(shlex.quote(a) for a in ["fedtune", *sys.argv[1:]]) if sys.argv else "fedtune sweep"
+
+
+def _new_study_data(opts: SweepOptions, plan: StudyPlan, output: Path) -> dict[str, Any]:
+    """``study.json`` of a new study."""
+    return {"study": plan.name, "started_at": _now(), "selection": opts.protocol(),
+            "trial_seeds": opts.trial_seeds,
+            "metric": plan.metrics, "modes": plan.modes,
+            "algorithms": list(dict.fromkeys(s.algorithm for s in plan.searches)),
+            "targets": plan.targets, "protocol": "leave-one-domain-out" if opts.target_domain == "all" else "single",
+            "sampler": opts.sampler, "scheduler": opts.scheduler, "seeds": seeds_for(plan.base_seed, opts.seeds),
+            "options": {**opts.to_json(), "name": plan.name, "output": str(output),
+                        "spaces": [_relative(plan.study_dir, p) for p in opts.spaces]},
+            "searches": {s.key: {"status": status.PENDING, "algorithm": s.algorithm, "target_domain": s.target,
+                                 "space": _relative(plan.study_dir, s.space),
+                                 "optuna_study": s.optuna_study(plan.name)}
+                         for s in plan.searches},
+            "trial_seed_of": {s.key: s.trial_seed for s in plan.searches},
+            "optuna_storage": opts.optuna_storage or OPTUNA_FILE,
+            "tune_dir": plan.tune_storage if opts.storage_path else TUNE_DIR}
+
+
+def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume: bool, console: Any,
+           trainable: Any, on_ray: Callable[[], None] | None, t0: float) -> SweepResult:
+    """The study's phases once its driver lock is held: Ray, the searches and seed runs, the report."""
     import ray
 
     from fedtune.runtime.driver import connect_ray
@@ -457,28 +531,33 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
         from fedtune.tune.optuna_search import check_storage_opens
 
         check_storage_opens(plan.options.optuna_storage)
-    started_ray = connect_ray(base_cfg, verbose=opts.verbose)
-    study = _Study(plan, data, console, trainable)
-    try:
-        # ray.init made SIGTERM a sys.exit; make it Ctrl-C again (Tune's graceful stop, exit 130).
+    # SIGTERM (kill, a batch scheduler's stop) does what Ctrl-C does in every phase: Tune's graceful
+    # stop while a search runs, else an interrupt; either way exit 130 and the --resume line.
+    # ray.init installs its own SIGTERM handler (sys.exit): re-installed after it, kept through the report.
+    with sigterm_as_interrupt():
+        started_ray = connect_ray(base_cfg, verbose=opts.verbose)
         with sigterm_as_interrupt():
-            if on_ray is not None:
-                on_ray()
-            if resume:
-                study.warnings.extend(repair_round_files(plan.study_dir, console))
-            study.run()
-    finally:
-        if started_ray:
-            ray.shutdown()
-    result = SweepResult(plan.study_dir, plan.name, dict(data.get("searches", {})), elapsed_s=time.time() - t0,
-                         warnings=study.warnings)
-    data["completed_at"] = _now()
-    write_study(plan.study_dir, data)
-    if opts.report:
-        from fedtune.tune.report import make_report
+            study = _Study(plan, data, console, trainable)
+            try:
+                if on_ray is not None:
+                    on_ray()
+                if resume:
+                    study.warnings.extend(repair_round_files(plan.study_dir, console))
+                    study.warnings.extend(rebuild_trial_rows(plan, data, console))
+                study.run()
+            finally:
+                if started_ray:
+                    ray.shutdown()
+    with sigterm_as_interrupt():  # again: ray.shutdown puts SIGTERM back to the default (die at once)
+        result = SweepResult(plan.study_dir, plan.name, dict(data.get("searches", {})),
+                             elapsed_s=time.time() - t0, warnings=study.warnings)
+        data["completed_at"] = _now()
+        write_study(plan.study_dir, data)
+        if opts.report:
+            from fedtune.tune.report import make_report
 
-        result.report = make_report(plan.study_dir)
-        result.report_path = result.report.markdown_path
+            result.report = make_report(plan.study_dir)
+            result.report_path = result.report.markdown_path
     return result
 
 

@@ -1,0 +1,225 @@
+"""A study's driver and its resume when things go wrong (issue 19): one driver per study, rows
+rebuilt after ``trials.parquet`` was renamed away, a deleted Optuna storage, SIGTERM in every
+phase of a sweep, and the options ``--resume`` refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fedtune.errors import ConfigError
+from fedtune.tune.sweep import StudyInterrupted, SweepOptions, run_sweep
+
+
+def cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fedtune.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+TINY = {"local_steps": 1, "model": "mlp", "mlp_hidden": [8]}
+
+
+# ------------------------------------------------------------------------------------------------
+# One driver per study.
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from fedtune.tune.driver_lock import study_driver
+    with study_driver(sys.argv[1], "fedtune sweep --name busy"):
+        print("held", flush=True)
+        time.sleep(300)
+""")
+
+
+def test_a_second_driver_of_a_study_is_refused_at_once_and_a_killed_one_leaves_no_stuck_lock(tmp_path):
+    study_dir = tmp_path / "busy"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(study_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for extra in (["--algorithm", "fedavg"], ["--resume"]):
+            t0 = time.time()
+            res = cli("sweep", "--output", str(tmp_path), "--name", "busy", *extra, cwd=tmp_path)
+            assert res.returncode == 2 and time.time() - t0 < 60, res.stderr
+            assert "already being run by another fedtune sweep" in res.stderr, res.stderr
+            assert f"pid {holder.pid}" in res.stderr and "Traceback" not in res.stderr
+            assert len(res.stderr.strip().splitlines()) == 1
+        assert not (study_dir / "study.json").exists()  # the refused driver wrote nothing
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    # The OS released the dead holder's lock: the next driver gets past it (and fails later, on
+    # something else: no study to resume).
+    res = cli("sweep", "--resume", "--output", str(tmp_path), "--name", "busy", cwd=tmp_path)
+    assert res.returncode == 2 and "no study 'busy'" in res.stderr, res.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# A finished study, resumed after trials.parquet or optuna.db went away.
+@pytest.fixture(scope="module")
+def finished_study(ray_session, tmp_path_factory):
+    """A finished study: 2 searched trials and one --seeds re-run (3 trial rows)."""
+    out = tmp_path_factory.mktemp("finished")
+    run_sweep(SweepOptions(algorithms=["fedavg"], rounds=2, num_samples=2, seeds=2, output=str(out), name="done",
+                           overrides=dict(TINY), sampler="random", report=False))
+    return out / "done"
+
+
+def copy_study(study_dir: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / study_dir.name
+    shutil.copytree(study_dir, dest)
+    return dest
+
+
+def test_resume_rebuilds_every_missing_trial_row_of_a_finished_study(finished_study, tmp_path):
+    from fedtune import results
+    from fedtune.cli import _any_completed
+
+    study_dir = copy_study(finished_study, tmp_path)
+    before = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
+    assert len(before) == 3 and {r["status"] for r in before.values()} == {"completed"}
+    # fedtune's advice for an unreadable trials.parquet: rename it to *.corrupt, then --resume
+    (study_dir / "trials.parquet").rename(study_dir / "trials.parquet.corrupt")
+
+    result = run_sweep(SweepOptions(output=str(tmp_path), name="done", report=False), resume=True)
+
+    after = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
+    assert sorted(after) == sorted(before)  # the seed re-run's row too (it is not an Optuna trial)
+    def config(row):  # the copy lives in another output folder
+        return {k: v for k, v in json.loads(row["config_json"]).items() if k != "output"}
+
+    for tid, row in after.items():
+        for col in ("status", "rounds_done", "best_val_acc", "best_round", "target_acc_at_best_val", "seed"):
+            assert row[col] == before[tid][col], (tid, col)
+        assert config(row) == config(before[tid]), tid
+    assert _any_completed(study_dir)
+    assert sum("rebuilt" in w for w in result.warnings) == 3
+    from fedtune.tune.report import make_report
+
+    report = make_report(study_dir, plots=False, write=False)
+    assert report.cells[("fedavg", report.domains[0])].n == 2  # the two seeds, as before
+
+
+def test_resume_with_the_optuna_storage_deleted_says_so_and_changes_nothing(finished_study, tmp_path):
+    from fedtune.tune.importances import study_optuna
+
+    study_dir = copy_study(finished_study, tmp_path)
+    (study_dir / "optuna.db").unlink()
+    with pytest.raises(ConfigError) as err:
+        run_sweep(SweepOptions(output=str(tmp_path), name="done", report=False), resume=True)
+    text = str(err.value)
+    assert "Optuna storage" in text and "optuna.db' is missing" in text and "fedavg" in text
+    assert "fedtune report" in text and "another --name" in text
+    assert not (study_dir / "optuna.db").exists()  # not silently re-created empty
+    storage, names, notes = study_optuna(study_dir)  # the report says what happened, not "not an Optuna sweep"
+    assert storage is None and "optuna.db is missing" in notes[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# SIGTERM in every phase: exit 130 and the --resume line, whatever the phase.
+PHASE_DRIVER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    marker, phase = Path(sys.argv[1]), sys.argv[2]
+
+    def stall(*args, **kwargs):
+        marker.write_text(phase)
+        time.sleep(120)
+        raise SystemExit("SIGTERM did not stop the driver")
+
+    if phase == "ray-start":
+        import fedtune.runtime.cluster as m
+        real = m.connect_ray
+        def patched(*a, **k):
+            marker.write_text(phase); time.sleep(120)
+        m.connect_ray = patched
+        import fedtune.runtime.driver as d
+        d.connect_ray = patched
+    elif phase == "between-searches":  # after the first search's Tuner.fit, before the next one
+        import fedtune.tune.optuna_search as m
+        m.reconcile_optuna = stall
+    elif phase == "report":
+        import fedtune.tune.report as m
+        m.make_report = stall
+    from fedtune.cli import main
+    sys.exit(main(sys.argv[3:]))
+""")
+
+
+@pytest.mark.parametrize("phase", ["ray-start", "between-searches", "report"])
+def test_sigterm_ends_every_phase_of_a_sweep_with_exit_130_and_the_resume_line(ray_session, tmp_path, phase):
+    marker = tmp_path / "phase"
+    address = ray_session.get_runtime_context().gcs_address
+    args = ["sweep", "--algorithm", "fedavg", "--rounds", "1", "--num-samples", "1", "--set", "local_steps=1",
+            "--set", "model=mlp", "--set", "mlp_hidden=[8]", "--output", str(tmp_path), "--name", "st",
+            "--address", address]
+    if phase == "between-searches":
+        args += ["--trial-seeds", "2"]
+    proc = subprocess.Popen([sys.executable, "-c", PHASE_DRIVER, str(marker), phase, *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while not marker.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), proc.communicate(timeout=30)[1][-3000:]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "did not stop" not in err, err[-3000:]
+    if phase == "ray-start":  # nothing ran yet: nothing to resume
+        assert "interrupted before it started" in err, err
+    else:
+        assert f"fedtune sweep --resume --name st --output {tmp_path}" in err, err
+        res = cli("sweep", "--resume", "--name", "st", "--output", str(tmp_path), "--address", address,
+                  "--no-report", cwd=tmp_path, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        data = json.loads((tmp_path / "st" / "study.json").read_text())
+        assert {s["status"] for s in data["searches"].values()} == {"done"}
+
+
+# ------------------------------------------------------------------------------------------------
+# --resume keeps the study's options: every one given again is refused, by name.
+@pytest.mark.parametrize("flag", [["--seeds", "3"], ["--trial-seeds", "2"], ["--scheduler", "asha"],
+                                  ["--sampler", "random"], ["--grace-period", "2"], ["--reduction-factor", "3"],
+                                  ["--sampler-seed", "5"], ["--num-samples", "4"]])
+def test_resume_refuses_every_option_it_would_ignore(tmp_path, flag):
+    res = cli("sweep", "--resume", "--output", str(tmp_path), "--name", "x", *flag, cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"{flag[0]} cannot change them" in res.stderr, res.stderr
+    assert "--no-report" in res.stderr  # the flags --resume does take, all of them
+
+
+def test_flags_left_out_still_take_their_defaults():
+    from fedtune.cli import build_parser, options_from_args
+
+    opts = options_from_args(build_parser().parse_args(["sweep", "--algorithm", "fedavg"]))
+    assert (opts.seeds, opts.trial_seeds, opts.scheduler, opts.sampler, opts.grace_period, opts.reduction_factor,
+            opts.sampler_seed) == (1, 1, "fifo", "tpe", 1, 2.0, 0)
+    opts = options_from_args(build_parser().parse_args(["sweep", "--seeds", "3", "--sampler", "random"]))
+    assert (opts.seeds, opts.sampler) == (3, "random")
+
+
+def test_an_interrupt_before_the_study_starts_has_no_resume_line(tmp_path, monkeypatch):
+    import fedtune.tune.sweep as sweep_module
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_module, "_drive", interrupted)
+    with pytest.raises(StudyInterrupted, match="before it started; nothing ran"):
+        run_sweep(SweepOptions(algorithms=["fedavg"], rounds=1, num_samples=1, output=str(tmp_path), name="n",
+                               overrides=dict(TINY), report=False))
+    assert not (tmp_path / "n" / "driver.json").exists()  # the lock and its note are released
+    assert not os.path.exists(tmp_path / "n" / "study.json")
