@@ -108,7 +108,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         v = row.get("val_acc")
         return v if isinstance(v, float) and v == v else -1.0
 
-    best = max(result.rows, key=val, default={})
+    validated = [row for row in result.rows if val(row) >= 0]
+    best = max(validated, key=val, default={})
     table = Table(title=f"{cfg.algorithm} on {cfg.dataset} — {result.status}")
     for col in ("", "round", "train_loss", "val_acc", "target_acc"):
         table.add_column(col)
@@ -117,6 +118,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             table.add_row(label, str(row["round"]), f"{row['train_loss']:.4f}",
                           f"{row.get('val_acc', float('nan')):.4f}", f"{row.get('target_acc', float('nan')):.4f}")
     console.print(table)
+    if result.rows and not validated:  # no row selected by a validation accuracy that does not exist
+        why = "val_fraction=0: no source validation split" if not cfg.val_fraction > 0 else "no round was evaluated"
+        console.print(f"no best-validation round: no round has a val_acc ({why})")
     if result.time_to_first_round_s is not None:
         i = result.info
         phases = (f" (Ray up at {i.get('ray_init_s', 0):.1f}s, actors ready at {i.get('actors_ready_s', 0):.1f}s)"

@@ -89,6 +89,10 @@ def test_resume_rebuilds_every_missing_trial_row_of_a_finished_study(finished_st
     assert len(before) == 3 and {r["status"] for r in before.values()} == {"completed"}
     # fedtune's advice for an unreadable trials.parquet: rename it to *.corrupt, then --resume
     (study_dir / "trials.parquet").rename(study_dir / "trials.parquet.corrupt")
+    # and a driver killed while writing trials.parquet left the atomic writer's temp file
+    stray = study_dir / ".trials.parquet.fedtune-0a1b2c3d.tmp"
+    stray.write_bytes(b"PAR1 half a file")
+    os.utime(stray, (time.time() - 3600, time.time() - 3600))
 
     result = run_sweep(SweepOptions(output=str(tmp_path), name="done", report=False), resume=True)
 
@@ -103,6 +107,7 @@ def test_resume_rebuilds_every_missing_trial_row_of_a_finished_study(finished_st
         assert config(row) == config(before[tid]), tid
     assert _any_completed(study_dir)
     assert sum("rebuilt" in w for w in result.warnings) == 3
+    assert not stray.exists() and any(stray.name in w for w in result.warnings)
     from fedtune.tune.report import make_report
 
     report = make_report(study_dir, plots=False, write=False)
@@ -223,3 +228,59 @@ def test_an_interrupt_before_the_study_starts_has_no_resume_line(tmp_path, monke
                                overrides=dict(TINY), report=False))
     assert not (tmp_path / "n" / "driver.json").exists()  # the lock and its note are released
     assert not os.path.exists(tmp_path / "n" / "study.json")
+
+
+# ------------------------------------------------------------------------------------------------
+# The "waiting for the autoscaler" line only where there is an autoscaler.
+@pytest.mark.parametrize("autoscaler", [False, True])
+def test_the_wait_line_speaks_of_an_autoscaler_only_where_there_is_one(monkeypatch, autoscaler):
+    import threading
+
+    from rich.console import Console
+
+    from fedtune.tune import scale_up
+    from fedtune.tune.active import ACTIVE
+
+    class View:
+        console = Console(record=True, width=400)
+        rows: dict = {}
+        lock = threading.Lock()
+
+    class Trial:
+        status, placement_group_factory = "PENDING", None
+
+    monkeypatch.setitem(ACTIVE, "view", View())
+    monkeypatch.setitem(ACTIVE, "autoscaler", autoscaler)
+    watch = scale_up.ScaleUpWatch("fedavg", timeout_s=30.0, clock=iter([0.0, 12.0, 31.0]).__next__)
+    watch.on_step_begin(0, [Trial()])
+    watch.on_step_begin(1, [Trial()])
+    with pytest.raises(scale_up.ScaleUpTimeout) as err:
+        watch.on_step_begin(2, [Trial()])
+    said = View.console.export_text()
+    assert ("autoscaler (" in said) == autoscaler and ("no autoscaler" in said) != autoscaler, said
+    assert ("no autoscaler" in str(err.value)) != autoscaler and "--resume" in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------------
+# val_fraction=0: no selection by a validation split that does not exist.
+@pytest.mark.parametrize("selection", ["val", None])
+def test_a_sweep_selecting_by_validation_refuses_val_fraction_0_up_front(tmp_path, selection):
+    from fedtune.tune.plan import plan_study
+
+    with pytest.raises(ConfigError) as err:
+        plan_study(SweepOptions(algorithms=["fedavg"], output=str(tmp_path), selection=selection,
+                                overrides={"val_fraction": 0.0}))
+    assert "'val_fraction' is 0" in str(err.value) and "allowed: val_fraction in (0, 0.9]" in str(err.value)
+    # the oracle protocol does not use it: allowed
+    plan_study(SweepOptions(algorithms=["fedavg"], output=str(tmp_path), selection="oracle",
+                            overrides={"val_fraction": 0.0}))
+
+
+def test_a_run_without_validation_shows_no_best_validation_round(tmp_path, capsys):
+    from fedtune.cli import main
+
+    rc = main(["run", "--backend", "local", "--rounds", "2", "--set", "val_fraction=0", "--set", "local_steps=1",
+               "--set", "model=mlp", "--set", "mlp_hidden=[8]", "--output", str(tmp_path), "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "best val round" not in out
+    assert "no best-validation round: no round has a val_acc (val_fraction=0" in out

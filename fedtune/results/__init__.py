@@ -4,12 +4,15 @@ The rooms of this package:
 
 - :mod:`~fedtune.results.schema`: the columns (types, meaning, the identity columns);
 - :mod:`~fedtune.results.arrow`: rows to Arrow tables (type inference), concatenation, one
-  Parquet file written atomically or read (:class:`CorruptResultsError`);
+  Parquet file written atomically or read (:class:`CorruptResultsError`; a Parquet file that is not
+  fedtune's: :class:`ForeignResultsError`);
 - :mod:`~fedtune.results.store`: :class:`ResultsStore` (a study's files, the trials-file lock),
-  :func:`load`, :func:`corrupt_files`, :func:`quarantine`;
+  :func:`load`, :func:`corrupt_files`, :func:`quarantine`, :func:`clean_stray_temp_files`, the
+  checks before a command runs (:func:`check_output_dir`, :func:`check_study_dir`);
 - :mod:`~fedtune.results.summary`: :func:`summarize_trial`, a trial's ``trials.parquet`` row;
 - :mod:`~fedtune.results.selection`: the model-selection protocol;
-- the floor: :mod:`~fedtune.results.atomic` (the one atomic write),
+- the floor: :mod:`~fedtune.results.atomic` (the one atomic write; a write the disk or the folder
+  refuses is a :class:`ResultsWriteError`, a full disk a :class:`StorageFullError`),
   :mod:`~fedtune.results.study_dir` (every file name of a study),
   :mod:`~fedtune.results.status` (the status words).
 
@@ -36,11 +39,13 @@ from typing import Any
 
 # public name -> the module of this package that owns it
 _OWNERS = {
-    **dict.fromkeys(("CorruptResultsError", "rows_to_table"), "arrow"),
-    **dict.fromkeys(("IDENTITY_COLUMNS", "ROUND_COLUMN_DOCS", "ROUND_CORE_SCHEMA", "TABLES", "TIMESTAMP",
-                     "TRIAL_COLUMN_DOCS", "TRIAL_CORE_SCHEMA", "schema_markdown"), "schema"),
-    **dict.fromkeys(("LOCK_TIMEOUT_S", "NAME_RULE", "ResultsStore", "TrialsLockTimeout", "check_name",
-                     "check_output_dir", "corrupt_files", "load", "quarantine"), "store"),
+    **dict.fromkeys(("CorruptResultsError", "ForeignResultsError", "rows_to_table"), "arrow"),
+    **dict.fromkeys(("ResultsWriteError", "StorageFullError"), "atomic"),
+    **dict.fromkeys(("IDENTITY_COLUMNS", "REQUIRED_COLUMNS", "ROUND_COLUMN_DOCS", "ROUND_CORE_SCHEMA", "TABLES",
+                     "TIMESTAMP", "TRIAL_COLUMN_DOCS", "TRIAL_CORE_SCHEMA", "schema_markdown"), "schema"),
+    **dict.fromkeys(("LOCK_TIMEOUT_S", "NAME_RULE", "TEMP_MIN_AGE_S", "ResultsStore", "TrialsLockTimeout",
+                     "check_name", "check_output_dir", "check_study_dir", "check_writable", "clean_stray_temp_files",
+                     "corrupt_files", "is_study_dir", "load", "quarantine"), "store"),
     **dict.fromkeys(("LOCK_FILE", "ROUNDS_DIR", "TRIALS_FILE"), "study_dir"),
     "summarize_trial": "summary",
 }

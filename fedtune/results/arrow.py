@@ -5,7 +5,9 @@ get a type inferred from their values (:func:`rows_to_table`). Tables whose sche
 are concatenated with :func:`concat` (missing columns null, int/float mixes float64, clashing
 types string). One Parquet file is written atomically (:func:`write_parquet`, through
 :func:`fedtune.results.atomic.atomic_write`) and read through one open handle
-(:func:`read_parquet`); an unreadable file is a :class:`CorruptResultsError` naming it.
+(:func:`read_parquet`); an unreadable file is a :class:`CorruptResultsError` naming it, and a
+readable one that is not a fedtune rounds/trials file (:data:`~fedtune.results.schema.REQUIRED_COLUMNS`)
+a :class:`ForeignResultsError` (:func:`read_results`, :func:`check_table`).
 
 >>> t = rows_to_table([{"round": 0, "hp.opt": "sgd"}, {"round": 1, "hp.opt": [1, 2]}])
 >>> t.column("hp.opt").to_pylist()
@@ -26,12 +28,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fedtune.errors import DataError
 from fedtune.results.atomic import atomic_write
-from fedtune.results.schema import JSON_PREFIXES, ROUND_CORE_SCHEMA
-from fedtune.results.study_dir import ROUNDS_DIR
+from fedtune.results.schema import JSON_PREFIXES, REQUIRED_COLUMNS, ROUND_CORE_SCHEMA, TABLES
+from fedtune.results.study_dir import ROUNDS_DIR, TRIALS_FILE
 
-__all__ = ["CorruptResultsError", "rows_to_table", "conform", "concat", "read_parquet", "write_parquet",
-           "is_readable", "to_json", "to_timestamp", "is_number"]
+__all__ = ["CorruptResultsError", "ForeignResultsError", "rows_to_table", "conform", "concat", "read_parquet",
+           "read_results", "check_table", "write_parquet", "is_readable", "to_json", "to_timestamp", "is_number"]
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError)
 
@@ -51,6 +54,21 @@ class CorruptResultsError(ValueError):
                     "finished searches' trials it re-runs, and `fedtune run` re-writes its own row")
         super().__init__(f"results file '{self.path}' is unreadable ({type(cause).__name__}: "
                          f"{str(cause).splitlines()[0] if str(cause) else 'truncated or not Parquet'}); {what}")
+
+
+class ForeignResultsError(DataError):
+    """A readable Parquet file that is not a fedtune ``rounds`` or ``trials`` file (required columns
+    missing or of another type): refused by every reader, never quarantined as corrupt nor
+    overwritten. The message names the file, what is wrong and what such a file holds; ``path``
+    is the file, ``table`` the kind it was read as."""
+
+    def __init__(self, path: Path, table: str, problems: list[str]):
+        self.path, self.table = Path(path), table
+        where = (f"<study>/{ROUNDS_DIR}/<trial_id>.parquet" if table == "rounds" else f"<study>/{TRIALS_FILE}")
+        need = ", ".join(f"{n} ({TABLES[table].field(n).type})" for n in REQUIRED_COLUMNS[table])
+        super().__init__(f"'{self.path}' is not a fedtune {table} file: {'; '.join(problems)}; a {table} file "
+                         f"({where}, written by fedtune run or fedtune sweep) has the columns {need}; move this "
+                         "file out of the study folder")
 
 
 # --------------------------------------------------------------------------- values
@@ -300,13 +318,51 @@ def _read_once(path: Path, columns: list[str] | None = None) -> pa.Table:
 
 def read_parquet(path: str | os.PathLike[str], columns: list[str] | None = None) -> pa.Table:
     """Read one Parquet file; an unreadable one (truncated, not Parquet) is a
-    :class:`CorruptResultsError` naming it and what to do (a missing file stays FileNotFoundError)."""
+    :class:`CorruptResultsError` naming it and what to do, one this user may not read a
+    :class:`~fedtune.errors.DataError` naming it (a missing file stays FileNotFoundError)."""
     try:
         return _read_once(Path(path), columns)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-        if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+        if isinstance(exc, PermissionError):
+            raise DataError(f"results file '{path}' cannot be read: permission denied; allowed: a file this user "
+                            "can read (see its owner and mode)") from None
+        if isinstance(exc, (FileNotFoundError, IsADirectoryError)):
             raise
         raise CorruptResultsError(Path(path), exc) from None
+
+
+def _fits(have: pa.DataType, want: pa.DataType) -> bool:
+    if pa.types.is_null(have) or have == want:
+        return True
+    if pa.types.is_dictionary(have):
+        have = have.value_type
+    if pa.types.is_string(want):
+        return pa.types.is_string(have) or pa.types.is_large_string(have) or str(have) == "string_view"
+    if pa.types.is_int64(want):
+        return pa.types.is_integer(have)
+    return have == want
+
+
+def check_table(table: pa.Table | pa.Schema, kind: str, path: str | os.PathLike[str]) -> None:
+    """Raise :class:`ForeignResultsError` naming ``path`` when ``table`` (or its schema) lacks a column
+    of :data:`~fedtune.results.schema.REQUIRED_COLUMNS` ``[kind]`` or has one of another type."""
+    schema = table if isinstance(table, pa.Schema) else table.schema
+    core = TABLES[kind]
+    missing = [n for n in REQUIRED_COLUMNS[kind] if n not in schema.names]
+    problems = [f"missing columns {', '.join(repr(n) for n in missing)}"] if missing else []
+    for n in REQUIRED_COLUMNS[kind]:
+        if n in schema.names and not _fits(schema.field(n).type, core.field(n).type):
+            problems.append(f"column '{n}' is {schema.field(n).type}; allowed: {core.field(n).type}")
+    if problems:
+        raise ForeignResultsError(Path(path), kind, problems)
+
+
+def read_results(path: str | os.PathLike[str], kind: str) -> pa.Table:
+    """:func:`read_parquet` of a ``rounds`` or ``trials`` file (``kind``), checked by
+    :func:`check_table`: a Parquet file of anything else is a :class:`ForeignResultsError`."""
+    table = read_parquet(path)
+    check_table(table, kind, path)
+    return table
 
 
 def is_readable(path: str | os.PathLike[str]) -> bool:

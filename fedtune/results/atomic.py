@@ -1,9 +1,16 @@
 """The one atomic write of fedtune: every results, study, report and plot file goes through it.
 
 The content is written to a hidden temporary file in the target's directory
-(``.<name>.<random>.tmp``), given ordinary permissions (the umask's, not ``mkstemp``'s 0600), and
-then moved over the target with :func:`os.replace`. A process that dies mid-write leaves the
-previous complete file in place (and at worst a stray hidden ``.tmp`` file, which readers ignore).
+(``.<name>.fedtune-<random>.tmp``: :func:`is_temp_name` recognises it, and the names of older
+versions, ``.<name>.<random>.tmp``), given ordinary permissions (the umask's, not ``mkstemp``'s
+0600), and then moved over the target with :func:`os.replace`. A process that dies mid-write leaves
+the previous complete file in place (and at worst a stray hidden ``.tmp`` file, which readers
+ignore and :func:`fedtune.results.store.clean_stray_temp_files` removes).
+
+A write that the device or the folder refuses (full disk, quota, permissions, read-only file
+system) is a :class:`ResultsWriteError` (a full device: :class:`StorageFullError`) whose message
+names the file: one line on the command line (a :class:`~fedtune.errors.ResourceError`, and an
+:class:`OSError` for code that handles those).
 
 >>> import tempfile
 >>> from pathlib import Path
@@ -14,17 +21,119 @@ PosixPath('...note.txt')
 'two'
 >>> sorted(q.name for q in p.parent.iterdir())  # no temporary file left behind
 ['note.txt']
+>>> is_temp_name(".note.txt.fedtune-a1b2c3d4.tmp"), is_temp_name("note.txt")
+('note.txt', None)
 """
 
 from __future__ import annotations
 
+import errno as _errno
 import os
+import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write", "atomic_write_text"]
+from fedtune.errors import ResourceError
+
+__all__ = ["TEMP_MARKER", "ResultsWriteError", "StorageFullError", "atomic_write", "atomic_write_text",
+           "is_temp_name", "write_error", "writes_to"]
+
+TEMP_MARKER = ".fedtune-"
+"""What names a temporary file of :func:`atomic_write`: ``.<target name>.fedtune-<8 random>.tmp``."""
+
+# mkstemp's random part: 8 characters of this alphabet (tempfile._RandomNameSequence)
+_RANDOM = r"[a-z0-9_]{8}"
+_TEMP_NAME = re.compile(rf"^\.(?P<target>.+){re.escape(TEMP_MARKER)}{_RANDOM}\.tmp$")
+# Before the marker (fedtune <= 0.1.0): ``.<name>.<random>.tmp``. Recognised only for the kinds of
+# file the writer wrote (results, study/driver files, report, plots), so a user's hidden file is not.
+_OLD_TEMP_NAME = re.compile(rf"^\.(?P<target>.+\.(?:parquet|json|md|png|npy|npz))\.{_RANDOM}\.tmp$")
+
+_FULL = {_errno.ENOSPC: "no space left on device", _errno.EDQUOT: "disk quota exceeded"}
+_REFUSED = {_errno.EACCES: "permission denied", _errno.EPERM: "operation not permitted",
+            _errno.EROFS: "read-only file system"}
+
+
+class ResultsWriteError(ResourceError, OSError):
+    """A file of fedtune's could not be written: the folder refuses it (permissions, a read-only file
+    system) or the device is full (:class:`StorageFullError`). The message names the file and the
+    reason, then what :meth:`with_context` added; ``path`` is the file, ``errno`` the system's code.
+    Every earlier file is intact (each write is atomic)."""
+
+    def __init__(self, message: str, path: str | os.PathLike[str], code: int | None = None):
+        OSError.__init__(self, code, message, str(path))
+        self.message = message
+        self.path = Path(path)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles (a Ray trial's error) with its message
+        return type(self), (self.message, self.path, self.errno)
+
+    def with_context(self, text: str) -> ResultsWriteError:
+        """The same error, its message followed by ``; <text>`` (what is intact, what to do)."""
+        new = type(self)(f"{self.message}; {text}", self.path, self.errno)
+        new.__cause__ = self.__cause__
+        return new
+
+
+class StorageFullError(ResultsWriteError):
+    """The device holding a file of fedtune's is full (ENOSPC) or its quota is spent (EDQUOT)."""
+
+
+def _errno_of(exc: BaseException) -> int | None:
+    code = getattr(exc, "errno", None)
+    if isinstance(code, int) and code:
+        return code
+    m = re.search(r"\[errno (\d+)\]", str(exc), re.IGNORECASE)  # Arrow's errors may carry it in the text only
+    return int(m.group(1)) if m else None
+
+
+def write_error(path: str | os.PathLike[str], exc: BaseException) -> ResultsWriteError | None:
+    """``exc`` (raised while writing ``path``) as a :class:`ResultsWriteError` naming ``path``, when it
+    says the device is full or the folder refuses the write; else None (another error stays itself).
+
+    >>> str(write_error("/o/s/trials.parquet", OSError(28, "No space left on device")))
+    "no space left on device writing '/o/s/trials.parquet'"
+    >>> write_error("/o/x", ValueError("bad")) is None
+    True
+    """
+    if isinstance(exc, ResultsWriteError):
+        return exc
+    if not isinstance(exc, OSError):
+        return None
+    code = _errno_of(exc)
+    if code in _FULL:
+        err: ResultsWriteError = StorageFullError(f"{_FULL[code]} writing '{path}'", path, code)
+    elif code in _REFUSED:
+        err = ResultsWriteError(f"cannot write '{path}': {_REFUSED[code]}", path, code)
+    else:
+        return None
+    err.__cause__ = exc
+    return err
+
+
+@contextmanager
+def writes_to(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Within the block, an error of writing ``path`` that :func:`write_error` recognises is raised as
+    that :class:`ResultsWriteError`."""
+    try:
+        yield
+    except OSError as exc:
+        err = write_error(path, exc)
+        if err is None or err is exc:
+            raise
+        raise err from exc
+
+
+def is_temp_name(name: str) -> str | None:
+    """The target's name when ``name`` is a temporary file of :func:`atomic_write` (this version's
+    or an older one's), else None."""
+    m = _TEMP_NAME.match(name) or _OLD_TEMP_NAME.match(name)
+    return m.group("target") if m else None
 
 
 def _umask() -> int:
@@ -38,18 +147,20 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], Any]) -> P
     to ``path`` (its folder is created). ``write`` must write to exactly ``tmp_path``, whose name
     ends in ``.tmp``: give writers that go by the extension the format (``savefig(tmp,
     format="png")``) or an open file (``np.save(f, a)`` adds ``.npy`` to a name). On any error the temporary file is removed and the
-    error propagates; ``path`` keeps its previous content. Returns ``path``."""
+    error propagates (a full device or a refused write as a :class:`ResultsWriteError` naming
+    ``path``); ``path`` keeps its previous content. Returns ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with writes_to(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TEMP_MARKER}", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            write(tmp)
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return path
 
 

@@ -21,7 +21,7 @@ from fedtune.results import status as st
 from fedtune.results.study_dir import ROUNDS_DIR, TRIALS_FILE
 
 __all__ = ["TIMESTAMP", "IDENTITY_COLUMNS", "ROUND_CORE_SCHEMA", "TRIAL_CORE_SCHEMA", "ROUND_COLUMN_DOCS",
-           "TRIAL_COLUMN_DOCS", "TABLES", "JSON_PREFIXES", "schema_markdown"]
+           "TRIAL_COLUMN_DOCS", "TABLES", "REQUIRED_COLUMNS", "JSON_PREFIXES", "schema_markdown"]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -92,6 +92,17 @@ TRIAL_COLUMN_DOCS: dict[str, str] = {n: d for n, _, d in _TRIAL_COLUMNS}
 
 TABLES: dict[str, pa.Schema] = {"rounds": ROUND_CORE_SCHEMA, "trials": TRIAL_CORE_SCHEMA}
 """Table names accepted by :func:`fedtune.results.load`, with their core schemas."""
+
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "rounds": (*IDENTITY_COLUMNS, "round"),
+    "trials": (*IDENTITY_COLUMNS, "status", "rounds_done"),
+}
+"""The columns a file must have to be read as that table: those every version of fedtune has
+written (its first schema had them all, and every core column is written, null or not), so files of
+older versions load, and a Parquet file of anything else is refused
+(:class:`fedtune.results.arrow.ForeignResultsError`). ``round`` tells a round file from a trial
+file, ``rounds_done`` a trial file from a round file. Their types are the core schema's (any
+integer width for int64, any string type for string; an all-null column of any type)."""
 
 JSON_PREFIXES = ("hp.",)
 """Extra-column prefixes whose list/dict values are always stored as JSON strings."""

@@ -82,7 +82,7 @@ class Choice(NamedTuple):
 
 
 def check_protocol(protocol: Any, setting: str | None = None, *, oracle_fraction: float | None = None,
-                   field: str = "selection") -> str:
+                   val_fraction: float | None = None, field: str = "selection") -> str:
     """``protocol`` if it is allowed (in ``setting`` when given), else a ConfigError naming the
     allowed values.
 
@@ -102,6 +102,11 @@ def check_protocol(protocol: Any, setting: str | None = None, *, oracle_fraction
     if protocol == "oracle" and setting == "fl":
         raise ConfigError(f"{field} 'oracle' needs a held-out target domain; setting 'fl' has none (its "
                           f"target_acc is the clients' own test splits); allowed: {', '.join(allowed)}")
+    if protocol in ("val", "target-val") and val_fraction is not None and not val_fraction > 0:
+        held = "each source client's" if protocol == "val" else "the target client's"
+        raise ConfigError(f"{field} {protocol!r} selects by {held} validation hold-out, but field 'val_fraction' "
+                          f"is 0 (no hold-out: nothing would be selectable); allowed: val_fraction in (0, 0.9], "
+                          f"or a selection that does not use it ({', '.join(p for p in allowed if p != protocol)})")
     if protocol == "oracle" and oracle_fraction is not None and not oracle_fraction > 0:
         raise ConfigError(f"{field} 'oracle' needs an oracle slice of the target domain, but field "
                           "'oracle_fraction' is 0; allowed: oracle_fraction in (0, 1)")

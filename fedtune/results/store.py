@@ -8,17 +8,29 @@ Under an output directory ``OUTPUT`` (file names from :mod:`fedtune.results.stud
 
 Every file is written atomically (:func:`fedtune.results.arrow.write_parquet`): a process
 that dies mid-write leaves the previous complete file in place (and at worst a stray hidden
-``.tmp`` file, which :func:`load` ignores). A trial's round file is rewritten with *all* its
+``.tmp`` file, which :func:`load` ignores and :func:`clean_stray_temp_files` removes). A write the
+device or the folder refuses (a full disk, permissions) is a
+:class:`~fedtune.results.atomic.ResultsWriteError` naming the file (a full device:
+:class:`~fedtune.results.atomic.StorageFullError`). A trial's round file is rewritten with *all* its
 rows each time new rows arrive, so re-running a trial with the same ``trial_id`` replaces its
 rows rather than duplicating them. ``trials.parquet`` is upserted by ``trial_id`` under an
 exclusive :class:`filelock.FileLock` (any OS; it gives up after ``lock_timeout_s`` with an
 error naming the lock file), so several processes may write trials of one study at once.
-Readers take no lock.
+Readers take no lock. Readers read only fedtune's files: a Parquet file without the
+:data:`~fedtune.results.schema.REQUIRED_COLUMNS` of its table is a
+:class:`~fedtune.results.arrow.ForeignResultsError` naming it (:func:`load`, :func:`corrupt_files`,
+the upsert of ``trials.parquet``).
+
+Before a command writes into a folder, :func:`check_output_dir` (its output folder) and
+:func:`check_study_dir` (a study folder to read) refuse what cannot work, in one line.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,12 +41,32 @@ import pyarrow.compute as pc
 from filelock import FileLock, Timeout
 
 from fedtune.errors import ConfigError
-from fedtune.results.arrow import concat, conform, is_readable, read_parquet, rows_to_table, write_parquet
+from fedtune.results.arrow import (
+    CorruptResultsError,
+    ForeignResultsError,
+    check_table,
+    concat,
+    conform,
+    read_parquet,
+    read_results,
+    rows_to_table,
+    write_parquet,
+)
+from fedtune.results.atomic import TEMP_MARKER, ResultsWriteError, StorageFullError, is_temp_name, writes_to
 from fedtune.results.schema import ROUND_CORE_SCHEMA, TABLES, TRIAL_CORE_SCHEMA
-from fedtune.results.study_dir import CORRUPT_SUFFIX, ROUNDS_DIR, TRIALS_FILE, StudyDir
+from fedtune.results.study_dir import (
+    CORRUPT_SUFFIX,
+    PLOTS_DIR,
+    ROUNDS_DIR,
+    STUDY_FILE,
+    TRIALS_FILE,
+    StudyDir,
+    read_study,
+)
 
-__all__ = ["NAME_RULE", "LOCK_TIMEOUT_S", "ResultsStore", "TrialsLockTimeout", "check_name", "check_output_dir",
-           "load", "corrupt_files", "quarantine"]
+__all__ = ["NAME_RULE", "LOCK_TIMEOUT_S", "TEMP_MIN_AGE_S", "ResultsStore", "TrialsLockTimeout", "ResultsWriteError",
+           "StorageFullError", "ForeignResultsError", "check_name", "check_output_dir", "check_writable",
+           "check_study_dir", "is_study_dir", "load", "corrupt_files", "quarantine", "clean_stray_temp_files"]
 
 NAME_RULE = "a non-empty folder name without '/', '\\' or NUL that does not start with '.'"
 """What a study name or trial id may be (one path component, not hidden)."""
@@ -69,16 +101,83 @@ def check_name(value: object, field: str) -> str:
     return value
 
 
-def check_output_dir(output: str | os.PathLike[str], option: str = "field 'output'") -> Path:
-    """Refuse an output directory that is, or lies under, an existing non-directory (before anything
-    runs, instead of failing when the first result is written). Returns ``Path(output)``."""
+def _create_probe(folder: Path) -> None:
+    """Create and remove a file in ``folder`` (an OSError says why it cannot be written)."""
+    fd, name = tempfile.mkstemp(prefix=f".write-probe{TEMP_MARKER}", suffix=".tmp", dir=folder)
+    os.close(fd)
+    os.unlink(name)
+
+
+def _reason(exc: OSError) -> str:
+    return os.strerror(exc.errno).lower() if exc.errno else (str(exc) or type(exc).__name__)
+
+
+def check_writable(folder: str | os.PathLike[str], what: str) -> None:
+    """Refuse (ConfigError, ``what`` first) an existing ``folder`` this process cannot create a file
+    in, by creating and removing one: ``os.access`` says yes to root whatever the mode bits, and
+    knows nothing of read-only mounts or ACLs."""
+    try:
+        _create_probe(Path(folder))
+    except OSError as exc:
+        raise ConfigError(f"{what}: creating a file in '{folder}' failed: {_reason(exc)}; allowed: a folder "
+                          "this user can write") from None
+
+
+def check_output_dir(output: str | os.PathLike[str], option: str = "field 'output'",
+                     study: str | None = None) -> Path:
+    """Refuse, before anything runs (instead of failing when the first result is written), an output
+    directory that is, or lies under, an existing non-directory, or that cannot be written: a file is
+    created and removed in the study folder ``output/study`` and its ``rounds/`` where they exist,
+    else in the nearest folder of ``output`` (or ``output/study``) that exists. ``option`` names the
+    option or field in the message. Returns ``Path(output)``."""
     path = Path(output)
     for p in (path, *path.parents):
         if p.exists() and not p.is_dir():
             where = "is" if p == path else f"lies under '{p}', which is"
             raise ConfigError(f"{option}: '{output}' {where} a file, not a directory; allowed: a directory "
                               "(existing, or one that can be created)")
+    base = path / study if study else path
+    folders = [d for d in (base / ROUNDS_DIR, base) if d.is_dir()] if study else []
+    if not folders:
+        folders = [next(p for p in (base, *base.parents) if p.exists())]  # "." (or "/") at the latest
+    for folder in folders:
+        try:
+            _create_probe(folder)
+        except OSError as exc:
+            raise ConfigError(f"{option}: '{output}' cannot be written: creating a file in '{folder}' failed: "
+                              f"{_reason(exc)}; allowed: a directory this user can write (existing, or one "
+                              "that can be created)") from None
     return path
+
+
+def is_study_dir(path: str | os.PathLike[str]) -> bool:
+    """True for a folder holding a study: ``study.json`` (``fedtune sweep``), ``rounds/`` or
+    ``trials.parquet`` (``fedtune run`` and the Tuner API write no ``study.json``)."""
+    p = Path(path)
+    return (p / STUDY_FILE).is_file() or (p / ROUNDS_DIR).is_dir() or (p / TRIALS_FILE).is_file()
+
+
+def check_study_dir(path: str | os.PathLike[str], what: str = "study folder") -> Path:
+    """Refuse (ConfigError naming ``path``) a path that is not a study folder (:func:`is_study_dir`):
+    missing, a file, a folder without a study's files (an output folder holding studies is named
+    as such, with its studies), or one whose only study file is a ``study.json`` that is not a
+    sweep's. Returns ``Path(path)``."""
+    p = Path(path)
+    made_by = (f"a study folder is OUTPUT/STUDY as fedtune sweep ({STUDY_FILE}) or fedtune run "
+               f"({ROUNDS_DIR}/, {TRIALS_FILE}) writes it")
+    if not p.exists():
+        raise ConfigError(f"{what} '{p}' does not exist; allowed: {made_by}")
+    if not p.is_dir():
+        raise ConfigError(f"{what} '{p}' is a file, not a fedtune study folder; allowed: {made_by}")
+    if not is_study_dir(p):
+        inside = sorted(d.name for d in p.iterdir() if d.is_dir() and not d.name.startswith(".") and is_study_dir(d))
+        hint = (f"; it is an output folder holding the studies {', '.join(inside)}: give one of them, e.g. "
+                f"'{p / inside[0]}'") if inside else ""
+        raise ConfigError(f"'{p}' is not a fedtune study folder: it holds no {STUDY_FILE}, {ROUNDS_DIR}/ or "
+                          f"{TRIALS_FILE}{hint}; allowed: {made_by}")
+    if not (p / ROUNDS_DIR).is_dir() and not (p / TRIALS_FILE).is_file():
+        read_study(p)  # only a study.json: it must be a sweep's (a ConfigError naming it otherwise)
+    return p
 
 
 # --------------------------------------------------------------------------- writing
@@ -99,7 +198,8 @@ class TrialsLockTimeout(TimeoutError):
 def _exclusive(path: Path, timeout_s: float) -> Iterator[None]:
     lock = FileLock(str(path), timeout=timeout_s)
     try:
-        lock.acquire()
+        with writes_to(path):  # a read-only or full study folder: one line naming the lock file
+            lock.acquire()
     except Timeout:
         raise TrialsLockTimeout(path, timeout_s) from None
     try:
@@ -189,11 +289,12 @@ class ResultsStore:
         trial_id = row.get("trial_id")
         check_name(trial_id, "trial_id")
         new = rows_to_table([self._fill_ids(row, trial_id)], TRIAL_CORE_SCHEMA)
-        self.study_dir.mkdir(parents=True, exist_ok=True)
+        with writes_to(self.study_dir):
+            self.study_dir.mkdir(parents=True, exist_ok=True)
         with _exclusive(self.files.trials_lock, self.lock_timeout_s):
             tables = []
             if self.trials_path.exists():
-                old = read_parquet(self.trials_path)
+                old = read_results(self.trials_path, "trials")  # never replace a file that is not ours
                 keep = pc.invert(pc.fill_null(pc.equal(old.column("trial_id"), pa.scalar(trial_id)), False))
                 tables.append(old.filter(keep))
             tables.append(new)
@@ -205,7 +306,7 @@ class ResultsStore:
         if self.rounds_dir.is_dir():
             ids.update(p.stem for p in self.rounds_dir.glob("*.parquet") if not p.name.startswith("."))
         if self.trials_path.exists():
-            col = read_parquet(self.trials_path, ["trial_id"]).column("trial_id")
+            col = read_results(self.trials_path, "trials").column("trial_id")
             ids.update(v for v in col.to_pylist() if v is not None)
         return sorted(ids)
 
@@ -239,7 +340,10 @@ def load(path: str | os.PathLike[str], table: str = "rounds") -> pa.Table:
     All matching files are concatenated: columns missing from a file are null, int/float
     mixes become float64, other type clashes become strings. Core columns come first in
     schema order, then the extra columns sorted by name. A directory with no matching file
-    gives an empty table with the core schema.
+    gives an empty table with the core schema. Hidden files (the atomic writer's temporary files,
+    ``.trials.lock``) and ``*.corrupt`` files are not read; a Parquet file without the
+    :data:`~fedtune.results.schema.REQUIRED_COLUMNS` of its table is a :class:`ForeignResultsError`
+    naming it (never read as rows of nulls).
 
     >>> import tempfile
     >>> out = tempfile.mkdtemp()
@@ -259,17 +363,30 @@ def load(path: str | os.PathLike[str], table: str = "rounds") -> pa.Table:
     if not p.exists():
         raise FileNotFoundError(f"no such results path: {str(p)!r}")
     if p.is_file():
-        core = TRIAL_CORE_SCHEMA if p.name == TRIALS_FILE else TABLES[table]
-        return conform(read_parquet(p), core)
+        kind = "trials" if p.name == TRIALS_FILE else table
+        return conform(read_results(p, kind), TABLES[kind])
     core = TABLES[table]
-    return concat([read_parquet(f) for f in _files(p, table)], core)
+    return concat([read_results(f, table) for f in _files(p, table)], core)
 
 
 def corrupt_files(path: str | os.PathLike[str], table: str = "rounds") -> list[Path]:
-    """The files :func:`load` would read for ``table`` under ``path`` that cannot be read."""
+    """The files :func:`load` would read for ``table`` under ``path`` that cannot be read (truncated,
+    not Parquet: :func:`quarantine` them). A readable file that is not a fedtune file of that table
+    is no corruption to repair but a :class:`ForeignResultsError` naming it: it is neither moved nor
+    re-run, and its owner decides."""
     p = Path(path)
-    files = [p] if p.is_file() else _files(p, table)
-    return [f for f in files if not is_readable(f)]
+    kind = "trials" if p.is_file() and p.name == TRIALS_FILE else table
+    bad = []
+    for f in [p] if p.is_file() else _files(p, table):
+        try:
+            table_ = read_parquet(f)
+        except CorruptResultsError:
+            bad.append(f)
+            continue
+        except FileNotFoundError:  # gone since it was listed
+            continue
+        check_table(table_, kind, f)
+    return bad
 
 
 def quarantine(path: str | os.PathLike[str]) -> Path:
@@ -277,5 +394,46 @@ def quarantine(path: str | os.PathLike[str]) -> Path:
     :func:`load`); returns the new path."""
     p = Path(path)
     target = p.with_name(p.name + CORRUPT_SUFFIX)
-    os.replace(p, target)
+    with writes_to(target):
+        os.replace(p, target)
     return target
+
+
+TEMP_MIN_AGE_S = 60.0
+"""How long ago a stray temporary file must have last changed for :func:`clean_stray_temp_files` to
+remove it by default: a younger one may belong to a write still in progress (another process)."""
+
+
+def clean_stray_temp_files(study_dir: str | os.PathLike[str], *, min_age_s: float = TEMP_MIN_AGE_S) -> list[Path]:
+    """Remove the temporary files the atomic writer left in a study (a process killed during a write:
+    ``.<name>.fedtune-<random>.tmp``, or an older version's ``.<name>.<random>.tmp``, see
+    :func:`fedtune.results.atomic.is_temp_name`) from the study folder, ``rounds/`` and ``plots/``;
+    only regular files unchanged for ``min_age_s`` seconds, so a write in progress keeps its file.
+    No other file is touched. Returns the removed paths, sorted; a missing folder gives ``[]``.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / ".trials.parquet.fedtune-abcd1234.tmp").write_bytes(b"PAR1")
+    >>> _ = (d / "notes.tmp").write_text("mine")
+    >>> [p.name for p in clean_stray_temp_files(d, min_age_s=0)], sorted(p.name for p in d.iterdir())
+    (['.trials.parquet.fedtune-abcd1234.tmp'], ['notes.tmp'])
+    """
+    root = Path(study_dir)
+    now = time.time()
+    removed = []
+    for folder in (root, root / ROUNDS_DIR, root / PLOTS_DIR):
+        if not folder.is_dir():
+            continue
+        for f in folder.iterdir():
+            if not f.name.startswith(".") or is_temp_name(f.name) is None:
+                continue
+            try:
+                st = f.lstat()
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < min_age_s:
+                continue
+            with writes_to(f):
+                f.unlink(missing_ok=True)
+            removed.append(f)
+    return sorted(removed)

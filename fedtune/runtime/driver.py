@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -307,26 +306,34 @@ def round_row(cfg: FederatedRunConfig, run: FederatedRun, trial_id: str, result)
 
 def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False,
         on_round: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
-    """Run ``cfg`` to the end (or divergence), writing every round to the results store."""
-    from fedtune.results import ResultsStore, summarize_trial
+    """Run ``cfg`` to the end (or divergence), writing every round to the results store.
+
+    An output folder that cannot be written is refused before anything starts (ConfigError). A
+    write the disk refuses (full, permissions) ends the run with the trial row written when it
+    fits (status ``failed``, its rounds those on disk) and raises a
+    :class:`~fedtune.results.ResultsWriteError` whose one line names the file and where the
+    finished rounds are."""
+    from fedtune.results import ResultsStore, ResultsWriteError, summarize_trial
 
     t_start = time.perf_counter()
     started_at = datetime.now(timezone.utc)
     trial_id = cfg.trial_id()
     rows: list[dict[str, Any]] = []
+    written = 0  # rows[:written] are on disk
     status, error = FAILED, None
     started_ray = False
     bar = _Progress(cfg, enabled=progress)
     first_round_s = None
     info: dict[str, Any] = {}
-    # Bad input (unknown names, missing data, impossible setting) raises here, before anything
-    # starts and before anything is written.
+    # Bad input (unknown names, missing data, impossible setting, an output folder that cannot be
+    # written) raises here, before anything starts and before anything is written.
     from fedtune.results import check_output_dir
 
-    check_output_dir(cfg.output)
+    check_output_dir(cfg.output, "field 'output' (--output)", study=cfg.name)
     store = ResultsStore(cfg.output, cfg.name)
     fr = FederatedRun(cfg)
     signals = contextlib.ExitStack()
+    failure: BaseException | None = None
     try:
         if cfg.backend == "ray":
             started_ray = connect_ray(cfg, verbose=verbose)
@@ -347,6 +354,7 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
             if first_round_s is None:
                 first_round_s = time.perf_counter() - t_start
             store.write_rounds(trial_id, rows)
+            written = len(rows)
             bar.update(row)
             if on_round is not None:
                 on_round(row)
@@ -360,10 +368,10 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
         status = INTERRUPTED
         error = ("interrupted by SIGTERM" if isinstance(exc, Terminated) or isinstance(exc, SystemExit)
                  else "interrupted by the user")
-        raise
+        failure = exc
     except BaseException as exc:
         status, error = FAILED, f"{type(exc).__name__}: {exc}"
-        raise
+        failure = exc
     finally:
         signals.close()
         bar.stop()
@@ -375,15 +383,50 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
             import ray
 
             ray.shutdown()
-        if not isinstance(sys.exc_info()[1], ResourceError):  # a refused launch ran nothing
-            cfg_json = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
-            summary = summarize_trial(rows, config=json.loads(cfg_json), status=status, error=error,
-                                      started_at=started_at, ended_at=datetime.now(timezone.utc))
-            summary.update({"study": cfg.name, "trial_id": trial_id, "algorithm": cfg.algorithm,
-                            "dataset": cfg.dataset, "seed": cfg.seed})
+    row_failure: ResultsWriteError | None = None
+    refused = isinstance(failure, ResourceError) and not isinstance(failure, ResultsWriteError)
+    if not refused:  # a refused launch ran nothing: no trial row
+        cfg_json = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+        summary = summarize_trial(rows[:written], config=json.loads(cfg_json), status=status, error=error,
+                                  started_at=started_at, ended_at=datetime.now(timezone.utc))
+        summary.update({"study": cfg.name, "trial_id": trial_id, "algorithm": cfg.algorithm,
+                        "dataset": cfg.dataset, "seed": cfg.seed})
+        try:
             store.write_trial(summary)
+        except ResultsWriteError as exc:
+            row_failure = exc
+        except Exception as exc:  # e.g. a trials.parquet that is not fedtune's: the run's own error comes first
+            if failure is None:
+                raise
+            failure.add_note(f"the trial row could not be written: {exc}")
+    storage = failure if isinstance(failure, ResultsWriteError) else row_failure
+    if storage is not None and (failure is None or failure is storage):
+        raise storage.with_context(_kept(store, trial_id, written, row_failure, storage)) from None
+    if failure is not None:
+        if row_failure is not None:
+            failure.add_note(f"the trial row could not be written: {row_failure}")
+        raise failure
     return RunResult(trial_id, status, rows, store.study_dir, store.rounds_dir / f"{trial_id}.parquet",
                      error, first_round_s, info)
+
+
+def _kept(store: Any, trial_id: str, written: int, row_failure: BaseException | None,
+          failure: BaseException) -> str:
+    """What a run stopped by a refused write left, for its one-line error."""
+    rounds_file = store.rounds_path(trial_id)
+    if written == 0:
+        kept = f"no round is stored ({rounds_file} was not written)"
+    else:
+        which = "round 1" if written == 1 else f"rounds 1-{written}"
+        kept = f"finished rounds are intact in '{rounds_file}' ({which})"
+    if row_failure is None:
+        row = f"its row in '{store.trials_path}' says status failed"
+    elif row_failure is failure:
+        row = "the trial row was not written"
+    else:
+        row = "the trial row could not be written either"
+    return (f"{kept}; {row}; free space (or make the folder writable), then run the same command again "
+            "(it replaces this trial's rows)")
 
 
 class _Progress:

@@ -23,23 +23,57 @@ rows an earlier study run left under that ``trial_id``; a later round means a tr
 after a driver restart (``Tuner.restore``), whose earlier rows are first read back from disk.
 The rows' ``study`` column is the callback's ``study`` (the trial config's ``output``/``name``
 are not used by Tune trials: the callback decides where results go).
+
+A write the disk refuses (a full device, a folder made read-only) is recorded, with what is intact,
+for :func:`write_failure` to hand to the sweep: a round that cannot be written raises it into Tune
+(which stops the run: ``tuner.fit()`` raises, a ``TuneError`` wrapping it), a trial row that cannot
+be written is only recorded (an error raised from Tune's trial-end hooks would fail the trial and
+print Tune's traceback). The driver then raises :func:`write_failure`'s error, one line naming the
+file; ``--resume`` continues the study (the rounds already written are kept, missing trial rows
+are rebuilt).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
 
-from fedtune.results import ResultsStore, load, summarize_trial
+from fedtune.results import ResultsStore, ResultsWriteError, load, summarize_trial
 from fedtune.results.status import COMPLETED, DIVERGED, FAILED, PRUNED
 
-__all__ = ["ArrowCallback", "trial_row", "trial_status"]
+__all__ = ["ArrowCallback", "trial_row", "trial_status", "write_failure"]
 
 ERROR_STATUS = FAILED
+
+_WRITE_FAILURES: dict[str, ResultsWriteError] = {}  # study folder -> the first write refused (this process)
+
+
+def _key(study_dir: str | os.PathLike[str]) -> str:
+    return str(Path(study_dir).resolve())
+
+
+_WHAT_TO_DO = "free space (or make the folder writable), then resume the study"
+
+
+def write_failure(study_dir: str | os.PathLike[str], *, clear: bool = True,
+                  resume_command: str | None = None) -> ResultsWriteError | None:
+    """The first write of the study in ``study_dir`` that the disk refused to an
+    :class:`ArrowCallback` of this process (a :class:`~fedtune.results.StorageFullError` for a full
+    device), its one-line message naming the file, what is intact and what to do (``resume_command``:
+    the command that resumes the study); None when every write landed. ``clear`` forgets it (it has
+    been reported). The sweep checks this after ``tuner.fit()``, whether fit raised or not."""
+    err = (_WRITE_FAILURES.pop if clear else _WRITE_FAILURES.get)(_key(study_dir), None)
+    if err is None:
+        return None
+    if resume_command:
+        return err.with_context(f"free space (or make the folder writable), then resume it with: {resume_command}")
+    return err.with_context(_WHAT_TO_DO)
 
 
 def trial_status(last_row: Mapping[str, Any] | None, rounds: int, error: str | None) -> str:
@@ -148,21 +182,35 @@ class ArrowCallback(Callback):
         self._ended |= set(state.get("ended", ()))
 
     # --- the writes -----------------------------------------------------------------------------
+    def _refused(self, exc: ResultsWriteError, what: str) -> ResultsWriteError:
+        """Record ``exc`` (the first refused write of the study is the one reported) and return it with
+        what is intact and what to do."""
+        err = exc.with_context(f"{what} was not written; the rounds and trial rows written before are intact in "
+                               f"'{self.store.study_dir}'; the study stopped")
+        _WRITE_FAILURES.setdefault(_key(self.store.study_dir), err)
+        return err.with_context(_WHAT_TO_DO)
+
     def add_row(self, tune_trial_id: str, row: Mapping[str, Any]) -> None:
-        """Store one round row of a trial (replacing that trial's earlier row of the same round)."""
+        """Store one round row of a trial (replacing that trial's earlier row of the same round).
+        A refused write is recorded (:func:`write_failure`) and raised: Tune then stops the run."""
         row = {**row, "study": self.study}
         trial_id, rnd = str(row["trial_id"]), int(row["round"])
         rows = self._rows.get(trial_id)
         if rows is None:
             rows = self._rows[trial_id] = {} if rnd <= 1 else self._rows_on_disk(trial_id)
         rows[rnd] = row
-        self.store.write_rounds(trial_id, [rows[r] for r in sorted(rows)])
+        try:
+            self.store.write_rounds(trial_id, [rows[r] for r in sorted(rows)])
+        except ResultsWriteError as exc:
+            raise self._refused(exc, f"round {rnd} of trial {trial_id}") from None
         self._last[tune_trial_id] = row
         self._started.setdefault(tune_trial_id, _now())
         self._ended.discard(tune_trial_id)
 
     def finish(self, tune_trial_id: str, config: Mapping[str, Any], error: str | None) -> None:
-        """Write the ``trials.parquet`` row of a trial that ended (once per end)."""
+        """Write the ``trials.parquet`` row of a trial that ended (once per end). A refused write is
+        recorded (:func:`write_failure`), not raised: Tune would fail the trial and log a traceback;
+        ``--resume`` rebuilds the row from the trial's rounds."""
         from fedtune.tune.trainable import trial_run_config
 
         if tune_trial_id in self._ended:
@@ -179,9 +227,14 @@ class ArrowCallback(Callback):
         if trial_id is None:
             return
         rows = self._rows.get(trial_id, {})
-        self.store.write_trial(trial_row([rows[r] for r in sorted(rows)], cfg, study=self.study, trial_id=trial_id,
-                                         error=error, started_at=self._started.get(tune_trial_id), ended_at=_now(),
-                                         restarts=self._restarts.get(tune_trial_id, 0), last_row=last))
+        try:
+            self.store.write_trial(trial_row([rows[r] for r in sorted(rows)], cfg, study=self.study,
+                                             trial_id=trial_id, error=error,
+                                             started_at=self._started.get(tune_trial_id), ended_at=_now(),
+                                             restarts=self._restarts.get(tune_trial_id, 0), last_row=last))
+        except ResultsWriteError as exc:
+            self._refused(exc, f"the {self.store.trials_path.name} row of trial {trial_id}")
+            return
         self._ended.add(tune_trial_id)
 
     def _rows_on_disk(self, trial_id: str) -> dict[int, dict[str, Any]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from fedtune.errors import ConfigError
+from fedtune.results.atomic import atomic_write_text, writes_to
 from fedtune.results.study_dir import StudyDir
 
 __all__ = ["StudyBusy", "study_driver"]
@@ -69,11 +70,13 @@ def study_driver(study_dir: str | os.PathLike[str], command: str = "fedtune swee
     if not create and not files.root.is_dir():
         yield
         return
-    files.root.mkdir(parents=True, exist_ok=True)
+    with writes_to(files.root):  # a full or read-only disk: one line naming the folder
+        files.root.mkdir(parents=True, exist_ok=True)
     # thread_local=False: the lock is the process's, whichever thread releases it.
     lock = FileLock(str(files.driver_lock), timeout=0, thread_local=False)
     try:
-        lock.acquire(timeout=0)
+        with writes_to(files.driver_lock):
+            lock.acquire(timeout=0)
     except Timeout:
         raise StudyBusy(f"study '{files.root.name}' is already being run by another fedtune sweep "
                         f"({_holder(files)}); a study has one driver at a time: wait for that one to end, or stop "
@@ -82,9 +85,7 @@ def study_driver(study_dir: str | os.PathLike[str], command: str = "fedtune swee
     try:
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
                 "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        tmp = files.driver.with_name(f".{files.driver.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(info))
-        os.replace(tmp, files.driver)
+        atomic_write_text(files.driver, json.dumps(info))
         yield
     finally:
         try:

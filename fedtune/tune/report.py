@@ -65,6 +65,7 @@ import pandas as pd
 from fedtune.errors import ConfigError
 from fedtune.results import load
 from fedtune.results import selection as protocol
+from fedtune.results.store import check_study_dir, check_writable
 from fedtune.results.atomic import atomic_write_text
 from fedtune.results.study_dir import TRIALS_FILE, StudyDir, read_study_if_any
 from fedtune.tune.plots import AXIS_LABELS  # noqa: F401 -- re-exported (it lived here)
@@ -149,11 +150,16 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
     ``selection`` (one of :data:`SELECTIONS`) overrides ``study.json``; ``plots=False`` skips
     the PNGs and the Optuna importances; ``write=False`` writes nothing (the plots are then
     skipped too). See the module docstring for the protocol.
+
+    A path that is not a study folder (:func:`fedtune.results.check_study_dir`) or, with ``write``,
+    a study folder that refuses new files is a ConfigError before anything is read or written; a
+    Parquet file there that is not fedtune's a :class:`~fedtune.results.ForeignResultsError`; a
+    write the disk refuses midway a :class:`~fedtune.results.ResultsWriteError` naming the file.
     """
-    study_dir = Path(study_dir)
+    study_dir = check_study_dir(study_dir)  # not a study (a typo, an output folder): refused, nothing written
     files = StudyDir(study_dir)
-    if not study_dir.is_dir():
-        raise ConfigError(f"study directory '{study_dir}' does not exist")
+    if write:  # a folder that refuses writes: one line now, not a PermissionError after the computing
+        check_writable(study_dir, "fedtune report writes report.md and plots/ into the study folder")
     if selection is None:
         selection = read_selection(study_dir)
     protocol.check_protocol(selection)

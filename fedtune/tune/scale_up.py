@@ -5,7 +5,9 @@ A trial that fits the cluster's node types but not its alive nodes stays PENDING
 group is the autoscaler's demand, and the autoscaler adds the nodes (``ray status`` shows them as
 pending). While no trial of the search runs and one is pending, the live view says
 ``scaling up <seconds>``, and once the wait passes :data:`ANNOUNCE_AFTER_S` a plain line says so
-every :data:`ANNOUNCE_EVERY_S` (what a Ray Job's log shows: it has no live table). After
+every :data:`ANNOUNCE_EVERY_S` (what a Ray Job's log shows: it has no live table). The line
+speaks of the autoscaler only where the cluster has one (:func:`has_autoscaler`); on a laptop's
+Ray it says that something else holds the resources. After
 ``timeout_s`` the watch raises :class:`ScaleUpTimeout`, naming what the trials wait for, instead of letting the study hang (a node type that cannot launch: no quota,
 no spot capacity, a wrong image).
 
@@ -34,7 +36,7 @@ from fedtune.errors import ResourceError
 from fedtune.results import status
 from fedtune.tune.active import ACTIVE
 
-__all__ = ["ANNOUNCE_AFTER_S", "ANNOUNCE_EVERY_S", "ScaleUpTimeout", "ScaleUpWatch"]
+__all__ = ["ANNOUNCE_AFTER_S", "ANNOUNCE_EVERY_S", "ScaleUpTimeout", "ScaleUpWatch", "has_autoscaler"]
 
 ANNOUNCE_AFTER_S = 10.0  # shorter waits are a trial handing over its slot, not the autoscaler
 ANNOUNCE_EVERY_S = 60.0
@@ -77,16 +79,26 @@ class ScaleUpWatch(Callback):
         self._show(self.waiting_s)
         if self.waiting_s >= ANNOUNCE_AFTER_S and now - self._announced >= ANNOUNCE_EVERY_S:
             self._announced = now
+            if has_autoscaler():
+                why = (f"waiting for the autoscaler ({self.waiting_s:.0f} s of at most {self.timeout_s:g} s, "
+                       "--scale-up-timeout; `ray status` shows pending nodes)")
+            else:
+                why = (f"something else on this Ray holds them (another Ray job or its actors; `ray status`), and "
+                       f"it has no autoscaler to add a node: waiting for them to be freed ({self.waiting_s:.0f} s "
+                       f"of at most {self.timeout_s:g} s, --scale-up-timeout)")
             self._say(f"search '{self.key}': {len(pending)} trial(s) wait for {_wanted(pending[0])}, which no "
-                      f"node has free: waiting for the autoscaler ({self.waiting_s:.0f} s of at most "
-                      f"{self.timeout_s:g} s, --scale-up-timeout; `ray status` shows pending nodes)")
+                      f"node has free: {why}")
         if self.waiting_s > self.timeout_s:
+            if has_autoscaler():
+                why = ("the cluster neither has it free nor added a node that holds it; `ray status` shows the "
+                       "autoscaler's pending and failed nodes (quota, spot capacity, node image)")
+            else:
+                why = ("nothing freed it, and this Ray has no autoscaler to add a node; `ray status` shows what "
+                       "holds the resources")
             raise ScaleUpTimeout(
                 f"search '{self.key}': no trial could start for {self.waiting_s:.0f} s (--scale-up-timeout "
-                f"{self.timeout_s:g} s): {len(pending)} trial(s) wait for {_wanted(pending[0])} and the cluster "
-                "neither has it free nor added a node that holds it; `ray status` shows the autoscaler's pending "
-                "and failed nodes (quota, spot capacity, node image). Finished trials are kept: continue with "
-                "fedtune sweep --resume")
+                f"{self.timeout_s:g} s): {len(pending)} trial(s) wait for {_wanted(pending[0])} and {why}. "
+                "Finished trials are kept: continue with fedtune sweep --resume")
 
     def _say(self, text: str) -> None:
         view = ACTIVE.get("view")
@@ -99,6 +111,12 @@ class ScaleUpWatch(Callback):
             return
         with view.lock:
             view.rows[self.key]["state"] = status.RUNNING if waiting_s is None else f"scaling up {waiting_s:.0f}s"
+
+
+def has_autoscaler() -> bool:
+    """Whether the running study's cluster has an autoscaler (what :func:`~fedtune.runtime.cluster.cluster_view`
+    found when the study started; assumed when unknown, e.g. a Tuner run outside ``fedtune sweep``)."""
+    return ACTIVE.get("autoscaler", True) is not False
 
 
 def _wanted(trial: Any) -> str:

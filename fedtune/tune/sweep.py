@@ -164,6 +164,7 @@ class _Study:
         self.data["constant_liar"] = constant_liar(self.opts.sampler, self.cap)  # TPE with trials side by side
         self.save()
         _ACTIVE["view"] = self.view
+        _ACTIVE["autoscaler"] = cluster.autoscaler is not None  # what ScaleUpWatch may speak of
         # Tune's saved experiment (tuner.pkl, searcher state) holds the Optuna storage pickled where
         # the study was created; while this study runs, it unpickles onto this study directory.
         _ACTIVE["study_dir"] = self.plan.study_dir
@@ -179,6 +180,7 @@ class _Study:
         finally:
             self.view.stop()
             _ACTIVE["view"] = None
+            _ACTIVE.pop("autoscaler", None)
             _ACTIVE.pop("study_dir", None)
             _ACTIVE.pop("optuna_url", None)
 
@@ -250,8 +252,26 @@ class _Study:
         _SESSIONS.pop(key, None)
         row = self.view.row(key, total)
         row["state"] = "starting"
-        with _signal_handlers_kept():
-            tuner.fit()
+        from fedtune.results import ResultsWriteError
+        from fedtune.tune.callback import write_failure
+
+        hint = f"fedtune sweep --resume --name {self.plan.name} --output {self.plan.study_dir.parent}"
+        try:
+            with _signal_handlers_kept():
+                tuner.fit()
+        except Exception:
+            failure = write_failure(self.plan.study_dir, resume_command=hint)
+            if failure is None:
+                raise
+        else:  # a trial row that did not fit is only recorded: Tune's fit ends normally
+            failure = write_failure(self.plan.study_dir, resume_command=hint)
+        if failure is not None:  # the disk is full (or the folder refuses writes): one line, exit 2
+            row["state"] = state["status"] = status.INTERRUPTED
+            try:
+                self.save()
+            except ResultsWriteError:
+                pass  # study.json may not fit either
+            raise failure from None
         session = _SESSIONS.get(key, {})
         if interrupted(session, total) and not (complete_anyway is not None and not interrupted(session, 0)
                                                 and complete_anyway()):
@@ -458,6 +478,9 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
             opts = apply_default_study(opts)
         plan = plan_study(opts)
         study_dir, name = plan.study_dir, plan.name
+    from fedtune.results import check_output_dir
+
+    check_output_dir(output, "option '--output'", study=name)  # a folder that refuses writes: before anything
     try:
         # One driver per study, refused at once otherwise; taken before study.json is read or written.
         with study_driver(study_dir, _command_line(), create=not resume):
@@ -542,6 +565,12 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
                 if on_ray is not None:
                     on_ray()
                 if resume:
+                    from fedtune.results import clean_stray_temp_files
+
+                    removed = clean_stray_temp_files(plan.study_dir)
+                    if removed:
+                        study.warnings.append(f"removed {len(removed)} temporary file(s) a stopped driver left: "
+                                              + ", ".join(p.name for p in removed))
                     study.warnings.extend(repair_round_files(plan.study_dir, console))
                     study.warnings.extend(rebuild_trial_rows(plan, data, console))
                 study.run()
@@ -567,13 +596,17 @@ def _snapshot_spaces(opts: SweepOptions, plan: StudyPlan) -> tuple[SweepOptions,
     built-in spaces reads the spaces the study started with."""
     import shutil
 
+    from fedtune.results.atomic import writes_to
+
     folder = plan.study_dir / SPACES_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    with writes_to(folder):
+        folder.mkdir(parents=True, exist_ok=True)
     copies: dict[str, str] = {}
     for search in plan.searches:
         if search.algorithm not in copies:
             target = folder / f"{search.algorithm}.yaml"
-            shutil.copyfile(search.space, target)
+            with writes_to(target):  # a full disk: one line naming the file
+                shutil.copyfile(search.space, target)
             copies[search.algorithm] = str(target)
     new = copy.deepcopy(opts)
     new.spaces = list(copies.values())
