@@ -264,10 +264,11 @@ def add_sweep_parser(sub: Any) -> Any:
     p.add_argument("--config", metavar="FILE.yaml",
                    help="YAML mapping of run fields (as for fedtune run), the base of every trial; "
                         "precedence: --config FILE < flags < --set")
-    p.add_argument("--logger", action="append", dest="loggers", default=[], metavar="csv|tensorboard|mlflow",
+    p.add_argument("--logger", action="append", dest="loggers", default=[], metavar="csv|tensorboard|mlflow|wandb",
                    help="also log every round with Ray Tune's logger callback (repeatable): csv and tensorboard "
                         "into each trial's folder under OUTPUT/STUDY/tune/, mlflow to OUTPUT/STUDY/mlflow.db "
-                        "(or $MLFLOW_TRACKING_URI)")
+                        "(or $MLFLOW_TRACKING_URI), wandb to one W&B project per study, offline into "
+                        "OUTPUT/STUDY/wandb/ (upload later with `wandb sync`) unless WANDB_API_KEY or WANDB_MODE is set")
     return p
 
 

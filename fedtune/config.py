@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get
 
 import yaml
 
+from fedtune import yaml_safe
 from fedtune.algorithms.optim import LOCAL_OPTIMIZERS
 from fedtune.algorithms.precision import PRECISIONS
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, clipped, shown
 
 if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
     from fedtune.algorithms import Resolved
@@ -62,7 +63,7 @@ class FederatedRunConfig:
     server_rule: str | None = _f(None, "override the preset's server rule (how updates combine)")
     dataset: str = _f("rotated-digits", "dataset name; see `fedtune datasets`")
     data_root: str | None = _f(None, "directory holding the dataset's files (not needed by embedded datasets)")
-    data_seed: int = _f(0, "seed of the dataset's own construction (rotated-digits subsets, rect4 points)")
+    data_seed: int = _f(0, "seed of the dataset's own construction (rotated-digits subsets, rect4 points)", lo=0)
     image_size: int | None = _f(None, "resize folder datasets to this many pixels per side (default 64)", lo=8)
     setting: str | None = _f(None, "fdg (leave-one-domain-out), fl (Dirichlet label skew), fda (adds a target client), ufdg (unsupervised); default: the dataset's", choices=SETTINGS)
     target_domain: str | None = _f(None, "held-out target domain (fdg/fda/ufdg); default: the dataset's first domain")
@@ -94,7 +95,8 @@ class FederatedRunConfig:
     global_lr: float | None = _f(None, "server learning rate: theta <- theta + global_lr * aggregate(updates); unset: the server rule's default (fedavg 1.0, fedomg 0.05)", lo=0.0, lo_open=True, hp=True)
     eval_batch_size: int = _f(256, "batch size of evaluation", lo=1)
     eval_every: int = _f(1, "evaluate every N rounds (and always the last round); other rounds have no accuracy columns", lo=1)
-    seed: int = _f(0, "seed of partitions, client sampling, initialisation and data order")
+    seed: int = _f(0, "seed of partitions, client sampling, initialisation and data order (32 bits: the "
+                      "per-client, per-round seeds keep 32 bits of it)", lo=0, hi=2**32 - 1)
 
     # --- resources and runtime -------------------------------------------------------------
     backend: str = _f("ray", "ray (actors) or local (in-process, sequential)", choices=BACKENDS)
@@ -171,9 +173,9 @@ class FederatedRunConfig:
         if not path.is_file():
             raise ConfigError(f"config file '{path}' does not exist")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yaml_safe.load_file(path, f"config file '{path}'") or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file '{path}' is not valid YAML: {exc}") from None
+            raise ConfigError(f"config file '{path}' is not valid YAML: {' '.join(str(exc).split())}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file '{path}' must hold a mapping of field: value, not {type(data).__name__}")
         data.update(overrides or {})
@@ -221,17 +223,16 @@ class FederatedRunConfig:
                 continue
             m = f.metadata
             if m.get("choices") and value not in m["choices"]:
-                raise ConfigError(f"field '{f.name}': '{value}' is not allowed; allowed: {', '.join(m['choices'])}")
+                raise ConfigError(f"field '{f.name}': {shown(value)} is not allowed; allowed: {', '.join(m['choices'])}")
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 if isinstance(value, float) and not math.isfinite(value):
-                    raise ConfigError(f"field '{f.name}': {value} is not a finite number")
+                    raise ConfigError(f"field '{f.name}': {shown(value)} is not a finite number")
                 lo, hi = m.get("lo"), m.get("hi")
                 bad = (lo is not None and (value <= lo if m.get("lo_open") else value < lo)) or (
                     hi is not None and value > hi)
                 if bad:
-                    raise ConfigError(f"field '{f.name}': {value} is out of range; allowed: {_range_text(m)}")
-        if any(h < 1 for h in self.mlp_hidden):
-            raise ConfigError(f"field 'mlp_hidden': widths must be >= 1, got {self.mlp_hidden}")
+                    raise ConfigError(f"field '{f.name}': {shown(value)} is out of range; allowed: {_range_text(m)}")
+        _check_mlp_hidden(self.mlp_hidden)
         for name in ("client_gpus", "coordinator_gpus"):
             v = getattr(self, name)
             if v > 1 and v != int(v):
@@ -241,7 +242,7 @@ class FederatedRunConfig:
                 f"fields 'val_fraction' + 'test_fraction' = {self.val_fraction + self.test_fraction} leave no "
                 "training data; allowed: a sum below 0.95")
         if "/" in self.name or self.name.strip() in ("", ".", ".."):
-            raise ConfigError(f"field 'name': '{self.name}' is not a valid study name; allowed: a folder name without '/'")
+            raise ConfigError(f"field 'name': {shown(self.name)} is not a valid study name; allowed: a folder name without '/'")
         self._validate_model_and_data()
         # Names that need a registry are checked here too, so bad input fails before anything starts.
         from fedtune.algorithms import all_hparams
@@ -276,14 +277,14 @@ class FederatedRunConfig:
             if self.pretrained_path:
                 raise ConfigError("fields 'weights' and 'pretrained_path': give one of them, not both")
             if self.model in (None, "cnn", "mlp"):
-                raise ConfigError(f"field 'weights': '{self.weights}' needs a torchvision model; set model (for "
+                raise ConfigError(f"field 'weights': {shown(self.weights)} needs a torchvision model; set model (for "
                                   f"example model=resnet18 or resnet50), got model={self.model or 'the dataset default'}")
             from fedtune.models import ensure_weights_file
 
             ensure_weights_file(self.model, self.weights)
         if self.augment == "domainbed" and not is_image_folder(self.dataset):
             raise ConfigError(f"field 'augment': domainbed applies to image-folder datasets (folder, "
-                              f"{', '.join(DOMAINBED)}); dataset '{self.dataset}' allows: none")
+                              f"{', '.join(DOMAINBED)}); dataset {shown(self.dataset)} allows: none")
         if self.precision == "fp16" and self.client_gpus == 0:
             raise ConfigError("field 'precision': fp16 needs CUDA clients (client_gpus > 0); allowed on CPU clients: "
                               "fp32, bf16")
@@ -307,7 +308,7 @@ class FederatedRunConfig:
         try:
             return all_hparams()[name][1].default
         except KeyError:
-            raise ConfigError(f"no hyperparameter named '{name}'") from None
+            raise ConfigError(f"no hyperparameter named {shown(name)}") from None
 
     def hyperparameters(self) -> dict[str, Any]:
         """The tunable fields (``hp.<name>`` columns of the results), plus the rule's and method's own."""
@@ -355,11 +356,11 @@ def parse_set_options(items: list[str] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
-            raise ConfigError(f"--set '{item}': expected key=value")
+            raise ConfigError(f"--set '{clipped(item, 80)}': expected key=value")
         key, raw = item.split("=", 1)
         key = key.strip()
         try:
-            value = yaml.safe_load(raw) if raw.strip() != "" else None
+            value = yaml_safe.load(raw, f"--set '{clipped(key, 60)}'") if raw.strip() != "" else None
         except yaml.YAMLError:
             value = raw
         out[key] = value
@@ -373,16 +374,47 @@ def _range_text(m: dict) -> str:
     if lo is not None:
         parts.append(f"{'>' if m.get('lo_open') else '>='} {lo:g}")
     if hi is not None:
-        parts.append(f"<= {hi:g}")
+        parts.append(f"<= {hi:g}" if isinstance(hi, float) else f"<= {hi}")
     return " and ".join(parts)
+
+
+_INT64 = 1 << 63
+# mlp_hidden: what a model may hold before it is built (a width of 100000 is 10**10 weights per layer).
+MAX_MLP_LAYERS = 64
+MAX_MLP_WIDTH = 1 << 16
+MAX_MLP_WEIGHTS = 1 << 28  # between hidden layers: 1 GiB as float32, per copy of the model
+
+
+def _int64(name: str, value: int, given: Any = None) -> int:
+    """``value``, or a ConfigError (showing ``given``, else ``value``) when it does not fit the
+    int64 of the results tables and of torch."""
+    if not -_INT64 <= value < _INT64:
+        raise ConfigError(f"field '{name}': {shown(value if given is None else given, 40)} is out of range; allowed: an integer "
+                          f"between -2**63 and 2**63 - 1")
+    return value
+
+
+def _check_mlp_hidden(widths: list[int]) -> None:
+    """``mlp_hidden``'s widths, refused before any model is built when they cannot be (a width
+    below 1) or would allocate more than the limits above."""
+    bad = [w for w in widths if not 1 <= w <= MAX_MLP_WIDTH]
+    if bad:
+        raise ConfigError(f"field 'mlp_hidden': width {shown(bad[0], 40)} is out of range; allowed: widths from 1 "
+                          f"to {MAX_MLP_WIDTH}")
+    if len(widths) > MAX_MLP_LAYERS:
+        raise ConfigError(f"field 'mlp_hidden': {len(widths)} hidden layers; allowed: at most {MAX_MLP_LAYERS}")
+    weights = sum(a * b for a, b in zip(widths, widths[1:]))
+    if weights > MAX_MLP_WEIGHTS:
+        raise ConfigError(f"field 'mlp_hidden': {shown(widths, 80)} holds {weights} weights between hidden layers "
+                          f"({weights * 4 / 2**30:.1f} GiB as float32); allowed: at most {MAX_MLP_WEIGHTS}")
 
 
 def _unknown_key_message(key: str, known: list[str], source: str) -> str:
     import difflib
 
-    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6) if isinstance(key, str) and len(key) < 100 else []
     hint = f"; did you mean {', '.join(close)}?" if close else "; see `fedtune fields` for all fields"
-    return f"{source}: unknown field '{key}'{hint}"
+    return f"{source}: unknown field {shown(key, 80)}{hint}"
 
 
 def _coerce(name: str, value: Any, hint: Any) -> Any:
@@ -399,11 +431,14 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         raise ConfigError(f"field '{name}': a value is required")
     if origin is list:
         if isinstance(value, str):
-            value = yaml.safe_load(value)
+            try:
+                value = yaml_safe.load(value, f"field '{name}'")
+            except yaml.YAMLError:
+                raise ConfigError(f"field '{name}': expected a list such as [64, 64], got {shown(value)}") from None
         if isinstance(value, tuple):
             value = list(value)
         if not isinstance(value, list):
-            raise ConfigError(f"field '{name}': expected a list such as [64, 64], got {value!r}")
+            raise ConfigError(f"field '{name}': expected a list such as [64, 64], got {shown(value)}")
         (elem,) = get_args(hint)
         return [_coerce(name, v, elem) for v in value]
     if origin is Literal:
@@ -413,29 +448,30 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
             return value.lower() in ("true", "yes", "1")
-        raise ConfigError(f"field '{name}': expected true or false, got {value!r}")
+        raise ConfigError(f"field '{name}': expected true or false, got {shown(value)}")
     if hint is int:
         if isinstance(value, bool):
-            raise ConfigError(f"field '{name}': expected an integer, got {value!r}")
+            raise ConfigError(f"field '{name}': expected an integer, got {shown(value)}")
         if isinstance(value, float) and value.is_integer():
-            return int(value)
+            return _int64(name, int(value))
         if isinstance(value, str):
             try:
-                return int(value)
-            except ValueError:
-                pass
+                value = int(value)
+            except ValueError:  # not an integer, or more digits than int() converts
+                if value.strip().lstrip("+-").isdigit():
+                    _int64(name, 1 << 64, value)
         if isinstance(value, int):
-            return value
-        raise ConfigError(f"field '{name}': expected an integer, got {value!r}")
+            return _int64(name, value)
+        raise ConfigError(f"field '{name}': expected an integer, got {shown(value)}")
     if hint is float:
         if isinstance(value, bool):
-            raise ConfigError(f"field '{name}': expected a number, got {value!r}")
+            raise ConfigError(f"field '{name}': expected a number, got {shown(value)}")
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"field '{name}': expected a number, got {value!r}") from None
+            raise ConfigError(f"field '{name}': expected a number, got {shown(value)}") from None
     if hint is str:
         if isinstance(value, (dict, list)):
-            raise ConfigError(f"field '{name}': expected a string, got {value!r}")
+            raise ConfigError(f"field '{name}': expected a string, got {shown(value)}")
         return str(value)
     return value

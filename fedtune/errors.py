@@ -11,7 +11,10 @@ fedtune.errors.ConfigError: field 'rounds': 0 is out of range; allowed: >= 1
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DataError", "ResourceError", "INPUT_ERRORS"]
+import reprlib
+from typing import Any
+
+__all__ = ["ConfigError", "DataError", "ResourceError", "INPUT_ERRORS", "clipped", "shown"]
 
 
 class ConfigError(ValueError):
@@ -29,3 +32,37 @@ class ResourceError(RuntimeError):
 INPUT_ERRORS: tuple[type[Exception], ...] = (ConfigError, DataError)
 """The bad-input errors: raised inside a Ray actor they are re-raised as themselves (one line,
 as on the local backend), and the command line prints them without a traceback."""
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxset = 3, 8, 8, 8
+_SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 8, 120, 120, 60
+
+
+def shown(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` as an error message may print it: at most ``limit`` characters, found in
+    bounded time whatever the value (a list of a billion items, a huge string or number, a
+    structure nested or shared many times over). Small values read as ``repr`` does.
+
+    >>> shown([64, 64]), shown("sgd"), shown(list(range(10**6)))
+    ('[64, 64]', "'sgd'", '[0, 1, 2, 3, 4, 5, 6, 7, ...]')
+    >>> len(shown("x" * 10**6)) <= 200
+    True
+    """
+    try:
+        text = _SHOWN.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose __repr__ fails is still named
+        text = f"<{type(value).__name__}>"
+    return clipped(text, limit)
+
+
+def clipped(text: str, limit: int = 200) -> str:
+    """``text`` on one line and at most ``limit`` characters (``...`` marks a cut): a name or
+    other text from the user, printed inside an error message.
+
+    >>> clipped("a\\nb"), clipped("x" * 300, 10)
+    ('a b', 'xxxxxxx...')
+    """
+    text = text[:4 * limit]  # split() below stays cheap on a huge text
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -66,9 +66,11 @@ def check_model_name(name: str) -> None:
     if name not in known:
         import difflib
 
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        from fedtune.errors import shown
+
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6) if len(str(name)) < 100 else []
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"field 'model': '{name}' is unknown; allowed: cnn, mlp or a torchvision classification "
+        raise ConfigError(f"field 'model': {shown(name)} is unknown; allowed: cnn, mlp or a torchvision classification "
                           f"model such as resnet18, resnet50, convnext_tiny, efficientnet_b0 ({len(known)} in all; "
                           f"`python -c \"import torchvision; print(torchvision.models.list_models())\"`){hint}")
 

@@ -339,3 +339,59 @@ def test_former_name_runconfig_is_the_same_class_and_not_rays():
     from ray import tune
 
     assert tune.RunConfig is not FederatedRunConfig
+
+
+# ------------------------------------------------------------------------------------------ bounded input
+def _shared(levels: int, width: int = 9) -> list:
+    """A list whose expansion holds ``width ** (levels + 1)`` items, built from shared references
+    (what YAML aliases make): small in memory, huge once printed or copied."""
+    value: list = ["x"] * width
+    for _ in range(levels):
+        value = [value] * width
+    return value
+
+
+@pytest.mark.parametrize("field", ["rounds", "local_lr", "name", "mlp_hidden", "channels_last", "backend"])
+def test_an_error_message_prints_a_bounded_part_of_a_huge_value(field):
+    import time
+
+    t0 = time.monotonic()
+    msg = _err({field: _shared(6)})  # 4.8 million items: repr() is tens of MB and seconds
+    assert time.monotonic() - t0 < 1.0
+    assert f"field '{field}'" in msg and len(msg) < 500 and "..." in msg
+
+
+def test_error_messages_bound_huge_names_and_texts():
+    for values in ({"z" * 100_000: 1}, {"name": "a/" * 100_000}, {"setting": "q" * 100_000},
+                   {"mlp_hidden": "[" + "1, " * 100_000}):
+        assert len(_err(values)) < 500
+
+
+def test_a_list_field_given_malformed_yaml_text_is_a_config_error():
+    assert "field 'mlp_hidden': expected a list such as [64, 64], got '[16, 8'" in _err({"mlp_hidden": "[16, 8"})
+
+
+@pytest.mark.parametrize("field", ["rounds", "batch_size", "num_clients", "local_steps", "data_seed"])
+def test_integers_must_fit_int64(field):
+    msg = _err({field: 10**20})
+    assert f"field '{field}': 100000000000000000000 is out of range" in msg and "2**63" in msg
+    assert "out of range" in _err({field: "9" * 5000})  # more digits than int() converts
+
+
+def test_seed_is_a_32_bit_non_negative_integer():
+    """Per-client, per-round seeds keep 32 bits of ``seed``: seed 2**32 would train as seed 0 while
+    recorded as another seed, and a negative seed failed inside the partitioner."""
+    assert FederatedRunConfig.from_dict({"seed": 2**32 - 1}).seed == 2**32 - 1
+    for bad in (2**32, -1):
+        msg = _err({"seed": bad})
+        assert f"field 'seed': {bad} is out of range; allowed: >= 0 and <= 4294967295" in msg
+    assert "field 'data_seed': -1 is out of range; allowed: >= 0" in _err({"data_seed": -1})
+
+
+def test_mlp_hidden_is_refused_before_a_model_too_large_to_build():
+    msg = _err({"mlp_hidden": [100_000, 100_000]})
+    assert "field 'mlp_hidden': width 100000 is out of range; allowed: widths from 1 to 65536" in msg
+    msg = _err({"mlp_hidden": [60_000, 60_000]})
+    assert "3600000000 weights between hidden layers (13.4 GiB as float32); allowed: at most 268435456" in msg
+    assert "allowed: at most 64" in _err({"mlp_hidden": [1] * 65})
+    assert FederatedRunConfig.from_dict({"mlp_hidden": [16_384, 16_384]}).mlp_hidden == [16_384, 16_384]

@@ -360,3 +360,73 @@ def test_emnist_tiny_is_transposed_upright(tmp_path):
     np.testing.assert_array_equal(ds.labels("emnist"), [3, 5])
     x, _ = ds.load("emnist", np.array([0]))
     assert x[0, 0, 5, 0] == 1.0 and x[0, 0, 0, 5] == -1.0
+
+
+# ----------------------------------------------------------------------------- bounded, readable input
+@pytest.mark.parametrize("dataset", ["folder", "pacs", "mnist"])
+def test_a_data_root_the_os_cannot_look_up_is_one_data_error(tmp_path, dataset):
+    root = tmp_path / ("z" * 300)  # one name longer than any file system allows
+    with pytest.raises(DataError, match=r"field 'data_root': cannot look up '.*\.\.\..*': File name too long; allowed") as exc:
+        get_dataset(dataset, root=root)
+    assert len(str(exc.value)) < 400
+
+
+def test_unknown_names_are_shown_cut_short():
+    from fedtune.data import make_plan
+
+    with pytest.raises(DataError, match="is unknown; choose one of") as exc:
+        get_dataset("q" * 100_000)
+    assert len(str(exc.value)) < 500
+    ds = get_dataset("rect4")
+    labels = {d: ds.labels(d) for d in ds.info.domains}
+    with pytest.raises(DataError, match="is not a domain of") as exc:
+        make_plan(ds.info, labels, setting="fdg", target_domain="q" * 100_000)
+    assert len(str(exc.value)) < 500
+    with pytest.raises(DataError, match="is not in dataset") as exc:
+        ds.labels("q" * 100_000)
+    assert len(str(exc.value)) < 500
+
+
+def test_an_unreadable_image_file_is_a_data_error_naming_it(tree, tmp_path, monkeypatch):
+    """Root reads any file, so the permission error is made where PIL opens the file."""
+    from PIL import Image
+
+    real = Image.open
+
+    def open_(path, *args, **kwargs):
+        if Path(path).name == "z.png":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(Image, "open", open_)
+    ds = get_dataset("folder", root=tree, image_size=8, cache_dir=tmp_path / "cache")
+    with pytest.raises(DataError, match=r"cannot decode image '.*dog/z.png'.*Permission denied"):
+        ds.pixels("dA")
+    assert not list((tmp_path / "cache").glob("*.npy"))  # nothing half-built is left to be read
+
+
+def test_an_image_cache_larger_than_the_free_space_is_refused_before_writing(tree, tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 << 20, 9 << 20, 1 << 20))
+    ds = get_dataset("folder", root=tree, image_size=512, cache_dir=tmp_path / "cache")  # 3 images: 2.3 MB
+    with pytest.raises(DataError, match=r"field 'image_size': the image cache of 3 images at 512 px needs 2.3 MiB "
+                                        r"but .* has 1.0 MiB free; allowed: a smaller image_size"):
+        ds.pixels("dA")
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.suffix in (".npy", ".json")]
+
+
+def test_a_disk_that_fills_while_the_cache_is_written_is_one_data_error(tree, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwrite", full)
+    ds = get_dataset("folder", root=tree, image_size=8, cache_dir=tmp_path / "cache")
+    with pytest.raises(DataError, match=r"field 'cache_dir': the image cache .* could not be written \(No space left"):
+        ds.pixels("dA")
+    assert not [p for p in (tmp_path / "cache").iterdir() if ".npy" in p.name]  # the partial file is gone

@@ -1,13 +1,17 @@
-"""``fedtune sweep --logger csv|tensorboard|mlflow``: early errors, each (trial, round) once in
-every sink (Ray Tune's own logger callbacks, :mod:`fedtune.tune.loggers`), and a tiny real sweep
-read back from the CSV files, the TensorBoard event files and the MLflow database."""
+"""``fedtune sweep --logger csv|tensorboard|mlflow|wandb``: early errors, each (trial, round) once
+in every sink (Ray Tune's own logger callbacks, :mod:`fedtune.tune.loggers`), and a tiny real sweep
+read back from the CSV files, the TensorBoard event files, the MLflow database and W&B's offline
+run files."""
 
 from __future__ import annotations
 
 import csv
+import json
+import pickle
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,24 +22,27 @@ from fedtune.tune.plan import SweepOptions
 
 
 def test_bad_or_missing_loggers_fail_early_naming_the_option_and_the_extra(monkeypatch, tmp_path):
-    for loggers, words in ((("wandb",), ["'--logger'", "'wandb'", "allowed: csv, tensorboard, mlflow"]),
+    for loggers, words in ((("neptune",), ["'--logger'", "'neptune'", "allowed: csv, tensorboard, mlflow, wandb"]),
                            (("csv", "csv"), ["'--logger'", "twice"])):
         with pytest.raises(ConfigError) as err:
             SweepOptions(loggers=loggers).validate()
         for w in words:
             assert w in str(err.value)
+    SweepOptions(loggers=("wandb",)).validate()  # installed here (the test extra): accepted
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("mlflow", "tensorboardX")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("mlflow", "tensorboardX", "wandb")
                         else real(name, *a))
-    for name, extra in (("mlflow", "fedtune[mlflow]"), ("tensorboard", "fedtune[tensorboard]")):
+    for name, extra in (("mlflow", "fedtune[mlflow]"), ("tensorboard", "fedtune[tensorboard]"),
+                        ("wandb", "fedtune[wandb]")):
         with pytest.raises(ConfigError, match=r"option '--logger'.*pip install '" + extra.replace("[", r"\[")):
             SweepOptions(loggers=(name,)).validate()
     SweepOptions(loggers=("csv",)).validate()  # csv needs nothing beyond Ray Tune
-    res = subprocess.run([sys.executable, "-m", "fedtune.cli", "sweep", "--logger", "wandb", "--output", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60, check=False)
-    assert res.returncode == 2 and "allowed: csv, tensorboard, mlflow" in res.stderr and "Traceback" not in res.stderr
+    res = subprocess.run([sys.executable, "-m", "fedtune.cli", "sweep", "--logger", "neptune", "--output",
+                          str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 2 and "allowed: csv, tensorboard, mlflow, wandb" in res.stderr
+    assert "Traceback" not in res.stderr
 
 
 def test_tune_auto_loggers_never_add_a_second_csv_writer(monkeypatch):
@@ -106,8 +113,150 @@ def tfevents_scalars(folder: Path) -> dict[str, list[int]]:
     return steps
 
 
+def wandb_records(path: Path) -> list:
+    """The records of a W&B run file (``run-<id>.wandb``, what ``wandb sync`` uploads): a 7-byte
+    header (``:W&B``, magic, version), then LevelDB-log framing in 32 KiB blocks (per chunk: u32
+    crc, u16 length, u8 type 1 full / 2 first / 3 middle / 4 last; a block tail under 7 bytes is
+    padding) around ``wandb_internal_pb2.Record`` protobufs."""
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    block, i, out, parts = 32768, 7, [], b""
+    while i + 7 <= len(data):
+        left = block - i % block
+        if left < 7:
+            i += left
+            continue
+        _, n, kind = struct.unpack("<IHB", data[i:i + 7])
+        if kind == 0:  # zero padding to the end of the block
+            i += left
+            continue
+        parts, i = parts + data[i + 7:i + 7 + n], i + 7 + n
+        if kind in (1, 4):
+            out.append(Record.FromString(parts))
+            parts = b""
+    return out
+
+
+def wandb_runs(wandb_dir: Path, trial_id: str) -> list[tuple[object, list[tuple[int, dict]]]]:
+    """Each offline W&B run of ``trial_id`` under ``wandb_dir`` (oldest first): its run record
+    (project, group, id, entity) and its history as (step, {key: value})."""
+    runs = []
+    for path in sorted(wandb_dir.glob(f"offline-run-*-{trial_id}/run-{trial_id}.wandb")):
+        records = wandb_records(path)
+        (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+        history = [(r.history.step.num, {(it.key or "/".join(it.nested_key)): json.loads(it.value_json)
+                                         for it in r.history.item})
+                   for r in records if r.WhichOneof("record_type") == "history"]
+        runs.append((run, history))
+    return runs
+
+
+def _wandb_env(monkeypatch, tmp_path: Path, **env: str) -> None:
+    """Only ``env`` of W&B's settings, and no W&B login of this machine's user."""
+    import os
+
+    for k in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NETRC", str(tmp_path / "home" / ".netrc"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "home" / "wandb-config"))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
+def test_wandb_is_offline_unless_the_user_says_otherwise_and_bad_settings_fail_early(monkeypatch, tmp_path):
+    from fedtune.tune.loggers import logger_callbacks, wandb_mode
+
+    _wandb_env(monkeypatch, tmp_path)
+    assert wandb_mode() == "offline"  # nothing set: offline (nothing leaves the machine)
+    monkeypatch.setenv("WANDB_API_KEY", "not-a-real-key")
+    assert wandb_mode() == "online"  # a key in the environment: the user wants W&B's server
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert wandb_mode() == "offline"  # WANDB_MODE wins
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_mode() == "disabled"
+    (cb,) = logger_callbacks(["wandb"], tmp_path / "s", "s", "fedavg/A")
+    assert (cb.project, cb.group, cb.kwargs["mode"], cb.kwargs["dir"]) == ("s", "fedavg/A", "disabled",
+                                                                           str((tmp_path / "s").resolve()))
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "elsewhere"))
+    assert logger_callbacks(["wandb"], tmp_path / "s", "s", "fedavg")[0].kwargs["dir"] == str(tmp_path / "elsewhere")
+
+    monkeypatch.setenv("WANDB_MODE", "sometimes")
+    with pytest.raises(ConfigError, match=r"^option '--logger': wandb: WANDB_MODE 'sometimes' is not allowed; "
+                                          r"allowed: online, offline, disabled"):
+        logger_callbacks(["wandb"], tmp_path / "s", "s", "fedavg")
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.delenv("WANDB_API_KEY")
+    with pytest.raises(ConfigError) as err:  # online, and neither a key nor a `wandb login`: before anything runs
+        logger_callbacks(["wandb"], tmp_path / "s", "s", "fedavg")
+    assert str(err.value).startswith("option '--logger': wandb: WANDB_MODE=online needs W&B credentials")
+    assert "WANDB_API_KEY" in str(err.value) and "wandb login" in str(err.value) and "\n" not in str(err.value)
+    monkeypatch.delenv("WANDB_MODE")
+    with pytest.raises(ConfigError, match=r"^option '--logger': wandb: the study name 'a:b' is not a W&B project "
+                                          r"name .*; allowed: .*--name"):
+        logger_callbacks(["wandb"], tmp_path / "a:b", "a:b", "fedavg")
+
+
+class _Trial:
+    """What Ray's ``WandbLoggerCallback`` reads of a Tune trial."""
+
+    def __init__(self, trial_id: str, local_path: Path):
+        local_path.mkdir(parents=True, exist_ok=True)
+        self.trial_id, self.local_path, self.experiment_dir_name = trial_id, str(local_path), "fedavg"
+        self.config = {"local_lr": 0.05}
+
+    def __str__(self) -> str:
+        return f"trial_{self.trial_id}"
+
+
 @pytest.mark.ray
-def test_tiny_sweep_logs_every_round_once_to_csv_tensorboard_and_mlflow(ray_session, tmp_path, monkeypatch):
+def test_wandb_logs_each_round_once_across_a_restart_and_a_resumed_driver_and_drops_the_nested_row(
+        ray_session, monkeypatch, tmp_path):
+    from fedtune.tune.loggers import logger_callbacks
+
+    # Set after Ray started: the logging actor still sees it (fedtune hands the driver's WANDB_* over).
+    _wandb_env(monkeypatch, tmp_path, WANDB_ENTITY="fedtune-team")
+    study_dir = tmp_path / "st"
+    trial = _Trial("t1", study_dir / "tune" / "fedavg" / "trial_t1")
+
+    def result(rnd: int, seen: int) -> dict:
+        return {"training_iteration": rnd, "val_acc": rnd / 10 + seen / 100, "done": False,
+                "fedtune_row": {"round": rnd, "val_acc": rnd / 10, "config": {"local_lr": 0.05}}}
+
+    first = pickle.loads(pickle.dumps(logger_callbacks(["wandb"], study_dir, "st", "fedavg")[0]))  # as tuner.pkl
+    first.setup()
+    first.on_trial_start(0, [], trial)
+    for rnd, seen in ((1, 0), (2, 0), (1, 1), (2, 1)):  # Tune restarted the trial after round 2
+        first.on_trial_result(0, [], trial, result(rnd, seen))
+    state = first.get_state()  # the driver stops here; Tune saved the callback's state
+    first.on_trial_complete(0, [], trial)
+    first.on_experiment_end([trial])
+    time.sleep(1.1)  # W&B names an offline run folder by the second it started
+
+    resumed = pickle.loads(pickle.dumps(logger_callbacks(["wandb"], study_dir, "st", "fedavg")[0]))
+    resumed.set_state(state)  # fedtune sweep --resume
+    resumed.setup()
+    resumed.on_trial_start(0, [], trial)
+    for rnd, seen in ((2, 2), (3, 0)):  # restored from its round-1 checkpoint: round 2 again, then 3
+        resumed.on_trial_result(0, [], trial, result(rnd, seen))
+    resumed.on_trial_complete(0, [], trial)
+    resumed.on_experiment_end([trial])
+
+    runs = wandb_runs(study_dir / "wandb", "t1")  # OUTPUT/<study>/wandb/: `wandb sync` takes them from there
+    assert len(runs) == 2  # offline, each driver wrote its own run file of the one W&B run t1
+    for run, _ in runs:
+        assert (run.project, run.run_group, run.run_id, run.entity) == ("st", "fedavg", "t1", "fedtune-team")
+    steps = [step for _, history in runs for step, _ in history]
+    assert steps == [1, 2, 3]  # each round once over both drivers; the first report of a round wins
+    assert [row["val_acc"] for _, history in runs for _, row in history] == pytest.approx([0.1, 0.2, 0.3])
+    assert [row["training_iteration"] for _, history in runs for _, row in history] == [1, 2, 3]
+    assert not [k for _, history in runs for _, row in history for k in row if k.startswith("fedtune_row")]
+
+
+@pytest.mark.ray
+def test_tiny_sweep_logs_every_round_once_to_csv_tensorboard_mlflow_and_wandb(ray_session, tmp_path, monkeypatch):
     from mlflow import MlflowClient
 
     from fedtune import results
@@ -116,12 +265,13 @@ def test_tiny_sweep_logs_every_round_once_to_csv_tensorboard_and_mlflow(ray_sess
     from fedtune.tune.sweep import run_sweep
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    _wandb_env(monkeypatch, tmp_path)  # no WANDB_MODE, no key: W&B offline, into the study
     args = build_parser().parse_args([
         "sweep", "--algorithm", "fedavg", "--rounds", "3", "--num-samples", "2", "--sampler", "random",
         "--max-concurrent", "1", "--set", "local_steps=1", "--output", str(tmp_path), "--name", "lg", "--no-report",
-        "--logger", "csv", "--logger", "tensorboard", "--logger", "mlflow"])
+        "--logger", "csv", "--logger", "tensorboard", "--logger", "mlflow", "--logger", "wandb"])
     opts = options_from_args(args)
-    assert opts.loggers == ("csv", "tensorboard", "mlflow")
+    assert opts.loggers == ("csv", "tensorboard", "mlflow", "wandb")
     study_dir = run_sweep(opts).study_dir
 
     arrow: dict[str, dict[int, float]] = {}
@@ -131,12 +281,14 @@ def test_tiny_sweep_logs_every_round_once_to_csv_tensorboard_and_mlflow(ray_sess
 
     trial_dirs = sorted((study_dir / "tune" / "fedavg").glob("trial_*"))
     assert len(trial_dirs) == 2
+    tune_ids: dict[str, str] = {}  # fedtune's trial id -> Tune's (W&B's run id)
     for d in trial_dirs:
         with (d / "progress.csv").open(newline="") as f:
             rows = list(csv.DictReader(f))
         assert [int(r["training_iteration"]) for r in rows] == [1, 2, 3]  # one row per round, no duplicate
         assert not any(k.startswith("fedtune_row") for k in rows[0])  # the nested row is not logged again
         tid = rows[0]["fedtune_trial_id"]
+        tune_ids[tid] = rows[0]["trial_id"]
         assert [float(r["val_acc"]) for r in rows] == pytest.approx([arrow[tid][r] for r in (1, 2, 3)])
         tb = tfevents_scalars(d)
         assert tb["ray/tune/val_acc"] == [1, 2, 3] and not any(t.startswith("ray/tune/fedtune_row") for t in tb)
@@ -153,3 +305,10 @@ def test_tiny_sweep_logs_every_round_once_to_csv_tensorboard_and_mlflow(ray_sess
         series.append([m.value for m in history])
     expected = sorted([v[r] for r in (1, 2, 3)] for v in arrow.values())
     assert [x for s in sorted(series) for x in s] == pytest.approx([x for s in expected for x in s])
+
+    for tid, rounds in arrow.items():  # one offline W&B run per trial: project = study, group = search
+        ((run, history),) = wandb_runs(study_dir / "wandb", tune_ids[tid])
+        assert (run.project, run.run_group, run.run_id) == ("lg", "fedavg", tune_ids[tid])
+        assert [step for step, _ in history] == [1, 2, 3]
+        assert [row["val_acc"] for _, row in history] == pytest.approx([rounds[r] for r in (1, 2, 3)])
+        assert not any(k.startswith("fedtune_row") for _, row in history for k in row)

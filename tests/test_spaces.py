@@ -381,3 +381,37 @@ def test_strip_switches_keeps_everything_else():
 def test_doctests():
     failures, _ = doctest.testmod(spaces, optionflags=doctest.ELLIPSIS)
     assert failures == 0
+
+
+# --------------------------------------------------------------------------- bounded input
+def test_a_long_choice_list_is_refused_at_once_and_named(tmp_path):
+    import time
+
+    many = ", ".join(str(i + 1) for i in range(50_000))
+    path = write(tmp_path, f"algorithm: fedavg\nparams:\n  batch_size: {{distribution: categorical, choices: [{many}], "
+                           "default: 1}\n")
+    t0 = time.monotonic()
+    msg = error_of(path)
+    assert time.monotonic() - t0 < 10  # was an O(n^2) duplicate scan (hours), then one config per value
+    assert msg == (f"{path}: params.batch_size.choices: 50000 values; allowed: at most 1000 (for more, sample a "
+                   "range: uniform, loguniform or int)")
+
+
+def test_duplicate_choices_keep_value_in_equality(tmp_path):
+    for choices, dup in (("[1, 2, 1.0]", "1.0"), ("[true, 1, 'x', 'x']", "'x'"), ("[sgd, adam, sgd]", "'sgd'")):
+        path = write(tmp_path, f"algorithm: fedavg\nswitches:\n  s: {{choices: {choices}, default: 2}}\n"
+                               "params:\n  local_lr: {distribution: fixed, value: 0.1, when: {s: 2}}\n")
+        assert f"switches.s.choices: {dup} is listed twice" in error_of(path)
+    path = write(tmp_path, "algorithm: fedavg\nswitches:\n  s: {choices: [true, 1, 0, false], default: 1}\n"
+                           "params:\n  local_lr: {distribution: fixed, value: 0.1, when: {s: 1}}\n")
+    assert load_space(path).switches["s"].choices == (True, 1, 0, False)  # a bool is not a number here
+
+
+def test_huge_values_and_names_in_a_space_file_are_shown_cut_short(tmp_path):
+    long = "q" * 100_000
+    for text in (f"algorithm: fedavg\ndescription: [{', '.join(['7'] * 20_000)}]\nparams: {{}}\n",
+                 f"algorithm: fedavg\nparams:\n  {long}: {{distribution: fixed, value: 1}}\n",
+                 f"algorithm: fedavg\n{long}: 1\nparams: {{}}\n",
+                 f"algorithm: fedavg\nparams:\n  local_lr: {{distribution: fixed, value: {long}}}\n"):
+        msg = error_of(write(tmp_path, text))
+        assert len(msg) < 600, msg[:800]

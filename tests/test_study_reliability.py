@@ -284,3 +284,64 @@ def test_a_run_without_validation_shows_no_best_validation_round(tmp_path, capsy
     out = capsys.readouterr().out
     assert rc == 0 and "best val round" not in out
     assert "no best-validation round: no round has a val_acc (val_fraction=0" in out
+
+
+# ------------------------------------------------------------------------------------------------
+# Ray lost mid-sweep: one line; after --resume, Optuna and the Arrow store agree.
+def _descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, command name) of every descendant of ``pid`` (from /proc; no psutil needed)."""
+    parent: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text[text.rindex(")") + 2:].split()
+        p = int(stat.parent.name)
+        parent[p], names[p] = int(fields[1]), name
+    out = []
+    for p in parent:
+        q = p
+        while q in parent and q != pid and q > 1:
+            q = parent[q]
+        if q == pid and p != pid:
+            out.append((p, names[p]))
+    return out
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the raylet through /proc (Linux)")
+def test_ray_lost_mid_sweep_is_one_line_and_resume_leaves_optuna_and_arrow_agreeing(tmp_path):
+    import optuna
+
+    from fedtune import results
+
+    args = ["sweep", "--algorithm", "fedavg", "--rounds", "4", "--num-samples", "2", "--set", "local_steps=20",
+            "--set", "model=mlp", "--set", "num_cpus=2", "--output", str(tmp_path), "--name", "lost", "--no-report"]
+    proc = subprocess.Popen([sys.executable, "-m", "fedtune.cli", *args], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None and not list((tmp_path / "lost" / "rounds").glob("*.parquet")):
+            time.sleep(0.2)
+        raylets = [p for p, name in _descendants(proc.pid) if name == "raylet"]
+        assert proc.poll() is None and raylets, proc.stderr.read()[-3000:] if proc.poll() is not None else "no raylet"
+        os.kill(raylets[0], signal.SIGKILL)  # the node is lost mid-trial
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [line for line in err.splitlines() if line.startswith("fedtune:")]
+    assert proc.returncode == 2 and "Traceback" not in err and "ActorDiedError" not in err, err[-3000:]
+    assert len(lines) == 1 and "Ray went away" in lines[0] and "--resume --name lost" in lines[0], err[-3000:]
+
+    res = cli("sweep", "--resume", "--name", "lost", "--output", str(tmp_path), "--no-report", cwd=tmp_path,
+              timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    study = optuna.load_study(study_name="lost/fedavg", storage=f"sqlite:///{tmp_path / 'lost' / 'optuna.db'}")
+    trials = {r["trial_id"]: r["status"] for r in results.load(tmp_path / "lost", "trials").to_pylist()}
+    optuna_says = {t.user_attrs["fedtune_trial_id"]: t.user_attrs.get("fedtune_status") for t in study.trials
+                   if t.state != optuna.trial.TrialState.FAIL or t.user_attrs.get("fedtune_status") != "orphaned"}
+    assert optuna_says == trials and set(trials.values()) == {"completed"} and len(trials) == 2

@@ -134,14 +134,15 @@ def resolve(cfg: Any) -> Resolved:
 
 
 def check_algorithm_names(cfg: Any) -> None:
-    from fedtune.errors import ConfigError
+    from fedtune.errors import ConfigError, shown
 
     if cfg.algorithm not in PRESETS:
-        raise ConfigError(f"field 'algorithm': '{cfg.algorithm}' is unknown; allowed: {', '.join(PRESETS)}")
+        raise ConfigError(f"field 'algorithm': {shown(cfg.algorithm)} is unknown; allowed: {', '.join(PRESETS)}")
     if cfg.client_method is not None and cfg.client_method not in CLIENT_METHODS:
-        raise ConfigError(f"field 'client_method': '{cfg.client_method}' is unknown; allowed: {', '.join(CLIENT_METHODS)}")
+        raise ConfigError(f"field 'client_method': {shown(cfg.client_method)} is unknown; allowed: "
+                          f"{', '.join(CLIENT_METHODS)}")
     if cfg.server_rule is not None and cfg.server_rule not in SERVER_RULES:
-        raise ConfigError(f"field 'server_rule': '{cfg.server_rule}' is unknown; allowed: {', '.join(SERVER_RULES)}")
+        raise ConfigError(f"field 'server_rule': {shown(cfg.server_rule)} is unknown; allowed: {', '.join(SERVER_RULES)}")
 
 
 def all_hparams() -> dict[str, tuple[str, HParam]]:

@@ -26,26 +26,26 @@ class HParam:
     variant: bool = False
 
     def check(self, value: Any, owner: str) -> Any:
-        from fedtune.errors import ConfigError
+        from fedtune.errors import ConfigError, shown
 
         where = f"field '{self.name}' ({owner})"
         if self.kind in ("choice", "float_or_choice") and value in self.choices:
             return value
         if self.kind == "choice":
-            raise ConfigError(f"{where}: {value!r} is not allowed; allowed: {', '.join(map(str, self.choices))}")
+            raise ConfigError(f"{where}: {shown(value)} is not allowed; allowed: {', '.join(map(str, self.choices))}")
         if self.kind == "bool":
             if isinstance(value, bool):
                 return value
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+            raise ConfigError(f"{where}: expected true or false, got {shown(value)}")
         try:
             num = int(value) if self.kind == "int" else float(value)
         except (TypeError, ValueError):
             allowed = f"a number or one of {', '.join(map(str, self.choices))}" if self.choices else f"a{'n integer' if self.kind == 'int' else ' number'}"
-            raise ConfigError(f"{where}: expected {allowed}, got {value!r}") from None
+            raise ConfigError(f"{where}: expected {allowed}, got {shown(value)}") from None
         if self.kind == "int" and float(value) != num:
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {shown(value)}")
         if (self.lo is not None and num < self.lo) or (self.hi is not None and num > self.hi):
             rng = " and ".join(p for p in (f">= {self.lo:g}" if self.lo is not None else "",
                                              f"<= {self.hi:g}" if self.hi is not None else "") if p)
-            raise ConfigError(f"{where}: {value!r} is out of range; allowed: {rng}")
+            raise ConfigError(f"{where}: {shown(value)} is out of range; allowed: {rng}")
         return num

@@ -6,7 +6,7 @@ import zlib
 
 import numpy as np
 
-from fedtune.errors import DataError
+from fedtune.errors import DataError, shown
 
 
 def rng_for(seed: int, *keys: int | str) -> np.random.Generator:
@@ -39,5 +39,5 @@ def check_indices(indices, n: int, where: str) -> np.ndarray:
 def check_domain(domains: tuple[str, ...], domain: str, dataset: str) -> None:
     if domain not in domains:
         raise DataError(
-            f"domain {domain!r} is not in dataset {dataset!r}; choose one of: {', '.join(domains)}"
+            f"domain {shown(domain)} is not in dataset {dataset!r}; choose one of: {', '.join(domains)}"
         )

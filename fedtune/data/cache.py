@@ -36,9 +36,11 @@ torchvision, Ray or PyArrow provide, hence hand-written.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import shutil
 import socket
 import time
 import zlib
@@ -248,6 +250,7 @@ def build_cache(entry: CacheEntry, decode, *, threads: int | None = None) -> Non
     ``(S, S, 3)`` uint8 view ``out`` (raising :class:`DataError` for an undecodable file).
     Call under the entry's lock (:func:`cached_images` does)."""
     entry.directory.mkdir(parents=True, exist_ok=True)
+    _check_room(entry)
     tmp = entry.directory / f".{entry.stem}.{os.getpid()}.{time.monotonic_ns()}.tmp.npy"
     t0 = time.time()
     try:
@@ -276,8 +279,12 @@ def build_cache(entry: CacheEntry, decode, *, threads: int | None = None) -> Non
         finally:
             os.close(fd)
         os.replace(tmp, entry.array_path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise DataError(f"field 'cache_dir': the image cache {str(entry.array_path)!r} could not be written "
+                            f"({exc.strerror}); free space there, set cache_dir to a larger disk or lower "
+                            f"image_size") from None
         raise
     seconds = time.time() - t0
     record = {"format": FORMAT_VERSION, "key": entry.key, "shape": list(entry.shape),
@@ -290,6 +297,22 @@ def build_cache(entry: CacheEntry, decode, *, threads: int | None = None) -> Non
                        "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()})
     with open(entry.directory / BUILD_LOG, "a") as f:  # appended under the entry's lock
         f.write(line + "\n")
+
+
+def _check_room(entry: CacheEntry) -> None:
+    """A DataError, before anything is written, when ``entry``'s array cannot fit the free space
+    of its directory (a large ``image_size`` grows it with the square: 100000 px is 30 GB per image)."""
+    need = int(np.prod(entry.shape, dtype=np.float64)) + (1 << 16)  # pixels and the .npy header
+    free = shutil.disk_usage(entry.directory).free
+    if need > free:
+        raise DataError(f"field 'image_size': the image cache of {entry.num_images} images at {entry.image_size} px "
+                        f"needs {_size(need)} but {str(entry.directory)!r} has {_size(free)} free; "
+                        f"allowed: a smaller image_size, or cache_dir on a larger disk")
+
+
+def _size(nbytes: float) -> str:
+    """``2.3 MiB``, ``30.0 GiB``: a size in a message."""
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
 
 
 def cached_images(entry: CacheEntry, decode, *, threads: int | None = None) -> ImageMap:

@@ -41,6 +41,8 @@ import math
 
 import numpy as np
 
+from fedtune.errors import shown
+
 from ._util import as_index, rng_for
 from .base import ClientSpec, DataError, DatasetInfo, FederatedPlan, Pieces
 
@@ -142,7 +144,7 @@ def _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fra
             f"{len(info.domains)} domain ({', '.join(info.domains)}); use setting 'fl'")
     target = info.domains[0] if target_domain is None else target_domain
     if target not in info.domains:
-        raise DataError(f"target_domain {target!r} is not a domain of {info.name!r}; choose one "
+        raise DataError(f"target_domain {shown(target)} is not a domain of {info.name!r}; choose one "
                         f"of: {', '.join(info.domains)}")
     sources = [d for d in info.domains if d != target]
     clients = _source_clients(info, labels, sources, clients_per_domain, val_fraction, seed)

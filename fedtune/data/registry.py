@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedtune.errors import shown
+
 from .base import DataError, DatasetInfo, DomainDataset
 
 
@@ -61,7 +63,7 @@ def _entry(name: str) -> DatasetEntry:
     key = str(name).strip().lower().replace("_", "-")
     if key not in _BY_NAME:
         raise DataError(
-            f"dataset {name!r} is unknown; choose one of: {', '.join(_BY_NAME)}"
+            f"dataset {shown(name)} is unknown; choose one of: {', '.join(_BY_NAME)}"
         )
     return _BY_NAME[key]
 
@@ -84,6 +86,19 @@ def _layout(name: str) -> str:
     from .tvsets import SPECS
 
     return SPECS[name].expected.replace("ROOT", "DIR")
+
+
+def _check_root(root: str | os.PathLike) -> None:
+    """A data root the OS will not even look up (a name too long, a loop of symbolic links, no
+    permission on a parent) is one DataError naming ``data_root``; a missing one is left to each
+    dataset, whose message shows the expected layout."""
+    try:
+        os.stat(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as e:
+        raise DataError(f"field 'data_root': cannot look up {shown(str(root))}: {e.strerror or e}; "
+                        f"allowed: a readable folder") from None
 
 
 def get_dataset(
@@ -114,6 +129,8 @@ def get_dataset(
                             f"must be unset or {_FIXED_SIZE[n]}, got {image_size}")
     if entry.needs_root and (root is None or str(root) == ""):
         raise DataError(f"dataset {n!r} needs data_root (--data-root DIR) holding {_layout(n)}")
+    if entry.needs_root:
+        _check_root(root)  # type: ignore[arg-type]
 
     if n == "rotated-digits":
         from .digits import RotatedDigits

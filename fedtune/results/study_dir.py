@@ -118,8 +118,8 @@ def read_study_if_any(study_dir: str | os.PathLike[str]) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read the study file: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path}: cannot read the study file: {str(exc)[:200]}") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -128,8 +128,8 @@ def read_study(study_dir: str | os.PathLike[str]) -> dict[str, Any]:
     path = StudyDir(study_dir).study_json
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read the study file: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path}: cannot read the study file: {str(exc)[:200]}") from None
     if not isinstance(data, dict) or "options" not in data:
         raise ConfigError(f"{path}: not a fedtune sweep study file (no 'options')")
     return data

@@ -225,10 +225,11 @@ def node_types_of_autoscaler() -> tuple[dict[str, Any] | None, str | None]:
         if path is not None and path.is_file():
             import yaml
 
+            from fedtune import yaml_safe
+
             try:
-                with open(path) as f:
-                    doc = yaml.safe_load(f)
-            except (OSError, yaml.YAMLError):
+                doc = yaml_safe.load_file(path)
+            except (OSError, ConfigError, yaml.YAMLError):
                 continue
             if isinstance(doc, dict) and doc.get("available_node_types"):
                 return doc, str(path)

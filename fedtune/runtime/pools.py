@@ -18,6 +18,7 @@ dies is handled by the run's ``on_client_failure`` policy: ``retry`` (restart it
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,19 @@ def assign_shards(shards: list[TargetShard], num_workers: int) -> list[list[Targ
     return [[s for s in shards if s.shard_id % num_workers == w] for w in range(num_workers)]
 
 
+def warn_if_batch_exceeds_clients(cfg_dict: dict[str, Any], plan: FederatedPlan) -> str | None:
+    """Log (once per run: its pool is made once) and return the warning of a ``batch_size`` above
+    every client's training set (:func:`~fedtune.algorithms.client.batch_size_note`); None otherwise.
+    The run goes on: each client trains full-batch, recorded as ``diag.batch_size_effective``."""
+    from fedtune.algorithms.client import batch_size_note
+
+    note = batch_size_note(int(cfg_dict["batch_size"]), [c.num_train for c in plan.clients],
+                           cfg_dict.get("local_steps"), int(cfg_dict.get("local_epochs", 1)))
+    if note is not None:
+        logging.getLogger("fedtune").warning(note)
+    return note
+
+
 # ------------------------------------------------------------------------------------------------
 class LocalPool:
     """All clients in this process, trained one after another (the reference sequential backend)."""
@@ -49,6 +63,7 @@ class LocalPool:
         from fedtune.runtime.common import set_torch_threads
         from fedtune.runtime.worker import ClientWorker
 
+        warn_if_batch_exceeds_clients(cfg_dict, plan)
         self._set_threads = lambda: set_torch_threads(client_threads)
         self._set_threads()
         self.worker = ClientWorker(cfg_dict, list(plan.clients), 0, eval_shards(plan),
@@ -92,6 +107,7 @@ class ActorFactory:
     def of(cls, cfg_dict: dict[str, Any], plan: FederatedPlan, pg: Any, resources: Any) -> ActorFactory:
         """The factory of a run's client actors laid out as ``resources`` (a
         :class:`~fedtune.runtime.resources.ResourcePlan`) says, clients by :func:`assign_clients`."""
+        warn_if_batch_exceeds_clients(cfg_dict, plan)
         assignment = assign_clients(plan.num_clients, resources.num_workers)
         return cls(cfg_dict, assignment, plan, pg, resources.worker_bundles, resources.client_cpus,
                    resources.client_gpus)

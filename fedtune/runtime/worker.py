@@ -40,6 +40,38 @@ from fedtune.runtime.messages import (  # noqa: F401
 )
 
 
+MAX_MODEL_PARAMS = 1 << 30
+"""Most parameters of a cnn or mlp model (4 GiB as float32, per copy: every client actor, the
+coordinator and each trained state hold one)."""
+
+
+def check_model_size(name: str, input_shape: tuple[int, ...], num_classes: int, mlp_hidden: list[int],
+                     head: dict[str, Any]) -> int:
+    """The parameters of model ``name`` (cnn or mlp, whose size grows with the input: image_size,
+    the dataset's features, mlp_hidden), counted on torch's meta device (nothing allocated), or a
+    ConfigError above :data:`MAX_MODEL_PARAMS`: raised before any data is decoded or weight built.
+    torchvision models have the sizes of their architecture: 0, not counted.
+
+    >>> check_model_size("cnn", (3, 32, 32), 10, [], {})
+    2156490
+    """
+    if name not in ("cnn", "mlp"):
+        return 0
+    import torch
+
+    from fedtune.errors import ConfigError
+    from fedtune.models import build_model
+
+    with torch.device("meta"):
+        model = build_model(name, input_shape=input_shape, num_classes=num_classes, mlp_hidden=mlp_hidden, **head)
+    count = sum(p.numel() for p in model.parameters())
+    if count > MAX_MODEL_PARAMS:
+        knob = "image_size" if name == "cnn" else "mlp_hidden (or image_size)"
+        raise ConfigError(f"field 'model': {name} on inputs of shape {tuple(input_shape)} has {count} parameters "
+                          f"({count * 4 / 2**30:.1f} GiB as float32); allowed: at most {MAX_MODEL_PARAMS}; lower {knob}")
+    return count
+
+
 def model_head_kwargs(client_method: Any, cfg: Any) -> dict[str, Any]:
     """``build_model`` keywords for a run's client method: ``{}`` (the classifier) for supervised
     methods; for unsupervised ones the method's ``model_head(cfg)`` (SimCLR: the projector head
@@ -98,6 +130,11 @@ class ClientWorker:
         dataset = get_dataset(self.cfg.dataset, root=self.cfg.data_root, image_size=self.cfg.image_size,
                               data_seed=self.cfg.data_seed, cache_dir=self.cfg.cache_dir)
         info = dataset.info
+        resolved = self.cfg.resolved
+        model_name = self.cfg.model or info.default_model
+        head = model_head_kwargs(resolved.client_method, self.cfg)
+        # A model too large to build is refused before the data is decoded into the image cache.
+        check_model_size(model_name, info.input_shape, info.num_classes, self.cfg.mlp_hidden, head)
         # channels_last only on CUDA clients (CPU clients keep today's layout and numbers)
         self.channels_last = bool(self.cfg.channels_last) and self.device.type == "cuda" and len(info.input_shape) == 3
         self.augment = make_augment(self.cfg.effective_augment, info.input_shape[-1] if info.is_image else None)
@@ -114,19 +151,46 @@ class ClientWorker:
         # Every worker builds the same initial model from the run's seed; the coordinator takes
         # its weights from worker 0 (so the coordinator process never needs torch).
         torch.manual_seed(self.cfg.seed)
-        resolved = self.cfg.resolved
         # Unsupervised methods (SimCLR) replace the classifier by their projector head.
-        self.model = build_model(self.cfg.model or info.default_model, input_shape=info.input_shape,
+        self.model = build_model(model_name, input_shape=info.input_shape,
                                  num_classes=info.num_classes, mlp_hidden=self.cfg.mlp_hidden,
-                                 pretrained_path=self.cfg.pretrained_path, weights=self.cfg.weights,
-                                 **model_head_kwargs(resolved.client_method, self.cfg))
+                                 pretrained_path=self.cfg.pretrained_path, weights=self.cfg.weights, **head)
         self.model = prepare_for_device(self.model, self.device, channels_last=self.channels_last)
         self.layout = FlatLayout.of(self.model)
         self.method = resolved.client_method(self.cfg)
         self.record_target_steps = resolved.server_rule.wants_target_steps_for(self.cfg)
+        if self.record_target_steps:
+            self._check_recorded_steps()
         self.client_state: dict[int, dict[str, Any]] = {s.client_id: {} for s in specs}
         # Wall-clock stamps (time.time()) of this worker's start-up, for start-up diagnostics.
         self.startup = {"init_start": t_init, "torch_ready": t_torch, "ready": time.time()}
+
+    def _check_recorded_steps(self) -> None:
+        """The target client keeps one float32 row of every parameter per local step
+        (:class:`_StepRecorder`) for a server rule that estimates its step variance (auto-β): refused
+        before round 1 when a round has fewer than 2 steps (the rule's ValueError in round 1 otherwise)
+        or when its rows would pass :data:`MAX_MODEL_PARAMS` floats (local_steps = 10**6 would fill
+        memory mid-run)."""
+        from fedtune.algorithms.client import local_steps
+        from fedtune.errors import ConfigError
+
+        for cid, spec in self.specs.items():
+            if spec.role != "target":
+                continue
+            n = len(self.data[cid]["train"])
+            steps = local_steps(n, self.cfg)
+            if steps < 2:  # local_steps=1 is refused with the config; here batch_size >= the target's data
+                raise ConfigError(
+                    f"field 'batch_size': the server rule estimates the target client's step variance from its "
+                    f"per-step updates and needs at least 2 local steps per round, but batch_size {self.cfg.batch_size} "
+                    f"covers the target's {n} training examples in 1 step per epoch with local_epochs="
+                    f"{self.cfg.local_epochs}; allowed: batch_size < {n}, local_epochs >= 2 or local_steps >= 2")
+            floats = steps * self.layout.num_params
+            if floats > MAX_MODEL_PARAMS:
+                raise ConfigError(
+                    f"field 'local_steps': the target client records every local step for the server rule "
+                    f"({steps} steps x {self.layout.num_params} parameters = {floats * 4 / 2**30:.1f} GiB a round); "
+                    f"allowed: at most {MAX_MODEL_PARAMS} floats: lower local_steps or local_epochs, or raise batch_size")
 
     # ------------------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -149,10 +213,13 @@ class ClientWorker:
         set_flat(self.model, self.layout, weights)
 
     def fit(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int, client_ids: list[int]) -> FitReply:
-        """Train each of ``client_ids`` (ascending) from ``weights`` for one round."""
+        """Train each of ``client_ids`` (ascending) from ``weights`` for one round. Each client's
+        metrics carry ``batch_size_effective`` (:func:`~fedtune.algorithms.client.effective_batch_size`):
+        ``batch_size``, or the client's whole training set when that is smaller."""
         import torch
 
         from fedtune.algorithms import ClientContext
+        from fedtune.algorithms.client import effective_batch_size
         from fedtune.algorithms.precision import grad_scaler
         from fedtune.models import get_flat
 
@@ -186,7 +253,9 @@ class ClientWorker:
             reply.losses.append(float(out.loss))
             reply.steps.append(out.steps)
             reply.extras.append(out.extras)
-            reply.metrics.append(out.metrics)
+            # what ran, beside the configured hp.batch_size: the round's diag.batch_size_effective
+            reply.metrics.append({**out.metrics, "batch_size_effective": float(
+                effective_batch_size(len(train), self.cfg.batch_size))})
             reply.compute_s.append(time.perf_counter() - t0)
         return reply
 

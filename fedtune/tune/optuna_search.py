@@ -374,6 +374,13 @@ class FedtuneOptunaSearch(OptunaSearch):
         ot_trial = self._ot_trials.get(trial_id)
         if ot_trial is None:
             return
+        if error:
+            from fedtune.tune.ray_lost import RayLost, ray_gone
+
+            if ray_gone():  # not the trial's fault: leave it RUNNING here and in Tune, for --resume
+                raise RayLost(f"Ray went away while study '{self._ot_study.study_name}' ran: no node of the cluster "
+                              "is alive (its raylet was killed, the machine ran out of memory, or the head node was "
+                              "lost); the running trials are not counted as failed, and finished ones are kept")
         if result:
             self._record(trial_id, result)  # the last result reaches only on_trial_complete
         frozen = self._frozen(ot_trial)

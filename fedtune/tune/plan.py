@@ -61,7 +61,7 @@ __all__ = [
 SAMPLERS = ("tpe", "random", "cmaes", "nsga2")
 SCHEDULERS = ("fifo", "asha")
 LOGGERS: dict[str, tuple[str, str] | None] = {"csv": None, "tensorboard": ("tensorboardX", "tensorboard"),
-                                              "mlflow": ("mlflow", "mlflow")}
+                                              "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 """``--logger`` names (:mod:`fedtune.tune.loggers`): the module each needs and fedtune's pip extra
 that installs it (csv needs nothing more than Ray Tune)."""
 SELECTIONS = _protocol.PROTOCOLS
@@ -139,7 +139,7 @@ class SweepOptions:
     storage_path: str | None = None  # --storage-path: Tune's storage (shared dir or URI); None: <study>/tune
     scale_up_timeout_s: float = 900.0  # --scale-up-timeout: how long trials may wait for the autoscaler
     optuna_storage: str | None = None  # --optuna-storage: a shared Optuna storage URL (fedtune.tune.optuna_url)
-    loggers: tuple[str, ...] = ()  # --logger: Ray Tune logger callbacks (csv, tensorboard, mlflow)
+    loggers: tuple[str, ...] = ()  # --logger: Ray Tune logger callbacks (csv, tensorboard, mlflow, wandb)
     config: str | None = None  # --config FILE.yaml: where config_fields came from (messages, study.json)
     config_fields: dict[str, Any] = field(default_factory=dict)  # its run fields; overrides (--set) win
 
@@ -338,10 +338,10 @@ def _check_loggers(loggers: Sequence[str]) -> None:
     """``--logger``: known names, each once, and its package installed (else which extra to install).
 
     >>> _check_loggers(["csv"])
-    >>> _check_loggers(["wandb"])
+    >>> _check_loggers(["neptune"])
     Traceback (most recent call last):
     ...
-    fedtune.errors.ConfigError: option '--logger': 'wandb' is not allowed; allowed: csv, tensorboard, mlflow
+    fedtune.errors.ConfigError: option '--logger': 'neptune' is not allowed; allowed: csv, tensorboard, mlflow, wandb
     """
     import importlib.util
 
@@ -518,7 +518,7 @@ def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
                                   f"pools every domain, so all {len(targets)} searches would be the same search; "
                                   "allowed: one --target-domain (or none) with setting fl, or --set setting=fdg")
             _protocol.check_protocol(opts.protocol(), run_plan.setting, oracle_fraction=cfg.oracle_fraction,
-                                     field="option '--selection':")
+                                     val_fraction=cfg.val_fraction, field="option '--selection':")
             for k in range(opts.trial_seeds):  # k >= 1: the whole search again, other seeds (DomainBed)
                 rep = Search(space.algorithm, target, space.source, per_target=search.per_target, trial_seed=k)
                 searches.append(rep)

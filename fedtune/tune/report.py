@@ -62,7 +62,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, shown
 from fedtune.results import load
 from fedtune.results import selection as protocol
 from fedtune.results.store import check_study_dir, check_writable
@@ -120,7 +120,7 @@ def read_selection(study_dir: str | os.PathLike[str]) -> str:
     value = read_study_if_any(study_dir).get("selection", protocol.DEFAULT)
     if value not in SELECTIONS:
         path = StudyDir(study_dir).study_json
-        raise ConfigError(f"{path}: key 'selection': {value!r} is not allowed; allowed: {', '.join(SELECTIONS)}")
+        raise ConfigError(f"{path}: key 'selection': {shown(value)} is not allowed; allowed: {', '.join(SELECTIONS)}")
     return value
 
 
@@ -135,11 +135,18 @@ def read_variance(study_dir: str | os.PathLike[str]) -> tuple[str | None, int]:
     """
     data = read_study_if_any(study_dir)
     opts = data.get("options") if isinstance(data.get("options"), dict) else {}
-    trial_seeds = int(data.get("trial_seeds") or opts.get("trial_seeds") or 1)
+    def count(key: str, value: Any) -> int:
+        try:
+            return int(value or 1)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{StudyDir(study_dir).study_json}: key '{key}': {shown(value)} is not allowed; "
+                              "allowed: an integer >= 1") from None
+
+    trial_seeds = count("trial_seeds", data.get("trial_seeds") or opts.get("trial_seeds"))
     if trial_seeds > 1:
         return "trial-seeds", trial_seeds
     seeds = data.get("seeds")
-    k = len(seeds) if isinstance(seeds, list) else int(opts.get("seeds") or 1)
+    k = len(seeds) if isinstance(seeds, list) else count("seeds", opts.get("seeds"))
     return ("seeds", k) if k > 1 else (None, 1)
 
 

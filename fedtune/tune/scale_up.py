@@ -73,6 +73,12 @@ class ScaleUpWatch(Callback):
             self._since, self.waiting_s, self._announced = None, 0.0, -1e18
             return
         now = self._now()
+        if self._clock is None:  # trials wait for a Ray that is gone: say so now, not after the timeout
+            from fedtune.tune.ray_lost import RayLost, ray_gone
+
+            if ray_gone():
+                raise RayLost("Ray went away: no node of the cluster is alive (its raylet was killed, the machine "
+                              "ran out of memory, or the head node was lost); finished trials are kept")
         if self._since is None:
             self._since = now
         self.waiting_s = now - self._since

@@ -1,6 +1,7 @@
 """Search spaces: YAML files saying which hyperparameters a study samples, and how.
 
-One file per algorithm, ``search_spaces/<algorithm>.yaml``, read with ``yaml.safe_load``::
+One file per algorithm, ``search_spaces/<algorithm>.yaml``, read with ``yaml.safe_load`` within
+:mod:`fedtune.yaml_safe`'s limits (1 MiB, 100 levels, 100000 values with aliases expanded)::
 
     algorithm: fedgp               # required: a named algorithm (`fedtune algorithms`)
     setting: fda                   # optional: client_method / server_rule / setting, passed on

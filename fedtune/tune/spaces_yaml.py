@@ -1,6 +1,7 @@
 """Reading and validating one search-space YAML file into a :class:`~fedtune.tune.spaces_model.SearchSpace`.
 
-:func:`read_space_file` reads a file with ``yaml.safe_load``; :func:`build_space` checks the
+:func:`read_space_file` reads a file with :func:`fedtune.yaml_safe.load_file` (``yaml.safe_load``
+within size, nesting and alias-expansion limits); :func:`build_space` checks the
 mapping against the format described in :mod:`fedtune.tune.spaces` and against the
 algorithm it names: every key, every distribution and whether it fits the hyperparameter's
 kind, every number, and every value the file can produce (range ends, defaults, choices,
@@ -31,8 +32,9 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from fedtune import yaml_safe
 from fedtune.config import FederatedRunConfig
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, clipped, shown
 from fedtune.tune.spaces_model import DISTRIBUTIONS, ParamSpec, SearchSpace, Switch, value_in
 
 __all__ = ["build_space", "read_space_file"]
@@ -67,23 +69,26 @@ _FITS: dict[str, tuple[str, ...]] = {
 
 
 def read_space_file(path: Path, expected: str | None = None) -> SearchSpace:
-    """Read ``path`` with ``yaml.safe_load`` and validate it (:func:`build_space`).
+    """Read ``path`` (:func:`fedtune.yaml_safe.load_file`) and validate it (:func:`build_space`).
 
     ``expected``: the name the file was looked up by, which its ``algorithm`` must equal.
     Unreadable files and malformed YAML are ConfigErrors naming the file.
     """
     src = str(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml_safe.load_file(path, src)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{src}: not valid YAML: {' '.join(str(exc).split())}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{src}: cannot read the file: {exc}") from None
     return build_space(data, src, expected)
 
 
+def _q(name: Any) -> str:
+    """A name from the file, quoted and cut short for a message."""
+    return f"'{clipped(str(name), 80)}'"
+
+
 def _err(src: str, key: str, problem: str) -> ConfigError:
-    return ConfigError(f"{src}: {key}: {problem}")
+    return ConfigError(f"{src}: {clipped(key, 120)}: {problem}")
 
 
 def _check_keys(src: str, key: str, got: Mapping[str, Any], allowed: tuple[str, ...], what: str) -> None:
@@ -92,23 +97,23 @@ def _check_keys(src: str, key: str, got: Mapping[str, Any], allowed: tuple[str, 
             close = difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.6)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise _err(src, f"{key}.{k}" if key else str(k),
-                       f"unknown key '{k}' {what}{hint}; allowed: {', '.join(allowed)}")
+                       f"unknown key {_q(k)} {what}{hint}; allowed: {', '.join(allowed)}")
 
 
 def _number(src: str, key: str, value: Any, *, integer: bool = False) -> float | int:
     """A YAML number (numeric text such as ``1e-3``, which YAML 1.1 reads as a string, too)."""
     num: float
     if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
-        raise _err(src, key, f"expected a{'n integer' if integer else ' number'}, got {value!r}")
+        raise _err(src, key, f"expected a{'n integer' if integer else ' number'}, got {shown(value)}")
     try:
         num = float(value)
     except (TypeError, ValueError):
-        raise _err(src, key, f"expected a{'n integer' if integer else ' number'}, got {value!r}") from None
+        raise _err(src, key, f"expected a{'n integer' if integer else ' number'}, got {shown(value)}") from None
     if not math.isfinite(num):
-        raise _err(src, key, f"expected a finite number, got {value!r}")
+        raise _err(src, key, f"expected a finite number, got {shown(value)}")
     if integer:
         if not num.is_integer():
-            raise _err(src, key, f"expected an integer, got {value!r}")
+            raise _err(src, key, f"expected an integer, got {shown(value)}")
         return int(num)
     return num
 
@@ -154,14 +159,14 @@ class _Algorithm:
             return
         key = f"params.{name}"
         if name in self.owners:
-            raise _err(self.src, key, f"'{name}' is a hyperparameter of {self.owners[name][0]}, "
+            raise _err(self.src, key, f"{_q(name)} is a hyperparameter of {self.owners[name][0]}, "
                                       f"which {self.describe()} does not use; it has: {', '.join(self.kinds)}")
         if name in self.fields:
-            raise _err(self.src, key, f"'{name}' is a run setting, not a tunable hyperparameter; "
+            raise _err(self.src, key, f"{_q(name)} is a run setting, not a tunable hyperparameter; "
                                       f"set it in the study's base configuration; tunable: {', '.join(self.kinds)}")
         close = difflib.get_close_matches(name, list(self.kinds), n=2, cutoff=0.6)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise _err(self.src, key, f"unknown hyperparameter '{name}'{hint}; {self.describe()} has: "
+        raise _err(self.src, key, f"unknown hyperparameter {_q(name)}{hint}; {self.describe()} has: "
                                   f"{', '.join(self.kinds)}")
 
     def check_value(self, name: str, key: str, value: Any, what: str) -> Any:
@@ -169,19 +174,29 @@ class _Algorithm:
         try:
             cfg = FederatedRunConfig.from_dict({**self.constants, name: value})
         except ConfigError as exc:
-            raise _err(self.src, key, f"{what} {value!r} is not allowed for '{name}': {exc}") from None
+            raise _err(self.src, key, f"{what} {shown(value)} is not allowed for {_q(name)}: {exc}") from None
         return cfg.params[name] if name in self.specs else getattr(cfg, name)
+
+
+MAX_CHOICES = 1000
+"""Most values of a ``categorical`` parameter or a switch (each is checked by building a config)."""
 
 
 def _scalar_list(src: str, key: str, value: Any) -> list[Any]:
     if not isinstance(value, list) or not value:
-        raise _err(src, key, f"expected a non-empty list of values, got {value!r}")
+        raise _err(src, key, f"expected a non-empty list of values, got {shown(value)}")
+    if len(value) > MAX_CHOICES:
+        raise _err(src, key, f"{len(value)} values; allowed: at most {MAX_CHOICES} (for more, sample a range: "
+                             f"uniform, loguniform or int)")
     for v in value:
         if isinstance(v, (list, dict)):
-            raise _err(src, key, f"choices must be plain values (numbers, strings, true/false), got {v!r}")
-    for i, v in enumerate(value):
-        if any(value_in(v, (w,)) for w in value[:i]):
-            raise _err(src, key, f"{v!r} is listed twice")
+            raise _err(src, key, f"choices must be plain values (numbers, strings, true/false), got {shown(v)}")
+    seen: set[Any] = set()
+    for v in value:  # value_in's equality (1 == 1.0, but not True), one look-up per value
+        same = ("number", v) if isinstance(v, (int, float)) and not isinstance(v, bool) else (type(v), v)
+        if same in seen:
+            raise _err(src, key, f"{shown(v)} is listed twice")
+        seen.add(same)
     return value
 
 
@@ -199,25 +214,25 @@ def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
     for k in _CONSTANT_KEYS:
         if data.get(k) is not None:
             if not isinstance(data[k], str):
-                raise _err(src, k, f"expected a name, got {data[k]!r}")
+                raise _err(src, k, f"expected a name, got {shown(data[k])}")
             constants[k] = data[k]
     algorithm = constants.get("algorithm")
     if algorithm is None:
         raise _err(src, "algorithm", "missing the algorithm's name")
     if expected is not None and algorithm != expected:
-        raise _err(src, "algorithm", f"'{algorithm}' does not match the file's name '{expected}'")
+        raise _err(src, "algorithm", f"{_q(algorithm)} does not match the file's name {_q(expected)}")
     description = data.get("description") or ""
     if not isinstance(description, str):
-        raise _err(src, "description", f"expected text, got {description!r}")
+        raise _err(src, "description", f"expected text, got {shown(description)}")
     algo = _Algorithm(src, constants)
 
     raw_switches = data.get("switches") or {}
     if not isinstance(raw_switches, dict):
-        raise _err(src, "switches", f"expected a mapping of name: {{choices, default}}, got {raw_switches!r}")
+        raise _err(src, "switches", f"expected a mapping of name: {{choices, default}}, got {shown(raw_switches)}")
     raw_params = data["params"]
     if not isinstance(raw_params, dict) or not raw_params:
         raise _err(src, "params", f"expected a non-empty mapping of hyperparameter: {{distribution, ...}}, "
-                                  f"got {raw_params!r}")
+                                  f"got {shown(raw_params)}")
 
     switches: dict[str, Switch] = {}
     for name, body in raw_switches.items():
@@ -225,16 +240,16 @@ def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
         if not isinstance(name, str) or not name.isidentifier():
             raise _err(src, key, "a switch name must be a plain identifier")
         if name in raw_params or name in algo.kinds or name in algo.owners or name in algo.fields:
-            raise _err(src, key, f"'{name}' is a hyperparameter or field name; give the switch another name")
+            raise _err(src, key, f"{_q(name)} is a hyperparameter or field name; give the switch another name")
         if not isinstance(body, dict):
-            raise _err(src, key, f"expected a mapping with keys {', '.join(_SWITCH_KEYS)}, got {body!r}")
+            raise _err(src, key, f"expected a mapping with keys {', '.join(_SWITCH_KEYS)}, got {shown(body)}")
         _check_keys(src, key, body, _SWITCH_KEYS, "in a switch")
         for k in ("choices", "default"):
             if k not in body:
                 raise _err(src, key, f"missing required key '{k}'")
         choices = tuple(_scalar_list(src, f"{key}.choices", body["choices"]))
         if not value_in(body["default"], choices):
-            raise _err(src, f"{key}.default", f"{body['default']!r} is not among the choices {list(choices)}")
+            raise _err(src, f"{key}.default", f"{shown(body['default'])} is not among the choices {shown(list(choices))}")
         switches[name] = Switch(name, choices, body["default"], str(body.get("help") or ""))
 
     params: dict[str, ParamSpec] = {}
@@ -260,15 +275,15 @@ def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
                 canon = [algo.check_value(ref, key, v, "condition value") for v in values]
             elif ref in params:
                 raise _err(src, key, f"a condition may refer to a switch or to an unconditional categorical "
-                                     f"or fixed parameter; '{ref}' is {params[ref].distribution}"
+                                     f"or fixed parameter; {_q(ref)} is {params[ref].distribution}"
                                      f"{' and conditional' if params[ref].when else ''}")
             else:
                 known = list(switches) + [n for n, q in params.items() if q.distribution in ("categorical", "fixed")]
-                raise _err(src, key, f"'{ref}' is neither a switch nor a parameter of this file; "
+                raise _err(src, key, f"{_q(ref)} is neither a switch nor a parameter of this file; "
                                      f"conditions may use: {', '.join(known) or 'nothing (declare a switch)'}")
             for v, c in zip(values, canon):
                 if not value_in(c, tuple(options)):
-                    raise _err(src, key, f"{v!r} is never taken by '{ref}'; its values: {list(options)}")
+                    raise _err(src, key, f"{shown(v)} is never taken by {_q(ref)}; its values: {shown(list(options))}")
             when[ref] = tuple(canon)
             used.add(ref)
         resolved[name] = dataclasses.replace(p, when=when)
@@ -285,20 +300,20 @@ def _build_param(src: str, algo: _Algorithm, name: str, body: Any) -> ParamSpec:
     algo.check_name(name)
     if not isinstance(body, dict):
         raise _err(src, key, f"expected a mapping such as {{distribution: uniform, low: 0.0, high: 1.0, "
-                             f"default: 0.5}}, got {body!r}")
+                             f"default: 0.5}}, got {shown(body)}")
     if "distribution" not in body:
         raise _err(src, key, f"missing required key 'distribution' (one of {', '.join(DISTRIBUTIONS)})")
     dist = body["distribution"]
     if dist not in DISTRIBUTIONS:
-        raise _err(src, f"{key}.distribution", f"unknown distribution {dist!r}; allowed: {', '.join(DISTRIBUTIONS)}")
-    _check_keys(src, key, body, (*_COMMON_KEYS, *_DIST_KEYS[dist]), f"for distribution '{dist}'")
+        raise _err(src, f"{key}.distribution", f"unknown distribution {shown(dist)}; allowed: {', '.join(DISTRIBUTIONS)}")
+    _check_keys(src, key, body, (*_COMMON_KEYS, *_DIST_KEYS[dist]), f"for distribution {_q(dist)}")
     for k in _REQUIRED_KEYS[dist]:
         if k not in body:
-            raise _err(src, key, f"missing required key '{k}' for distribution '{dist}'")
+            raise _err(src, key, f"missing required key '{k}' for distribution {_q(dist)}")
     kind = algo.kinds[name]
     if dist not in _FITS[kind]:
         kind_text = {"int": "an integer", "bool": "a true/false", "choice": "a named-choice"}.get(kind, "a real-valued")
-        raise _err(src, f"{key}.distribution", f"'{dist}' does not fit '{name}', {kind_text} hyperparameter; "
+        raise _err(src, f"{key}.distribution", f"{_q(dist)} does not fit {_q(name)}, {kind_text} hyperparameter; "
                                                f"allowed: {', '.join(_FITS[kind])}")
 
     spec: dict[str, Any] = {"name": name, "distribution": dist, "help": str(body.get("help") or "")}
@@ -308,39 +323,39 @@ def _build_param(src: str, algo: _Algorithm, name: str, body: Any) -> ParamSpec:
         high = _number(src, f"{key}.high", body["high"], integer=integer)
         log = body.get("log", False)
         if not isinstance(log, bool):
-            raise _err(src, f"{key}.log", f"expected true or false, got {log!r}")
+            raise _err(src, f"{key}.log", f"expected true or false, got {shown(log)}")
         if low > high:
-            raise _err(src, key, f"low {low!r} > high {high!r}")
+            raise _err(src, key, f"low {shown(low)} > high {shown(high)}")
         if low == high:
-            raise _err(src, key, f"low == high == {low!r}; use distribution: fixed for a single value")
+            raise _err(src, key, f"low == high == {shown(low)}; use distribution: fixed for a single value")
         if dist == "loguniform" and low <= 0:
-            raise _err(src, f"{key}.low", f"loguniform needs low > 0, got {low!r}")
+            raise _err(src, f"{key}.low", f"loguniform needs low > 0, got {shown(low)}")
         if dist == "int" and log and low < 1:
-            raise _err(src, f"{key}.low", f"int with log: true needs low >= 1, got {low!r}")
+            raise _err(src, f"{key}.low", f"int with log: true needs low >= 1, got {shown(low)}")
         low = algo.check_value(name, f"{key}.low", low, "low")
         high = algo.check_value(name, f"{key}.high", high, "high")
         default = _number(src, f"{key}.default", body["default"], integer=integer)
         if not low <= default <= high:
-            raise _err(src, f"{key}.default", f"default {default!r} is outside the range [{low!r}, {high!r}]")
+            raise _err(src, f"{key}.default", f"default {shown(default)} is outside the range [{shown(low)}, {shown(high)}]")
         default = algo.check_value(name, f"{key}.default", default, "default")
         spec.update(low=low, high=high, log=log, default=default)
     elif dist == "categorical":
         choices = _scalar_list(src, f"{key}.choices", body["choices"])
         canon = tuple(algo.check_value(name, f"{key}.choices", c, "choice") for c in choices)
         if not value_in(body["default"], tuple(choices)):
-            raise _err(src, f"{key}.default", f"default {body['default']!r} is not among the choices {choices}")
+            raise _err(src, f"{key}.default", f"default {shown(body['default'])} is not among the choices {shown(choices)}")
         default = algo.check_value(name, f"{key}.default", body["default"], "default")
         spec.update(choices=canon, default=default)
     else:
         value = body["value"]
         if isinstance(value, (list, dict)):
-            raise _err(src, f"{key}.value", f"expected a single value, got {value!r}")
+            raise _err(src, f"{key}.value", f"expected a single value, got {shown(value)}")
         spec.update(value=algo.check_value(name, f"{key}.value", value, "value"))
 
     when = body.get("when")
     if when is not None:
         if not isinstance(when, dict) or not when:
-            raise _err(src, f"{key}.when", f"expected a mapping of switch or parameter: value(s), got {when!r}")
+            raise _err(src, f"{key}.when", f"expected a mapping of switch or parameter: value(s), got {shown(when)}")
         spec["when"] = {str(ref): tuple(v if isinstance(v, list) else [v]) for ref, v in when.items()}
     if "otherwise" in body:
         if when is None:

@@ -50,10 +50,8 @@ from __future__ import annotations
 import copy
 import json
 import time
-from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +68,9 @@ from fedtune.tune.plan import (DEFAULT_ALGORITHMS, DEFAULT_STUDY, METRICS, SAMPL
                                StudyPlan, SweepOptions, abs_path, apply_default_study, is_default_study,
                                objective_values, optuna_storage_url, plan_study, seeds_for)
 from fedtune.tune.resume import rebuild_trial_rows, recover_trial_rows, repair_round_files, restorable, resumed_study
-from fedtune.tune.tune_env import EXPERIMENT_SNAPSHOT_S, tune_env
+from fedtune.tune.ray_lost import ray_lost_in
+from fedtune.tune.study_start import command_line, new_study_data, now, relative, snapshot_spaces
+from fedtune.tune.tune_env import EXPERIMENT_SNAPSHOT_S, signal_handlers_kept, tune_env
 
 __all__ = [
     "DEFAULT_ALGORITHMS", "DEFAULT_STUDY", "EXPERIMENT_SNAPSHOT_S", "METRICS", "OPTUNA_FILE", "SAMPLERS",
@@ -133,7 +133,7 @@ class _Study:
         self.cap: int | None = None
 
     def save(self) -> None:
-        self.data["updated_at"] = _now()
+        self.data["updated_at"] = now()
         write_study(self.plan.study_dir, self.data)
 
     def search_state(self, key: str) -> dict[str, Any]:
@@ -257,9 +257,14 @@ class _Study:
 
         hint = f"fedtune sweep --resume --name {self.plan.name} --output {self.plan.study_dir.parent}"
         try:
-            with _signal_handlers_kept():
+            with signal_handlers_kept():
                 tuner.fit()
-        except Exception:
+        except Exception as exc:
+            lost = ray_lost_in(exc)
+            if lost is not None:
+                row["state"] = state["status"] = status.INTERRUPTED
+                self.save()
+                raise type(lost)(f"search '{key}': {lost}; continue with: {hint}") from None
             failure = write_failure(self.plan.study_dir, resume_command=hint)
             if failure is None:
                 raise
@@ -306,7 +311,7 @@ class _Study:
         exp_dir = self.plan.tune_location(search.tune_name)
         study_name = search.optuna_study(self.plan.name)
         state.update(optuna_study=study_name, algorithm=search.algorithm, target_domain=search.target,
-                     space=_relative(self.plan.study_dir, search.space))
+                     space=relative(self.plan.study_dir, search.space))
         self.warnings.extend(recover_trial_rows(self.plan.study_dir, optuna_trials(
             optuna_storage(self.plan.study_dir, url=self.plan.optuna_url), study_name), self.console))
         if restorable(exp_dir):
@@ -337,7 +342,7 @@ class _Study:
         self._fit(tuner, search.key, search.tune_name, total, complete_anyway)
         storage = optuna_storage(self.plan.study_dir, url=self.plan.optuna_url)
         orphans = reconcile_optuna(storage, study_name)
-        state.update(status=status.DONE, ended_at=_now(), orphaned_trials=orphans)
+        state.update(status=status.DONE, ended_at=now(), orphaned_trials=orphans)
         if ended["why"] and ended["why"].startswith(EXHAUSTED):  # not when earlier drivers ran the rest
             state["ended_early"] = ended["why"]
             self.warnings.append(f"search '{search.key}': {ended['why']}")
@@ -379,32 +384,10 @@ class _Study:
                                             trial_dirname_creator=trial_dirname),
                 run_config=self._run_config(name, key, total))
         self._fit(tuner, key, name, total)
-        state.update(status=status.DONE, ended_at=_now(),
+        state.update(status=status.DONE, ended_at=now(),
                      trial_ids=[state.get("selected_trial")] + [_trial_id({**state["config"], "seed": s})
                                                                for s in extra])
         self.save()
-
-
-@contextmanager
-def _signal_handlers_kept() -> Iterator[None]:
-    """Put back the SIGINT and SIGUSR1 handlers after a ``Tuner.fit``: Ray Tune installs its own
-    graceful-stop handler for the fit and leaves it in place after the fit ends, where it would
-    swallow a Ctrl-C or SIGTERM (:func:`~fedtune.runtime.driver.sigterm_as_interrupt` calls the
-    SIGINT handler) between searches or while the report is built."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    names = [n for n in ("SIGINT", "SIGUSR1") if hasattr(signal, n)]
-    saved = {n: signal.getsignal(getattr(signal, n)) for n in names}
-    try:
-        yield
-    finally:
-        for n, handler in saved.items():
-            if handler is not None:
-                signal.signal(getattr(signal, n), handler)
 
 
 def trial_dirname(trial: Any) -> str:
@@ -445,10 +428,6 @@ def selected_config(study_dir: Path, search: Search, seed: int, selection: str) 
     return {"trial_id": trial_id, "config": keep}
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 # ------------------------------------------------------------------------------------------------
 def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, trainable: Any = None,
               on_ray: Callable[[], None] | None = None) -> SweepResult:
@@ -483,7 +462,7 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
     check_output_dir(output, "option '--output'", study=name)  # a folder that refuses writes: before anything
     try:
         # One driver per study, refused at once otherwise; taken before study.json is read or written.
-        with study_driver(study_dir, _command_line(), create=not resume):
+        with study_driver(study_dir, command_line(), create=not resume):
             data = None
             if resume:
                 plan, data = resumed_study(opts, output)
@@ -499,44 +478,22 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
 def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any] | None, output: Path, *,
                        console: Any, trainable: Any, on_ray: Callable[[], None] | None, t0: float) -> SweepResult:
     resume = data is not None
+    if "wandb" in plan.options.loggers:  # what W&B would refuse later, in a logging actor: now, in one line
+        from fedtune.tune.loggers import check_wandb
+
+        check_wandb(plan.name)
     if data is not None:
         from fedtune.tune.resume import check_optuna_storage
 
         check_optuna_storage(plan, data)
-        data.setdefault("resumed_at", []).append(_now())
+        data.setdefault("resumed_at", []).append(now())
     else:
         if (plan.study_dir / STUDY_FILE).exists() or (plan.study_dir / TUNE_DIR).exists():
             raise ConfigError(f"option '--name': study '{plan.name}' already exists in '{output}'; continue it "
                               f"with --resume --name {plan.name}, or choose another --name")
-        opts, plan = _snapshot_spaces(opts, plan)
-        data = _new_study_data(opts, plan, output)
+        opts, plan = snapshot_spaces(opts, plan)
+        data = new_study_data(opts, plan, output)
     return _drive(opts, plan, data, resume=resume, console=console, trainable=trainable, on_ray=on_ray, t0=t0)
-
-
-def _command_line() -> str:
-    import shlex
-    import sys
-
-    return " ".join(shlex.quote(a) for a in ["fedtune", *sys.argv[1:]]) if sys.argv else "fedtune sweep"
-
-
-def _new_study_data(opts: SweepOptions, plan: StudyPlan, output: Path) -> dict[str, Any]:
-    """``study.json`` of a new study."""
-    return {"study": plan.name, "started_at": _now(), "selection": opts.protocol(),
-            "trial_seeds": opts.trial_seeds,
-            "metric": plan.metrics, "modes": plan.modes,
-            "algorithms": list(dict.fromkeys(s.algorithm for s in plan.searches)),
-            "targets": plan.targets, "protocol": "leave-one-domain-out" if opts.target_domain == "all" else "single",
-            "sampler": opts.sampler, "scheduler": opts.scheduler, "seeds": seeds_for(plan.base_seed, opts.seeds),
-            "options": {**opts.to_json(), "name": plan.name, "output": str(output),
-                        "spaces": [_relative(plan.study_dir, p) for p in opts.spaces]},
-            "searches": {s.key: {"status": status.PENDING, "algorithm": s.algorithm, "target_domain": s.target,
-                                 "space": _relative(plan.study_dir, s.space),
-                                 "optuna_study": s.optuna_study(plan.name)}
-                         for s in plan.searches},
-            "trial_seed_of": {s.key: s.trial_seed for s in plan.searches},
-            "optuna_storage": opts.optuna_storage or OPTUNA_FILE,
-            "tune_dir": plan.tune_storage if opts.storage_path else TUNE_DIR}
 
 
 def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume: bool, console: Any,
@@ -580,7 +537,7 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
     with sigterm_as_interrupt():  # again: ray.shutdown puts SIGTERM back to the default (die at once)
         result = SweepResult(plan.study_dir, plan.name, dict(data.get("searches", {})),
                              elapsed_s=time.time() - t0, warnings=study.warnings)
-        data["completed_at"] = _now()
+        data["completed_at"] = now()
         write_study(plan.study_dir, data)
         if opts.report:
             from fedtune.tune.report import make_report
@@ -588,35 +545,3 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
             result.report = make_report(plan.study_dir)
             result.report_path = result.report.markdown_path
     return result
-
-
-def _snapshot_spaces(opts: SweepOptions, plan: StudyPlan) -> tuple[SweepOptions, StudyPlan]:
-    """Copy every search space of a new study into ``<study>/spaces/`` and re-plan on the copies, so
-    the study folder is self-contained: ``--resume`` after a move, a copy or an upgrade of fedtune's
-    built-in spaces reads the spaces the study started with."""
-    import shutil
-
-    from fedtune.results.atomic import writes_to
-
-    folder = plan.study_dir / SPACES_DIR
-    with writes_to(folder):
-        folder.mkdir(parents=True, exist_ok=True)
-    copies: dict[str, str] = {}
-    for search in plan.searches:
-        if search.algorithm not in copies:
-            target = folder / f"{search.algorithm}.yaml"
-            with writes_to(target):  # a full disk: one line naming the file
-                shutil.copyfile(search.space, target)
-            copies[search.algorithm] = str(target)
-    new = copy.deepcopy(opts)
-    new.spaces = list(copies.values())
-    new.algorithms = list(copies)
-    return new, plan_study(new, name=plan.name)
-
-
-def _relative(study_dir: Path, path: str) -> str:
-    """``path`` relative to the study folder when it lies inside it (study.json stays relocatable)."""
-    try:
-        return str(Path(path).resolve().relative_to(Path(study_dir).resolve()))
-    except ValueError:
-        return str(path)

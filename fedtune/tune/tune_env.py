@@ -10,8 +10,9 @@ import logging
 import os
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["EXPERIMENT_SNAPSHOT_S", "tune_env"]
+__all__ = ["EXPERIMENT_SNAPSHOT_S", "signal_handlers_kept", "tune_env"]
 
 EXPERIMENT_SNAPSHOT_S = 2.0
 """Seconds between Tune's experiment snapshots (``TUNE_GLOBAL_CHECKPOINT_S``; Ray's default is
@@ -45,12 +46,18 @@ def tune_env(verbose: bool) -> Iterator[None]:
         for lg in loggers:
             lg.setLevel(logging.ERROR)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+    from fedtune.tune.ray_lost import TrialLogFilter
+
+    controller_log = logging.getLogger("ray.tune.execution.tune_controller")
+    lost_filter = TrialLogFilter()
+    controller_log.addFilter(lost_filter)  # no stack trace of a trial whose node died with Ray
     try:
         with warnings.catch_warnings():
             if not verbose:
                 warnings.simplefilter("ignore")
             yield
     finally:
+        controller_log.removeFilter(lost_filter)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -60,3 +67,24 @@ def tune_env(verbose: bool) -> Iterator[None]:
             lg.setLevel(lvl)
         optuna.logging.set_verbosity(optuna_level)
 
+
+@contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Put back the SIGINT and SIGUSR1 handlers after a ``Tuner.fit``: Ray Tune installs its own
+    graceful-stop handler for the fit and leaves it in place after the fit ends, where it would
+    swallow a Ctrl-C or SIGTERM (:func:`~fedtune.runtime.driver.sigterm_as_interrupt` calls the
+    SIGINT handler) between searches or while the report is built."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    names = [n for n in ("SIGINT", "SIGUSR1") if hasattr(signal, n)]
+    saved = {n: signal.getsignal(getattr(signal, n)) for n in names}
+    try:
+        yield
+    finally:
+        for n, handler in saved.items():
+            if handler is not None:
+                signal.signal(getattr(signal, n), handler)
