@@ -239,6 +239,10 @@ def add_sweep_parser(sub: Any) -> Any:
                    help="ASHA: rounds before a trial may stop (default 1)")
     p.add_argument("--reduction-factor", type=float, default=None, metavar="F",
                    help="ASHA: rung reduction factor (default 2)")
+    p.add_argument("--knobs", choices=("all", "own"), default=None,
+                   help="all (default): search every parameter of each space; own: only each algorithm's own knobs "
+                        "(`fedtune algorithms` lists them), every shared one (local_lr, momentum, ...) fixed at one "
+                        "value for every method (the default study: own)")
     p.add_argument("--sampler-seed", type=int, default=None, metavar="S", help="seed of the Optuna sampler (default 0)")
     p.add_argument("--address", metavar="ADDR", help="Ray cluster to join ('auto' for the running one)")
     p.add_argument("--max-failures", type=int, default=None, metavar="N",
@@ -274,7 +278,7 @@ def add_sweep_parser(sub: Any) -> Any:
 
 _RESUME_FIXED = ("spaces", "algorithms", "dataset", "data_root", "target_domain", "rounds", "num_samples", "seeds",
                  "max_concurrent", "scheduler", "sampler", "metric", "selection", "trial_seeds", "grace_period",
-                 "reduction_factor", "sampler_seed", "set", "config", "loggers", "optuna_storage",
+                 "reduction_factor", "sampler_seed", "knobs", "set", "config", "loggers", "optuna_storage",
                  "max_failures", "storage_path", "scale_up_timeout")
 """Options (argparse dests) a study keeps from its start: given with ``--resume``, they are refused
 (each defaults to None on the command line, so "given" is exact)."""
@@ -307,7 +311,8 @@ def options_from_args(args: Any) -> SweepOptions:
         sampler=given("sampler"), metric=metric, selection=args.selection, trial_seeds=given("trial_seeds"),
         address=args.address, output=args.output, name=args.name,
         verbose=args.verbose, overrides=parse_set_options(args.set), sampler_seed=given("sampler_seed"),
-        grace_period=given("grace_period"), reduction_factor=given("reduction_factor"), report=not args.no_report)
+        grace_period=given("grace_period"), reduction_factor=given("reduction_factor"), report=not args.no_report,
+        knobs=given("knobs"))
     opts.loggers = tuple(args.loggers)
     opts.optuna_storage = args.optuna_storage
     if args.max_failures is not None:

@@ -431,19 +431,23 @@ def test_optuna_importances(tmp_path):
     s = optuna.create_study(study_name="study-fedomg", storage=storage, direction="maximize",
                             sampler=optuna.samplers.RandomSampler(seed=0))
     s.optimize(lambda t: 10 * t.suggest_float("omg_kappa", 0, 1) + 0.01 * t.suggest_float("local_lr", 0, 1),
-               n_trials=8)
+               n_trials=12)
+    few = optuna.create_study(study_name="study-fedprox", storage=storage, direction="maximize",
+                              sampler=optuna.samplers.RandomSampler(seed=2))
+    few.optimize(lambda t: t.suggest_float("prox_mu", 0, 1), n_trials=9)  # 10 needed: noise, not shown
     one = optuna.create_study(study_name="study-fedavg", storage=storage)
     one.optimize(lambda t: t.suggest_float("local_lr", 0, 1), n_trials=1)
     multi = optuna.create_study(study_name="study-gfm", storage=storage, directions=["maximize", "minimize"],
                                 sampler=optuna.samplers.RandomSampler(seed=1))
-    multi.optimize(lambda t: (t.suggest_float("sam_rho", 0, 1), 5 * t.suggest_float("local_lr", 0, 1)), n_trials=5)
+    multi.optimize(lambda t: (t.suggest_float("sam_rho", 0, 1), 5 * t.suggest_float("local_lr", 0, 1)), n_trials=10)
     r = make_report(d)
     imp = r.importances["study-fedomg"]
     assert set(imp) == {"omg_kappa", "local_lr"} and imp["omg_kappa"] > imp["local_lr"]
     assert r.importances["study-gfm"]["sam_rho"] > r.importances["study-gfm"]["local_lr"]  # first objective
     assert any("'study-gfm': multi-objective" in n for n in r.importance_notes)
-    assert "study-fedavg" not in r.importances
-    assert any("'study-fedavg': 1 complete trial(s); at least 2 are needed" in n for n in r.importance_notes)
+    assert "study-fedavg" not in r.importances and "study-fedprox" not in r.importances
+    (pooled,) = [n for n in r.importance_notes if "too few complete trials" in n]  # one note for both
+    assert "'study-fedavg' (1 of 10)" in pooled and "'study-fedprox' (9 of 10)" in pooled
     png = r.plots["importances"]
     assert png == d / "plots" / "importances.png" and png.stat().st_size > 5000
     text = (d / "report.md").read_text()

@@ -198,7 +198,7 @@ def test_sigterm_ends_every_phase_of_a_sweep_with_exit_130_and_the_resume_line(r
 # --resume keeps the study's options: every one given again is refused, by name.
 @pytest.mark.parametrize("flag", [["--seeds", "3"], ["--trial-seeds", "2"], ["--scheduler", "asha"],
                                   ["--sampler", "random"], ["--grace-period", "2"], ["--reduction-factor", "3"],
-                                  ["--sampler-seed", "5"], ["--num-samples", "4"]])
+                                  ["--sampler-seed", "5"], ["--num-samples", "4"], ["--knobs", "own"]])
 def test_resume_refuses_every_option_it_would_ignore(tmp_path, flag):
     res = cli("sweep", "--resume", "--output", str(tmp_path), "--name", "x", *flag, cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr

@@ -454,3 +454,40 @@ def test_the_default_study_repeats_its_searches_so_its_table_has_an_error_bar():
     assert apply_default_study(SweepOptions(trial_seeds=5)).trial_seeds == 5  # the user's choice wins
     assert apply_default_study(SweepOptions(seeds=2)).trial_seeds == 1  # --seeds and --trial-seeds do not combine
     out.validate()
+    # a first command of about a minute and a half: each method's own knobs, the mlp
+    assert out.knobs == "own" and out.overrides["model"] == "mlp"
+    assert apply_default_study(SweepOptions(knobs="all")).knobs == "all"  # the user's choice wins
+
+
+def test_own_knobs_fix_every_shared_knob_at_one_value_for_every_method(tmp_path):
+    from fedtune.tune.spaces import load_space
+    from fedtune.tune.study_start import knob_summary, new_study_data, snapshot_spaces
+
+    o = opts(tmp_path, algorithms=["fedavg", "fedprox", "fedomg"], knobs="own", name="own")
+    o2, plan = snapshot_spaces(o, plan_study(o))
+    searched = {a: sorted(n for n, p in load_space(plan.study_dir / "spaces" / f"{a}.yaml").params.items()
+                          if p.sampled) for a in ("fedavg", "fedprox", "fedomg")}
+    assert searched == {"fedavg": [], "fedprox": ["prox_mu"], "fedomg": ["global_lr", "omg_kappa"]}
+    for a in ("fedavg", "fedprox", "fedomg"):  # the shared ones, at the same value everywhere
+        d = load_space(plan.study_dir / "spaces" / f"{a}.yaml").defaults()
+        assert (d["local_lr"], d["local_momentum"], d["weight_decay"]) == (0.05, 0.9, 0.0)
+    knobs = new_study_data(o2, plan, tmp_path)["knobs"]
+    assert knobs == knob_summary(plan) and knobs["shared_fixed"]["global_lr"] == {
+        "value": 1.0, "algorithms": ["fedavg", "fedprox"]}  # FedOMG's server step is its own
+    # every method searching all knobs: nothing changed
+    o3, plan3 = snapshot_spaces(opts(tmp_path, algorithms=["fedprox"], name="all"), plan_study(
+        opts(tmp_path, algorithms=["fedprox"], name="all")))
+    assert (plan3.study_dir / "spaces" / "fedprox.yaml").read_text() == (
+        Path(load_space("fedprox").source).read_text())
+
+
+def test_own_knobs_refuse_shared_defaults_that_differ(tmp_path):
+    a = write_space(tmp_path, "algorithm: fedavg\nparams:\n  local_lr: {distribution: uniform, low: 0.01, high: 0.1, "
+                              "default: 0.05}\n", "a.yaml")
+    b = write_space(tmp_path, "algorithm: fedprox\nparams:\n  local_lr: {distribution: uniform, low: 0.01, high: 0.1, "
+                              "default: 0.02}\n  prox_mu: {distribution: uniform, low: 0.0, high: 1.0, default: 0.1}\n",
+                    "b.yaml")
+    from fedtune.tune.study_start import own_knob_spaces
+
+    with pytest.raises(ConfigError, match="'local_lr' at one value for every method.*fedavg: 0.05, fedprox: 0.02"):
+        own_knob_spaces(plan_study(opts(tmp_path, algorithms=[], spaces=[a, b], knobs="own")))

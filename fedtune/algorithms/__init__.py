@@ -66,11 +66,14 @@ class Preset:
     description: str
     # Client method used instead in the unsupervised ``ufdg`` setting (FedGaLA: SimCLR + gating).
     unsupervised_client_method: str | None = None
+    # Shared fields this algorithm's paper tunes as its own (FedOMG: its server step scales d, η_g).
+    own_shared: tuple[str, ...] = ()
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("fedavg", "sgd", "fedavg", ("fdg", "fl", "fda"), "FedAvg (McMahan et al.): local SGD, weighted mean of updates"),
-    Preset("fedomg", "sgd", "fedomg", ("fdg", "fl"), "FedOMG (Nguyen et al.): local SGD, on-server matching gradient d = g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖ (omg_kappa, omg_solver, omg_rescale)"),
+    Preset("fedomg", "sgd", "fedomg", ("fdg", "fl"), "FedOMG (Nguyen et al.): local SGD, on-server matching gradient d = g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖ (omg_kappa, omg_solver, omg_rescale)",
+           own_shared=("global_lr",)),
     Preset("fedda", "sgd", "fedda", ("fda",), "FedDA (Jiang et al.): Σ α_i[(1−β_i)Δ_T + β_i Δ_i] (gp_beta fixed or auto, gp_align)"),
     Preset("fedgp", "sgd", "fedgp", ("fda",), "FedGP (Jiang et al.): Σ α_i[(1−β_i)Δ_T + β_i Proj₊(Δ_T|Δ_i)] per tensor (gp_beta fixed or auto, gp_align)"),
     Preset("target-only", "sgd", "target_only", ("fda",), "target-only baseline: θ ← θ + Δ_T of the FDA target client, sources ignored"),
@@ -82,6 +85,26 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("fedgala", "gala", "gala", ("fdg", "fl"), "FedGaLA (Pourpanah et al.): locally gated SGD (gala_tau, gala_gate descent|literal) + global alignment at FedAvg scale (gala_iters, gala_mix, gala_weights per-tensor|whole)",
            unsupervised_client_method="gala-simclr"),
 )}
+
+
+def own_knobs(algorithm: str) -> tuple[str, ...]:
+    """The hyperparameters that are ``algorithm``'s own: those of its client method (and its
+    unsupervised one) and its server rule, plus the shared fields its paper tunes as its own
+    (:attr:`Preset.own_shared`). Everything else (local_lr, momentum, weight decay, the server step
+    of a plain weighted mean) is shared by every algorithm. ``fedtune sweep --knobs own`` searches
+    only these and fixes the rest at one value for every method.
+
+    >>> own_knobs("fedavg"), own_knobs("fedprox"), own_knobs("fedomg")
+    ((), ('prox_mu',), ('omg_kappa', 'omg_solver', 'omg_rescale', 'global_lr'))
+    """
+    p = PRESETS[algorithm]
+    names: list[str] = []
+    for comp in (CLIENT_METHODS.get(p.client_method), CLIENT_METHODS.get(p.unsupervised_client_method or ""),
+                 SERVER_RULES.get(p.server_rule)):
+        for h in getattr(comp, "hparams", ()) or ():
+            if h.name not in names:
+                names.append(h.name)
+    return tuple(names) + tuple(n for n in p.own_shared if n not in names)
 
 
 @dataclass(frozen=True)
@@ -165,6 +188,7 @@ def all_hparams() -> dict[str, tuple[str, HParam]]:
 __all__ = [
     "AggregateResult", "RoundInfo", "ClientContext", "ClientMethod", "ClientOutcome", "CLIENT_METHODS", "FedAvg", "HParam",
     "PRESETS", "Preset", "Resolved", "SERVER_RULES", "SGD", "ServerRule", "all_hparams", "check_algorithm_names",
+    "own_knobs",
     "combine", "fedavg_buffers", "fedavg_step", "fedavg_weights", "resolve", "resolve_names", "weighted_sum",
     "FedDA", "FedGP", "TargetOnly", "align_source_magnitude", "auto_beta", "auto_beta_estimates", "fedgp_combine",
     "proj_plus", "proj_plus_per_tensor",

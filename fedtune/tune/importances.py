@@ -83,6 +83,7 @@ def optuna_importances(study_dir: str | os.PathLike[str]) -> tuple[dict[str, dic
 
     out: dict[str, dict[str, float]] = {}
     notes: list[str] = []
+    few: list[tuple[str, int, int]] = []
     for name in names:
         study = optuna.load_study(study_name=name, storage=storage)
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -91,9 +92,10 @@ def optuna_importances(study_dir: str | os.PathLike[str]) -> tuple[dict[str, dic
             target = _first_objective
             notes.append(f"Optuna importances of study '{name}': multi-objective study; importances of its "
                          "first objective")
-        if len(complete) < 2:
-            notes.append(f"Optuna importances of study '{name}': {len(complete)} complete trial(s); "
-                         "at least 2 are needed")
+        searched = {k for t in complete for k in t.params}
+        needed = min_trials_for_importances(len(searched))
+        if len(complete) < needed:
+            few.append((name, len(complete), needed))
         else:
             try:
                 imp = optuna.importance.get_param_importances(
@@ -105,7 +107,27 @@ def optuna_importances(study_dir: str | os.PathLike[str]) -> tuple[dict[str, dic
                 notes.append(f"Optuna importances of study '{name}': no parameter appears in every complete trial")
                 continue
             out[name] = {k: float(v) for k, v in imp.items()}
+    if few:  # one note for all of them: fANOVA on a handful of trials ranks noise
+        listed = ", ".join(f"'{n}' ({have} of {need})" for n, have, need in few)
+        notes.append(f"Optuna importances: not computed for {len(few)} stud{'y' if len(few) == 1 else 'ies'} with "
+                     f"too few complete trials to mean anything (fANOVA needs at least {MIN_IMPORTANCE_TRIALS}, and "
+                     f"{TRIALS_PER_PARAMETER} per searched parameter): {listed}")
     return out, notes
+
+
+MIN_IMPORTANCE_TRIALS = 10
+TRIALS_PER_PARAMETER = 5
+
+
+def min_trials_for_importances(searched: int) -> int:
+    """Complete trials an Optuna study needs before its fANOVA importances are shown:
+    :data:`MIN_IMPORTANCE_TRIALS`, and :data:`TRIALS_PER_PARAMETER` per searched parameter. Below
+    that, the random forest behind fANOVA fits a handful of points and its ranking is noise.
+
+    >>> min_trials_for_importances(1), min_trials_for_importances(5)
+    (10, 25)
+    """
+    return max(MIN_IMPORTANCE_TRIALS, TRIALS_PER_PARAMETER * searched)
 
 
 def _first_objective(trial: Any) -> float:

@@ -60,6 +60,10 @@ __all__ = [
 
 SAMPLERS = ("tpe", "random", "cmaes", "nsga2")
 SCHEDULERS = ("fifo", "asha")
+KNOBS = ("all", "own")
+"""``--knobs``: ``all`` searches every parameter of each space; ``own`` only each algorithm's own
+(:func:`fedtune.algorithms.own_knobs`), with every shared one fixed at one value for every method
+(:func:`fedtune.tune.study_start.own_knob_spaces`)."""
 LOGGERS: dict[str, tuple[str, str] | None] = {"csv": None, "tensorboard": ("tensorboardX", "tensorboard"),
                                               "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 """``--logger`` names (:mod:`fedtune.tune.loggers`): the module each needs and fedtune's pip extra
@@ -84,14 +88,17 @@ DEFAULT_ALGORITHMS = ("fedavg", "fedprox", "fedomg")
 """Algorithms of the no-argument study (those registered and with a search space)."""
 
 DEFAULT_STUDY: dict[str, Any] = {
-    "dataset": "rotated-digits", "rounds": 8, "num_samples": 4, "trial_seeds": 3,
-    "overrides": {"local_steps": 10, "batch_size": 32, "client_cpus": 1.0, "max_client_actors": 1},
+    "dataset": "rotated-digits", "rounds": 8, "num_samples": 3, "trial_seeds": 3, "knobs": "own",
+    "overrides": {"model": "mlp", "local_steps": 10, "batch_size": 32, "client_cpus": 1.0, "max_client_actors": 1},
 }
-"""The no-argument study: rotated-digits (target domain "0", the cnn), 8 rounds of 10 local
-steps, 4 Optuna trials per search (the first: the space's defaults), the whole search repeated
-over 3 trial seeds so the table has an error bar that includes selection variance; one client
-actor per trial, so trials run side by side. A few minutes on 2 CPU cores. Its report says
-plainly which gaps it can and cannot resolve (:meth:`fedtune.tune.report.Report.conclusions`)."""
+"""The no-argument study, a newcomer's first command (about a minute and a half on 2 CPU cores):
+rotated-digits (target domain "0"), the mlp, 8 rounds of 10 local steps; each algorithm's own
+knobs only (``knobs: own``: FedProx's prox_mu, FedOMG's omg_kappa and server step; FedAvg has
+none, so its search is its one configuration), every shared knob fixed at one value for every
+method; up to 3 Optuna trials per search (the first: the space's defaults); the whole search
+repeated over 3 trial seeds so the table has an error bar that includes selection variance. On
+2 cores trials run one at a time (:func:`apply_default_study`). Its report says plainly which
+gaps it can and cannot resolve (:meth:`fedtune.tune.report.Report.conclusions`)."""
 
 
 @dataclass
@@ -142,6 +149,7 @@ class SweepOptions:
     loggers: tuple[str, ...] = ()  # --logger: Ray Tune logger callbacks (csv, tensorboard, mlflow, wandb)
     config: str | None = None  # --config FILE.yaml: where config_fields came from (messages, study.json)
     config_fields: dict[str, Any] = field(default_factory=dict)  # its run fields; overrides (--set) win
+    knobs: str | None = None  # --knobs: None/"all": every parameter; "own": each algorithm's own, shared ones fixed
 
     def metrics(self) -> list[str]:
         """The objective metrics, first = the selection metric."""
@@ -170,6 +178,8 @@ class SweepOptions:
                 raise ConfigError(f"option '--{name}': '{value}' is not allowed; allowed: {', '.join(allowed)}")
 
         choice("sampler", self.sampler, SAMPLERS)
+        if self.knobs is not None:
+            choice("knobs", self.knobs, KNOBS)
         choice("scheduler", self.scheduler, SCHEDULERS)
         choice("selection", self.protocol(), SELECTIONS)
         for name, value, lo in (("num-samples", self.num_samples, 1), ("seeds", self.seeds, 1),
@@ -405,6 +415,13 @@ def apply_default_study(opts: SweepOptions) -> SweepOptions:
     if out.trial_seeds == SweepOptions.trial_seeds and out.seeds == SweepOptions.seeds:
         out.trial_seeds = DEFAULT_STUDY["trial_seeds"]
     out.overrides = dict(DEFAULT_STUDY["overrides"])
+    if out.knobs is None:  # --knobs all keeps every knob searched
+        out.knobs = DEFAULT_STUDY["knobs"]
+    if out.max_concurrent is None and (os.cpu_count() or 1) <= 2:
+        # Each trial starts three processes (trainable, coordinator, client), each importing torch:
+        # side by side on 2 cores they start slower than one after another, and a trial that
+        # follows another in the same search reuses its actors.
+        out.max_concurrent = 1
     return out
 
 

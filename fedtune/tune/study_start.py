@@ -12,7 +12,7 @@ from fedtune.results import status
 from fedtune.results.study_dir import OPTUNA_FILE, SPACES_DIR, TUNE_DIR
 from fedtune.tune.plan import StudyPlan, SweepOptions, plan_study, seeds_for
 
-__all__ = ["command_line", "new_study_data", "now", "relative", "snapshot_spaces"]
+__all__ = ["command_line", "knob_summary", "new_study_data", "now", "own_knob_spaces", "relative", "snapshot_spaces"]
 
 
 def now() -> str:
@@ -43,7 +43,8 @@ def new_study_data(opts: SweepOptions, plan: StudyPlan, output: Path) -> dict[st
                          for s in plan.searches},
             "trial_seed_of": {s.key: s.trial_seed for s in plan.searches},
             "optuna_storage": opts.optuna_storage or OPTUNA_FILE,
-            "tune_dir": plan.tune_storage if opts.storage_path else TUNE_DIR}
+            "tune_dir": plan.tune_storage if opts.storage_path else TUNE_DIR,
+            "knobs": knob_summary(plan)}
 
 
 def snapshot_spaces(opts: SweepOptions, plan: StudyPlan) -> tuple[SweepOptions, StudyPlan]:
@@ -52,22 +53,95 @@ def snapshot_spaces(opts: SweepOptions, plan: StudyPlan) -> tuple[SweepOptions, 
     built-in spaces reads the spaces the study started with."""
     import shutil
 
-    from fedtune.results.atomic import writes_to
+    from fedtune.results.atomic import atomic_write_text, writes_to
 
     folder = plan.study_dir / SPACES_DIR
     with writes_to(folder):
         folder.mkdir(parents=True, exist_ok=True)
     copies: dict[str, str] = {}
+    own = own_knob_spaces(plan) if opts.knobs == "own" else {}
     for search in plan.searches:
         if search.algorithm not in copies:
             target = folder / f"{search.algorithm}.yaml"
             with writes_to(target):  # a full disk: one line naming the file
-                shutil.copyfile(search.space, target)
+                if search.algorithm in own:
+                    atomic_write_text(target, own[search.algorithm])
+                else:
+                    shutil.copyfile(search.space, target)
             copies[search.algorithm] = str(target)
     new = copy.deepcopy(opts)
     new.spaces = list(copies.values())
     new.algorithms = list(copies)
     return new, plan_study(new, name=plan.name)
+
+
+SHARED_HELP = "shared knob: fixed at one value for every method of the study (--knobs own)"
+
+
+def own_knob_spaces(plan: StudyPlan) -> dict[str, str]:
+    """``--knobs own``: per algorithm of ``plan``, the text of its search space with every sampled
+    parameter that is not the algorithm's own (:func:`fedtune.algorithms.own_knobs`) turned into
+    ``distribution: fixed`` at the space's default, so each method spends the budget on its own
+    knobs and every method runs with the same shared ones. Conditional parameters (``when``) keep
+    their rule. A shared parameter whose defaults differ between the study's spaces is a
+    ConfigError: "one value for every method" would not hold."""
+    import yaml
+
+    from fedtune import yaml_safe
+    from fedtune.algorithms import own_knobs
+    from fedtune.tune.spaces import load_space
+
+    texts: dict[str, str] = {}
+    fixed_by: dict[str, dict[str, Any]] = {}
+    for search in plan.searches:
+        if search.algorithm in texts:
+            continue
+        space = load_space(search.space)
+        doc = yaml_safe.load_file(search.space)
+        own, defaults, fixed = set(own_knobs(search.algorithm)), space.defaults(), {}
+        for name, spec in list((doc.get("params") or {}).items()):
+            p = space.params.get(name)
+            if name in own or p is None or not p.sampled or p.when:
+                continue
+            doc["params"][name] = {"distribution": "fixed", "value": defaults[name], "help": SHARED_HELP}
+            fixed[name] = defaults[name]
+        fixed_by[search.algorithm] = fixed
+        texts[search.algorithm] = (f"# {Path(search.space).name} with --knobs own: {search.algorithm}'s own knobs are "
+                                   f"searched, every shared one is fixed ({SHARED_HELP}).\n"
+                                   + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    for name in sorted({n for f in fixed_by.values() for n in f}):
+        values = {a: f[name] for a, f in fixed_by.items() if name in f}
+        if len({json_key(v) for v in values.values()}) > 1:
+            from fedtune.errors import ConfigError
+
+            raise ConfigError(f"option '--knobs': 'own' fixes the shared knob '{name}' at one value for every "
+                              f"method, but the search spaces' defaults differ ("
+                              f"{', '.join(f'{a}: {v}' for a, v in values.items())}); allowed: spaces whose shared "
+                              "defaults agree (edit a space's default), or --knobs all")
+    return texts
+
+
+def json_key(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def knob_summary(plan: StudyPlan) -> dict[str, Any]:
+    """What each algorithm of ``plan`` searches and what it holds fixed (``study.json``'s ``knobs``
+    and the sweep's first lines)."""
+    from fedtune.tune.spaces import load_space
+
+    out: dict[str, Any] = {"mode": plan.options.knobs, "searched": {}, "shared_fixed": {}}
+    for search in plan.searches:
+        if search.algorithm in out["searched"]:
+            continue
+        space = load_space(search.space)
+        out["searched"][search.algorithm] = [n for n, p in space.params.items() if p.sampled]
+        shared = {n: p.initial for n, p in space.params.items() if not p.sampled and p.help == SHARED_HELP}
+        for n, v in shared.items():
+            out["shared_fixed"].setdefault(n, {"value": v, "algorithms": []})["algorithms"].append(search.algorithm)
+    return out
 
 
 def relative(study_dir: Path, path: str) -> str:

@@ -305,6 +305,9 @@ class _Study:
 
         state = self.search_state(search.key)
         total = self.opts.num_samples
+        fixed_space = load_space(search.space)
+        if not fixed_space.switches and not any(p.sampled for p in fixed_space.params.values()):
+            total = 1  # nothing is searched (FedAvg under --knobs own): its one configuration, run once
         if state.get("status") == status.DONE:
             self.view.row(search.key, total)["state"] = "done (earlier run)"
             return
@@ -493,7 +496,26 @@ def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any]
                               f"with --resume --name {plan.name}, or choose another --name")
         opts, plan = snapshot_spaces(opts, plan)
         data = new_study_data(opts, plan, output)
+        if opts.knobs == "own":
+            _say_knobs(console, data["knobs"])
     return _drive(opts, plan, data, resume=resume, console=console, trainable=trainable, on_ray=on_ray, t0=t0)
+
+
+def _say_knobs(console: Any, knobs: Mapping[str, Any]) -> None:
+    """The first lines of a ``--knobs own`` study: what each method searches, what all share."""
+    searched = "; ".join(f"{a}: {', '.join(ps) or 'nothing (one configuration)'}"
+                         for a, ps in knobs["searched"].items())
+    everyone = list(knobs["searched"])
+
+    def one(name: str, fixed: Mapping[str, Any]) -> str:
+        v = fixed["value"]
+        text = f"{name}={v:g}" if isinstance(v, float) else f"{name}={v}"
+        return text if fixed["algorithms"] == everyone else f"{text} ({', '.join(fixed['algorithms'])})"
+
+    shared = ", ".join(one(k, f) for k, f in knobs["shared_fixed"].items())
+    console.print(f"searched (each method's own knobs): {searched}", soft_wrap=True)
+    if shared:
+        console.print(f"fixed for every method (shared knobs): {shared}", soft_wrap=True)
 
 
 def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume: bool, console: Any,
