@@ -186,7 +186,7 @@ def test_resume_rebuilds_the_trials_row_a_killed_driver_did_not_write(tmp_path):
 
     got = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
     assert sorted(got) == sorted([full, stopped, kept, raised]) and len(notes) == 3
-    assert all("was rebuilt from its" in n for n in notes)
+    assert all("had no trials.parquet row" in n and "rebuilt from its" in n for n in notes)
     assert full in notes[0] and stopped in notes[1] and raised in notes[2]
     assert got[raised]["status"] == "failed" and got[raised]["error"] == FAILED_UNRECORDED
     assert got[kept] == kept_row  # untouched
