@@ -198,7 +198,8 @@ def cmd_fields() -> int:
 # fedtune sweep (the study itself: fedtune.tune.sweep)
 def add_sweep_parser(sub: Any) -> Any:
     """Add ``fedtune sweep`` to the subcommands ``sub`` of the ``fedtune`` parser."""
-    from fedtune.tune.plan import DEFAULT_ALGORITHMS, SAMPLERS, SCHEDULERS, SELECTIONS
+    from fedtune.tune.default_study import DEFAULT_ALGORITHMS
+    from fedtune.tune.plan import SAMPLERS, SCHEDULERS, SELECTIONS
 
     p = sub.add_parser(
         "sweep", help="hyperparameter study: Ray Tune + Optuna over search spaces, with resume and seeds",

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, shown
 from fedtune.layout import FlatLayout, TensorSlot  # noqa: F401  (re-exported)
 
 
@@ -65,8 +66,6 @@ def check_model_name(name: str) -> None:
     known = torchvision_models()
     if name not in known:
         import difflib
-
-        from fedtune.errors import shown
 
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.6) if len(str(name)) < 100 else []
         hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -390,3 +389,30 @@ def set_flat(model: nn.Module, layout: FlatLayout, vec: np.ndarray) -> None:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+MAX_MODEL_PARAMS = 1 << 30
+"""Most parameters of a cnn or mlp model (4 GiB as float32, per copy: every client actor, the
+coordinator and each trained state hold one)."""
+
+
+def check_model_size(name: str, input_shape: tuple[int, ...], num_classes: int, mlp_hidden: list[int],
+                     head: dict[str, Any]) -> int:
+    """The parameters of model ``name`` (cnn or mlp, whose size grows with the input: image_size,
+    the dataset's features, mlp_hidden), counted on torch's meta device (nothing allocated), or a
+    ConfigError above :data:`MAX_MODEL_PARAMS`: raised before any data is decoded or weight built.
+    torchvision models have the sizes of their architecture: 0, not counted.
+
+    >>> check_model_size("cnn", (3, 32, 32), 10, [], {})
+    2156490
+    """
+    if name not in ("cnn", "mlp"):
+        return 0
+    with torch.device("meta"):
+        model = build_model(name, input_shape=input_shape, num_classes=num_classes, mlp_hidden=mlp_hidden, **head)
+    count = sum(p.numel() for p in model.parameters())
+    if count > MAX_MODEL_PARAMS:
+        knob = "image_size" if name == "cnn" else "mlp_hidden (or image_size)"
+        raise ConfigError(f"field 'model': {name} on inputs of shape {tuple(input_shape)} has {count} parameters "
+                          f"({count * 4 / 2**30:.1f} GiB as float32); allowed: at most {MAX_MODEL_PARAMS}; lower {knob}")
+    return count

@@ -103,7 +103,7 @@ def test_coordinator_keeps_the_target_clients_validation_and_the_oracle_slice_ou
     from fedtune.data.base import DatasetInfo
     from fedtune.runtime.common import EvalCounts
     from fedtune.runtime.coordinator import Coordinator
-    from fedtune.runtime.worker import EvalReply, eval_shards
+    from fedtune.runtime.messages import EvalReply, eval_shards
 
     info = DatasetInfo("toy", ("A", "B", "C"), ("x", "y"), (2,), "mlp", "fdg")
     labels = {d: np.arange(40) % 2 for d in info.domains}

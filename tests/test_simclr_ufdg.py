@@ -22,8 +22,8 @@ from fedtune.config import ConfigError, FederatedRunConfig
 from fedtune.data.base import ClientSpec, FederatedPlan
 from fedtune.models import build_model, encode
 from fedtune.runtime import run
-from fedtune.runtime.coordinator import LinearProbe, probe_metrics
-from fedtune.runtime.worker import EvalReply, FeatureSet, eval_shards
+from fedtune.runtime.evaluation import LinearProbe, probe_metrics
+from fedtune.runtime.messages import EvalReply, FeatureSet, eval_shards
 
 METRICS = ("train_loss", "val_acc", "val_loss", "target_acc", "target_loss")
 
@@ -269,7 +269,7 @@ def test_ufdg_metrics_do_not_depend_on_actors_or_backend(ray_session, tmp_path):
 
 def test_the_probe_never_imports_torch():
     # The coordinator process is NumPy-only: fitting and scoring a probe must not pull in torch.
-    code = ("import sys, numpy as np\nfrom fedtune.runtime.coordinator import LinearProbe\n"
+    code = ("import sys, numpy as np\nfrom fedtune.runtime.evaluation import LinearProbe\n"
             "x = np.random.default_rng(0).normal(size=(20, 4)); y = np.arange(20) % 2\n"
             "LinearProbe.fit(x, y).counts(x, y)\nprint('torch' in sys.modules)")
     import subprocess

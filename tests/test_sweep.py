@@ -19,7 +19,8 @@ import pytest
 
 from fedtune.config import ConfigError, FederatedRunConfig
 from fedtune.tune import sweep
-from fedtune.tune.sweep import SweepOptions, objective_values, plan_study, run_sweep
+from fedtune.results.selection import objective_values
+from fedtune.tune.sweep import SweepOptions, plan_study, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -444,7 +445,8 @@ def test_trial_seeds_run_whole_searches_and_the_report_is_over_searches(ray_sess
 
 
 def test_the_default_study_repeats_its_searches_so_its_table_has_an_error_bar():
-    from fedtune.tune.sweep import DEFAULT_STUDY, SweepOptions, apply_default_study, is_default_study
+    from fedtune.tune.default_study import DEFAULT_STUDY, apply_default_study, is_default_study
+    from fedtune.tune.plan import SweepOptions
 
     opts = SweepOptions()
     assert is_default_study(opts)

@@ -11,7 +11,8 @@ import pytest
 
 from fedtune.cli import build_parser, options_from_args
 from fedtune.config import ConfigError
-from fedtune.tune.plan import is_default_study, plan_study
+from fedtune.tune.default_study import is_default_study
+from fedtune.tune.plan import plan_study
 
 
 def sweep_opts(tmp_path, *argv: str):

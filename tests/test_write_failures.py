@@ -267,13 +267,15 @@ def test_a_full_disk_during_a_tune_run_stops_it_and_is_reported(ray_session, tmp
 # --------------------------------------------------------------------------- an output folder that refuses writes
 
 
-def _unwritable_dir(tmp_path: Path) -> Path:
+def _unwritable_dir(tmp_path: Path, monkeypatch) -> Path:
     """A folder this process cannot create files in: a read-only folder for a normal user; for root,
-    whom permissions do not stop, /sys (sysfs refuses new files, even root's)."""
+    whom permissions do not stop, /sys (sysfs refuses new files, even root's). Where sysfs takes
+    root's files too, the read-only folder's refusal is simulated at the probe's write (the real
+    probe is tested by test_check_output_dir_probes_by_writing)."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
     if os.geteuid() != 0:
-        ro = tmp_path / "ro"
-        ro.mkdir()
-        ro.chmod(0o555)
         return ro
     try:
         fd, probe = tempfile.mkstemp(dir="/sys")
@@ -281,8 +283,17 @@ def _unwritable_dir(tmp_path: Path) -> Path:
         return Path("/sys")
     os.close(fd)
     os.unlink(probe)
-    pytest.skip("environment: no folder here refuses root's writes (the probe itself is tested by "
-                "test_check_output_dir_probes_by_writing)")
+    from fedtune.results import store
+
+    real = store._create_probe
+
+    def refused_in_ro(folder):
+        if Path(folder) == ro or ro in Path(folder).parents:
+            raise PermissionError(errno.EACCES, "Permission denied", str(folder))
+        real(folder)
+
+    monkeypatch.setattr(store, "_create_probe", refused_in_ro)
+    return ro
 
 
 def test_run_refuses_an_unwritable_output_before_anything_runs(tmp_path, capsys, monkeypatch):
@@ -292,7 +303,7 @@ def test_run_refuses_an_unwritable_output_before_anything_runs(tmp_path, capsys,
         raise AssertionError("the run started")
 
     monkeypatch.setattr(driver, "build_plan", no_run)
-    out = _unwritable_dir(tmp_path) / "fedtune-out"
+    out = _unwritable_dir(tmp_path, monkeypatch) / "fedtune-out"
     assert _run(out) == 2
     line = _one_line(capsys)
     assert line.startswith("fedtune: error: field 'output' (--output):") and f"'{out}'" in line
@@ -300,10 +311,10 @@ def test_run_refuses_an_unwritable_output_before_anything_runs(tmp_path, capsys,
     assert not out.exists()
 
 
-def test_sweep_refuses_an_unwritable_output_when_planned(tmp_path):
+def test_sweep_refuses_an_unwritable_output_when_planned(tmp_path, monkeypatch):
     from fedtune.tune.plan import SweepOptions, plan_study
 
-    out = _unwritable_dir(tmp_path)
+    out = _unwritable_dir(tmp_path, monkeypatch)
     opts = SweepOptions(algorithms=["fedavg"], rounds=1, num_samples=1, output=str(out), name="s",
                         overrides={"local_steps": 1}, report=False)
     with pytest.raises(ConfigError, match=r"option '--output': .*cannot be written"):

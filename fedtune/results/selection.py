@@ -3,7 +3,7 @@ of a search is selected (as DomainBed's ``model_selection.py``; docs/methods.md 
 
 Every consumer goes through this module: ``trials.parquet`` (:func:`fedtune.results.summarize_trial`),
 ``fedtune report`` (:mod:`fedtune.tune.report`), the objective a sweep tells Optuna
-(:func:`fedtune.tune.sweep.objective_values`) and the configuration ``--seeds`` re-runs.
+(:func:`objective_values`) and the configuration ``--seeds`` re-runs.
 
 Protocols (:data:`PROTOCOLS`):
 
@@ -48,7 +48,7 @@ from fedtune.results.status import DIVERGED
 
 __all__ = [
     "PROTOCOLS", "DEFAULT", "SCORE", "LOSS", "LABELS", "Choice", "check_protocol", "choose_round",
-    "is_finite", "objective", "protocol_of_metric", "select", "variance_note",
+    "is_finite", "objective", "objective_values", "protocol_of_metric", "select", "variance_note",
 ]
 
 PROTOCOLS: tuple[str, ...] = ("val", "target-val", "oracle")
@@ -228,3 +228,23 @@ def variance_note(kind: str | None, k: int) -> str:
     if kind == "seeds":
         return f"± over {k} re-runs of the selected configuration; excludes selection variance"
     return f"± standard error over {k} seed(s)"
+
+
+def objective_values(per_round: Mapping[int, Mapping[str, float]], metrics: Sequence[str],
+                     modes: Sequence[str]) -> list[float] | None:
+    """A trial's objective values from its per-round metrics, :func:`objective`
+    per metric: the value at the round the protocol reports (best over rounds, max/min by mode;
+    the last round for ``oracle_*``), the mean of a ``*_s``/``bytes_moved`` cost; None when a
+    metric has no value.
+
+    >>> objective_values({1: {"val_acc": 0.5, "server_s": 0.2}, 2: {"val_acc": 0.4, "server_s": 0.4}},
+    ...                  ["val_acc", "server_s"], ["max", "min"])
+    [0.5, 0.30000000000000004]
+    """
+    out = []
+    for m, mode in zip(metrics, modes):
+        value = objective({r: v.get(m, math.nan) for r, v in per_round.items()}, m, mode)
+        if value is None:
+            return None
+        out.append(value)
+    return out

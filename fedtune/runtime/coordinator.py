@@ -36,11 +36,7 @@ from fedtune.runtime.common import torch_threads
 from fedtune.runtime.evaluation import client_metric_means, eval_metrics, preload_probe
 from fedtune.runtime.messages import EvalReply, FitReply, eval_shards
 from fedtune.runtime.pools import LocalPool, RayPool
-
-# Names that lived here before the runtime was split (imported from here by tests and tools).
-from fedtune.runtime.evaluation import LinearProbe, probe_metrics  # noqa: F401
-from fedtune.runtime.pools import ActorFactory, ClientFailure, assign_clients, assign_shards  # noqa: F401
-from fedtune.runtime.remote_errors import input_error_of  # noqa: F401
+from fedtune.runtime.pools import ClientFailure
 
 
 @dataclass

@@ -23,7 +23,7 @@ from fedtune.config import FederatedRunConfig
 from fedtune.data import get_dataset, make_plan
 from fedtune.data.base import FederatedPlan
 from fedtune.results.status import COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING
-from fedtune.runtime.cluster import cluster_nodes, cluster_view, connect_ray  # noqa: F401 - re-exported
+from fedtune.runtime.cluster import cluster_nodes, cluster_view, connect_ray
 from fedtune.runtime.remote_errors import ray_get
 from fedtune.runtime.resources import ResourceError, ResourcePlan, resource_plan_of
 

@@ -105,8 +105,10 @@ def preload_probe() -> None:
     """Import what :class:`LinearProbe` needs (scikit-learn: about a second, more on a busy
     machine); the coordinator runs it in a thread while the client actors start."""
     try:
-        import sklearn.linear_model
-        import sklearn.preprocessing  # noqa: F401
+        import importlib
+
+        for module in ("sklearn.linear_model", "sklearn.preprocessing"):  # loaded now, used later
+            importlib.import_module(module)
     except ImportError:  # pragma: no cover - the real import in LinearProbe.fit reports it
         pass
 

@@ -27,49 +27,7 @@ from fedtune.runtime.common import (
     torch_threads,
 )
 
-# The worker's messages live in fedtune.runtime.messages; they are re-exported here, where they
-# were first defined (``from fedtune.runtime.worker import EvalReply, eval_shards`` keeps working).
-from fedtune.runtime.messages import (  # noqa: F401
-    SHARD_SIZE,
-    EvalReply,
-    FeatureSet,
-    FitReply,
-    TargetShard,
-    eval_shards,
-    target_shards,
-)
-
-
-MAX_MODEL_PARAMS = 1 << 30
-"""Most parameters of a cnn or mlp model (4 GiB as float32, per copy: every client actor, the
-coordinator and each trained state hold one)."""
-
-
-def check_model_size(name: str, input_shape: tuple[int, ...], num_classes: int, mlp_hidden: list[int],
-                     head: dict[str, Any]) -> int:
-    """The parameters of model ``name`` (cnn or mlp, whose size grows with the input: image_size,
-    the dataset's features, mlp_hidden), counted on torch's meta device (nothing allocated), or a
-    ConfigError above :data:`MAX_MODEL_PARAMS`: raised before any data is decoded or weight built.
-    torchvision models have the sizes of their architecture: 0, not counted.
-
-    >>> check_model_size("cnn", (3, 32, 32), 10, [], {})
-    2156490
-    """
-    if name not in ("cnn", "mlp"):
-        return 0
-    import torch
-
-    from fedtune.errors import ConfigError
-    from fedtune.models import build_model
-
-    with torch.device("meta"):
-        model = build_model(name, input_shape=input_shape, num_classes=num_classes, mlp_hidden=mlp_hidden, **head)
-    count = sum(p.numel() for p in model.parameters())
-    if count > MAX_MODEL_PARAMS:
-        knob = "image_size" if name == "cnn" else "mlp_hidden (or image_size)"
-        raise ConfigError(f"field 'model': {name} on inputs of shape {tuple(input_shape)} has {count} parameters "
-                          f"({count * 4 / 2**30:.1f} GiB as float32); allowed: at most {MAX_MODEL_PARAMS}; lower {knob}")
-    return count
+from fedtune.runtime.messages import EvalReply, FeatureSet, FitReply, TargetShard
 
 
 def model_head_kwargs(client_method: Any, cfg: Any) -> dict[str, Any]:
@@ -108,7 +66,7 @@ class ClientWorker:
         from fedtune.algorithms.precision import check_device
         from fedtune.config import FederatedRunConfig
         from fedtune.data import get_dataset
-        from fedtune.models import FlatLayout, build_model, prepare_for_device
+        from fedtune.models import FlatLayout, build_model, check_model_size, prepare_for_device
         from fedtune.runtime.augment import make_augment
         from fedtune.runtime.examples import client_examples
 
@@ -169,10 +127,11 @@ class ClientWorker:
         """The target client keeps one float32 row of every parameter per local step
         (:class:`_StepRecorder`) for a server rule that estimates its step variance (auto-β): refused
         before round 1 when a round has fewer than 2 steps (the rule's ValueError in round 1 otherwise)
-        or when its rows would pass :data:`MAX_MODEL_PARAMS` floats (local_steps = 10**6 would fill
+        or when its rows would pass :data:`~fedtune.models.MAX_MODEL_PARAMS` floats (local_steps = 10**6 would fill
         memory mid-run)."""
         from fedtune.algorithms.client import local_steps
         from fedtune.errors import ConfigError
+        from fedtune.models import MAX_MODEL_PARAMS
 
         for cid, spec in self.specs.items():
             if spec.role != "target":

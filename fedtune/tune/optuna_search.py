@@ -15,7 +15,7 @@ every round's metric is an Optuna intermediate value (``step`` = round; single o
 only, Optuna has no intermediate values for several objectives), and each round's objective
 values are kept as user attributes ``round.<r>``. When a trial ends it is told to Optuna as
 
-* COMPLETE — it ran its last round; values: the objective(s) (:func:`fedtune.tune.plan.objective_values`);
+* COMPLETE — it ran its last round; values: the objective(s) (:func:`fedtune.results.selection.objective_values`);
 * PRUNED — it was stopped before its last round (ASHA) without diverging; Optuna then takes
   its last intermediate value (Ray's own adapter would tell COMPLETE with a truncated score);
 * FAIL — it diverged (NaN/Inf; ``fedtune_status: diverged``, and ``diverged`` in
@@ -52,7 +52,8 @@ from fedtune.results import status
 from fedtune.results.selection import is_finite
 from fedtune.tune.active import ACTIVE
 from fedtune.tune.optuna_url import journal_path, shown
-from fedtune.tune.plan import SAMPLERS, objective_values, optuna_storage_url
+from fedtune.results.selection import objective_values
+from fedtune.tune.plan import SAMPLERS, optuna_storage_url
 
 __all__ = ["EXHAUSTED", "MAX_DUPLICATE_ASKS", "SQLITE_TIMEOUT_S", "STORAGE_RETRY_S", "FedtuneJournalStorage", "FedtuneOptunaSearch", "FedtuneRDBStorage",
            "check_storage_opens", "constant_liar", "ended_early", "make_sampler", "make_scheduler", "optuna_storage",

@@ -37,9 +37,7 @@ means over rounds; accuracies/losses are the best over rounds.
 
 from __future__ import annotations
 
-import copy
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -53,17 +51,15 @@ from fedtune.results import selection as _protocol
 from fedtune.results.study_dir import StudyDir
 
 __all__ = [
-    "DEFAULT_ALGORITHMS", "DEFAULT_STUDY", "LOGGERS", "METRICS", "SAMPLERS", "SCHEDULERS", "SELECTIONS", "Search",
-    "StudyPlan", "SweepOptions", "abs_path", "apply_default_study", "is_default_study",
-    "objective_values", "optuna_storage_url", "plan_study", "seeds_for",
+    "KNOBS", "LOGGERS", "METRICS", "SAMPLERS", "SCHEDULERS", "SELECTIONS", "Search",
+    "StudyPlan", "SweepOptions", "abs_path", "optuna_storage_url", "plan_study", "seeds_for",
 ]
 
 SAMPLERS = ("tpe", "random", "cmaes", "nsga2")
 SCHEDULERS = ("fifo", "asha")
 KNOBS = ("all", "own")
-"""``--knobs``: ``all`` searches every parameter of each space; ``own`` only each algorithm's own
-(:func:`fedtune.algorithms.own_knobs`), with every shared one fixed at one value for every method
-(:func:`fedtune.tune.study_start.own_knob_spaces`)."""
+"""``--knobs``: ``all`` searches every parameter; ``own`` each algorithm's own (:func:`fedtune.algorithms.own_knobs`),
+every shared one fixed at one value for every method (:func:`fedtune.tune.study_start.own_knob_spaces`)."""
 LOGGERS: dict[str, tuple[str, str] | None] = {"csv": None, "tensorboard": ("tensorboardX", "tensorboard"),
                                               "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 """``--logger`` names (:mod:`fedtune.tune.loggers`): the module each needs and fedtune's pip extra
@@ -83,23 +79,6 @@ what is reported and never an objective."""
 
 _SELECTION_METRICS = {p: (_protocol.SCORE[p], _protocol.LOSS[p]) for p in _protocol.PROTOCOLS}
 _COST_METRICS = ("train_loss", "server_s", "client_s", "wall_s", "bytes_moved")
-
-DEFAULT_ALGORITHMS = ("fedavg", "fedprox", "fedomg")
-"""Algorithms of the no-argument study (those registered and with a search space)."""
-
-DEFAULT_STUDY: dict[str, Any] = {
-    "dataset": "rotated-digits", "rounds": 8, "num_samples": 3, "trial_seeds": 3, "knobs": "own",
-    "overrides": {"model": "mlp", "local_steps": 10, "batch_size": 32, "client_cpus": 1.0, "max_client_actors": 1},
-}
-"""The no-argument study, a newcomer's first command (about a minute and a half on 2 CPU cores):
-rotated-digits (target domain "0"), the mlp, 8 rounds of 10 local steps; each algorithm's own
-knobs only (``knobs: own``: FedProx's prox_mu, FedOMG's omg_kappa and server step; FedAvg has
-none, so its search is its one configuration), every shared knob fixed at one value for every
-method; up to 3 Optuna trials per search (the first: the space's defaults); the whole search
-repeated over 3 trial seeds so the table has an error bar that includes selection variance. On
-2 cores trials run one at a time (:func:`apply_default_study`). Its report says plainly which
-gaps it can and cannot resolve (:meth:`fedtune.tune.report.Report.conclusions`)."""
-
 
 @dataclass
 class SweepOptions:
@@ -392,39 +371,6 @@ def _default_name() -> str:
     return "sweep-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 
-def is_default_study(opts: SweepOptions) -> bool:
-    """True when no option chooses what to run (``fedtune sweep`` alone)."""
-    return not (opts.spaces or opts.algorithms or opts.dataset or opts.data_root or opts.target_domain
-                or opts.rounds or opts.overrides or opts.config_fields)
-
-
-def apply_default_study(opts: SweepOptions) -> SweepOptions:
-    """The no-argument study: :data:`DEFAULT_STUDY` on the algorithms of :data:`DEFAULT_ALGORITHMS`
-    that are registered and have a search space."""
-    from fedtune.algorithms import PRESETS
-    from fedtune.tune.spaces import list_spaces
-
-    spaces = set(list_spaces())
-    algos = [a for a in DEFAULT_ALGORITHMS if a in PRESETS and a in spaces]
-    out = copy.deepcopy(opts)
-    out.algorithms = algos or ["fedavg"]
-    out.dataset = DEFAULT_STUDY["dataset"]
-    out.rounds = DEFAULT_STUDY["rounds"]
-    if out.num_samples == SweepOptions.num_samples:
-        out.num_samples = DEFAULT_STUDY["num_samples"]
-    if out.trial_seeds == SweepOptions.trial_seeds and out.seeds == SweepOptions.seeds:
-        out.trial_seeds = DEFAULT_STUDY["trial_seeds"]
-    out.overrides = dict(DEFAULT_STUDY["overrides"])
-    if out.knobs is None:  # --knobs all keeps every knob searched
-        out.knobs = DEFAULT_STUDY["knobs"]
-    if out.max_concurrent is None and (os.cpu_count() or 1) <= 2:
-        # Each trial starts three processes (trainable, coordinator, client), each importing torch:
-        # side by side on 2 cores they start slower than one after another, and a trial that
-        # follows another in the same search reuses its actors.
-        out.max_concurrent = 1
-    return out
-
-
 def _load_spaces(opts: SweepOptions) -> list[Any]:
     """The search spaces of the study: the SPACE files, else one per ``--algorithm``."""
     from fedtune.algorithms import PRESETS
@@ -552,23 +498,3 @@ def seeds_for(base_seed: int, k: int) -> list[int]:
     [0, 1, 2]
     """
     return [base_seed + i for i in range(k)]
-
-
-def objective_values(per_round: Mapping[int, Mapping[str, float]], metrics: Sequence[str],
-                     modes: Sequence[str]) -> list[float] | None:
-    """A trial's objective values from its per-round metrics, :func:`fedtune.selection.objective`
-    per metric: the value at the round the protocol reports (best over rounds, max/min by mode;
-    the last round for ``oracle_*``), the mean of a ``*_s``/``bytes_moved`` cost; None when a
-    metric has no value.
-
-    >>> objective_values({1: {"val_acc": 0.5, "server_s": 0.2}, 2: {"val_acc": 0.4, "server_s": 0.4}},
-    ...                  ["val_acc", "server_s"], ["max", "min"])
-    [0.5, 0.30000000000000004]
-    """
-    out = []
-    for m, mode in zip(metrics, modes):
-        value = _protocol.objective({r: v.get(m, math.nan) for r, v in per_round.items()}, m, mode)
-        if value is None:
-            return None
-        out.append(value)
-    return out

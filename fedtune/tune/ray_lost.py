@@ -10,16 +10,18 @@ then ends; its last experiment snapshot holds the trial as running, so ``--resum
 (from its last checkpoint, else round 1; the Arrow store keeps each round once), and the Optuna
 trial, still RUNNING, is told its real result then. A trial lost with only *some* nodes (a
 preempted worker on a cluster whose head lives) is the ordinary failure path: ``--max-failures``
-restarts it.
+restarts it. :func:`fit_stop` says which of the reasons that end a study mid-search (Ray gone, a
+write the disk refused) stopped a search's fit.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fedtune.errors import ResourceError
 
-__all__ = ["RayLost", "TrialLogFilter", "ray_gone", "ray_lost_in"]
+__all__ = ["RayLost", "TrialLogFilter", "fit_stop", "ray_gone", "ray_lost_in"]
 
 
 class RayLost(ResourceError):
@@ -79,3 +81,16 @@ def ray_lost_in(exc: BaseException) -> BaseException | None:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def fit_stop(error: BaseException | None, key: str, study_dir: Any, hint: str) -> Exception | None:
+    """Why a search's ``Tuner.fit`` (which raised ``error``, or returned: None) stops the study, as
+    the one-line error to raise: Ray went away (:class:`RayLost`, with the search and ``hint``, the
+    resume command), or the Arrow store could not write (a full disk:
+    :func:`fedtune.tune.callback.write_failure`, recorded even when the fit returned); else None."""
+    lost = ray_lost_in(error) if error is not None else None
+    if lost is not None:
+        return type(lost)(f"search '{key}': {lost}; continue with: {hint}")
+    from fedtune.tune.callback import write_failure
+
+    return write_failure(study_dir, resume_command=hint)

@@ -57,7 +57,6 @@ it: :mod:`fedtune.tune.report_stats` (per-trial summaries, selected trials, cell
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -68,7 +67,6 @@ from fedtune.results import selection as protocol
 from fedtune.results.store import check_study_dir, check_writable
 from fedtune.results.atomic import atomic_write_text
 from fedtune.results.study_dir import TRIALS_FILE, StudyDir, read_study_if_any
-from fedtune.tune.plots import AXIS_LABELS  # noqa: F401 -- re-exported (it lived here)
 from fedtune.tune.report_model import ReportData
 from fedtune.tune.report_render import markdown, print_report
 from fedtune.tune.report_stats import (

@@ -15,10 +15,9 @@ from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE, StudyDir, latest_study, read_study, studies_in
 from fedtune.tune.plan import StudyPlan, SweepOptions, plan_study
-from fedtune.tune.tune_storage import restorable  # re-exported (it was defined here)
 
 __all__ = ["FAILED_UNRECORDED", "check_optuna_storage", "rebuild_trial_rows", "recover_seed_rows", "recover_trial_rows",
-           "repair_round_files", "restorable", "resumed_study", "study_space"]
+           "repair_round_files", "resumed_study", "study_space"]
 
 
 def resumed_study(opts: SweepOptions, output: Path) -> tuple[StudyPlan, dict[str, Any]]:
@@ -90,6 +89,44 @@ FAILED_UNRECORDED = "the trial raised; the driver stopped before its error text 
 """``error`` of a failed trial's ``trials.parquet`` row rebuilt by :func:`recover_trial_rows`."""
 
 
+class _RowRebuilder:
+    """Writes the missing ``trials.parquet`` rows of one study from the trials' round files (shared
+    by :func:`recover_trial_rows` and :func:`recover_seed_rows`), one note per row."""
+
+    def __init__(self, study_dir: Path, console: Any = None) -> None:
+        from fedtune import results
+
+        self.files = StudyDir(study_dir)
+        self.store = results.ResultsStore(study_dir.parent, study_dir.name)
+        self.have = (set(results.load(study_dir, "trials").column("trial_id").to_pylist())
+                     if self.files.trials.is_file() else set())
+        self.console = console
+        self.notes: list[str] = []
+
+    def rows(self, trial_id: str) -> list[dict[str, Any]]:
+        """The trial's round rows in round order, null columns left out; none without a round file."""
+        from fedtune import results
+
+        path = self.store.rounds_path(trial_id)
+        if not path.is_file():
+            return []
+        rows = sorted((r for r in results.load(path).to_pylist() if r.get("round") is not None),
+                      key=lambda r: int(r["round"]))
+        return [{k: v for k, v in r.items() if v is not None} for r in rows]
+
+    def write(self, trial_id: str, rows: list[dict[str, Any]], cfg: Any, note: str, *, error: str | None = None,
+              started_at: Any = None, ended_at: Any = None) -> None:
+        from fedtune.tune.callback import trial_row
+
+        self.store.write_trial(trial_row(rows, cfg, study=self.store.study, trial_id=trial_id, error=error,
+                                         started_at=started_at, ended_at=ended_at,
+                                         restarts=max(int(r.get("attempt") or 0) for r in rows)))
+        self.have.add(trial_id)
+        self.notes.append(note)
+        if self.console is not None:
+            self.console.print(f"[yellow]note: {note}[/yellow]")
+
+
 def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: Any = None) -> list[str]:
     """``--resume``: the ``trials.parquet`` rows a killed driver did not write. Tune tells the
     searcher that a trial ended before it tells the Arrow callback, so a driver killed between
@@ -101,40 +138,27 @@ def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: A
     start and end times). Returns one note per row written."""
     from optuna.trial import TrialState
 
-    from fedtune import results
     from fedtune.results import status
-    from fedtune.tune.callback import trial_row
     from fedtune.tune.trainable import trial_run_config
 
-    files = StudyDir(study_dir)
-    have = set(results.load(study_dir, "trials").column("trial_id").to_pylist()) if files.trials.is_file() else set()
-    store = results.ResultsStore(study_dir.parent, study_dir.name)
-    notes = []
+    rebuild = _RowRebuilder(study_dir, console)
     for t in optuna_trials:
         trial_id, config = t.user_attrs.get("fedtune_trial_id"), t.user_attrs.get("config")
         failed = t.state == TrialState.FAIL and t.user_attrs.get("fedtune_status") == status.FAILED
         ran = failed or t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
             t.state == TrialState.FAIL and t.user_attrs.get("fedtune_status") in (status.DIVERGED, status.NO_METRIC))
-        if not ran or not trial_id or not isinstance(config, dict) or trial_id in have:
+        if not ran or not trial_id or not isinstance(config, dict) or trial_id in rebuild.have:
             continue
-        path = store.rounds_path(trial_id)
-        rows = sorted((r for r in results.load(path).to_pylist() if r.get("round") is not None),
-                      key=lambda r: int(r["round"])) if path.is_file() else []
+        rows = rebuild.rows(trial_id)
         cfg = trial_run_config(config)
         if not rows or cfg.trial_id() != trial_id:
             continue
-        rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
-        error = FAILED_UNRECORDED if failed else None
-        store.write_trial(trial_row(rows, cfg, study=store.study, trial_id=trial_id, error=error,
-                                    started_at=t.datetime_start, ended_at=t.datetime_complete,
-                                    restarts=max(int(r.get("attempt") or 0) for r in rows)))
-        have.add(trial_id)
-        note = (f"trial {trial_id} had no {files.trials.name} row (its driver stopped before writing it, or the file "
-                f"was moved away): rebuilt from its {len(rows)} round rows and Optuna's record of the trial")
-        notes.append(note)
-        if console is not None:
-            console.print(f"[yellow]note: {note}[/yellow]")
-    return notes
+        rebuild.write(trial_id, rows, cfg,
+                      f"trial {trial_id} had no {rebuild.files.trials.name} row (its driver stopped before writing "
+                      f"it, or the file was moved away): rebuilt from its {len(rows)} round rows and Optuna's record "
+                      "of the trial", error=FAILED_UNRECORDED if failed else None,
+                      started_at=t.datetime_start, ended_at=t.datetime_complete)
+    return rebuild.notes
 
 
 def recover_seed_rows(study_dir: Path, data: dict[str, Any], console: Any = None) -> list[str]:
@@ -142,14 +166,9 @@ def recover_seed_rows(study_dir: Path, data: dict[str, Any], console: Any = None
     trials) rebuilt from their round files and the configuration ``study.json`` saved for them, for
     each re-run whose round file holds every round; a shorter one is left to Tune, which continues
     it. Returns one note per row written."""
-    from fedtune import results
-    from fedtune.tune.callback import trial_row
     from fedtune.tune.trainable import trial_run_config
 
-    files = StudyDir(study_dir)
-    have = set(results.load(study_dir, "trials").column("trial_id").to_pylist()) if files.trials.is_file() else set()
-    store = results.ResultsStore(study_dir.parent, study_dir.name)
-    notes = []
+    rebuild = _RowRebuilder(study_dir, console)
     for key, state in sorted((data.get("searches") or {}).items()):
         config, seeds = state.get("config"), state.get("seeds") or []
         if not key.endswith(" seeds") or not isinstance(config, dict):
@@ -157,24 +176,13 @@ def recover_seed_rows(study_dir: Path, data: dict[str, Any], console: Any = None
         for seed in seeds[1:]:
             cfg = trial_run_config({**config, "seed": seed, "output": str(study_dir.parent), "name": study_dir.name})
             trial_id = cfg.trial_id()
-            path = store.rounds_path(trial_id)
-            if trial_id in have or not path.is_file():
-                continue
-            rows = sorted((r for r in results.load(path).to_pylist() if r.get("round") is not None),
-                          key=lambda r: int(r["round"]))
+            rows = [] if trial_id in rebuild.have else rebuild.rows(trial_id)
             if not rows or int(rows[-1]["round"]) < cfg.rounds:
                 continue
-            rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
-            store.write_trial(trial_row(rows, cfg, study=store.study, trial_id=trial_id, error=None,
-                                        started_at=None, ended_at=None,
-                                        restarts=max(int(r.get("attempt") or 0) for r in rows)))
-            have.add(trial_id)
-            note = (f"trial {trial_id} (seed {seed} of search '{key[:-len(' seeds')]}') had no {files.trials.name} "
-                    f"row: rebuilt from its {len(rows)} round rows")
-            notes.append(note)
-            if console is not None:
-                console.print(f"[yellow]note: {note}[/yellow]")
-    return notes
+            rebuild.write(trial_id, rows, cfg,
+                          f"trial {trial_id} (seed {seed} of search '{key[:-len(' seeds')]}') had no "
+                          f"{rebuild.files.trials.name} row: rebuilt from its {len(rows)} round rows")
+    return rebuild.notes
 
 
 def check_optuna_storage(plan: StudyPlan, data: dict[str, Any]) -> None:

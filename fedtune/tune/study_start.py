@@ -6,13 +6,15 @@ from __future__ import annotations
 import copy
 from datetime import datetime, timezone
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from fedtune.results import status
 from fedtune.results.study_dir import OPTUNA_FILE, SPACES_DIR, TUNE_DIR
 from fedtune.tune.plan import StudyPlan, SweepOptions, plan_study, seeds_for
 
-__all__ = ["command_line", "knob_summary", "new_study_data", "now", "own_knob_spaces", "relative", "snapshot_spaces"]
+__all__ = ["command_line", "knob_summary", "new_study_data", "now", "own_knob_spaces", "relative", "say_knobs",
+           "snapshot_spaces"]
 
 
 def now() -> str:
@@ -150,3 +152,20 @@ def relative(study_dir: Path, path: str) -> str:
         return str(Path(path).resolve().relative_to(Path(study_dir).resolve()))
     except ValueError:
         return str(path)
+
+
+def say_knobs(console: Any, knobs: Mapping[str, Any]) -> None:
+    """The first lines of a ``--knobs own`` study: what each method searches, what all share."""
+    searched = "; ".join(f"{a}: {', '.join(ps) or 'nothing (one configuration)'}"
+                         for a, ps in knobs["searched"].items())
+    everyone = list(knobs["searched"])
+
+    def one(name: str, fixed: Mapping[str, Any]) -> str:
+        v = fixed["value"]
+        text = f"{name}={v:g}" if isinstance(v, float) else f"{name}={v}"
+        return text if fixed["algorithms"] == everyone else f"{text} ({', '.join(fixed['algorithms'])})"
+
+    shared = ", ".join(one(k, f) for k, f in knobs["shared_fixed"].items())
+    console.print(f"searched (each method's own knobs): {searched}", soft_wrap=True)
+    if shared:
+        console.print(f"fixed for every method (shared knobs): {shared}", soft_wrap=True)

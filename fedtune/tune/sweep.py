@@ -30,12 +30,7 @@ Without ``--name``, a new study is named ``sweep-<UTC time>`` and ``--resume`` c
 most recently started study in OUTPUT. A study directory that already holds a study is never
 overwritten: pass ``--resume`` or another ``--name``.
 
-**Seeds.** ``--seeds K``: after the searches, the configuration the report selects per
-(algorithm, target) (highest metric at its best round) is evaluated with the K seeds
-``s, s+1, ..., s+K-1`` (``s`` = the study's ``seed``, default 0). Its search run *is* the
-seed-``s`` replicate (a run is deterministic given its seed, so re-running it would reproduce
-it exactly); the K-1 others run as one Tune experiment ``tune/<search>--seeds``. The report
-then shows mean ± standard error over the K seeds.
+**Seeds.** ``--seeds K``: :mod:`fedtune.tune.seed_runs`.
 
 **Resources.** Ray is joined at ``--address`` or started like ``fedtune run`` (explicit
 ``num_cpus``, no dashboard). A trial reserves what :func:`fedtune.tune.trainable.resources_for`
@@ -48,9 +43,8 @@ the cluster can place is capped, with a warning naming the numbers
 from __future__ import annotations
 
 import copy
-import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,26 +52,27 @@ from typing import Any
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.results import status
-from fedtune.results.store import check_name
-from fedtune.results.selection import SCORE
+from fedtune.results.store import check_name, check_output_dir
 from fedtune.results.study_dir import OPTUNA_FILE, SPACES_DIR, STUDY_FILE, TUNE_DIR, latest_study, write_study
 from fedtune.tune.active import ACTIVE as _ACTIVE
 from fedtune.tune.active import SESSIONS as _SESSIONS
 from fedtune.tune.capacity import concurrency_cap
-from fedtune.tune.plan import (DEFAULT_ALGORITHMS, DEFAULT_STUDY, METRICS, SAMPLERS, SCHEDULERS, SELECTIONS, Search,
-                               StudyPlan, SweepOptions, abs_path, apply_default_study, is_default_study,
-                               objective_values, optuna_storage_url, plan_study, seeds_for)
-from fedtune.tune.resume import rebuild_trial_rows, recover_trial_rows, repair_round_files, restorable, resumed_study
-from fedtune.tune.ray_lost import ray_lost_in
-from fedtune.tune.study_start import command_line, new_study_data, now, relative, snapshot_spaces
+from fedtune.tune.default_study import apply_default_study, is_default_study
+from fedtune.tune.plan import (METRICS, SAMPLERS, SCHEDULERS, SELECTIONS, Search, StudyPlan, SweepOptions, abs_path,
+                               optuna_storage_url, plan_study, seeds_for)
+from fedtune.tune.resume import rebuild_trial_rows, repair_round_files, resumed_study
+from fedtune.tune.ray_lost import fit_stop
+from fedtune.tune.seed_runs import seed_trial_id, selected_config
+from fedtune.tune.study_start import command_line, new_study_data, now, relative, say_knobs, snapshot_spaces
+from fedtune.tune.tune_storage import restorable
 from fedtune.tune.tune_env import EXPERIMENT_SNAPSHOT_S, signal_handlers_kept, tune_env
 
 __all__ = [
-    "DEFAULT_ALGORITHMS", "DEFAULT_STUDY", "EXPERIMENT_SNAPSHOT_S", "METRICS", "OPTUNA_FILE", "SAMPLERS",
+    "EXPERIMENT_SNAPSHOT_S", "METRICS", "OPTUNA_FILE", "SAMPLERS",
     "SCHEDULERS", "SELECTIONS", "STUDY_FILE", "SPACES_DIR", "TUNE_DIR", "Search", "StudyInterrupted", "StudyPlan",
-    "SweepOptions", "SweepResult", "apply_default_study", "concurrency_cap", "is_default_study", "latest_study",
-    "make_sampler", "make_scheduler", "objective_values", "optuna_storage", "optuna_storage_url", "plan_study",
-    "reconcile_optuna", "repair_round_files", "run_sweep", "seeds_for", "selected_config", "trial_dirname",
+    "SweepOptions", "SweepResult", "concurrency_cap", "latest_study",
+    "make_sampler", "make_scheduler", "optuna_storage", "optuna_storage_url", "plan_study",
+    "reconcile_optuna", "repair_round_files", "run_sweep", "seeds_for", "trial_dirname",
 ]
 
 # Names that live in modules importing Ray Tune and Optuna, loaded on first use so that importing
@@ -252,40 +247,30 @@ class _Study:
         _SESSIONS.pop(key, None)
         row = self.view.row(key, total)
         row["state"] = "starting"
-        from fedtune.results import ResultsWriteError
-        from fedtune.tune.callback import write_failure
-
         hint = f"fedtune sweep --resume --name {self.plan.name} --output {self.plan.study_dir.parent}"
+        error: Exception | None = None
         try:
             with signal_handlers_kept():
                 tuner.fit()
-        except Exception as exc:
-            lost = ray_lost_in(exc)
-            if lost is not None:
-                row["state"] = state["status"] = status.INTERRUPTED
-                self.save()
-                raise type(lost)(f"search '{key}': {lost}; continue with: {hint}") from None
-            failure = write_failure(self.plan.study_dir, resume_command=hint)
-            if failure is None:
-                raise
-        else:  # a trial row that did not fit is only recorded: Tune's fit ends normally
-            failure = write_failure(self.plan.study_dir, resume_command=hint)
-        if failure is not None:  # the disk is full (or the folder refuses writes): one line, exit 2
+        except Exception as exc:  # noqa: BLE001 - re-raised below unless it is a reason to stop the study
+            error = exc
+        stop = fit_stop(error, key, self.plan.study_dir, hint)
+        if error is not None and stop is None:
+            raise error
+        session = _SESSIONS.get(key, {})
+        if stop is None and interrupted(session, total) and not (
+                complete_anyway is not None and not interrupted(session, 0) and complete_anyway()):
+            stop = StudyInterrupted(f"study '{self.plan.name}' was interrupted during search '{key}'; continue it "
+                                    f"with: {hint}")
+        if stop is not None:
+            from fedtune.results import ResultsWriteError
+
             row["state"] = state["status"] = status.INTERRUPTED
             try:
                 self.save()
             except ResultsWriteError:
-                pass  # study.json may not fit either
-            raise failure from None
-        session = _SESSIONS.get(key, {})
-        if interrupted(session, total) and not (complete_anyway is not None and not interrupted(session, 0)
-                                                and complete_anyway()):
-            row["state"] = status.INTERRUPTED
-            state["status"] = status.INTERRUPTED
-            self.save()
-            raise StudyInterrupted(f"study '{self.plan.name}' was interrupted during search '{key}'; continue it "
-                                   f"with: fedtune sweep --resume --name {self.plan.name} --output "
-                                   f"{self.plan.study_dir.parent}")
+                pass  # study.json may not fit on a full disk either
+            raise stop from None
         row["state"] = status.DONE
 
     def run_search(self, search: Search) -> None:
@@ -298,15 +283,14 @@ class _Study:
             make_sampler,
             make_scheduler,
             optuna_storage,
-            optuna_trials,
             reconcile_optuna,
         )
         from fedtune.tune.spaces import load_space
 
         state = self.search_state(search.key)
         total = self.opts.num_samples
-        fixed_space = load_space(search.space)
-        if not fixed_space.switches and not any(p.sampled for p in fixed_space.params.values()):
+        space = load_space(search.space)
+        if not space.switches and not any(p.sampled for p in space.params.values()):
             total = 1  # nothing is searched (FedAvg under --knobs own): its one configuration, run once
         if state.get("status") == status.DONE:
             self.view.row(search.key, total)["state"] = "done (earlier run)"
@@ -315,12 +299,9 @@ class _Study:
         study_name = search.optuna_study(self.plan.name)
         state.update(optuna_study=study_name, algorithm=search.algorithm, target_domain=search.target,
                      space=relative(self.plan.study_dir, search.space))
-        self.warnings.extend(recover_trial_rows(self.plan.study_dir, optuna_trials(
-            optuna_storage(self.plan.study_dir, url=self.plan.optuna_url), study_name), self.console))
         if restorable(exp_dir):
             tuner = self._restore(exp_dir)
         else:
-            space = load_space(search.space)
             sampler = make_sampler(self.opts.sampler, self.opts.sampler_seed + search.trial_seed, total,
                                    concurrency=self.cap)
             searcher = FedtuneOptunaSearch(
@@ -388,7 +369,7 @@ class _Study:
                 run_config=self._run_config(name, key, total))
         self._fit(tuner, key, name, total)
         state.update(status=status.DONE, ended_at=now(),
-                     trial_ids=[state.get("selected_trial")] + [_trial_id({**state["config"], "seed": s})
+                     trial_ids=[state.get("selected_trial")] + [seed_trial_id({**state["config"], "seed": s})
                                                                for s in extra])
         self.save()
 
@@ -396,39 +377,6 @@ class _Study:
 def trial_dirname(trial: Any) -> str:
     """Tune's folder of a trial: its Tune id (Tune's default lists the whole config)."""
     return f"trial_{trial.trial_id}"
-
-
-def _trial_id(config: Mapping[str, Any]) -> str:
-    from fedtune.tune.spaces import strip_switches
-
-    return FederatedRunConfig.from_dict(strip_switches(dict(config))).trial_id()
-
-
-def selected_config(study_dir: Path, search: Search, seed: int, selection: str) -> dict[str, Any]:
-    """The configuration the report selects for ``search`` among its seed-``seed`` trials
-    (:mod:`fedtune.selection`: the highest protocol score at the reported round; ties: first
-    trial id), with its trial id."""
-    from fedtune import results
-    from fedtune.tune.report import make_report
-
-    report = make_report(study_dir, selection=selection, plots=False, write=False)
-    sel = report.selected
-    picks = sel[(sel["algorithm"] == search.algorithm) & (sel["seed"] == seed)] if not sel.empty else sel
-    if search.target is not None and not picks.empty:
-        picks = picks[picks["domain"] == str(search.target)]
-    if picks.empty:
-        raise ConfigError(f"--seeds: search '{search.key}' has no trial with a finite "
-                          f"{SCORE[selection]} to select; nothing to re-run")
-    trial_id = str(picks.iloc[0]["trial_id"])
-    trials = results.load(study_dir, "trials").to_pandas()
-    row = trials[trials["trial_id"] == trial_id]
-    if row.empty or not isinstance(row.iloc[-1].get("config_json"), str):
-        raise ConfigError(f"--seeds: selected trial {trial_id} has no configuration in trials.parquet")
-    config = json.loads(row.iloc[-1]["config_json"])
-    params = config.pop("params", {}) or {}
-    keep = {k: v for k, v in config.items() if k not in ("output", "name")}
-    keep.update(params)
-    return {"trial_id": trial_id, "config": keep}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -460,8 +408,6 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
             opts = apply_default_study(opts)
         plan = plan_study(opts)
         study_dir, name = plan.study_dir, plan.name
-    from fedtune.results import check_output_dir
-
     check_output_dir(output, "option '--output'", study=name)  # a folder that refuses writes: before anything
     try:
         # One driver per study, refused at once otherwise; taken before study.json is read or written.
@@ -497,25 +443,8 @@ def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any]
         opts, plan = snapshot_spaces(opts, plan)
         data = new_study_data(opts, plan, output)
         if opts.knobs == "own":
-            _say_knobs(console, data["knobs"])
+            say_knobs(console, data["knobs"])
     return _drive(opts, plan, data, resume=resume, console=console, trainable=trainable, on_ray=on_ray, t0=t0)
-
-
-def _say_knobs(console: Any, knobs: Mapping[str, Any]) -> None:
-    """The first lines of a ``--knobs own`` study: what each method searches, what all share."""
-    searched = "; ".join(f"{a}: {', '.join(ps) or 'nothing (one configuration)'}"
-                         for a, ps in knobs["searched"].items())
-    everyone = list(knobs["searched"])
-
-    def one(name: str, fixed: Mapping[str, Any]) -> str:
-        v = fixed["value"]
-        text = f"{name}={v:g}" if isinstance(v, float) else f"{name}={v}"
-        return text if fixed["algorithms"] == everyone else f"{text} ({', '.join(fixed['algorithms'])})"
-
-    shared = ", ".join(one(k, f) for k, f in knobs["shared_fixed"].items())
-    console.print(f"searched (each method's own knobs): {searched}", soft_wrap=True)
-    if shared:
-        console.print(f"fixed for every method (shared knobs): {shared}", soft_wrap=True)
 
 
 def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume: bool, console: Any,
@@ -523,12 +452,11 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
     """The study's phases once its driver lock is held: Ray, the searches and seed runs, the report."""
     import ray
 
-    from fedtune.runtime.driver import connect_ray
-
-    base_cfg = FederatedRunConfig.from_dict({k: v for k, v in plan.fixed[plan.searches[0].key].items()},
-                                   source="study").replace(address=opts.address)
+    from fedtune.runtime.cluster import connect_ray
     from fedtune.runtime.driver import sigterm_as_interrupt
 
+    base_cfg = FederatedRunConfig.from_dict(dict(plan.fixed[plan.searches[0].key]),
+                                            source="study").replace(address=opts.address)
     if plan.options.optuna_storage:  # a shared storage that cannot be opened fails before Ray starts
         from fedtune.tune.optuna_search import check_storage_opens
 

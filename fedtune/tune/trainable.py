@@ -63,7 +63,8 @@ from fedtune.config import FederatedRunConfig
 from fedtune.results import status
 from fedtune.results.schema import IDENTITY_COLUMNS
 from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
-from fedtune.runtime.driver import FederatedRun, build_plan, cluster_nodes, round_row
+from fedtune.runtime.cluster import cluster_nodes
+from fedtune.runtime.driver import FederatedRun, build_plan, round_row
 from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 
 __all__ = ["RESULT_KEYS", "FedtuneTrainable", "fedtune_trainable", "plan_from_bundles", "read_checkpoint",
