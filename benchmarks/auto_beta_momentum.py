@@ -3,7 +3,7 @@ the estimates σ̂², d̂² and to β_DA, before and after the fix of issue 8.
 
 A script, not a test: it prints one table. No Ray: it calls the ``sgd`` client method with the
 worker's recorder (:class:`fedtune.runtime.worker._StepRecorder`) on a small synthetic task and
-feeds :func:`fedtune.algorithms.fedgp.auto_beta_estimates` directly.
+feeds :func:`fedtune.algorithms.fedgp_auto_beta.auto_beta_estimates` directly.
 
     python benchmarks/auto_beta_momentum.py                 # 40 replicates
     python benchmarks/auto_beta_momentum.py --replicates 100 --lr 0.05
@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms import SGD, ClientContext
-from fedtune.algorithms.fedgp import auto_beta_estimates
+from fedtune.algorithms.client import SGD, ClientContext
+from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout
 from fedtune.models import build_model, get_flat, set_flat

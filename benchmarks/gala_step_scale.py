@@ -18,7 +18,7 @@ import argparse
 
 import numpy as np
 
-from fedtune.algorithms import fedavg_weights, weighted_sum
+from fedtune.algorithms.aggregate import fedavg_weights, weighted_sum
 from fedtune.algorithms.gala import gala_global_weights
 
 

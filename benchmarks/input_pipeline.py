@@ -64,7 +64,7 @@ def fedtune_side(data_root: Path, size: int, cache_dir: Path, images: int, batch
                  augment: bool = True):
     import torch
 
-    from fedtune.data import get_dataset
+    from fedtune.data.registry import get_dataset
     from fedtune.runtime.augment import DomainBedAugment
     from fedtune.runtime.examples import client_examples
 
@@ -128,7 +128,7 @@ def status():
         if k in ("RssAnon", "RssFile", "VmRSS"):
             out[k] = int(v.split()[0]) * 1024
     return out
-from fedtune.data import get_dataset
+from fedtune.data.registry import get_dataset
 from fedtune.runtime.examples import client_examples
 from fedtune.runtime.augment import DomainBedAugment
 root, size, cache = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"input_pipeline: PACS from {root} at {args.size} px, batch {args.batch_size}, {cores} cores, "
           f"{args.images} images per run, {args.repeats} runs each")
 
-    from fedtune.data import get_dataset
+    from fedtune.data.registry import get_dataset
     from fedtune.data.cache import build_log
 
     t0 = time.perf_counter()

@@ -27,7 +27,7 @@ Every table also shows DomainBed's oracle (a fixed target slice chooses, last ro
 labelled as such. Claims are checked on the honest numbers by the paired difference of the two
 methods' domain averages over trial seeds (same seeds, same data): a claim *holds* when the 95 %
 Student-t interval of that difference lies above zero, is *NOT held* when it lies below, and is
-*undecided* otherwise (``fedtune report`` uses the same rule, :func:`fedtune.tune.report.paired_gap`).
+*undecided* otherwise (``fedtune report`` uses the same rule, :func:`fedtune.reports.stats.paired_gap`).
 
     python benchmarks/paper_claims.py --part fdg fda               # rotated-digits
     python benchmarks/paper_claims.py --part pacs --data-root ../shared/data/PACS64
@@ -126,7 +126,7 @@ def parts(args: argparse.Namespace) -> dict[str, Part]:
 # ------------------------------------------------------------------------------------------------
 def space_file(method: Method, setting: str, folder: Path) -> Path:
     """The method's search space: fedtune's own file, with the method's pins and merges."""
-    from fedtune.tune.spaces import load_space
+    from fedtune.spaces.lookup import load_space
 
     doc = yaml.safe_load(Path(load_space(method.algorithm).source).read_text())
     params = dict(doc.get("params") or {})
@@ -194,9 +194,9 @@ def run_study(cmd: list[str], log: Path) -> tuple[int, float]:
 # ------------------------------------------------------------------------------------------------
 def selected(study_dir: Path, protocol: str) -> dict[int, float]:
     """trial seed -> reported target accuracy of the trial that ``protocol`` selects in that
-    seed's search: ``fedtune report``'s own selection (:mod:`fedtune.selection`, the one owner
+    seed's search: ``fedtune report``'s own selection (:mod:`fedtune.results.selection`, the one owner
     of the protocol; search k of ``--trial-seeds`` runs with seed ``seed + k``)."""
-    from fedtune.tune.report import make_report
+    from fedtune.reports.report import make_report
 
     rep = make_report(study_dir, selection=protocol, plots=False, write=False)
     if rep.selected.empty:
@@ -237,7 +237,7 @@ def averages(per_domain: dict[str, dict[int, float]], domains: list[str]) -> dic
 
 
 def table(part: Part, protocol: str, domains: list[str], res: dict) -> str:
-    from fedtune.selection import LABELS
+    from fedtune.results.selection import LABELS
 
     rows = res.get(protocol, {})
     head = f"#### {part.title} — {LABELS[protocol]}"
@@ -253,9 +253,9 @@ def table(part: Part, protocol: str, domains: list[str], res: dict) -> str:
 
 def compare(res: dict, domains: list[str], a: str, b: str, protocol: str = "val") -> tuple[str, str]:
     """Verdict on "a > b": the paired difference of the domain averages per trial seed
-    (:func:`fedtune.tune.report.paired_gap`, the report's own rule): *held* when its 95 % Student-t
+    (:func:`fedtune.reports.stats.paired_gap`, the report's own rule): *held* when its 95 % Student-t
     interval lies above zero, *NOT held* when below, *undecided* otherwise."""
-    from fedtune.tune.report import paired_gap
+    from fedtune.reports.stats import paired_gap
 
     rows = res.get(protocol, {})
     if a not in rows or b not in rows:
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true", help="tables of the studies already stored; run nothing")
     args = ap.parse_args(argv)
 
-    from fedtune.data import dataset_info
+    from fedtune.data.registry import dataset_info
 
     chosen = ["fdg", "fda", "pacs"] if "all" in args.part else args.part
     all_parts = parts(args)

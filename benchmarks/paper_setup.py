@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         del worker
     if args.pack and cuda:
         from fedtune.config import FederatedRunConfig
-        from fedtune.results import load
-        from fedtune.runtime import run
+        from fedtune.results.store import load
+        from fedtune.runtime.driver import run
 
         out = Path("/tmp") / f"fedtune-pack-{time.time_ns()}"
         cfg = FederatedRunConfig.from_yaml(REPO / "examples" / "paper-setup" / "pacs-resnet18.yaml", {

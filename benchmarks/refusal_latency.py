@@ -24,7 +24,8 @@ def main() -> None:
     from ray.util.placement_group import placement_group, remove_placement_group
 
     from fedtune.config import FederatedRunConfig
-    from fedtune.runtime import FederatedRun, ResourceError
+    from fedtune.runtime.driver import FederatedRun
+    from fedtune.errors import ResourceError
 
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     out = tempfile.mkdtemp()

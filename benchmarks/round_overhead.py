@@ -35,7 +35,8 @@ import tempfile
 import time
 
 from fedtune.config import FederatedRunConfig
-from fedtune.runtime import connect_ray, run
+from fedtune.runtime.cluster import connect_ray
+from fedtune.runtime.driver import run
 
 
 def steady(rows, key="wall_s"):

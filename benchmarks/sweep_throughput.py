@@ -78,7 +78,7 @@ class Timeline(tune.Callback):
 
 
 def run_mode(args, lrs: list[float], out: str, *, reuse: bool, concurrent: int, tag: str = "") -> dict[str, Any]:
-    from fedtune.results import load
+    from fedtune.results.store import load
     from fedtune.tune.callback import ArrowCallback
     from fedtune.tune.trainable import fedtune_trainable
 
@@ -123,7 +123,7 @@ def _timed_rounds(cfg_dict: dict[str, Any], rounds: int, barrier, queue) -> None
     """Child process: start an in-process run of ``cfg_dict`` (1 torch thread), wait at
     ``barrier``, then time ``rounds`` rounds and put the seconds on ``queue``."""
     from fedtune.config import FederatedRunConfig
-    from fedtune.runtime import FederatedRun
+    from fedtune.runtime.driver import FederatedRun
 
     fr = FederatedRun(FederatedRunConfig.from_dict(cfg_dict))
     fr.start()

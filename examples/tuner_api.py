@@ -11,7 +11,7 @@ Arrow store, exactly as ``fedtune run`` does.
     python examples/tuner_api.py --logger csv --logger mlflow   # also Tune's CSV / MLflow loggers
 
 Results: ``OUTPUT/STUDY/rounds/<trial_id>.parquet`` and ``OUTPUT/STUDY/trials.parquet`` (read them
-with ``fedtune.results.load``); Tune's own files (checkpoints, logs, ``--logger csv|tensorboard``)
+with ``fedtune.results.store.load``); Tune's own files (checkpoints, logs, ``--logger csv|tensorboard``)
 under ``OUTPUT/.tune/STUDY``; ``--logger mlflow``: ``OUTPUT/STUDY/mlflow.db`` (or ``$MLFLOW_TRACKING_URI``).
 """
 
@@ -75,7 +75,7 @@ def main(output: str = "fedtune_results", study: str = "tuner-api", algorithm: s
 def _cli() -> None:
     import ray
 
-    from fedtune import results
+    from fedtune.results.store import load
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--output", default="fedtune_results")
@@ -89,7 +89,7 @@ def _cli() -> None:
     grid = main(args.output, args.study, args.algorithm, num_samples=args.num_samples,
                 max_concurrent_trials=args.max_concurrent, loggers=args.logger)
     errors = [r.error for r in grid if r.error is not None]
-    trials = results.load(Path(args.output) / args.study, "trials").to_pandas()
+    trials = load(Path(args.output) / args.study, "trials").to_pandas()
     trials = trials.sort_values("best_val_acc", ascending=False)
     print(trials[["trial_id", "status", "rounds_done", "best_val_acc", "target_acc_at_best_val"]].to_string(index=False))
     print(f"{len(trials)} trials, {len(errors)} failed; best by source validation: {trials.iloc[0]['trial_id']}")

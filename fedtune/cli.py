@@ -14,7 +14,7 @@ from fedtune.errors import ConfigError, DataError, ResourceError
 from fedtune.results import status
 
 if TYPE_CHECKING:
-    from fedtune.tune.plan import SweepOptions
+    from fedtune.tune.options import SweepOptions
 
 # Flags of `fedtune run` that map one-to-one onto config fields (flag dest -> field).
 RUN_FLAGS = {
@@ -98,7 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from fedtune.results.study_dir import StudyDir
-    from fedtune.runtime import run
+    from fedtune.runtime.driver import run
 
     cfg = config_from_args(args)
     console = Console()
@@ -139,7 +139,7 @@ def cmd_datasets() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from fedtune.data import list_datasets
+    from fedtune.data.registry import list_datasets
 
     table = Table(title="datasets (fedtune run --dataset NAME [--data-root DIR])")
     table.add_column("name")
@@ -199,7 +199,7 @@ def cmd_fields() -> int:
 def add_sweep_parser(sub: Any) -> Any:
     """Add ``fedtune sweep`` to the subcommands ``sub`` of the ``fedtune`` parser."""
     from fedtune.tune.default_study import DEFAULT_ALGORITHMS
-    from fedtune.tune.plan import SAMPLERS, SCHEDULERS, SELECTIONS
+    from fedtune.tune.options import SAMPLERS, SCHEDULERS, SELECTIONS
 
     p = sub.add_parser(
         "sweep", help="hyperparameter study: Ray Tune + Optuna over search spaces, with resume and seeds",
@@ -288,8 +288,8 @@ _RESUME_ALLOWED = ("--name", "--output", "--address", "--verbose", "--no-report"
 
 
 def options_from_args(args: Any) -> SweepOptions:
-    """:class:`~fedtune.tune.plan.SweepOptions` from parsed ``fedtune sweep`` arguments."""
-    from fedtune.tune.plan import SweepOptions
+    """:class:`~fedtune.tune.options.SweepOptions` from parsed ``fedtune sweep`` arguments."""
+    from fedtune.tune.options import SweepOptions
 
     metric = None
     if args.metric:
@@ -379,8 +379,8 @@ def cmd_sweep(args: Any) -> int:
     from rich.console import Console
 
     from fedtune.results.study_dir import StudyDir
-    from fedtune.tune.importances import study_optuna_url
-    from fedtune.tune.optuna_url import shown
+    from fedtune.reports.importances import study_optuna_url
+    from fedtune.results.optuna_url import shown
     from fedtune.tune.sweep import StudyInterrupted, run_sweep
 
     console = Console()
@@ -411,17 +411,17 @@ def cmd_sweep(args: Any) -> int:
 
 
 def _any_completed(study_dir: Path) -> bool:
-    from fedtune import results
+    from fedtune.results.store import load
     from fedtune.results.study_dir import StudyDir
 
     if not StudyDir(study_dir).trials.is_file():
         return False
-    return status.COMPLETED in set(results.load(study_dir, "trials").column("status").to_pylist())
+    return status.COMPLETED in set(load(study_dir, "trials").column("status").to_pylist())
 
 
 # ------------------------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedtune.tune.report import make_report
+    from fedtune.reports.report import make_report
 
     report = make_report(args.study_dir, selection=args.selection, plots=not args.no_plots)
     report.print()
@@ -433,8 +433,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fedtune.results import CorruptResultsError
-    from fedtune.runtime import ClientFailure
+    from fedtune.results.arrow import CorruptResultsError
+    from fedtune.runtime.pools import ClientFailure
     from fedtune.runtime.driver import sigterm_as_interrupt
 
     args = build_parser().parse_args(argv)

@@ -3,8 +3,7 @@
 A :class:`FederatedRunConfig` is what one federated run (one trial) needs. It is built from
 defaults, then an optional YAML file, then command-line flags and ``--set key=value`` overrides,
 and validated before anything starts, the hyperparameters of its client method and server rule
-included (each once, here). Every error names the field and what is allowed. ``RunConfig`` is
-the same class under its former name (``ray.tune.RunConfig`` is another thing).
+included (each once, here). Every error names the field and what is allowed.
 
 >>> cfg = FederatedRunConfig.from_dict({"rounds": 3, "local_lr": 0.1})
 >>> cfg.rounds, cfg.local_lr
@@ -23,7 +22,6 @@ import copy
 import dataclasses
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -31,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get
 import yaml
 
 from fedtune import yaml_safe
-from fedtune.algorithms.optim import LOCAL_OPTIMIZERS
-from fedtune.algorithms.precision import PRECISIONS
+from fedtune.algorithms import LOCAL_OPTIMIZERS, PRECISIONS
+from fedtune.bounds import Bounds
 from fedtune.errors import ConfigError, clipped, shown
 
 if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
@@ -41,7 +39,9 @@ if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this m
 
 def _f(default: Any, help: str, *, choices: tuple | None = None, lo: float | None = None,
        hi: float | None = None, lo_open: bool = False, hp: bool = False, factory=None):
-    meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "hp": hp}
+    """A field: its default, help text and allowed values (one :class:`~fedtune.bounds.Bounds`, checked
+    by :meth:`FederatedRunConfig.validate`); ``hp=True``: a tunable field (an ``hp.<name>`` column)."""
+    meta = {"help": help, "bounds": Bounds(lo=lo, hi=hi, lo_open=lo_open, choices=choices or ()), "hp": hp}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -218,20 +218,7 @@ class FederatedRunConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             setattr(self, f.name, _coerce(f.name, value, hints[f.name]))
-            value = getattr(self, f.name)
-            if value is None:
-                continue
-            m = f.metadata
-            if m.get("choices") and value not in m["choices"]:
-                raise ConfigError(f"field '{f.name}': {shown(value)} is not allowed; allowed: {', '.join(m['choices'])}")
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                if isinstance(value, float) and not math.isfinite(value):
-                    raise ConfigError(f"field '{f.name}': {shown(value)} is not a finite number")
-                lo, hi = m.get("lo"), m.get("hi")
-                bad = (lo is not None and (value <= lo if m.get("lo_open") else value < lo)) or (
-                    hi is not None and value > hi)
-                if bad:
-                    raise ConfigError(f"field '{f.name}': {shown(value)} is out of range; allowed: {_range_text(m)}")
+            f.metadata["bounds"].check(f"field '{f.name}'", getattr(self, f.name))
         _check_mlp_hidden(self.mlp_hidden)
         for name in ("client_gpus", "coordinator_gpus"):
             v = getattr(self, name)
@@ -299,17 +286,6 @@ class FederatedRunConfig:
 
         return "domainbed" if is_image_folder(self.dataset) else "none"
 
-    def param(self, name: str) -> Any:
-        """A client-method / server-rule hyperparameter: the value set, else its declared default."""
-        if name in self.params:
-            return self.params[name]
-        from fedtune.algorithms import all_hparams
-
-        try:
-            return all_hparams()[name][1].default
-        except KeyError:
-            raise ConfigError(f"no hyperparameter named {shown(name)}") from None
-
     def hyperparameters(self) -> dict[str, Any]:
         """The tunable fields (``hp.<name>`` columns of the results), plus the rule's and method's own."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("hp")}
@@ -335,18 +311,14 @@ class FederatedRunConfig:
 _HASHED_WHEN_SET = {"weights": "none", "augment": "none", "local_optimizer": "sgd", "precision": "fp32",
                     "channels_last": True, "cudnn_benchmark": True}
 
-RunConfig = FederatedRunConfig
-"""The former name of :class:`FederatedRunConfig` (kept: same class)."""
-
-
 def describe_fields() -> list[tuple[str, str, str]]:
     """(name, default, help) of every field: the reference table in docs and `--help`."""
     rows = []
     for f in fields(FederatedRunConfig):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         help_ = f.metadata["help"]
-        if f.metadata.get("choices"):
-            help_ += f" [{'|'.join(f.metadata['choices'])}]"
+        if f.metadata["bounds"].choices:
+            help_ += f" [{'|'.join(f.metadata['bounds'].choices)}]"
         rows.append((f.name, repr(default), help_))
     return rows
 
@@ -368,16 +340,6 @@ def parse_set_options(items: list[str] | None) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------
-def _range_text(m: dict) -> str:
-    lo, hi = m.get("lo"), m.get("hi")
-    parts = []
-    if lo is not None:
-        parts.append(f"{'>' if m.get('lo_open') else '>='} {lo:g}")
-    if hi is not None:
-        parts.append(f"<= {hi:g}" if isinstance(hi, float) else f"<= {hi}")
-    return " and ".join(parts)
-
-
 _INT64 = 1 << 63
 # mlp_hidden: what a model may hold before it is built (a width of 100000 is 10**10 weights per layer).
 MAX_MLP_LAYERS = 64

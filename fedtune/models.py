@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from fedtune.errors import ConfigError, shown
-from fedtune.layout import FlatLayout, TensorSlot  # noqa: F401  (re-exported)
+from fedtune.layout import FlatLayout
 
 
 

@@ -102,7 +102,7 @@ def describe(component: list[str], graph: dict[str, set[str]]) -> str:
 
 def test_the_import_graph_reads_relative_and_lazy_imports():
     graph = import_graph()
-    assert "fedtune.errors" in graph["fedtune.data.base"]  # module level
+    assert "fedtune.errors" in graph["fedtune.data.registry"]  # module level
     assert "fedtune.algorithms" in graph["fedtune.config"]  # inside a method
     assert "fedtune.data.base" in graph["fedtune.data.registry"]  # relative (from .base import ...)
     assert "fedtune.algorithms.client" in graph["fedtune.algorithms.sam"]
@@ -125,3 +125,160 @@ def test_no_module_is_oversized():
     sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules().items()}
     big = {name: n for name, n in sizes.items() if n > MAX_LINES}
     assert not big, f"modules over {MAX_LINES} lines: {big}"
+
+
+# ------------------------------------------------------------------------------------ one home per name
+ROOT = PACKAGE.parent
+IMPORTERS = ("fedtune", "tests", "benchmarks", "examples")
+
+
+def defined_names(path: Path) -> set[str]:
+    """Names a module defines at its top level (def, class, assignment; inside a top-level ``if``
+    or ``try`` too). Names it only imports are not its own."""
+    out: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    out.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+            elif isinstance(node, ast.If):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)).body)
+    return out
+
+
+def public_api() -> set[str]:
+    """The top-level ``fedtune`` namespace: the one deliberate facade (``fedtune.run``, ...),
+    for users; code inside the package imports each name from its home."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def second_addresses() -> list[str]:
+    """Every ``from fedtune.X import name`` (in the package, tests, benchmarks, examples) where
+    ``name`` is neither a submodule of ``fedtune.X`` nor defined in it."""
+    mods = modules()
+    defined = {name: defined_names(path) for name, path in mods.items()}
+    api = public_api()
+    found = []
+    for folder in IMPORTERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            inside = folder == "fedtune"
+            here = module_name(path) if inside else ""
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                source = node.module or ""
+                if node.level:  # relative: from the module's package, one level up per extra dot
+                    base = here.split(".") if path.name == "__init__.py" else here.split(".")[:-1]
+                    source = ".".join(base[:len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+                if source not in mods:
+                    continue
+                for alias in node.names:
+                    name = alias.name
+                    if name == "*" or f"{source}.{name}" in mods or name in defined[source]:
+                        continue
+                    if source == "fedtune" and name in api and not inside:
+                        continue
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {source} import {name}")
+    return found
+
+
+def test_every_name_is_imported_from_its_home():
+    found = second_addresses()
+    assert not found, (f"{len(found)} imports of a name from a module that only re-exports it (import it from "
+                       "the module that defines it):\n" + "\n".join(found))
+
+
+def test_no_module_re_exports_or_aliases_names():
+    offenders = []
+    for name, path in modules().items():
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text, str(path))
+        if "noqa: F401" in text:
+            offenders.append(f"{name}: an import kept only to re-export it (noqa: F401)")
+        if "sys.modules[__name__]" in text:
+            offenders.append(f"{name}: a sys.modules alias of another module")
+        if any(isinstance(node, ast.FunctionDef) and node.name == "__getattr__" for node in tree.body):
+            offenders.append(f"{name}: a module __getattr__ (names resolved from elsewhere)")
+    assert not offenders, "names with two addresses:\n" + "\n".join(offenders)
+
+
+def test_the_re_export_checks_can_fail(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from os import path  # noqa: F401\nimport sys\nX = 1\ndef f(): pass\nclass C: pass\n"
+                      "if sys:\n    Y = 2\ntry:\n    Z = 3\nexcept ImportError:\n    W = 4\n")
+    assert defined_names(module) == {"X", "f", "C", "Y", "Z", "W"}
+
+
+# ------------------------------------------------------------------------------------------------ layers
+# docs/architecture.md's layers, from the floor up: a module imports modules of its own layer or
+# of a layer below it, never above (the first prefix that matches a module names its layer).
+LAYERS: list[tuple[str, ...]] = [
+    ("fedtune.errors", "fedtune.bounds", "fedtune.yaml_safe", "fedtune.results.atomic", "fedtune.results.study_dir",
+     "fedtune.results.status"),
+    ("fedtune.data", "fedtune.layout"),
+    ("fedtune.algorithms", "fedtune.models"),
+    ("fedtune.config",),
+    ("fedtune.results",),
+    ("fedtune.runtime",),
+    ("fedtune.spaces", "fedtune.reports"),
+    ("fedtune.tune",),
+    ("fedtune.cli", "fedtune.__main__", "fedtune"),
+]
+
+
+def layer_of(module: str) -> int:
+    for i, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes if p != "fedtune"):
+            return i
+    if module == "fedtune":
+        return len(LAYERS) - 1
+    raise AssertionError(f"{module} is in no layer of LAYERS (add it, and to docs/architecture.md)")
+
+
+def test_imports_point_down_the_layers_only():
+    graph = import_graph()
+    upward = sorted(f"{a} (layer {layer_of(a)}) -> {b} (layer {layer_of(b)})"
+                    for a, deps in graph.items() for b in deps if layer_of(b) > layer_of(a))
+    assert not upward, "imports pointing up a layer:\n" + "\n".join(upward)
+
+
+
+def test_moved_module_paths_are_gone_and_their_new_homes_exist():
+    from fedtune.tune.moved_modules import MOVED
+
+    mods = modules()
+    assert not set(MOVED) & set(mods), "a MOVED old path is a module again: drop it from MOVED"
+    assert set(MOVED.values()) <= set(mods)
+
+
+MAX_FUNCTION_LINES = 80  # a function's lines, its docstring left out
+
+
+def test_no_function_is_oversized():
+    big = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                first = node.body[0]
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                    lines -= first.end_lineno - first.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    big.append(f"{name}.{node.name}: {lines} lines")
+    assert not big, f"functions over {MAX_FUNCTION_LINES} lines (split them where the parts have names):\n" + "\n".join(big)

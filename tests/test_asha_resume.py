@@ -30,8 +30,10 @@ def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty
     from optuna.trial import TrialState
     from ray.tune.schedulers import async_hyperband
 
-    from fedtune import results
-    from fedtune.tune.sweep import SweepOptions, optuna_storage_url, run_sweep
+    from fedtune.results.store import load
+    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.plan import optuna_storage_url
+    from fedtune.tune.sweep import run_sweep
 
     space = tmp_path / "space.yaml"
     space.write_text(ASHA_SPACE)
@@ -47,7 +49,7 @@ def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty
     try:
         deadline = time.time() + 240
         while time.time() < deadline and proc.poll() is None:
-            if (study_dir / "trials.parquet").is_file() and results.load(study_dir, "trials").num_rows >= 2:
+            if (study_dir / "trials.parquet").is_file() and load(study_dir, "trials").num_rows >= 2:
                 break
             time.sleep(0.1)
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
@@ -58,9 +60,9 @@ def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty
     finally:
         if proc.poll() is None:
             proc.kill()
-    before = {t["trial_id"]: t for t in results.load(study_dir, "trials").to_pylist()}
+    before = {t["trial_id"]: t for t in load(study_dir, "trials").to_pylist()}
     rounds_before = {}
-    for row in results.load(study_dir).to_pylist():
+    for row in load(study_dir).to_pylist():
         rounds_before.setdefault(row["trial_id"], set()).add(row["round"])
     assert len(before) >= 2 and sum(1 in r for r in rounds_before.values()) >= 2  # rung 1 had results
     assert len(before) < 4, "the interruption came after the last trial: nothing left to resume"
@@ -83,10 +85,10 @@ def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty
     data = json.loads((study_dir / "study.json").read_text())
     assert data["searches"]["fedavg"]["status"] == "done"
     rows: dict[str, dict[int, dict]] = {}
-    for row in results.load(study_dir).to_pylist():
+    for row in load(study_dir).to_pylist():
         assert row["round"] not in rows.setdefault(row["trial_id"], {}), ("duplicate", row["trial_id"], row["round"])
         rows[row["trial_id"]][row["round"]] = row
-    trials = {t["trial_id"]: t for t in results.load(study_dir, "trials").to_pylist()}
+    trials = {t["trial_id"]: t for t in load(study_dir, "trials").to_pylist()}
     assert set(trials) == set(rows) and len(trials) == 4
     for tid, t in trials.items():
         assert sorted(rows[tid]) == list(range(1, max(rows[tid]) + 1))

@@ -10,9 +10,8 @@ import torch
 from torch.nn import functional as F
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms import SGD, ClientContext
-from fedtune.algorithms.client import batches
-from fedtune.algorithms.fedgp import auto_beta_estimates
+from fedtune.algorithms.client import SGD, ClientContext, batches
+from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
 from fedtune.algorithms.sam import SAM
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout

@@ -199,13 +199,13 @@ def run_driver(cmd: list[str], fc: FakeCluster, log: Path, timeout: float = SWEE
 
 def check_store(study_dir: Path, rounds: int, trials: int) -> tuple[list[dict], list[dict]]:
     """Every trial completed; every (trial, round) once. Returns (trial rows, round rows)."""
-    from fedtune import results
+    from fedtune.results.store import load
 
-    trial_rows = results.load(study_dir, "trials").to_pylist()
+    trial_rows = load(study_dir, "trials").to_pylist()
     ids = sorted(t["trial_id"] for t in trial_rows)
     assert len(ids) == trials == len(set(ids)), trial_rows
     assert all(t["status"] == "completed" for t in trial_rows), [(t["status"], t["error"]) for t in trial_rows]
-    rows = results.load(study_dir).to_pylist()
+    rows = load(study_dir).to_pylist()
     seen = collections.Counter((r["trial_id"], r["round"]) for r in rows)
     assert seen == {(t, r): 1 for t in ids for r in range(1, rounds + 1)}
     return trial_rows, rows
@@ -282,7 +282,7 @@ def test_sweep_submitted_as_a_ray_job(fake_cluster):
 
 
 def test_preempted_trial_restarts_on_a_new_node_from_its_checkpoint(preemptible_cluster):
-    from fedtune import results
+    from fedtune.results.store import load
 
     fc = preemptible_cluster
     rounds = 8
@@ -303,7 +303,7 @@ def test_preempted_trial_restarts_on_a_new_node_from_its_checkpoint(preemptible_
             rounds_dir = fc.tmp / "spot" / "rounds"
             while killed_at is None and time.time() < deadline and sweep.poll() is None:
                 files = list(rounds_dir.glob("*.parquet")) if rounds_dir.is_dir() else []
-                done = len(results.load(files[0]).to_pylist()) if files else 0
+                done = len(load(files[0]).to_pylist()) if files else 0
                 if done >= 2:  # mid-trial, with checkpoints written: the GPU node vanishes
                     (node,) = [e["node"] for e in monitor.events("client_alive")]
                     procs = processes_with_env("RAY_OVERRIDE_NODE_ID_FOR_TESTING", node)

@@ -21,9 +21,12 @@ import numpy as np
 import pytest
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune import results
-from fedtune.config import ConfigError, FederatedRunConfig
-from fedtune.data import DataError, get_dataset
+from fedtune.results.arrow import CorruptResultsError
+from fedtune.results.store import ResultsStore, check_output_dir, corrupt_files, load, quarantine
+from fedtune.errors import ConfigError
+from fedtune.config import FederatedRunConfig
+from fedtune.errors import DataError
+from fedtune.data.registry import get_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -122,7 +125,7 @@ def test_a_batchnorm_model_trains_on_18_examples_with_batch_size_17():
 # The order of a client's batches: a function of (seed, client, round), different every round.
 def _drawn_batches(cfg: FederatedRunConfig, round: int, client: int) -> list[list[int]]:
     from fedtune.algorithms.client import batches, local_steps
-    from fedtune.runtime import FederatedRun
+    from fedtune.runtime.driver import FederatedRun
 
     fr = FederatedRun(cfg)
     fr.start()
@@ -157,7 +160,7 @@ def test_a_clients_batch_order_changes_every_round_and_repeats_for_the_same_roun
 # ------------------------------------------------------------------------------------------------
 # train_loss: the example-weighted mean of the clients' losses.
 def test_train_loss_is_weighted_by_the_clients_example_counts(tmp_path):
-    from fedtune.runtime import FederatedRun
+    from fedtune.runtime.driver import FederatedRun
 
     cfg = FederatedRunConfig.from_dict({"dataset": "rotated-digits", "setting": "fl", "num_clients": 3, "dirichlet_alpha": 0.3,
                                "local_steps": 2, "batch_size": 16, "rounds": 1, "backend": "local",
@@ -189,17 +192,18 @@ def test_train_loss_is_weighted_by_the_clients_example_counts(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # Inputs refused up front.
 def test_bad_names_and_an_output_file_are_config_errors(tmp_path):
-    from fedtune.tune.sweep import SweepOptions, plan_study
+    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.plan import plan_study
 
     for bad in (".hidden", "a/b", " "):
         with pytest.raises(ConfigError, match="allowed: a non-empty folder name"):
-            results.ResultsStore(tmp_path, bad)
+            ResultsStore(tmp_path, bad)
     afile = tmp_path / "afile"
     afile.write_text("x")
     with pytest.raises(ConfigError, match="is a file"):
-        results.check_output_dir(afile)
+        check_output_dir(afile)
     with pytest.raises(ConfigError, match="lies under"):
-        results.check_output_dir(afile / "sub")
+        check_output_dir(afile / "sub")
     base = {"algorithms": ["fedavg"], "rounds": 1, "num_samples": 1, "output": str(tmp_path), "name": "s",
             "overrides": {"local_steps": 1}, "report": False}
     with pytest.raises(ConfigError, match="option '--output'.*is a file"):
@@ -233,21 +237,21 @@ def _truncate(path: Path) -> None:
 
 
 def test_a_truncated_file_is_named_by_load_and_by_report(tmp_path):
-    store = results.ResultsStore(tmp_path, "s")
+    store = ResultsStore(tmp_path, "s")
     for t in ("a", "b"):
         store.write_rounds(t, [{"round": 1, "val_acc": 0.5, "target_acc": 0.4, "algorithm": "fedavg"}])
     bad = store.rounds_path("b")
     _truncate(bad)
-    with pytest.raises(results.CorruptResultsError) as err:
-        results.load(store.study_dir)
+    with pytest.raises(CorruptResultsError) as err:
+        load(store.study_dir)
     assert str(bad) in str(err.value) and "fedtune sweep --resume" in str(err.value)
-    assert results.corrupt_files(store.study_dir) == [bad]
+    assert corrupt_files(store.study_dir) == [bad]
     res = fedtune_cli("report", str(store.study_dir), "--no-plots", cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     (line,) = res.stderr.strip().splitlines()
     assert str(bad) in line and "unreadable" in line
-    moved = results.quarantine(bad)
-    assert moved.name == "b.parquet.corrupt" and results.load(store.study_dir).num_rows == 1  # ignored by load
+    moved = quarantine(bad)
+    assert moved.name == "b.parquet.corrupt" and load(store.study_dir).num_rows == 1  # ignored by load
 
 
 # ------------------------------------------------------------------------------------------------
@@ -256,20 +260,22 @@ def test_a_record_lands_while_another_connection_holds_the_database_locked(tmp_p
     import optuna
     from optuna.trial import TrialState
 
-    from fedtune.tune import sweep
+    from fedtune.results.study_dir import OPTUNA_FILE
+    from fedtune.tune.optuna_search import optuna_storage
+    from fedtune.tune.plan import optuna_storage_url
 
     study_dir = tmp_path / "s"
     study_dir.mkdir()
-    storage = sweep.optuna_storage(study_dir, timeout_s=0.05, retry_s=60)
+    storage = optuna_storage(study_dir, timeout_s=0.05, retry_s=60)
     study = optuna.create_study(study_name="s/fedavg", storage=storage, direction="maximize")
     trial = study.ask()
-    db = study_dir / sweep.OPTUNA_FILE
+    db = study_dir / OPTUNA_FILE
 
     holder = sqlite3.connect(db, timeout=0, isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN EXCLUSIVE")  # what a reader/writer racing fedtune can hold
     release = threading.Timer(1.0, lambda: holder.execute("COMMIT"))
     with pytest.raises(Exception, match="locked|commit"):  # without retries the record is lost
-        plain = optuna.storages.RDBStorage(sweep.optuna_storage_url(study_dir),
+        plain = optuna.storages.RDBStorage(optuna_storage_url(study_dir),
                                            engine_kwargs={"connect_args": {"timeout": 0.05}})
         plain.set_trial_user_attr(trial._trial_id, "lost", 1)
     release.start()
@@ -277,25 +283,27 @@ def test_a_record_lands_while_another_connection_holds_the_database_locked(tmp_p
     study.tell(trial, 0.5)
     release.join()
     holder.close()
-    (t,) = optuna.load_study(study_name="s/fedavg", storage=sweep.optuna_storage_url(study_dir)).trials
+    (t,) = optuna.load_study(study_name="s/fedavg", storage=optuna_storage_url(study_dir)).trials
     assert t.state == TrialState.COMPLETE and t.value == 0.5 and t.user_attrs == {"fedtune_status": "completed"}
 
 
 def test_the_storage_pickles_onto_the_study_being_run(tmp_path):
     import pickle
 
-    from fedtune.tune import sweep
+    from fedtune.tune.active import ACTIVE
+    from fedtune.tune.optuna_search import optuna_storage
+    from fedtune.tune.plan import optuna_storage_url
 
     (tmp_path / "A").mkdir()
     (tmp_path / "B").mkdir()
-    blob = pickle.dumps(sweep.optuna_storage(tmp_path / "A"))
-    sweep._ACTIVE["study_dir"] = tmp_path / "B"
+    blob = pickle.dumps(optuna_storage(tmp_path / "A"))
+    ACTIVE["study_dir"] = tmp_path / "B"
     try:
         moved = pickle.loads(blob)
     finally:
-        sweep._ACTIVE.pop("study_dir", None)
-    assert moved.url == sweep.optuna_storage_url(tmp_path / "B")
-    assert pickle.loads(blob).url == sweep.optuna_storage_url(tmp_path / "A")  # outside a sweep: unchanged
+        ACTIVE.pop("study_dir", None)
+    assert moved.url == optuna_storage_url(tmp_path / "B")
+    assert pickle.loads(blob).url == optuna_storage_url(tmp_path / "A")  # outside a sweep: unchanged
 
 
 # ------------------------------------------------------------------------------------------------
@@ -321,9 +329,9 @@ def test_sigterm_ends_a_run_as_interrupted_with_its_trial_row(tmp_path, backend)
            str(tmp_path), "--no-progress", "--set", "local_steps=2", "--set", "num_cpus=2"]
     res = _sigterm_after_first_round(cmd, tmp_path, tmp_path / "default" / "rounds")
     assert res.returncode == 130 and "Traceback" not in res.stderr, res.stderr[-3000:]
-    (trial,) = results.load(tmp_path / "default", "trials").to_pylist()
+    (trial,) = load(tmp_path / "default", "trials").to_pylist()
     assert trial["status"] == "interrupted" and trial["error"] == "interrupted by SIGTERM"
-    rows = results.load(tmp_path / "default").to_pylist()
+    rows = load(tmp_path / "default").to_pylist()
     assert 1 <= trial["rounds_done"] == len(rows) < 300
 
 
@@ -358,9 +366,10 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
     import optuna
     from optuna.trial import TrialState
 
-    from fedtune.tune import sweep
-
-    from fedtune.tune.spaces import load_space
+    from fedtune.spaces.lookup import load_space
+    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.plan import optuna_storage_url
+    from fedtune.tune.sweep import run_sweep
 
     a_out, b_out = tmp_path / "A", tmp_path / "B"
     ext = tmp_path / "ext" / "my-fedavg.yaml"  # a SPACE file outside the study: gone after the move
@@ -375,7 +384,7 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
         deadline = time.time() + 300
         trials_file = a_out / "st" / "trials.parquet"
         while time.time() < deadline and proc.poll() is None:
-            if trials_file.is_file() and results.load(trials_file, "trials").num_rows >= 1:
+            if trials_file.is_file() and load(trials_file, "trials").num_rows >= 1:
                 break
             time.sleep(0.3)
         assert proc.poll() is None, proc.stderr.read()[-3000:]
@@ -386,7 +395,7 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
             proc.kill()
     assert proc.returncode == 130, err[-3000:]
     assert "--resume --name st" in err and "Traceback" not in err, err[-3000:]
-    before = {r["trial_id"]: r for r in results.load(a_out / "st", "trials").to_pylist()}
+    before = {r["trial_id"]: r for r in load(a_out / "st", "trials").to_pylist()}
     assert 1 <= len(before) < 3  # nothing finished is lost, the rest is left to --resume
 
     shutil.copytree(a_out, b_out)
@@ -397,19 +406,19 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
     assert saved["searches"]["fedavg"]["space"] == "spaces/fedavg.yaml"
     first = sorted(t for t, r in before.items() if r["status"] == "completed")[0]
     path = b_out / "st" / "rounds" / f"{first}.parquet"
-    old_rows = results.load(path).to_pylist()
+    old_rows = load(path).to_pylist()
     _truncate(path)
 
-    result = sweep.run_sweep(sweep.SweepOptions(output=str(b_out), name="st", report=False), resume=True)
+    result = run_sweep(SweepOptions(output=str(b_out), name="st", report=False), resume=True)
     assert not a_out.exists()
     assert any("re-run" in w and str(path) in w for w in result.warnings)
     assert (path.parent / f"{first}.parquet.corrupt").is_file()
-    new_rows = results.load(path).to_pylist()
+    new_rows = load(path).to_pylist()
     metrics = ("round", "train_loss", "val_acc", "target_acc")
     assert [[r[m] for m in metrics] for r in new_rows] == [[r[m] for m in metrics] for r in old_rows]
-    trials = results.load(b_out / "st", "trials").to_pylist()
+    trials = load(b_out / "st", "trials").to_pylist()
     assert len(trials) == 3 and {t["status"] for t in trials} == {"completed"}
-    study = optuna.load_study(study_name="st/fedavg", storage=sweep.optuna_storage_url(b_out / "st"))
+    study = optuna.load_study(study_name="st/fedavg", storage=optuna_storage_url(b_out / "st"))
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
     assert sorted(t.user_attrs["fedtune_trial_id"] for t in complete) == sorted(t["trial_id"] for t in trials)
     assert json.loads((b_out / "st" / "study.json").read_text())["searches"]["fedavg"]["tune_dir"] == "tune/fedavg"

@@ -8,7 +8,7 @@ import pytest
 
 from fedtune.cli import build_parser, config_from_args, main
 from fedtune.config import FederatedRunConfig
-from fedtune.results import load
+from fedtune.results.store import load
 
 REQUIRED = ["study", "trial_id", "algorithm", "dataset", "target_domain", "seed", "round", "train_loss", "val_acc",
             "target_acc", "wall_s", "client_s", "server_s", "status", "hp.local_lr"]

@@ -110,7 +110,7 @@ print(json.dumps({"polls": len(counts), "min_alive": min(counts), "nodes": nodes
 
 
 def test_sweep_runs_on_a_two_node_local_cluster(local_cluster, tmp_path):
-    from fedtune import results
+    from fedtune.results.store import load
 
     cluster = local_cluster
     monitor_err = tmp_path / "monitor.err"
@@ -155,12 +155,12 @@ def test_sweep_runs_on_a_two_node_local_cluster(local_cluster, tmp_path):
     assert study["options"]["address"] == cluster.address
 
     # Every (trial, round) exactly once; both trials completed their 2 rounds.
-    trials = results.load(study_dir, "trials").to_pylist()
+    trials = load(study_dir, "trials").to_pylist()
     trial_ids = sorted(t["trial_id"] for t in trials)
     assert len(trial_ids) == 2 == len(set(trial_ids))
     assert [t["status"] for t in trials] == ["completed", "completed"]
     assert [t["rounds_done"] for t in trials] == [2, 2]
-    rows = results.load(study_dir).to_pylist()
+    rows = load(study_dir).to_pylist()
     seen = collections.Counter((r["trial_id"], r["round"]) for r in rows)
     assert seen == {(t, r): 1 for t in trial_ids for r in (1, 2)}
     assert all(r["status"] == "ok" for r in rows)

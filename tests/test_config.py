@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from fedtune.algorithms import resolve
-from fedtune.config import ConfigError, FederatedRunConfig, describe_fields, parse_set_options
+from fedtune.errors import ConfigError
+from fedtune.config import FederatedRunConfig, describe_fields, parse_set_options
 
 HP_FIELDS = {"local_epochs", "local_steps", "batch_size", "local_optimizer", "local_lr", "local_momentum", "weight_decay",
              "global_lr"}
@@ -331,11 +332,12 @@ def test_to_dict_round_trip():
     assert FederatedRunConfig.from_dict(a.to_dict()) == a
 
 
-def test_former_name_runconfig_is_the_same_class_and_not_rays():
+def test_the_config_has_one_name_and_it_is_not_rays():
     import fedtune
     from fedtune import config
 
-    assert fedtune.RunConfig is fedtune.FederatedRunConfig is config.RunConfig is FederatedRunConfig
+    assert fedtune.FederatedRunConfig is FederatedRunConfig
+    assert not hasattr(fedtune, "RunConfig") and not hasattr(config, "RunConfig")
     from ray import tune
 
     assert tune.RunConfig is not FederatedRunConfig
@@ -395,3 +397,30 @@ def test_mlp_hidden_is_refused_before_a_model_too_large_to_build():
     assert "3600000000 weights between hidden layers (13.4 GiB as float32); allowed: at most 268435456" in msg
     assert "allowed: at most 64" in _err({"mlp_hidden": [1] * 65})
     assert FederatedRunConfig.from_dict({"mlp_hidden": [16_384, 16_384]}).mlp_hidden == [16_384, 16_384]
+
+
+@pytest.mark.parametrize("value, message", [
+    (float("nan"), r"field 'omg_kappa' \(server rule fedomg\): nan is not a finite number"),
+    (True, r"field 'omg_kappa' \(server rule fedomg\): expected a number, got True"),
+    (-0.5, r"field 'omg_kappa' \(server rule fedomg\): -0.5 is out of range; allowed: >= 0"),
+])
+def test_a_hyperparameter_is_checked_like_a_run_field(value, message):
+    # One Bounds check for run fields, hyperparameters and sweep options: NaN and booleans are refused
+    # for a number (both passed HParam.check before: nan compared as in range, True read as 1.0).
+    with pytest.raises(ConfigError, match=message):
+        FederatedRunConfig.from_dict({"algorithm": "fedomg", "omg_kappa": value})
+    with pytest.raises(ConfigError, match="field 'local_lr': nan is not a finite number"):
+        FederatedRunConfig.from_dict({"local_lr": float("nan")})
+
+
+def test_sweep_options_share_the_bounded_field_wording():
+    from fedtune.tune.options import SweepOptions
+
+    for opts, message in ((SweepOptions(num_samples=0), "option '--num-samples': 0 is out of range; allowed: >= 1"),
+                          (SweepOptions(max_failures=-2), r"option '--max-failures': -2 is out of range; allowed: >= -1 "
+                                                          r"\(restarts of a failed trial; -1: unlimited\)"),
+                          (SweepOptions(rounds=True), "option '--rounds': expected an integer, got True"),
+                          (SweepOptions(sampler="grid"), "option '--sampler': 'grid' is not allowed; allowed: tpe, "
+                                                         "random, cmaes, nsga2")):
+        with pytest.raises(ConfigError, match=message):
+            opts.validate()

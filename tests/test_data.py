@@ -9,14 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtune.data import (
-    DataError,
-    DatasetInfo,
-    DomainDataset,
-    dataset_info,
-    get_dataset,
-    list_datasets,
-)
+from fedtune.errors import DataError
+from fedtune.data.base import DatasetInfo, DomainDataset
+from fedtune.data.registry import dataset_info, get_dataset, list_datasets
 
 REPO = Path(__file__).resolve().parents[1]
 PACS64 = REPO.parent / "shared/data/PACS64"
@@ -29,11 +24,12 @@ def test_import_and_labels_do_not_import_torch_sklearn_or_pil(tmp_path):
     _make_tree(tmp_path / "tree")
     code = (
         "import sys\n"
-        "import fedtune.data as d\n"
+        "from fedtune.data.registry import get_dataset\n"
+        "from fedtune.data.partition import make_plan\n"
         "for name, root in [('rotated-digits', None), ('rect4', None), ('folder', %r)]:\n"
-        "    ds = d.get_dataset(name, root=root)\n"
+        "    ds = get_dataset(name, root=root)\n"
         "    for dom in ds.info.domains: ds.labels(dom)\n"
-        "    d.make_plan(ds.info, {k: ds.labels(k) for k in ds.info.domains}, setting='fdg',"
+        "    make_plan(ds.info, {k: ds.labels(k) for k in ds.info.domains}, setting='fdg',"
         " target_domain=None)\n"
         "bad = [m for m in ('torch', 'torchvision', 'sklearn', 'PIL') if m in sys.modules]\n"
         "assert not bad, bad\n"
@@ -372,7 +368,7 @@ def test_a_data_root_the_os_cannot_look_up_is_one_data_error(tmp_path, dataset):
 
 
 def test_unknown_names_are_shown_cut_short():
-    from fedtune.data import make_plan
+    from fedtune.data.partition import make_plan
 
     with pytest.raises(DataError, match="is unknown; choose one of") as exc:
         get_dataset("q" * 100_000)

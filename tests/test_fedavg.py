@@ -9,20 +9,13 @@ import pytest
 import torch
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms import (
-    RoundInfo,
-    FedAvg,
-    SGD,
-    ClientContext,
-    fedavg_buffers,
-    fedavg_step,
-    fedavg_weights,
-    resolve,
-    weighted_sum,
-)
-from fedtune.algorithms.client import batches, local_steps
+from fedtune.algorithms import resolve
+from fedtune.algorithms.aggregate import fedavg_buffers, fedavg_step, fedavg_weights, weighted_sum
+from fedtune.algorithms.client import SGD, ClientContext, batches, local_steps
+from fedtune.algorithms.server import FedAvg, RoundInfo
 from fedtune.config import FederatedRunConfig
-from fedtune.models import FlatLayout, build_model, get_flat
+from fedtune.layout import FlatLayout
+from fedtune.models import build_model, get_flat
 
 
 # ================================================================================ server math

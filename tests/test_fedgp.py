@@ -5,23 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedtune.algorithms import (
-    PRESETS,
-    SERVER_RULES,
-    FedAvg,
-    FedDA,
-    FedGP,
-    RoundInfo,
-    TargetOnly,
-    align_source_magnitude,
-    auto_beta,
-    auto_beta_estimates,
-    fedgp_combine,
-    proj_plus,
-    proj_plus_per_tensor,
-)
-from fedtune.algorithms.fedgp import alignment_factor, beta_from, combine_with_target, source_step_scales
-from fedtune.config import ConfigError, FederatedRunConfig
+from fedtune.algorithms import PRESETS, SERVER_RULES
+from fedtune.algorithms.fedgp import (GP_ALIGN, GP_BETA, FedDA, FedGP, TargetOnly, align_source_magnitude,
+                                      alignment_factor, combine_with_target, fedgp_combine, proj_plus,
+                                      proj_plus_per_tensor)
+from fedtune.algorithms.fedgp_auto_beta import auto_beta, auto_beta_estimates, beta_from, source_step_scales
+from fedtune.algorithms.server import FedAvg, RoundInfo
+from fedtune.errors import ConfigError
+from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout, TensorSlot
 
 
@@ -329,8 +320,8 @@ def test_registration():
     assert PRESETS["target-only"].server_rule == "target_only"
     assert FedDA.hparams[0] is FedGP.hparams[0]  # one shared gp_beta
     cfg = fda_cfg("fedda", gp_beta="auto", gp_align=False)
-    assert cfg.param("gp_beta") == "auto" and cfg.param("gp_align") is False
-    assert fda_cfg("fedgp").param("gp_beta") == 0.5
+    assert GP_BETA.of(cfg) == "auto" and GP_ALIGN.of(cfg) is False
+    assert GP_BETA.of(fda_cfg("fedgp")) == 0.5
 
 
 @pytest.mark.parametrize("bad", [1.5, -0.1, "bogus"])
@@ -355,7 +346,7 @@ def test_a_target_client_rule_is_refused_outside_fda(algorithm):
 
 # ================================================================================ end to end
 def test_end_to_end_fda_runs(tmp_path):
-    from fedtune.runtime import run
+    from fedtune.runtime.driver import run
 
     base = {"dataset": "rotated-digits", "setting": "fda", "target_fraction": 0.05, "rounds": 2, "local_steps": 3,
             "batch_size": 4, "model": "mlp", "mlp_hidden": [16], "backend": "local", "output": str(tmp_path)}
@@ -391,7 +382,8 @@ def test_end_to_end_fda_runs(tmp_path):
 
 # ================================================================================ batch-norm buffers
 def test_buffers_follow_the_fda_rule():
-    from fedtune.algorithms import FedAvg, fedavg_buffers
+    from fedtune.algorithms.aggregate import fedavg_buffers
+    from fedtune.algorithms.server import FedAvg
 
     params, updates, weights, info = hand_round()
     old = np.array([0.0, 1.0, 2.0], np.float32)  # the global running mean/var entries

@@ -9,29 +9,15 @@ import numpy as np
 import pytest
 
 import fedtune.algorithms.fedomg as fedomg_mod
-from fedtune.algorithms import (
-    PRESETS,
-    SERVER_RULES,
-    FedOMG,
-    RoundInfo,
-    fedavg_step,
-    fedavg_weights,
-    fedomg_direction,
-    gram_matrix,
-    omg_objective,
-    resolve,
-    solve_omg_exact,
-    solve_omg_sgd,
-    weighted_sum,
-)
-from fedtune.algorithms.fedomg import (
-    _norm_floor,
-    cosines,
-    fedomg_step,
-    omg_solution,
-    solve_omg_exact_info,
-)
-from fedtune.config import ConfigError, FederatedRunConfig
+from fedtune.algorithms import PRESETS, SERVER_RULES, resolve
+from fedtune.algorithms.aggregate import fedavg_step, fedavg_weights, weighted_sum
+from fedtune.algorithms.fedomg import (OMG_KAPPA, OMG_RESCALE, OMG_SOLVER, FedOMG, fedomg_direction, fedomg_step,
+                                      gram_matrix)
+from fedtune.algorithms.fedomg_solvers import (_norm_floor, cosines, omg_objective, omg_solution, solve_omg_exact,
+                                              solve_omg_exact_info, solve_omg_sgd)
+from fedtune.algorithms.server import RoundInfo
+from fedtune.errors import ConfigError
+from fedtune.config import FederatedRunConfig
 
 
 def _random_problem(rng: np.random.Generator, num: int, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -331,8 +317,8 @@ def test_rule_step_and_diagnostics_by_hand():
     assert resolve(cfg).server_rule is FedOMG and SERVER_RULES["fedomg"] is FedOMG
     assert PRESETS["fedomg"].settings == ("fdg", "fl") and PRESETS["fedomg"].server_rule == "fedomg"
     rule = FedOMG(cfg, None)
-    assert rule.global_lr == 0.05 and cfg.param("omg_kappa") == 0.5 and cfg.param("omg_solver") == "exact"
-    assert cfg.param("omg_rescale") is False and rule.state_dict() == {}
+    assert rule.global_lr == 0.05 and OMG_KAPPA.of(cfg) == 0.5 and OMG_SOLVER.of(cfg) == "exact"
+    assert OMG_RESCALE.of(cfg) is False and rule.state_dict() == {}
     theta = np.array([1.0, -1.0], np.float32)
     updates = np.array([[1, 0], [0, 2]], np.float32)
     info = RoundInfo((3, 7), ("source", "source"), (1, 1), (10, 10))
@@ -366,7 +352,7 @@ def test_fedomg_step_timings_and_solvers_agree_on_direction_form():
 
 
 def test_fedomg_end_to_end_on_rotated_digits(tmp_path):
-    from fedtune.runtime import run
+    from fedtune.runtime.driver import run
 
     cfg = FederatedRunConfig.from_dict({"algorithm": "fedomg", "dataset": "rotated-digits", "setting": "fdg", "rounds": 2,
                                "local_steps": 1, "batch_size": 16, "model": "mlp", "mlp_hidden": [16],
@@ -392,7 +378,7 @@ def test_bad_hyperparameters_are_config_errors():
         FederatedRunConfig.from_dict({**base, "omg_solver": "adam"})
     with pytest.raises(ConfigError, match="omg_rescale"):
         FederatedRunConfig.from_dict({**base, "omg_rescale": "maybe"})
-    assert FederatedRunConfig.from_dict({**base, "omg_kappa": 0.25, "omg_solver": "sgd"}).param("omg_kappa") == 0.25
+    assert OMG_KAPPA.of(FederatedRunConfig.from_dict({**base, "omg_kappa": 0.25, "omg_solver": "sgd"})) == 0.25
 
 
 def test_module_doctests():

@@ -15,10 +15,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedtune import results  # noqa: E402
+from fedtune.results.atomic import TEMP_MARKER, is_temp_name  # noqa: E402
+from fedtune.results.arrow import ForeignResultsError, rows_to_table
+from fedtune.results.schema import IDENTITY_COLUMNS
+from fedtune.results.store import check_study_dir, clean_stray_temp_files, corrupt_files
 from fedtune.cli import main  # noqa: E402
 from fedtune.errors import ConfigError, DataError  # noqa: E402
-from fedtune.results import ResultsStore, load, summarize_trial  # noqa: E402
+from fedtune.results.store import ResultsStore, load
+from fedtune.results.summary import summarize_trial
 from fedtune.results.atomic import atomic_write_text  # noqa: E402
 
 # The columns of the first schema fedtune ever wrote (git history of the results module, commit 0c700af):
@@ -31,7 +35,7 @@ OLD_ROUND_COLUMNS = {
     "status": pa.string(), "num_participants": pa.int64(), "skipped_clients": pa.int64(), "bytes_moved": pa.int64(),
 }
 OLD_TRIAL_COLUMNS = {
-    **{k: v for k, v in OLD_ROUND_COLUMNS.items() if k in results.IDENTITY_COLUMNS},
+    **{k: v for k, v in OLD_ROUND_COLUMNS.items() if k in IDENTITY_COLUMNS},
     "status": pa.string(), "rounds_done": pa.int64(), "final_val_acc": pa.float64(), "final_target_acc": pa.float64(),
     "best_val_acc": pa.float64(), "best_round": pa.int64(), "best_target_acc": pa.float64(),
     "started_at": pa.timestamp("us", tz="UTC"), "ended_at": pa.timestamp("us", tz="UTC"), "error": pa.string(),
@@ -77,25 +81,25 @@ def _error_line(capsys) -> str:
 
 def test_a_foreign_parquet_file_is_refused_naming_it_and_what_is_missing(tmp_path):
     f = _foreign(tmp_path / "data.parquet")
-    with pytest.raises(results.ForeignResultsError) as err:
+    with pytest.raises(ForeignResultsError) as err:
         load(f)
     msg = str(err.value)
     assert f"'{f}'" in msg and "is not a fedtune rounds file" in msg and "missing columns" in msg
     assert "'trial_id'" in msg and "'round'" in msg
     assert err.value.path == f
-    with pytest.raises(results.ForeignResultsError, match="is not a fedtune trials file"):
+    with pytest.raises(ForeignResultsError, match="is not a fedtune trials file"):
         load(f, "trials")
     # a folder holding only that file: refused too, not an all-null table
-    with pytest.raises(results.ForeignResultsError, match="data.parquet"):
+    with pytest.raises(ForeignResultsError, match="data.parquet"):
         load(tmp_path)
 
 
 def test_a_column_of_the_wrong_type_is_refused(tmp_path):
     f = tmp_path / "x.parquet"
-    table = results.rows_to_table(_rows("t"))
+    table = rows_to_table(_rows("t"))
     i = table.column_names.index("round")
     pq.write_table(table.set_column(i, "round", pa.array(["one", "two"])), f)
-    with pytest.raises(results.ForeignResultsError, match=r"column 'round' is string; allowed: int64"):
+    with pytest.raises(ForeignResultsError, match=r"column 'round' is string; allowed: int64"):
         load(f)
 
 
@@ -103,15 +107,15 @@ def test_a_foreign_file_dropped_into_rounds_is_refused_not_added(tmp_path):
     store = _study(tmp_path)
     assert load(store.study_dir).num_rows == 2
     f = _foreign(store.rounds_dir / "data.parquet")
-    with pytest.raises(results.ForeignResultsError) as err:
+    with pytest.raises(ForeignResultsError) as err:
         load(store.study_dir)
     assert str(f) in str(err.value) and "rounds file" in str(err.value)
-    with pytest.raises(results.ForeignResultsError):
+    with pytest.raises(ForeignResultsError):
         load(tmp_path)  # the output folder holding the study
     # resume's check for truncated files refuses it too, instead of calling it corrupt (which would
     # quarantine it and re-run a "trial" named data)
-    with pytest.raises(results.ForeignResultsError, match="data.parquet"):
-        results.corrupt_files(store.study_dir)
+    with pytest.raises(ForeignResultsError, match="data.parquet"):
+        corrupt_files(store.study_dir)
     assert f.is_file() and not (f.parent / "data.parquet.corrupt").exists()
 
 
@@ -119,7 +123,7 @@ def test_a_truncated_file_is_still_corrupt_not_foreign(tmp_path):
     store = _study(tmp_path, trials=("a", "b"))
     bad = store.rounds_path("b")
     bad.write_bytes(bad.read_bytes()[:100])
-    assert results.corrupt_files(store.study_dir) == [bad]
+    assert corrupt_files(store.study_dir) == [bad]
 
 
 def test_a_foreign_trials_file_is_refused_and_never_overwritten(tmp_path):
@@ -127,16 +131,16 @@ def test_a_foreign_trials_file_is_refused_and_never_overwritten(tmp_path):
     store.write_rounds("a", _rows("a"))
     _foreign(store.trials_path)
     before = store.trials_path.read_bytes()
-    with pytest.raises(results.ForeignResultsError, match="trials.parquet.*is not a fedtune trials file"):
+    with pytest.raises(ForeignResultsError, match="trials.parquet.*is not a fedtune trials file"):
         load(store.study_dir, "trials")
-    with pytest.raises(results.ForeignResultsError):
+    with pytest.raises(ForeignResultsError):
         store.write_trial({"trial_id": "a", "status": "completed"})
     assert store.trials_path.read_bytes() == before
     # a rounds file is not a trials file either (it lacks rounds_done)
     rounds_as_trials = tmp_path / "t" / "trials.parquet"
     rounds_as_trials.parent.mkdir()
     rounds_as_trials.write_bytes(store.rounds_path("a").read_bytes())
-    with pytest.raises(results.ForeignResultsError, match="missing columns 'rounds_done'"):
+    with pytest.raises(ForeignResultsError, match="missing columns 'rounds_done'"):
         load(rounds_as_trials)
 
 
@@ -149,7 +153,7 @@ def test_files_of_the_first_schema_still_load(tmp_path):
     t = load(tmp_path / "old")
     assert t.num_rows == 1 and t.column("val_acc").to_pylist() == [0.5] and t.column("attempt").null_count == 1
     assert load(tmp_path / "old", "trials").column("status").to_pylist() == ["completed"]
-    assert results.corrupt_files(tmp_path / "old") == []
+    assert corrupt_files(tmp_path / "old") == []
 
 
 def test_report_refuses_a_foreign_file_in_one_line(tmp_path, capsys):
@@ -182,7 +186,7 @@ def test_report_refuses_a_folder_that_is_not_a_study_and_writes_nothing(tmp_path
         assert "is not a fedtune study folder" in line and "study.json" in line and "rounds/" in line
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # no report.md, no plots/
     with pytest.raises(ConfigError):
-        results.check_study_dir(folder)
+        check_study_dir(folder)
 
 
 def test_report_on_an_output_folder_names_the_studies_in_it(tmp_path, capsys):
@@ -230,7 +234,7 @@ def test_stray_temp_files_of_the_atomic_writer_are_removed_and_nothing_else(tmp_
     for p in strays:
         p.write_bytes(b"PAR1 half")
     # the writer's own name now (with its marker), left by a write killed midway (SIGKILL: no cleanup)
-    marked = root / f".report.md{results.atomic.TEMP_MARKER}q1w2e3r4.tmp"
+    marked = root / f".report.md{TEMP_MARKER}q1w2e3r4.tmp"
     marked.write_text("new")
     strays.append(marked)
     keep = [root / "notes.tmp", root / ".notes.tmp", root / ".my.parquet.tmp", root / "data.abcdefgh.tmp",
@@ -239,18 +243,18 @@ def test_stray_temp_files_of_the_atomic_writer_are_removed_and_nothing_else(tmp_
         p.write_text("mine")
     for p in strays + keep:
         _age(p, 3600)
-    fresh = store.rounds_dir / f".c.parquet{results.atomic.TEMP_MARKER}aaaaaaaa.tmp"
+    fresh = store.rounds_dir / f".c.parquet{TEMP_MARKER}aaaaaaaa.tmp"
     fresh.write_text("a write in progress")
     # readers never see them
     assert load(root).num_rows == 2 and store.trial_ids() == ["a"]
 
-    removed = results.clean_stray_temp_files(root)
+    removed = clean_stray_temp_files(root)
     assert sorted(removed) == sorted(strays)
     assert not any(p.exists() for p in strays)
     assert all(p.exists() for p in keep) and fresh.exists()  # a user's files, and a write still in progress
-    assert results.clean_stray_temp_files(root, min_age_s=0) == [fresh] and not fresh.exists()
-    assert results.clean_stray_temp_files(root) == []
-    assert results.clean_stray_temp_files(tmp_path / "nowhere") == []
+    assert clean_stray_temp_files(root, min_age_s=0) == [fresh] and not fresh.exists()
+    assert clean_stray_temp_files(root) == []
+    assert clean_stray_temp_files(tmp_path / "nowhere") == []
     assert load(root).num_rows == 2
 
 
@@ -265,8 +269,8 @@ def test_the_atomic_writer_names_its_temp_files_with_the_marker(tmp_path, monkey
     monkeypatch.setattr(pq, "write_table", spy)
     ResultsStore(tmp_path, "s").write_rounds("t", _rows("t"))
     (name,) = seen
-    assert name.startswith(".t.parquet" + results.atomic.TEMP_MARKER) and name.endswith(".tmp")
-    assert results.atomic.is_temp_name(name) == "t.parquet"
+    assert name.startswith(".t.parquet" + TEMP_MARKER) and name.endswith(".tmp")
+    assert is_temp_name(name) == "t.parquet"
 
 
 def test_report_refuses_a_folder_whose_only_study_file_is_someone_elses_study_json(tmp_path, capsys):
@@ -293,4 +297,4 @@ def test_a_results_file_this_user_may_not_read_is_one_line(tmp_path, capsys, mon
     line = _error_line(capsys)
     assert str(store.rounds_path("a")) in line and "cannot be read: permission denied" in line
     with pytest.raises(DataError, match="permission denied"):  # not "corrupt": resume must not quarantine it
-        results.corrupt_files(store.study_dir)
+        corrupt_files(store.study_dir)

@@ -10,16 +10,14 @@ import pytest
 import torch
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES, SGD, ClientContext, RoundInfo, fedavg_step
-from fedtune.algorithms.gala import (
-    Gala,
-    GalaClient,
-    GatedSGD,
-    gala_global_weights,
-    gala_step,
-    reference_tensors,
-)
-from fedtune.config import ConfigError, FederatedRunConfig
+from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES
+from fedtune.algorithms.aggregate import fedavg_step
+from fedtune.algorithms.client import SGD, ClientContext
+from fedtune.algorithms.server import RoundInfo
+from fedtune.algorithms.gala import GALA_ITERS, GALA_MIX, GALA_WEIGHTS, Gala, gala_global_weights, gala_step
+from fedtune.algorithms.gala_client import GALA_GATE, GALA_TAU, GalaClient, GatedSGD, reference_tensors
+from fedtune.errors import ConfigError
+from fedtune.config import FederatedRunConfig
 from fedtune.models import build_model
 
 
@@ -201,8 +199,8 @@ def test_registration():
     assert (preset.client_method, preset.server_rule, preset.unsupervised_client_method) == ("gala", "gala", "gala-simclr")
     assert GalaClient.needs_global_move and GalaClient.supervised
     cfg = _cfg()
-    assert (cfg.param("gala_tau"), cfg.param("gala_iters"), cfg.param("gala_mix")) == (0.0, 3, 1.0)
-    assert (cfg.param("gala_gate"), cfg.param("gala_weights")) == ("descent", "per-tensor")
+    assert (GALA_TAU.of(cfg), GALA_ITERS.of(cfg), GALA_MIX.of(cfg)) == (0.0, 3, 1.0)
+    assert (GALA_GATE.of(cfg), GALA_WEIGHTS.of(cfg)) == ("descent", "per-tensor")
 
 
 # ================================================================================ local gate
@@ -391,14 +389,14 @@ def test_global_move_is_sliced_per_tensor_in_parameters_order():
 def test_gated_client_mixin_wraps_any_loss():
     # A made-up client method (squared norm of the output) that builds its optimiser through
     # make_optimizer, like SGD and SimCLR: the mixin gates it without touching its loop.
-    from fedtune.algorithms import ClientMethod, ClientOutcome
-    from fedtune.algorithms.gala import GALA_TAU, GatedClientMixin
+    from fedtune.algorithms.client import ClientMethod, ClientOutcome
+    from fedtune.algorithms.gala_client import GALA_TAU, GatedClientMixin
 
     class OutputNorm(ClientMethod):
         name = "output-norm"
 
         def make_optimizer(self, model):
-            from fedtune.algorithms.client import LocalSGD
+            from fedtune.algorithms.optim import LocalSGD
 
             return LocalSGD(model.parameters(), lr=self.cfg.local_lr)
 
@@ -428,8 +426,8 @@ def test_gated_client_mixin_wraps_any_loss():
 
 # ================================================================================ end to end
 def test_fedgala_end_to_end_local_backend(tmp_path):
-    from fedtune.results import load
-    from fedtune.runtime import run
+    from fedtune.results.store import load
+    from fedtune.runtime.driver import run
 
     cfg = FederatedRunConfig.from_dict({"algorithm": "fedgala", "dataset": "rotated-digits", "setting": "fdg",
                                "model": "mlp", "mlp_hidden": [16], "rounds": 3, "local_steps": 3, "batch_size": 16,
@@ -461,7 +459,8 @@ def test_the_global_move_reaching_clients_is_new_minus_old_weights():
     cfg = FederatedRunConfig.from_dict({"algorithm": "fedgala", "dataset": "rotated-digits", "setting": "fdg",
                                "model": "mlp", "mlp_hidden": [8], "rounds": 3, "local_steps": 2, "batch_size": 16,
                                "backend": "local"})
-    coord = Coordinator(cfg.to_dict(), build_plan(cfg), {"kind": "local"})
+    coord = Coordinator(cfg.to_dict(), build_plan(cfg), {"kind": "local"},
+                        needs_global_move=cfg.resolved.client_method.needs_global_move)
     seen = []
     fit = coord.pool.fit
 

@@ -17,11 +17,13 @@ import torch
 from torch.nn import functional as F
 
 from fedtune.algorithms.optim import LocalAdam, LocalSGD
-from fedtune.config import ConfigError, FederatedRunConfig
-from fedtune.data import DataError, get_dataset
+from fedtune.errors import ConfigError
+from fedtune.config import FederatedRunConfig
+from fedtune.errors import DataError
+from fedtune.data.registry import get_dataset
 from fedtune.data.cache import build_log, cache_entry, cached_images, check_cache
-from fedtune.results import load
-from fedtune.runtime import run
+from fedtune.results.store import load
+from fedtune.runtime.driver import run
 from fedtune.runtime.augment import (DomainBedAugment, adjust_brightness, adjust_contrast, adjust_hue,
                                      adjust_saturation)
 from fedtune.runtime.examples import CachedImages, client_examples
@@ -364,7 +366,7 @@ def test_local_adam_skipped_tensors_keep_their_moments():
 
 
 def test_gala_gates_adam_steps_too():
-    from fedtune.algorithms.gala import GatedAdam
+    from fedtune.algorithms.gala_client import GatedAdam
 
     w, z = torch.zeros(2, requires_grad=True), torch.zeros(2, requires_grad=True)
     opt = GatedAdam([w, z], lr=0.1, reference=[torch.ones(2), torch.ones(2)], tau=0.0)
@@ -417,7 +419,8 @@ def test_domainbed_augment_metrics_match_across_backends_and_actor_counts(ray_se
 
 @pytest.mark.ray
 def test_a_sweep_of_several_trials_decodes_every_image_once(ray_session, tmp_path):
-    from fedtune.tune.sweep import SweepOptions, run_sweep
+    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.sweep import run_sweep
 
     root = image_tree(tmp_path / "ds", per_class=5)
     cache = tmp_path / "cache"
@@ -439,7 +442,7 @@ def test_the_paper_setup_preset_and_its_spaces_validate(tmp_path, monkeypatch):
     from torchvision.models import ResNet18_Weights
 
     from fedtune.models import weights_file
-    from fedtune.tune.spaces import load_space
+    from fedtune.spaces.lookup import load_space
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     path = weights_file(ResNet18_Weights.IMAGENET1K_V1)

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fedtune.config import ConfigError
-from fedtune.tune.plan import SweepOptions
+from fedtune.errors import ConfigError
+from fedtune.tune.options import SweepOptions
 
 
 def test_bad_or_missing_loggers_fail_early_naming_the_option_and_the_extra(monkeypatch, tmp_path):
@@ -259,7 +259,7 @@ def test_wandb_logs_each_round_once_across_a_restart_and_a_resumed_driver_and_dr
 def test_tiny_sweep_logs_every_round_once_to_csv_tensorboard_mlflow_and_wandb(ray_session, tmp_path, monkeypatch):
     from mlflow import MlflowClient
 
-    from fedtune import results
+    from fedtune.results.store import load
     from fedtune.cli import build_parser, options_from_args
     from fedtune.tune.loggers import mlflow_tracking_uri
     from fedtune.tune.sweep import run_sweep
@@ -275,7 +275,7 @@ def test_tiny_sweep_logs_every_round_once_to_csv_tensorboard_mlflow_and_wandb(ra
     study_dir = run_sweep(opts).study_dir
 
     arrow: dict[str, dict[int, float]] = {}
-    for row in results.load(study_dir).to_pylist():
+    for row in load(study_dir).to_pylist():
         arrow.setdefault(row["trial_id"], {})[row["round"]] = row["val_acc"]
     assert len(arrow) == 2 and all(sorted(v) == [1, 2, 3] for v in arrow.values())
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedtune.config import ConfigError
-from fedtune.models import FlatLayout, build_model, count_parameters, encode, get_flat, set_flat
+from fedtune.errors import ConfigError
+from fedtune.layout import FlatLayout
+from fedtune.models import build_model, count_parameters, encode, get_flat, set_flat
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from fedtune.config import ConfigError
-from fedtune.tune.sweep import SweepOptions, plan_study, run_sweep
+from fedtune.errors import ConfigError
+from fedtune.tune.options import SweepOptions
+from fedtune.tune.plan import plan_study
+from fedtune.tune.sweep import run_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TINY = {"local_steps": 1, "model": "mlp", "mlp_hidden": [8], "max_client_actors": 1}
@@ -31,9 +33,9 @@ def opts(tmp_path, **kw) -> SweepOptions:
 
 
 def trial_ids(study_dir: Path) -> list[str]:
-    from fedtune import results
+    from fedtune.results.store import load
 
-    return sorted(results.load(study_dir, "trials").column("trial_id").to_pylist())
+    return sorted(load(study_dir, "trials").column("trial_id").to_pylist())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -100,8 +102,8 @@ def test_pareto_front_plot_of_each_multi_objective_study_only(tmp_path):
     import optuna
     from matplotlib.image import imread
 
-    from fedtune.tune.importances import study_optuna
-    from fedtune.tune.plots import pareto_fronts
+    from fedtune.reports.importances import study_optuna
+    from fedtune.reports.plots import pareto_fronts
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study_dir = tmp_path / "st"
@@ -155,7 +157,7 @@ def test_sqlite_outside_the_study_survives_a_killed_driver_and_nsga2_gets_a_pare
     import optuna
     from optuna.trial import TrialState
 
-    from fedtune import results
+    from fedtune.results.store import load
 
     team = tmp_path / "team"
     team.mkdir()
@@ -170,7 +172,7 @@ def test_sqlite_outside_the_study_survives_a_killed_driver_and_nsga2_gets_a_pare
     try:
         deadline = time.time() + 180
         while time.time() < deadline and proc.poll() is None:
-            if (study_dir / "trials.parquet").is_file() and results.load(study_dir, "trials").num_rows >= 1 \
+            if (study_dir / "trials.parquet").is_file() and load(study_dir, "trials").num_rows >= 1 \
                     and any((study_dir / "tune" / "fedavg").glob("experiment_state-*.json")):
                 break
             time.sleep(0.2)

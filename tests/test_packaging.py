@@ -101,7 +101,7 @@ REQUIRED_FLOORS: dict[str, tuple[str, str, tuple[str, str] | None]] = {
               ("fedtune/runtime/common.py", ".generate_state(2, np.uint64)[0] >> 1")),
     "pyarrow": ("17", "ray[tune] 2.60 requires pyarrow>=17", None),
     "sqlalchemy": ("2.0", "Dialect.import_dbapi() is new in SQLAlchemy 2.0",
-                   ("fedtune/tune/optuna_url.py", "dialect.import_dbapi()")),
+                   ("fedtune/results/optuna_url.py", "dialect.import_dbapi()")),
     "pandas": ("2.2.2", "the first pandas built for NumPy 2", None),
     "scipy": ("1.13", "the first SciPy built for NumPy 2", None),
     "matplotlib": ("3.8.4", "the first Matplotlib built for NumPy 2", None),
@@ -147,7 +147,7 @@ def test_each_code_reason_for_a_floor_is_still_in_the_code():
 
 
 def test_every_logger_extra_the_errors_name_exists():
-    from fedtune.tune.plan import LOGGERS
+    from fedtune.tune.options import LOGGERS
 
     extras = PYPROJECT["project"]["optional-dependencies"]
     test_extra = _names(extras["test"])

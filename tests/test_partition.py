@@ -5,15 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedtune.data import (
-    SETTINGS,
-    DataError,
-    DatasetInfo,
-    FederatedPlan,
-    get_dataset,
-    make_plan,
-    sample_participants,
-)
+from fedtune.data.partition import SETTINGS, make_plan, sample_participants
+from fedtune.errors import DataError
+from fedtune.data.base import DatasetInfo, FederatedPlan
+from fedtune.data.registry import get_dataset
 
 
 def _info(domains, classes=("a", "b", "c"), name="toy") -> DatasetInfo:

@@ -1,4 +1,4 @@
-"""Tests of `fedtune report` (fedtune/tune/report.py) on synthetic studies with known numbers."""
+"""Tests of `fedtune report` (fedtune/reports/report.py) on synthetic studies with known numbers."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fedtune.cli import main  # noqa: E402
-from fedtune.config import ConfigError  # noqa: E402
-from fedtune.results import ResultsStore, summarize_trial  # noqa: E402
-from fedtune.tune import plots as plots_mod  # noqa: E402
-from fedtune.tune import report as report_mod  # noqa: E402
-from fedtune.tune.report import AVERAGE, make_report, read_selection  # noqa: E402
+from fedtune.errors import ConfigError
+from fedtune.results.store import ResultsStore
+from fedtune.results.summary import summarize_trial
+from fedtune.reports import plots as plots_mod  # noqa: E402
+from fedtune.reports import report as report_mod  # noqa: E402
+from fedtune.reports.report import make_report, read_selection  # noqa: E402
+from fedtune.reports.stats import AVERAGE  # noqa: E402
 
 # Target accuracy at the best-validation round of the "val-best" configuration, per
 # (algorithm, target domain, seed). Every trial has 3 rounds:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedtune.results import ResultsStore, summarize_trial  # noqa: E402
-from fedtune.tune.report import make_report  # noqa: E402
+from fedtune.results.store import ResultsStore
+from fedtune.results.summary import summarize_trial
+from fedtune.reports.report import make_report  # noqa: E402
 
 
 def _study(tmp_path: Path, acc: dict[tuple[str, str, int], float]) -> Path:
@@ -60,7 +61,7 @@ def test_noisy_gap_is_not_separated(tmp_path):
 
 
 def test_two_seeds_need_a_large_consistent_gap():
-    from fedtune.tune.report import paired_gap
+    from fedtune.reports.stats import paired_gap
 
     # +1.8 +- 0.1 over 2 seeds: beyond two standard errors, but t(0.975, 1) = 12.7 -> interval +-1.3
     assert paired_gap({0: 0.167, 1: 0.168}, {0: 0.148, 1: 0.151}).resolved

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedtune.runtime.resources import ResourceError, plan_resources
+from fedtune.errors import ResourceError
+from fedtune.runtime.resources import plan_resources
 
 
 def plan(nodes, *, num_clients=10, client_cpus=1.0, client_gpus=0.0, coordinator_cpus=0.0, coordinator_gpus=0.0,

@@ -16,15 +16,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedtune import results  # noqa: E402
-from fedtune.results import (  # noqa: E402
-    ROUND_CORE_SCHEMA,
-    TRIAL_CORE_SCHEMA,
-    ResultsStore,
-    load,
-    schema_markdown,
-    summarize_trial,
-)
+
+from fedtune.results.schema import ROUND_CORE_SCHEMA, TRIAL_CORE_SCHEMA, schema_markdown
+from fedtune.results.store import ResultsStore, load
+from fedtune.results.summary import summarize_trial
 
 NCORE = len(ROUND_CORE_SCHEMA)
 
@@ -430,6 +425,8 @@ def test_schema_markdown():
 
 
 def test_docstring_examples_run():
-    res = doctest.testmod(results, verbose=False)
+    import fedtune.results
+
+    res = doctest.testmod(fedtune.results, verbose=False)
     assert res.attempted > 5
     assert res.failed == 0

@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from fedtune.algorithms import fedavg_weights
+from fedtune.algorithms.aggregate import fedavg_weights
 from fedtune.config import FederatedRunConfig
-from fedtune.runtime import FederatedRun
+from fedtune.runtime.driver import FederatedRun
 
 
 def test_batchnorm_buffers_are_fedavg_averaged_and_parameters_follow_the_rule(tmp_path):
@@ -51,7 +51,7 @@ def test_many_logical_clients_with_partial_participation(tmp_path):
 
 
 def test_eval_every_skips_evaluation_but_always_evaluates_the_last_round(tmp_path):
-    from fedtune.runtime import run
+    from fedtune.runtime.driver import run
 
     cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "rounds": 5, "eval_every": 2, "local_steps": 2,
                                "backend": "local", "output": str(tmp_path)})
@@ -67,8 +67,8 @@ def test_eval_every_skips_evaluation_but_always_evaluates_the_last_round(tmp_pat
 def test_an_interrupted_run_keeps_its_finished_rounds_and_records_the_status(tmp_path):
     import pytest
 
-    from fedtune.results import load
-    from fedtune.runtime import run
+    from fedtune.results.store import load
+    from fedtune.runtime.driver import run
 
     cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "rounds": 5, "local_steps": 1, "backend": "local",
                                "output": str(tmp_path)})
@@ -114,8 +114,8 @@ def test_client_method_metrics_become_example_weighted_diag_columns(tmp_path, mo
 def test_a_batch_size_above_every_client_warns_once_and_records_the_batch_that_ran(tmp_path, caplog):
     import logging
 
-    from fedtune.results import load
-    from fedtune.runtime import run
+    from fedtune.results.store import load
+    from fedtune.runtime.driver import run
     from fedtune.runtime.driver import build_plan
 
     cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "rounds": 2, "batch_size": 100_000, "backend": "local",
@@ -148,7 +148,7 @@ def test_a_batch_size_above_every_client_warns_once_and_records_the_batch_that_r
 def test_the_batch_size_warning_names_local_steps_when_set(tmp_path, caplog):
     import logging
 
-    from fedtune.runtime import FederatedRun
+    from fedtune.runtime.driver import FederatedRun
 
     cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "rounds": 1, "batch_size": 100_000, "local_steps": 3,
                                         "backend": "local", "output": str(tmp_path)})

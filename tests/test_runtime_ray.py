@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from fedtune.config import FederatedRunConfig
-from fedtune.results import load
-from fedtune.runtime import ClientFailure, FederatedRun, ResourceError, run
+from fedtune.results.store import load
+from fedtune.runtime.pools import ClientFailure
+from fedtune.runtime.driver import FederatedRun, run
+from fedtune.errors import ResourceError
 
 pytestmark = pytest.mark.ray
 

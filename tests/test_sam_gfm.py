@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms import CLIENT_METHODS, ClientContext, all_hparams
-from fedtune.algorithms.client import LocalSGD
+from fedtune.algorithms import CLIENT_METHODS, all_hparams
+from fedtune.algorithms.client import ClientContext
+from fedtune.algorithms.optim import LocalSGD
 from fedtune.algorithms.gfm import (
     STATE_KEY,
     AugmenterAdam,
@@ -20,8 +21,10 @@ from fedtune.algorithms.gfm import (
     new_augmenter,
     triangle_wave,
 )
-from fedtune.algorithms.sam import add_prox_gradient, sam_perturbation, sam_step
-from fedtune.config import ConfigError, FederatedRunConfig
+from fedtune.algorithms.prox import add_prox_gradient
+from fedtune.algorithms.sam import SAM_RHO, sam_perturbation, sam_step
+from fedtune.errors import ConfigError
+from fedtune.config import FederatedRunConfig
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -179,8 +182,8 @@ def test_bad_sam_rho_is_a_config_error_naming_it():
         for algorithm in ("fedsam", "gfm"):
             with pytest.raises(ConfigError, match="sam_rho"):
                 _cfg(algorithm=algorithm, sam_rho=bad)
-    assert _cfg(algorithm="fedsam", sam_rho=0.05).param("sam_rho") == 0.05
-    assert _cfg(algorithm="gfm").param("sam_rho") == 0.02
+    assert SAM_RHO.of(_cfg(algorithm="fedsam", sam_rho=0.05)) == 0.05
+    assert SAM_RHO.of(_cfg(algorithm="gfm")) == 0.02
     owners, _ = all_hparams()["sam_rho"]
     assert "sam" in owners and "gfm" in owners  # one HParam object shared by both
     with pytest.raises(ConfigError, match="prox_mu"):
@@ -329,8 +332,8 @@ def test_gfm_continues_bit_identically_from_a_copy_of_its_state_in_a_fresh_metho
 
 
 def test_gfm_checkpoint_round_trip_matches_an_uninterrupted_run(tmp_path):
-    from fedtune.runtime import FederatedRun
-    from fedtune.tune.trainable import read_checkpoint, write_checkpoint
+    from fedtune.runtime.driver import FederatedRun
+    from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
 
     cfg = FederatedRunConfig.from_dict({"algorithm": "gfm", "dataset": "rotated-digits", "setting": "fdg", "rounds": 3,
                                "local_steps": 2, "batch_size": 8, "model": "mlp", "mlp_hidden": [16],
@@ -391,7 +394,7 @@ def test_gca_without_augmenter_updates_is_sgd_on_identity_augmented_data_and_gfm
     ("fedsam", ("sam_sharpness",)),
 ])
 def test_two_rounds_end_to_end_with_diag_columns(tmp_path, algorithm, diag):
-    from fedtune.runtime import run
+    from fedtune.runtime.driver import run
 
     extra = {"gfm_interval": 1} if algorithm in ("gfm", "gca") else {}
     cfg = FederatedRunConfig.from_dict({"algorithm": algorithm, "dataset": "rotated-digits", "setting": "fdg", "rounds": 2,
@@ -412,7 +415,7 @@ def test_two_rounds_end_to_end_with_diag_columns(tmp_path, algorithm, diag):
 
 
 def test_gfm_on_vector_data_is_a_clear_error(tmp_path):
-    from fedtune.runtime import run
+    from fedtune.runtime.driver import run
 
     cfg = FederatedRunConfig.from_dict({"algorithm": "gfm", "dataset": "rect4", "rounds": 1, "local_steps": 1,
                                "backend": "local", "output": str(tmp_path)})

@@ -11,10 +11,10 @@ import pytest
 
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
-from fedtune.results import load
+from fedtune.results.store import load
 from fedtune.runtime import cluster as cl
 from fedtune.tune.capacity import concurrency_cap
-from fedtune.tune.plan import SweepOptions
+from fedtune.tune.options import SweepOptions
 from fedtune.tune.tune_storage import check_storage_path, restorable
 
 AUTOSCALER = {"max_workers": 3, "head_node_type": "head", "available_node_types": {

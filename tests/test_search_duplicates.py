@@ -27,7 +27,7 @@ def searcher(tmp_path, sampler, *, num_samples=None, name="d"):
     import optuna
 
     from fedtune.tune.optuna_search import FedtuneOptunaSearch
-    from fedtune.tune.spaces import load_space
+    from fedtune.spaces.lookup import load_space
 
     fixed = {"algorithm": "fedavg", "rounds": 2, "local_steps": 1}
     return FedtuneOptunaSearch(load_space("fedavg").optuna_define_by_run, metrics=["val_acc"], modes=["max"], rounds=2,
@@ -113,8 +113,9 @@ def test_a_space_with_nothing_new_ends_the_search_with_a_note(tmp_path, monkeypa
 def test_sweep_on_a_two_point_space_runs_two_trials_and_says_why(ray_session, tmp_path):
     import optuna
 
-    from fedtune import results
-    from fedtune.tune.sweep import SweepOptions, run_sweep
+    from fedtune.results.store import load
+    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.sweep import run_sweep
 
     space = tmp_path / "two.yaml"
     space.write_text("algorithm: fedavg\nparams:\n"
@@ -130,7 +131,7 @@ def test_sweep_on_a_two_point_space_runs_two_trials_and_says_why(ray_session, tm
     assert any("search space exhausted" in w for w in result.warnings)
     assert any(n.startswith("search 'fedavg' ran fewer trials than asked: search space exhausted")
                for n in result.report.notes)
-    trials = results.load(out / "two", "trials").to_pylist()
+    trials = load(out / "two", "trials").to_pylist()
     assert sorted(t["hp.local_lr"] for t in trials) == [0.05, 0.1]
     assert {t["status"] for t in trials} == {"completed"}
     study = optuna.load_study(study_name=state["optuna_study"], storage=f"sqlite:///{out / 'two' / 'optuna.db'}")
@@ -148,7 +149,7 @@ def test_resume_rebuilds_the_trials_row_a_killed_driver_did_not_write(tmp_path):
     import pyarrow.parquet as pq
     from optuna.trial import TrialState
 
-    from fedtune import results
+    from fedtune.results.store import ResultsStore, load
     from fedtune.runtime.driver import run
     from fedtune.tune.resume import FAILED_UNRECORDED, recover_trial_rows
 
@@ -158,12 +159,12 @@ def test_resume_rebuilds_the_trials_row_a_killed_driver_did_not_write(tmp_path):
         run(cfg, progress=False)
     full, stopped, orphan, kept, raised = (c.trial_id() for c in cfgs)
     study_dir = tmp_path / "s"
-    store = results.ResultsStore(str(tmp_path), "s")
-    rounds = {c.trial_id(): results.load(store.rounds_path(c.trial_id())).to_pylist() for c in cfgs}
+    store = ResultsStore(str(tmp_path), "s")
+    rounds = {c.trial_id(): load(store.rounds_path(c.trial_id())).to_pylist() for c in cfgs}
     store.write_rounds(stopped, rounds[stopped][:1])  # stopped by ASHA after round 1
-    kept_row = next(r for r in results.load(study_dir, "trials").to_pylist() if r["trial_id"] == kept)
+    kept_row = next(r for r in load(study_dir, "trials").to_pylist() if r["trial_id"] == kept)
     # the race: of the four, only `kept` has its trials.parquet row
-    table = results.load(study_dir, "trials")
+    table = load(study_dir, "trials")
     pq.write_table(table.filter(pc.equal(table["trial_id"], kept)), study_dir / "trials.parquet")
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/optuna.db", study_name="s/fedavg")
@@ -184,7 +185,7 @@ def test_resume_rebuilds_the_trials_row_a_killed_driver_did_not_write(tmp_path):
 
     notes = recover_trial_rows(study_dir, study.get_trials())
 
-    got = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
+    got = {r["trial_id"]: r for r in load(study_dir, "trials").to_pylist()}
     assert sorted(got) == sorted([full, stopped, kept, raised]) and len(notes) == 3
     assert all("had no trials.parquet row" in n and "rebuilt from its" in n for n in notes)
     assert full in notes[0] and stopped in notes[1] and raised in notes[2]
@@ -226,8 +227,9 @@ def test_driver_killed_between_optunas_tell_and_the_trials_row(ray_session, tmp_
     rebuilds the row, never runs that configuration again and runs exactly one more trial."""
     import optuna
 
-    from fedtune import results
-    from fedtune.tune.sweep import SweepOptions, run_sweep
+    from fedtune.results.store import load
+    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.sweep import run_sweep
 
     (tmp_path / "patch").mkdir()
     (tmp_path / "patch" / "sitecustomize.py").write_text(SLOW_TRIAL_ROW)
@@ -253,11 +255,11 @@ def test_driver_killed_between_optunas_tell_and_the_trials_row(ray_session, tmp_
         proc.stderr.close()
     study_dir, storage = out / "k", f"sqlite:///{out / 'k' / 'optuna.db'}"
     told = [t for t in optuna.load_study(study_name="k/fedavg", storage=storage).trials if t.state.name == "COMPLETE"]
-    assert len(told) == 2 and len(results.load(study_dir, "trials").to_pylist()) == 1  # the race, set up
+    assert len(told) == 2 and len(load(study_dir, "trials").to_pylist()) == 1  # the race, set up
 
     result = run_sweep(SweepOptions(output=str(out), name="k"), resume=True)
 
-    rows = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
+    rows = {r["trial_id"]: r for r in load(study_dir, "trials").to_pylist()}
     second = told[1].user_attrs["fedtune_trial_id"]
     assert len(rows) == 3 and rows[second]["status"] == "completed"
     assert any(w.startswith(f"trial {second} had no trials.parquet row") for w in result.warnings)

@@ -1,4 +1,4 @@
-"""fedtune.selection: the one selection protocol (val / target-val / oracle), on hand-built round
+"""fedtune.results.selection: the one selection protocol (val / target-val / oracle), on hand-built round
 tables where each protocol picks a known round and trial, and the runtime's routing of the FDA
 target client's validation split and of the oracle slice into their own columns."""
 
@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from fedtune.results import selection
-from fedtune.config import ConfigError
+from fedtune.errors import ConfigError
 
 # Two trials of one search, 3 rounds each (a pyarrow table, as the results store holds them).
 #                 round:      1     2     3
@@ -55,8 +55,9 @@ def test_each_protocol_picks_the_known_trial_and_round(protocol):
 
 
 def test_report_and_trials_parquet_agree_with_the_protocol(tmp_path):
-    from fedtune.results import ResultsStore, load, summarize_trial
-    from fedtune.tune.report import make_report
+    from fedtune.results.store import ResultsStore, load
+    from fedtune.results.summary import summarize_trial
+    from fedtune.reports.report import make_report
 
     store = ResultsStore(tmp_path, "s")
     for t in ("a", "b"):
@@ -99,7 +100,7 @@ def test_protocols_outside_their_settings_are_clear_errors():
 
 
 def test_coordinator_keeps_the_target_clients_validation_and_the_oracle_slice_out_of_val_and_target():
-    from fedtune.data import make_plan
+    from fedtune.data.partition import make_plan
     from fedtune.data.base import DatasetInfo
     from fedtune.runtime.common import EvalCounts
     from fedtune.runtime.coordinator import Coordinator

@@ -11,10 +11,12 @@ import pytest
 
 import fedtune.algorithms.blocked as blocked
 import fedtune.algorithms.fedomg as fedomg_mod
-from fedtune.algorithms import auto_beta_estimates, fedavg_step, fedavg_weights, weighted_sum
+from fedtune.algorithms.aggregate import fedavg_step, fedavg_weights, weighted_sum
+from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
 from fedtune.algorithms.blocked import (column_blocks, cross_pass, gram_pass, map_chunks, subtract_rows, sum_blocks,
                                        weighted_rows)
-from fedtune.algorithms.fedomg import fedomg_step, omg_solution
+from fedtune.algorithms.fedomg import fedomg_step
+from fedtune.algorithms.fedomg_solvers import omg_solution
 
 
 @pytest.fixture
@@ -237,7 +239,7 @@ def test_coordinator_cpus_change_no_bit_of_a_run(small_blocks, tmp_path, algorit
     """The server rule runs its passes on ``coordinator_cpus`` threads (in the local backend too):
     two rounds with 1 and with 3 server threads give the same global model bit for bit."""
     from fedtune.config import FederatedRunConfig
-    from fedtune.runtime import FederatedRun
+    from fedtune.runtime.driver import FederatedRun
 
     weights, rules = [], []
     for cpus in (0.0, 3.0):

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, ClientContext, resolve
+from fedtune.algorithms import CLIENT_METHODS, PRESETS, resolve
+from fedtune.algorithms.client import ClientContext
 from fedtune.algorithms.simclr import (
     GalaSimCLR,
     SimCLR,
@@ -18,10 +19,11 @@ from fedtune.algorithms.simclr import (
     nt_xent,
     two_views,
 )
-from fedtune.config import ConfigError, FederatedRunConfig
+from fedtune.errors import ConfigError
+from fedtune.config import FederatedRunConfig
 from fedtune.data.base import ClientSpec, FederatedPlan
 from fedtune.models import build_model, encode
-from fedtune.runtime import run
+from fedtune.runtime.driver import run
 from fedtune.runtime.evaluation import LinearProbe, probe_metrics
 from fedtune.runtime.messages import EvalReply, FeatureSet, eval_shards
 

@@ -1,4 +1,4 @@
-"""Tests of the YAML search spaces and their validation (fedtune/tune/spaces.py, search_spaces/)."""
+"""Tests of the YAML search spaces and their validation (fedtune/spaces/, search_spaces/)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedtune  # noqa: E402
 from fedtune import algorithms  # noqa: E402
-from fedtune.algorithms import HParam, Preset  # noqa: E402
+from fedtune.algorithms import Preset  # noqa: E402
+from fedtune.algorithms.base import HParam  # noqa: E402
 from fedtune.algorithms.client import SGD  # noqa: E402
-from fedtune.config import ConfigError, FederatedRunConfig  # noqa: E402
-from fedtune.tune import spaces  # noqa: E402
-from fedtune.tune.spaces import SPACES_DIR, load_space, strip_switches  # noqa: E402
+from fedtune.errors import ConfigError
+from fedtune.config import FederatedRunConfig
+from fedtune.spaces import lookup  # noqa: E402
+from fedtune.spaces.lookup import SPACES_DIR, load_space  # noqa: E402
+from fedtune.spaces.model import strip_switches  # noqa: E402
 
 SPACE_FILES = sorted(SPACES_DIR.glob("*.yaml"))
 REQUIRED = ("fedavg", "fedprox", "fedsam", "fedomg", "fedda", "fedgp", "fedgala", "gfm")
@@ -368,7 +371,7 @@ def test_lookup_by_name_prefers_the_current_directory_and_checks_the_name(toy, t
           "fedavg.yaml")
     monkeypatch.chdir(tmp_path)
     assert load_space("toy").params["toy_kappa"].distribution == "uniform"
-    assert "toy" in spaces.list_spaces() and "fedgp" in spaces.list_spaces()
+    assert "toy" in lookup.list_spaces() and "fedgp" in lookup.list_spaces()
     with pytest.raises(ConfigError, match=r"fedavg.yaml: algorithm: 'toy' does not match the file's name 'fedavg'"):
         load_space("fedavg")
 
@@ -379,7 +382,7 @@ def test_strip_switches_keeps_everything_else():
 
 
 def test_doctests():
-    failures, _ = doctest.testmod(spaces, optionflags=doctest.ELLIPSIS)
+    failures, _ = doctest.testmod(lookup, optionflags=doctest.ELLIPSIS)
     assert failures == 0
 
 

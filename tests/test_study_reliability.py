@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from fedtune.errors import ConfigError
-from fedtune.tune.sweep import StudyInterrupted, SweepOptions, run_sweep
+from fedtune.tune.options import SweepOptions
+from fedtune.tune.sweep import StudyInterrupted, run_sweep
 
 
 def cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -81,11 +82,11 @@ def copy_study(study_dir: Path, tmp_path: Path) -> Path:
 
 
 def test_resume_rebuilds_every_missing_trial_row_of_a_finished_study(finished_study, tmp_path):
-    from fedtune import results
+    from fedtune.results.store import load
     from fedtune.cli import _any_completed
 
     study_dir = copy_study(finished_study, tmp_path)
-    before = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
+    before = {r["trial_id"]: r for r in load(study_dir, "trials").to_pylist()}
     assert len(before) == 3 and {r["status"] for r in before.values()} == {"completed"}
     # fedtune's advice for an unreadable trials.parquet: rename it to *.corrupt, then --resume
     (study_dir / "trials.parquet").rename(study_dir / "trials.parquet.corrupt")
@@ -96,7 +97,7 @@ def test_resume_rebuilds_every_missing_trial_row_of_a_finished_study(finished_st
 
     result = run_sweep(SweepOptions(output=str(tmp_path), name="done", report=False), resume=True)
 
-    after = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
+    after = {r["trial_id"]: r for r in load(study_dir, "trials").to_pylist()}
     assert sorted(after) == sorted(before)  # the seed re-run's row too (it is not an Optuna trial)
     def config(row):  # the copy lives in another output folder
         return {k: v for k, v in json.loads(row["config_json"]).items() if k != "output"}
@@ -108,14 +109,14 @@ def test_resume_rebuilds_every_missing_trial_row_of_a_finished_study(finished_st
     assert _any_completed(study_dir)
     assert sum("rebuilt" in w for w in result.warnings) == 3
     assert not stray.exists() and any(stray.name in w for w in result.warnings)
-    from fedtune.tune.report import make_report
+    from fedtune.reports.report import make_report
 
     report = make_report(study_dir, plots=False, write=False)
     assert report.cells[("fedavg", report.domains[0])].n == 2  # the two seeds, as before
 
 
 def test_resume_with_the_optuna_storage_deleted_says_so_and_changes_nothing(finished_study, tmp_path):
-    from fedtune.tune.importances import study_optuna
+    from fedtune.reports.importances import study_optuna
 
     study_dir = copy_study(finished_study, tmp_path)
     (study_dir / "optuna.db").unlink()
@@ -153,7 +154,7 @@ PHASE_DRIVER = textwrap.dedent("""
         import fedtune.tune.optuna_search as m
         m.reconcile_optuna = stall
     elif phase == "report":
-        import fedtune.tune.report as m
+        import fedtune.reports.report as m
         m.make_report = stall
     from fedtune.cli import main
     sys.exit(main(sys.argv[3:]))
@@ -316,7 +317,7 @@ def _descendants(pid: int) -> list[tuple[int, str]]:
 def test_ray_lost_mid_sweep_is_one_line_and_resume_leaves_optuna_and_arrow_agreeing(tmp_path):
     import optuna
 
-    from fedtune import results
+    from fedtune.results.store import load
 
     args = ["sweep", "--algorithm", "fedavg", "--rounds", "4", "--num-samples", "2", "--set", "local_steps=20",
             "--set", "model=mlp", "--set", "num_cpus=2", "--output", str(tmp_path), "--name", "lost", "--no-report"]
@@ -341,7 +342,7 @@ def test_ray_lost_mid_sweep_is_one_line_and_resume_leaves_optuna_and_arrow_agree
               timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     study = optuna.load_study(study_name="lost/fedavg", storage=f"sqlite:///{tmp_path / 'lost' / 'optuna.db'}")
-    trials = {r["trial_id"]: r["status"] for r in results.load(tmp_path / "lost", "trials").to_pylist()}
+    trials = {r["trial_id"]: r["status"] for r in load(tmp_path / "lost", "trials").to_pylist()}
     optuna_says = {t.user_attrs["fedtune_trial_id"]: t.user_attrs.get("fedtune_status") for t in study.trials
                    if t.state != optuna.trial.TrialState.FAIL or t.user_attrs.get("fedtune_status") != "orphaned"}
     assert optuna_says == trials and set(trials.values()) == {"completed"} and len(trials) == 2

@@ -17,10 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtune.config import ConfigError, FederatedRunConfig
-from fedtune.tune import sweep
+from fedtune.errors import ConfigError
+from fedtune.config import FederatedRunConfig
 from fedtune.results.selection import objective_values
-from fedtune.tune.sweep import SweepOptions, plan_study, run_sweep
+from fedtune.tune.capacity import concurrency_cap
+from fedtune.tune.options import METRICS, SweepOptions
+from fedtune.tune.plan import optuna_storage_url, plan_study
+from fedtune.tune.sweep import run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +61,7 @@ def write_space(tmp_path, text: str, name: str = "space.yaml") -> str:
     ({"dataset": "rotated-digits", "target_domain": "999"}, ["999"]),
 ])
 def test_bad_options_fail_before_anything_starts(tmp_path, kw, words):
-    from fedtune.data import DataError
+    from fedtune.errors import DataError
 
     with pytest.raises((ConfigError, DataError)) as err:
         plan_study(opts(tmp_path, **kw))
@@ -103,14 +106,14 @@ def test_resume_of_a_missing_study_and_rerun_of_an_existing_one_are_clear_errors
 
 def test_concurrency_is_capped_with_the_numbers():
     cfg = {"dataset": "rect4", "client_cpus": 0.5, "max_client_actors": 1}
-    n, warning = sweep.concurrency_cap([cfg], 8, {"CPU": 2.0}, nodes=[{"CPU": 2.0}])
+    n, warning = concurrency_cap([cfg], 8, {"CPU": 2.0}, nodes=[{"CPU": 2.0}])
     assert n == 4 and "8 concurrent trials need 4 CPU" in warning and "0.5 CPU" in warning and "at most 4" in warning
-    assert sweep.concurrency_cap([cfg], 3, {"CPU": 2.0}, nodes=[{"CPU": 2.0}]) == (3, None)
-    assert sweep.concurrency_cap([cfg], None, {"CPU": 2.0}, nodes=[{"CPU": 2.0}]) == (4, None)
+    assert concurrency_cap([cfg], 3, {"CPU": 2.0}, nodes=[{"CPU": 2.0}]) == (3, None)
+    assert concurrency_cap([cfg], None, {"CPU": 2.0}, nodes=[{"CPU": 2.0}]) == (4, None)
     # rect4 has 3 source clients; by default a trial takes as many client actors as fit: 2 x 1 CPU
-    assert sweep.concurrency_cap([{"dataset": "rect4"}], 2, {"CPU": 2.0}, nodes=[{"CPU": 2.0}])[0] == 1
+    assert concurrency_cap([{"dataset": "rect4"}], 2, {"CPU": 2.0}, nodes=[{"CPU": 2.0}])[0] == 1
     with pytest.raises(ConfigError, match="CPU"):
-        sweep.concurrency_cap([{"dataset": "rect4", "client_cpus": 4}], 1, {"CPU": 2.0}, nodes=[{"CPU": 2.0}])
+        concurrency_cap([{"dataset": "rect4", "client_cpus": 4}], 1, {"CPU": 2.0}, nodes=[{"CPU": 2.0}])
 
 
 def test_objective_is_the_best_round_of_an_accuracy_and_the_mean_of_a_cost():
@@ -142,7 +145,8 @@ def test_fda_and_oracle_protocols_plan_and_trial_seeds_replicate_whole_searches(
 
 @pytest.mark.parametrize("space", ["fedavg", "fedgp"])
 def test_the_first_trial_of_a_search_is_the_search_spaces_defaults(tmp_path, space):
-    from fedtune.tune.spaces import load_space, strip_switches
+    from fedtune.spaces.lookup import load_space
+    from fedtune.spaces.model import strip_switches
 
     sp = load_space(space)
     s, _ = make_searcher(tmp_path, space=space, first_point=sp.default_point())
@@ -161,10 +165,10 @@ def make_searcher(tmp_path, metrics=("val_acc",), space="fedavg", name="x", firs
     import optuna
 
     from fedtune.tune.optuna_search import FedtuneOptunaSearch as S
-    from fedtune.tune.spaces import load_space
+    from fedtune.spaces.lookup import load_space
 
     fixed = {"algorithm": load_space(space).algorithm, "rounds": 3, "local_steps": 1}
-    return S(load_space(space).optuna_define_by_run, metrics=list(metrics), modes=[sweep.METRICS[m] for m in metrics],
+    return S(load_space(space).optuna_define_by_run, metrics=list(metrics), modes=[METRICS[m] for m in metrics],
              rounds=3, fixed=fixed, sampler=optuna.samplers.RandomSampler(seed=0), study_name=f"{name}/{space}",
              storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db"), first_point=first_point), fixed
 
@@ -280,14 +284,14 @@ def test_cli_help_and_bad_input_exit_2_without_a_traceback(tmp_path):
 def load_optuna(study_dir: Path, name: str):
     import optuna
 
-    return optuna.load_study(study_name=name, storage=sweep.optuna_storage_url(study_dir))
+    return optuna.load_study(study_name=name, storage=optuna_storage_url(study_dir))
 
 
 def rounds_by_trial(study_dir: Path) -> dict[str, dict[int, dict]]:
-    from fedtune import results
+    from fedtune.results.store import load
 
     out: dict[str, dict[int, dict]] = {}
-    for row in results.load(study_dir).to_pylist():
+    for row in load(study_dir).to_pylist():
         out.setdefault(row["trial_id"], {})
         assert row["round"] not in out[row["trial_id"]], ("duplicate round", row["trial_id"], row["round"])
         out[row["trial_id"]][row["round"]] = row
@@ -306,7 +310,7 @@ params:
 def test_asha_stops_trials_early_and_optuna_records_them_pruned(ray_session, tmp_path):
     from optuna.trial import TrialState
 
-    from fedtune import results
+    from fedtune.results.store import load
 
     space = write_space(tmp_path, ASHA_SPACE)
     # The first trial is the space's defaults (local_lr 0.2, weight_decay 0); seeded random sampling
@@ -323,7 +327,7 @@ def test_asha_stops_trials_early_and_optuna_records_them_pruned(ray_session, tmp
 
     study = load_optuna(study_dir, "asha/fedavg")
     rows = rounds_by_trial(study_dir)
-    trials = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
+    trials = {r["trial_id"]: r for r in load(study_dir, "trials").to_pylist()}
     states = [t.state for t in study.trials]
     assert len(study.trials) == 4 and TrialState.RUNNING not in states
     assert TrialState.PRUNED in states and TrialState.COMPLETE in states
@@ -349,8 +353,8 @@ def test_asha_stops_trials_early_and_optuna_records_them_pruned(ray_session, tmp
 def test_killed_driver_resumes_exactly_once_then_reruns_the_selected_config_with_seeds(ray_session, tmp_path):
     from optuna.trial import TrialState
 
-    from fedtune import results
-    from fedtune.tune.report import make_report
+    from fedtune.results.store import load
+    from fedtune.reports.report import make_report
 
     study_dir = tmp_path / "res"
     address = ray_session.get_runtime_context().gcs_address
@@ -361,7 +365,7 @@ def test_killed_driver_resumes_exactly_once_then_reruns_the_selected_config_with
     try:
         deadline = time.time() + 240
         while time.time() < deadline and proc.poll() is None:
-            if (study_dir / "trials.parquet").is_file() and results.load(study_dir, "trials").num_rows >= 1:
+            if (study_dir / "trials.parquet").is_file() and load(study_dir, "trials").num_rows >= 1:
                 break
             time.sleep(0.3)
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
@@ -370,13 +374,13 @@ def test_killed_driver_resumes_exactly_once_then_reruns_the_selected_config_with
     finally:
         if proc.poll() is None:
             proc.kill()
-    before = results.load(study_dir, "trials").to_pylist()
+    before = load(study_dir, "trials").to_pylist()
     assert len(before) == 1 and json.loads((study_dir / "study.json").read_text())["searches"]["fedavg"]["status"] == "running"
 
     run_sweep(SweepOptions(output=str(tmp_path), name="res", report=False), resume=True)
 
     rows = rounds_by_trial(study_dir)  # asserts (trial, round) exactly once
-    trials = results.load(study_dir, "trials").to_pylist()
+    trials = load(study_dir, "trials").to_pylist()
     search = [t for t in trials if t["seed"] == 0]
     assert len(search) == 2 and {t["status"] for t in search} == {"completed"}
     for t in trials:
@@ -413,9 +417,9 @@ def test_killed_driver_resumes_exactly_once_then_reruns_the_selected_config_with
 
 @pytest.mark.ray
 def test_trial_seeds_run_whole_searches_and_the_report_is_over_searches(ray_session, tmp_path):
-    from fedtune import results
-    from fedtune.tune.report import make_report
-    from fedtune.tune.spaces import load_space
+    from fedtune.results.store import load
+    from fedtune.reports.report import make_report
+    from fedtune.spaces.lookup import load_space
 
     o = opts(tmp_path, name="ts", trial_seeds=2, rounds=1, num_samples=2, sampler="random", max_concurrent=1,
              overrides={"local_steps": 1, "model": "mlp", "mlp_hidden": [8]})
@@ -424,7 +428,7 @@ def test_trial_seeds_run_whole_searches_and_the_report_is_over_searches(ray_sess
     data = json.loads((study_dir / "study.json").read_text())
     assert data["trial_seeds"] == 2 and {k: v["status"] for k, v in data["searches"].items()} == \
         {"fedavg": "done", "fedavg@ts1": "done"}
-    trials = results.load(study_dir, "trials").to_pylist()
+    trials = load(study_dir, "trials").to_pylist()
     by_seed = {s: [t for t in trials if t["seed"] == s] for s in (0, 1)}
     assert [len(v) for v in by_seed.values()] == [2, 2] and len(trials) == 4
     for s, ts in by_seed.items():  # search k ran with seed k and data_seed k
@@ -446,7 +450,7 @@ def test_trial_seeds_run_whole_searches_and_the_report_is_over_searches(ray_sess
 
 def test_the_default_study_repeats_its_searches_so_its_table_has_an_error_bar():
     from fedtune.tune.default_study import DEFAULT_STUDY, apply_default_study, is_default_study
-    from fedtune.tune.plan import SweepOptions
+    from fedtune.tune.options import SweepOptions
 
     opts = SweepOptions()
     assert is_default_study(opts)
@@ -462,7 +466,7 @@ def test_the_default_study_repeats_its_searches_so_its_table_has_an_error_bar():
 
 
 def test_own_knobs_fix_every_shared_knob_at_one_value_for_every_method(tmp_path):
-    from fedtune.tune.spaces import load_space
+    from fedtune.spaces.lookup import load_space
     from fedtune.tune.study_start import knob_summary, new_study_data, snapshot_spaces
 
     o = opts(tmp_path, algorithms=["fedavg", "fedprox", "fedomg"], knobs="own", name="own")

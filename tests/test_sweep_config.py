@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from fedtune.cli import build_parser, options_from_args
-from fedtune.config import ConfigError
+from fedtune.errors import ConfigError
 from fedtune.tune.default_study import is_default_study
 from fedtune.tune.plan import plan_study
 

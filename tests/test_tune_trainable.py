@@ -12,20 +12,22 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fedtune.algorithms import SGD, AggregateResult, ServerRule, weighted_sum
-from fedtune.algorithms.client import LocalSGD
+from fedtune.algorithms.aggregate import weighted_sum
+from fedtune.algorithms.client import SGD
+from fedtune.algorithms.server import AggregateResult, ServerRule
+from fedtune.algorithms.optim import LocalSGD
 from fedtune.config import FederatedRunConfig
-from fedtune.results import load
-from fedtune.runtime import FederatedRun, ResourceError, run
+from fedtune.results.store import load
+from fedtune.runtime.driver import FederatedRun, run
+from fedtune.errors import ResourceError
+from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
 from fedtune.tune.callback import ArrowCallback
 from fedtune.tune.trainable import (
     FedtuneTrainable,
     fedtune_trainable,
     plan_from_bundles,
-    read_checkpoint,
     resources_for,
     trial_run_config,
-    write_checkpoint,
 )
 
 METRICS = ("round", "train_loss", "val_acc", "target_acc", "num_participants")

@@ -18,11 +18,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedtune import results  # noqa: E402
+from fedtune.results.atomic import ResultsWriteError, StorageFullError
+from fedtune.results.store import check_output_dir
 from fedtune.cli import main  # noqa: E402
 from fedtune.config import FederatedRunConfig  # noqa: E402
 from fedtune.errors import ConfigError, ResourceError  # noqa: E402
-from fedtune.results import ResultsStore, load  # noqa: E402
+from fedtune.results.store import ResultsStore, load
 from fedtune.results import store as store_mod  # noqa: E402
 
 REAL_WRITE = pq.write_table
@@ -64,13 +65,13 @@ def test_a_full_disk_is_one_storage_error_and_the_previous_file_stays(tmp_path, 
     store = ResultsStore(tmp_path, "s")
     path = store.write_rounds("t", _rows(1))
     _full_from(monkeypatch, 1)
-    with pytest.raises(results.StorageFullError) as err:
+    with pytest.raises(StorageFullError) as err:
         store.write_rounds("t", _rows(2))
     exc = err.value
     assert isinstance(exc, ResourceError) and isinstance(exc, OSError) and exc.errno == errno.ENOSPC
     assert str(exc).startswith(f"no space left on device writing '{path}'")
     assert exc.path == path
-    with pytest.raises(results.StorageFullError, match="trials.parquet"):
+    with pytest.raises(StorageFullError, match="trials.parquet"):
         store.write_trial({"trial_id": "t", "status": "completed"})
     monkeypatch.setattr(pq, "write_table", REAL_WRITE)
     assert load(path).num_rows == 1
@@ -110,7 +111,7 @@ def test_a_run_on_a_disk_that_really_fills_up(small_disk):
     cfg = FederatedRunConfig.from_dict({"backend": "local", "dataset": "rect4", "rounds": 3, "output": str(small_disk),
                                         "local_steps": 1})
     filler: list[Path] = []
-    with pytest.raises(results.StorageFullError) as err:  # the disk is full from round 2 on
+    with pytest.raises(StorageFullError) as err:  # the disk is full from round 2 on
         run(cfg, progress=False, on_round=lambda row: filler.append(_fill(small_disk)) if not filler else None)
     rounds_file = small_disk / "default" / "rounds" / f"{cfg.trial_id()}.parquet"
     msg = str(err.value)
@@ -125,9 +126,9 @@ def test_a_run_on_a_disk_that_really_fills_up(small_disk):
 def test_a_refused_write_names_the_file_and_the_reason(tmp_path, monkeypatch):
     _full_from(monkeypatch, 1, err=errno.EACCES)
     store = ResultsStore(tmp_path, "s")
-    with pytest.raises(results.ResultsWriteError) as err:
+    with pytest.raises(ResultsWriteError) as err:
         store.write_rounds("t", _rows(1))
-    assert not isinstance(err.value, results.StorageFullError)
+    assert not isinstance(err.value, StorageFullError)
     assert str(err.value).startswith(f"cannot write '{store.rounds_path('t')}': permission denied")
 
 
@@ -206,7 +207,7 @@ def test_the_callback_records_a_full_disk_and_stops_the_study(tmp_path, monkeypa
     row = {"trial_id": "x1", "algorithm": "fedavg", "status": "ok", "val_acc": 0.5}
     cb.on_trial_result(0, [], trial, {"fedtune_row": {**row, "round": 1}})
     _full_from(monkeypatch, 1)
-    with pytest.raises(results.StorageFullError) as err:
+    with pytest.raises(StorageFullError) as err:
         cb.on_trial_result(0, [], trial, {"fedtune_row": {**row, "round": 2}})
     msg = str(err.value)
     rounds_file = tmp_path / "st" / "rounds" / "x1.parquet"
@@ -216,7 +217,7 @@ def test_the_callback_records_a_full_disk_and_stops_the_study(tmp_path, monkeypa
     # a trial that ends now: its row does not fit either; recorded, not raised into Tune
     cb.on_trial_complete(0, [], trial)
     failure = write_failure(tmp_path / "st", resume_command="fedtune sweep --resume --name st")
-    assert isinstance(failure, results.StorageFullError) and str(rounds_file) in str(failure)  # the first one
+    assert isinstance(failure, StorageFullError) and str(rounds_file) in str(failure)  # the first one
     assert str(failure).endswith("then resume it with: fedtune sweep --resume --name st")
     assert write_failure(tmp_path / "st") is None  # taken
     monkeypatch.setattr(pq, "write_table", REAL_WRITE)
@@ -232,7 +233,7 @@ def test_the_callback_records_a_trial_row_that_does_not_fit(tmp_path, monkeypatc
     _full_from(monkeypatch, 1)
     cb.on_trial_complete(0, [], trial)  # no exception into Tune
     failure = write_failure(tmp_path / "st")
-    assert isinstance(failure, results.StorageFullError) and "trials.parquet" in str(failure)
+    assert isinstance(failure, StorageFullError) and "trials.parquet" in str(failure)
 
 
 @pytest.mark.ray
@@ -257,7 +258,7 @@ def test_a_full_disk_during_a_tune_run_stops_it_and_is_reported(ray_session, tmp
     with pytest.raises(Exception) as err:  # Tune stops the run: TuneError wrapping the callback's error
         tuner.fit()
     failure = write_failure(tmp_path / "st")
-    assert isinstance(failure, results.StorageFullError), err.value
+    assert isinstance(failure, StorageFullError), err.value
     assert str(failure).startswith(f"no space left on device writing '{tmp_path / 'st' / 'rounds' / 'x1.parquet'}'")
     assert len(calls) == 2  # Tune did not go on writing after the refusal
     monkeypatch.setattr(pq, "write_table", REAL_WRITE)
@@ -312,7 +313,8 @@ def test_run_refuses_an_unwritable_output_before_anything_runs(tmp_path, capsys,
 
 
 def test_sweep_refuses_an_unwritable_output_when_planned(tmp_path, monkeypatch):
-    from fedtune.tune.plan import SweepOptions, plan_study
+    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.plan import plan_study
 
     out = _unwritable_dir(tmp_path, monkeypatch)
     opts = SweepOptions(algorithms=["fedavg"], rounds=1, num_samples=1, output=str(out), name="s",
@@ -331,7 +333,7 @@ def test_check_output_dir_probes_by_writing(tmp_path, monkeypatch):
     # os.access says yes for root whatever the mode: the check must write, and name what refused it
     monkeypatch.setattr(store_mod, "_create_probe", refuse)
     with pytest.raises(ConfigError) as err:
-        results.check_output_dir(tmp_path / "new" / "deeper", "option '--output'")
+        check_output_dir(tmp_path / "new" / "deeper", "option '--output'")
     assert denied == [tmp_path]  # the nearest folder that exists
     msg = str(err.value)
     assert msg.startswith(f"option '--output': '{tmp_path / 'new' / 'deeper'}' cannot be written")
@@ -340,10 +342,10 @@ def test_check_output_dir_probes_by_writing(tmp_path, monkeypatch):
     (tmp_path / "st" / "rounds").mkdir(parents=True)
     denied.clear()
     with pytest.raises(ConfigError):
-        results.check_output_dir(tmp_path, study="st")
+        check_output_dir(tmp_path, study="st")
     assert denied == [tmp_path / "st" / "rounds"]
     monkeypatch.undo()
-    assert results.check_output_dir(tmp_path, study="st") == tmp_path
+    assert check_output_dir(tmp_path, study="st") == tmp_path
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["rounds", "st"]  # the probe left nothing
 
 

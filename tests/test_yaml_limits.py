@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from fedtune.config import ConfigError, FederatedRunConfig, parse_set_options
+from fedtune.errors import ConfigError
+from fedtune.config import FederatedRunConfig, parse_set_options
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORY_CAP = 8 << 30  # bytes of address space a subprocess may map
@@ -81,7 +82,7 @@ def test_alias_bomb_in_a_search_space_file_is_refused_at_once(tmp_path):
     proc = run_python(f"""
         import time
         from fedtune.errors import ConfigError
-        from fedtune.tune.spaces import load_space
+        from fedtune.spaces.lookup import load_space
         t0 = time.monotonic()
         try:
             load_space({str(space)!r})

@@ -1,11 +1,18 @@
 """Algorithms = presets of (client method, server rule), and the registries behind them.
 
-Adding a method or rule: write its class in its family's module (a
+Adding a method or rule: write its class in a module of its own (a
 :class:`~fedtune.algorithms.client.ClientMethod` whose step function goes through the one local
 loop, or a :class:`~fedtune.algorithms.server.ServerRule` built on
-:mod:`~fedtune.algorithms.aggregate`) and list it below; adding a named algorithm: one
-:class:`Preset` line. Any client method composes with any server rule
+:mod:`~fedtune.algorithms.aggregate`) and add one line to :data:`CLIENT_METHODS` or
+:data:`SERVER_RULES` below: its name and where its class lives (``"module:Class"``); adding a
+named algorithm: one :class:`Preset` line. Any client method composes with any server rule
 (``--set client_method=... --set server_rule=...``).
+
+The registries are lazy (:class:`Registry`): a name is resolved to its class, importing the
+class's module, when it is first looked up. Client-method modules import torch; server rules
+are NumPy only. Importing this package imports neither, so the coordinator, which looks up only
+its server rule (``cfg.resolved.server_rule``: :class:`Resolved` resolves each class on first
+access), never imports torch.
 
 >>> resolve_names("fedavg")
 ('sgd', 'fedavg')
@@ -13,44 +20,102 @@ loop, or a :class:`~fedtune.algorithms.server.ServerRule` built on
 ('sam', 'fedomg')
 >>> resolve_names("fedgala", setting="ufdg")        # FedGaLA's unsupervised form
 ('gala-simclr', 'gala')
+>>> "sam" in CLIENT_METHODS, CLIENT_METHODS.where("sam")   # no import yet
+(True, 'fedtune.algorithms.sam:SAM')
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from fedtune.algorithms.base import HParam
-from fedtune.algorithms.client import SGD, ClientContext, ClientMethod, ClientOutcome
-from fedtune.algorithms.fedgp import (FedDA, FedGP, TargetOnly, align_source_magnitude, auto_beta, auto_beta_estimates,
-                                      fedgp_combine, proj_plus, proj_plus_per_tensor)
-from fedtune.algorithms.simclr import GalaSimCLR, SimCLR
-from fedtune.algorithms.sam import SAM, Prox
-from fedtune.algorithms.gfm import GCA, GFM
-from fedtune.algorithms.gala import Gala, GalaClient
-from fedtune.algorithms.fedomg import FedOMG, fedomg_direction, gram_matrix, omg_objective, solve_omg_exact, solve_omg_sgd
-from fedtune.algorithms.aggregate import combine, fedavg_buffers, fedavg_step, fedavg_weights, weighted_sum
-from fedtune.algorithms.server import AggregateResult, FedAvg, RoundInfo, ServerRule
+from fedtune.errors import ConfigError, shown
 
-# One line per component (keep it that way: adding one is one import and one line here).
-CLIENT_METHODS: dict[str, type[ClientMethod]] = {c.name: c for c in (
-    SGD,
-    SimCLR,
-    GalaSimCLR,
-    Prox,
-    SAM,
-    GFM,
-    GCA,
-    GalaClient,
-)}
-SERVER_RULES: dict[str, type[ServerRule]] = {r.name: r for r in (
-    FedAvg,
-    FedDA,
-    FedGP,
-    TargetOnly,
-    Gala,
-    FedOMG,
-)}
+
+class Registry(MutableMapping[str, type]):
+    """Component name -> its class, given as ``"module:Class"`` and imported on first lookup.
+
+    A mapping in declaration order: ``REGISTRY[name]`` (the class), ``name in REGISTRY``,
+    iteration and :meth:`keys` (the names; neither imports anything), :meth:`values` /
+    :meth:`items` (import every component). A class must carry the ``name`` it is registered
+    under. ``REGISTRY[name] = cls`` (or ``= "module:Class"``) registers one at run time (a
+    component defined in a test or a notebook); ``del REGISTRY[name]`` removes it."""
+
+    def __init__(self, kind: str, places: dict[str, str]):
+        self.kind = kind
+        self._places = dict(places)
+        self._classes: dict[str, type] = {}
+
+    def where(self, name: str) -> str:
+        """Where ``name``'s class lives, ``"module:Class"`` (KeyError for an unknown name)."""
+        return self._places[name]
+
+    def __getitem__(self, name: str) -> type:
+        cls = self._classes.get(name)
+        if cls is None:
+            module, _, attr = self._places[name].partition(":")
+            cls = self._checked(name, getattr(importlib.import_module(module), attr))
+            self._classes[name] = cls
+        return cls
+
+    def __setitem__(self, name: str, value: type | str) -> None:
+        if isinstance(value, str):
+            self._classes.pop(name, None)
+            self._places[name] = value
+        else:
+            self._classes[name] = self._checked(name, value)
+            self._places[name] = f"{value.__module__}:{value.__qualname__}"
+
+    def __delitem__(self, name: str) -> None:
+        del self._places[name]
+        self._classes.pop(name, None)
+
+    def _checked(self, name: str, cls: type) -> type:
+        if getattr(cls, "name", None) != name:
+            raise RuntimeError(f"{self.kind} '{name}' is registered as {cls.__module__}:{cls.__qualname__}, whose "
+                               f"name is {getattr(cls, 'name', None)!r}")
+        return cls
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._places
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._places)
+
+    def __len__(self) -> int:
+        return len(self._places)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {self._places!r})"
+
+
+# One line per component: its name and where its class lives (torch-free to import).
+CLIENT_METHODS = Registry("client method", {
+    "sgd": "fedtune.algorithms.client:SGD",
+    "simclr": "fedtune.algorithms.simclr:SimCLR",
+    "gala-simclr": "fedtune.algorithms.simclr:GalaSimCLR",
+    "prox": "fedtune.algorithms.prox:Prox",
+    "sam": "fedtune.algorithms.sam:SAM",
+    "gfm": "fedtune.algorithms.gfm:GFM",
+    "gca": "fedtune.algorithms.gfm:GCA",
+    "gala": "fedtune.algorithms.gala_client:GalaClient",
+})
+SERVER_RULES = Registry("server rule", {
+    "fedavg": "fedtune.algorithms.server:FedAvg",
+    "fedda": "fedtune.algorithms.fedgp:FedDA",
+    "fedgp": "fedtune.algorithms.fedgp:FedGP",
+    "target_only": "fedtune.algorithms.fedgp:TargetOnly",
+    "gala": "fedtune.algorithms.gala:Gala",
+    "fedomg": "fedtune.algorithms.fedomg:FedOMG",
+})
+
+# The client's local optimisers (fedtune.algorithms.optim) and compute precisions
+# (fedtune.algorithms.precision): the config's allowed values, named here without importing torch.
+LOCAL_OPTIMIZERS = ("sgd", "adam")
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 ALL_SETTINGS = ("fdg", "fl", "fda", "ufdg")
 
@@ -109,16 +174,36 @@ def own_knobs(algorithm: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Resolved:
+    """What a config runs: its algorithm and the names of its client method and server rule.
+
+    Each class is looked up (its module imported) when first asked for: the coordinator asks
+    only for :attr:`server_rule` and so never imports a client method (nor torch)."""
+
     algorithm: str
-    client_method: type[ClientMethod]
-    server_rule: type[ServerRule]
-    settings: tuple[str, ...]
+    client_method_name: str
+    server_rule_name: str
+
+    @property
+    def client_method(self) -> Any:
+        """The client method's class (a :class:`~fedtune.algorithms.client.ClientMethod` subclass)."""
+        return CLIENT_METHODS[self.client_method_name]
+
+    @property
+    def server_rule(self) -> Any:
+        """The server rule's class (a :class:`~fedtune.algorithms.server.ServerRule` subclass)."""
+        return SERVER_RULES[self.server_rule_name]
+
+    @property
+    def settings(self) -> tuple[str, ...]:
+        """The settings this pair runs in (:func:`supported_settings`)."""
+        return supported_settings(PRESETS[self.algorithm], self.client_method, self.server_rule)
 
     def hparam_specs(self) -> dict[str, HParam]:
         return {h.name: h for h in (*self.client_method.hparams, *self.server_rule.hparams)}
 
     def hyperparameters(self, cfg: Any) -> dict[str, Any]:
-        return {name: cfg.param(name) for name in self.hparam_specs()}
+        """Every hyperparameter of the pair: its value in ``cfg`` (set, else the default)."""
+        return {h.name: h.of(cfg) for h in self.hparam_specs().values()}
 
 
 def resolve_names(algorithm: str, client_method: str | None = None, server_rule: str | None = None,
@@ -130,7 +215,8 @@ def resolve_names(algorithm: str, client_method: str | None = None, server_rule:
     return client_method or default_client, server_rule or preset.server_rule
 
 
-def supported_settings(preset: Preset, client: type[ClientMethod], rule: type[ServerRule]) -> tuple[str, ...]:
+def supported_settings(preset: Preset, client: Any, rule: Any) -> tuple[str, ...]:
+    """The settings the pair (``client``, ``rule``: their classes) runs in under ``preset``."""
     allowed = set(preset.settings)
     if client.name == preset.unsupervised_client_method and rule.name == preset.server_rule:
         allowed = {"ufdg"}
@@ -146,19 +232,17 @@ def supported_settings(preset: Preset, client: type[ClientMethod], rule: type[Se
 
 
 def resolve(cfg: Any) -> Resolved:
-    """The classes behind ``cfg.algorithm`` (+ overrides); raises ConfigError on bad names.
+    """The names behind ``cfg.algorithm`` (+ overrides), each class resolved on first use; raises
+    ConfigError on bad names.
 
     Resolves afresh on every call; a :class:`~fedtune.config.FederatedRunConfig` keeps the answer
     as ``cfg.resolved`` (ask it there)."""
     check_algorithm_names(cfg)
     cm, sr = resolve_names(cfg.algorithm, cfg.client_method, cfg.server_rule, getattr(cfg, "setting", None))
-    client, rule = CLIENT_METHODS[cm], SERVER_RULES[sr]
-    return Resolved(cfg.algorithm, client, rule, supported_settings(PRESETS[cfg.algorithm], client, rule))
+    return Resolved(cfg.algorithm, cm, sr)
 
 
 def check_algorithm_names(cfg: Any) -> None:
-    from fedtune.errors import ConfigError, shown
-
     if cfg.algorithm not in PRESETS:
         raise ConfigError(f"field 'algorithm': {shown(cfg.algorithm)} is unknown; allowed: {', '.join(PRESETS)}")
     if cfg.client_method is not None and cfg.client_method not in CLIENT_METHODS:
@@ -170,7 +254,8 @@ def check_algorithm_names(cfg: Any) -> None:
 
 def all_hparams() -> dict[str, tuple[str, HParam]]:
     """Every component hyperparameter: name -> (owners, spec). A name means one thing everywhere:
-    components may share a hyperparameter (GFM and SAM share ``sam_rho``) only with one spec."""
+    components may share a hyperparameter (GFM and SAM share ``sam_rho``) only with one spec.
+    Imports every component (client methods: torch)."""
     out: dict[str, tuple[str, HParam]] = {}
     for kind, registry in (("client method", CLIENT_METHODS), ("server rule", SERVER_RULES)):
         for comp in registry.values():
@@ -183,14 +268,3 @@ def all_hparams() -> dict[str, tuple[str, HParam]]:
                     owner = f"{out[h.name][0]}, {owner}"
                 out[h.name] = (owner, h)
     return out
-
-
-__all__ = [
-    "AggregateResult", "RoundInfo", "ClientContext", "ClientMethod", "ClientOutcome", "CLIENT_METHODS", "FedAvg", "HParam",
-    "PRESETS", "Preset", "Resolved", "SERVER_RULES", "SGD", "ServerRule", "all_hparams", "check_algorithm_names",
-    "own_knobs",
-    "combine", "fedavg_buffers", "fedavg_step", "fedavg_weights", "resolve", "resolve_names", "weighted_sum",
-    "FedDA", "FedGP", "TargetOnly", "align_source_magnitude", "auto_beta", "auto_beta_estimates", "fedgp_combine",
-    "proj_plus", "proj_plus_per_tensor",
-    "FedOMG", "fedomg_direction", "gram_matrix", "omg_objective", "solve_omg_exact", "solve_omg_sgd",
-]

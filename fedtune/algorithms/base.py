@@ -3,49 +3,76 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+from fedtune.bounds import Bounds
+from fedtune.errors import ConfigError, shown
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class HParam:
+class HParam(Generic[T]):
     """A hyperparameter a component declares: default, allowed values, meaning.
 
     ``kind`` is ``float``, ``int``, ``bool`` or ``choice`` (``choices`` lists the values;
     ``float_or_choice`` accepts a number in range or one of ``choices``, e.g. β = 0.5 or "auto").
-    ``variant=True`` marks a choice between a paper and its authors' code that changes results
-    (FedGaLA's gate sign, FedOMG's solver, ...): every report says which value ran.
+    ``lo_open=True`` makes ``lo`` exclusive (``sam_rho > 0``). ``variant=True`` marks a choice
+    between a paper and its authors' code that changes results (FedGaLA's gate sign, FedOMG's
+    solver, ...): every report says which value ran.
+
+    A component reads its values once, typed, when it is built: ``self.kappa = OMG_KAPPA.of(cfg)``
+    (the value the config holds, already checked by :meth:`check` when it was validated, else
+    the default).
+
+    >>> RHO = HParam("r", 1.0, "radius", lo=0.0, lo_open=True)
+    >>> RHO.check("0.5", "test")
+    0.5
+    >>> RHO.check(0, "test")
+    Traceback (most recent call last):
+    ...
+    fedtune.errors.ConfigError: field 'r' (test): 0.0 is out of range; allowed: > 0
     """
 
     name: str
-    default: Any
+    default: T
     help: str
     kind: str = "float"
     lo: float | None = None
     hi: float | None = None
     choices: tuple[Any, ...] = ()
     variant: bool = False
+    lo_open: bool = False
 
-    def check(self, value: Any, owner: str) -> Any:
-        from fedtune.errors import ConfigError, shown
+    @property
+    def bounds(self) -> Bounds:
+        return Bounds(lo=self.lo, hi=self.hi, lo_open=self.lo_open, choices=self.choices)
 
+    def check(self, value: Any, owner: str) -> T:
+        """``value`` converted to this hyperparameter's kind, or a ConfigError naming the field and
+        ``owner`` (the component(s) declaring it) with the allowed values."""
         where = f"field '{self.name}' ({owner})"
         if self.kind in ("choice", "float_or_choice") and value in self.choices:
             return value
         if self.kind == "choice":
-            raise ConfigError(f"{where}: {shown(value)} is not allowed; allowed: {', '.join(map(str, self.choices))}")
+            return self.bounds.check(where, value)  # not a choice: the error
         if self.kind == "bool":
             if isinstance(value, bool):
-                return value
+                return value  # type: ignore[return-value]
             raise ConfigError(f"{where}: expected true or false, got {shown(value)}")
         try:
+            if isinstance(value, bool):
+                raise TypeError
             num = int(value) if self.kind == "int" else float(value)
-        except (TypeError, ValueError):
-            allowed = f"a number or one of {', '.join(map(str, self.choices))}" if self.choices else f"a{'n integer' if self.kind == 'int' else ' number'}"
+        except (TypeError, ValueError, OverflowError):
+            allowed = (f"a number or one of {', '.join(map(str, self.choices))}" if self.choices else
+                       f"a{'n integer' if self.kind == 'int' else ' number'}")
             raise ConfigError(f"{where}: expected {allowed}, got {shown(value)}") from None
         if self.kind == "int" and float(value) != num:
             raise ConfigError(f"{where}: expected an integer, got {shown(value)}")
-        if (self.lo is not None and num < self.lo) or (self.hi is not None and num > self.hi):
-            rng = " and ".join(p for p in (f">= {self.lo:g}" if self.lo is not None else "",
-                                             f"<= {self.hi:g}" if self.hi is not None else "") if p)
-            raise ConfigError(f"{where}: {shown(value)} is out of range; allowed: {rng}")
-        return num
+        return self.bounds.check(where, num, extra_choices=True)
+
+    def of(self, cfg: Any) -> T:
+        """This hyperparameter's value in ``cfg`` (a validated
+        :class:`~fedtune.config.FederatedRunConfig`): the one set, else the default."""
+        return cfg.params.get(self.name, self.default)

@@ -15,28 +15,32 @@ calls the method's *step function* ``step(x, y) -> loss`` on it under the run's 
 loss; the plain gradient step is :func:`descend` (SGD, FedProx, SimCLR, GCA, FedGaLA's gated
 step through the optimiser it is given), SAM's is :class:`fedtune.algorithms.sam.SamDescent`
 (FedSAM, GFM). A new method writes its step function and hands it to ``local_loop``.
+
+A method reads its hyperparameters once, typed, when it is built (``self.mu = PROX_MU.of(cfg)``
+in ``__init__``). Client-method modules are PyTorch code and import torch at their top; the
+registry (:data:`fedtune.algorithms.CLIENT_METHODS`) imports one only when its method is looked
+up, so processes that only aggregate (the coordinator) never load torch.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
-
-if TYPE_CHECKING:  # torch is imported lazily: the driver process never needs it
-    import torch
-    from torch import nn
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
 
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.optim import LocalSGD, local_optimizer
 from fedtune.algorithms.precision import autocast, autocast_off
 
 # One training step on a mini-batch (inputs x, labels y, on the device) -> its training loss.
-StepFunction = Callable[["torch.Tensor", "torch.Tensor"], float]
+StepFunction = Callable[[torch.Tensor, torch.Tensor], float]
 # ClientContext.record_step: (parameters, their batch gradients, None where a parameter has none).
-RecordStep = Callable[[Sequence["torch.Tensor"], Sequence["torch.Tensor | None"]], None]
+RecordStep = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor | None]], None]
 
 
 @dataclass
@@ -139,8 +143,6 @@ def batches(n: int, batch_size: int, steps: int, generator: torch.Generator) -> 
     then holds ``batch_size + 1``), so every example is still seen once per epoch and an epoch
     is :func:`batches_per_epoch` steps. Deterministic given ``generator``'s state.
     """
-    import torch
-
     done = 0
     while done < steps and n > 0:  # no examples: no batch (never an endless loop)
         perm = torch.randperm(n, generator=generator)
@@ -173,8 +175,6 @@ def descend(optimizer: LocalSGD, loss: torch.Tensor, record_step: RecordStep,
     with autocast_off(loss.device.type):
         (loss if scaler is None else scaler.scale(loss)).backward()
     if scaler is not None:
-        import torch
-
         scaler.unscale_(optimizer)
         grads = [p.grad for p in optimizer.params if p.grad is not None]
         if not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
@@ -208,6 +208,8 @@ class ClientMethod:
     needs_global_move: ClassVar[bool] = False
 
     def __init__(self, cfg: Any):
+        """Build the method for the validated config ``cfg``; a subclass reads its hyperparameters
+        here, once, typed (``self.rho = SAM_RHO.of(cfg)``)."""
         self.cfg = cfg
 
     @classmethod
@@ -220,7 +222,7 @@ class ClientMethod:
 
     def make_optimizer(self, model: nn.Module) -> LocalSGD:
         """The round's local optimiser (:func:`~fedtune.algorithms.optim.local_optimizer`); a mixin may
-        swap it (FedGaLA's :class:`~fedtune.algorithms.gala.GatedClientMixin`)."""
+        swap it (FedGaLA's :class:`~fedtune.algorithms.gala_client.GatedClientMixin`)."""
         return local_optimizer(model.parameters(), self.cfg)
 
     def start_round(self, ctx: ClientContext) -> LocalSGD:
@@ -257,8 +259,6 @@ class SGD(ClientMethod):
     description = "plain local SGD (momentum, weight decay) on the cross-entropy loss"
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
-        from torch.nn import functional as F
-
         model, opt = ctx.model, self.start_round(ctx)
         return self.local_loop(
             ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step))

@@ -70,14 +70,9 @@ import numpy as np
 
 from fedtune.algorithms.aggregate import BLOCK, tensor_slices
 from fedtune.algorithms.base import HParam
-from fedtune.algorithms.fedgp_auto_beta import (  # noqa: F401  (beta_from, source_step_scales: re-exported)
-    AutoBetaEstimates,
-    auto_beta,
-    auto_beta_estimates,
-    beta_from,
-    source_step_scales,
-)
+from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
 from fedtune.algorithms.server import AggregateResult, RoundInfo, ServerRule
+from fedtune.errors import ConfigError
 
 F64 = np.float64
 
@@ -322,18 +317,16 @@ class _TargetSourceRule(ServerRule):
 
     def __init__(self, cfg: Any, layout: Any):
         super().__init__(cfg, layout)
-        self.beta = cfg.param("gp_beta")
+        self.beta = GP_BETA.of(cfg)
         self.auto = self.beta == "auto"
-        self.align = bool(cfg.param("gp_align"))
+        self.align = GP_ALIGN.of(cfg)
         # (client ids, source rows, α, β) of the last aggregate, for aggregate_buffers
         self._buffer_mix: tuple | None = None
 
     @classmethod
     def check_config(cls, cfg: Any) -> None:
         """Auto-β needs at least 2 target steps a round (``local_steps >= 2`` when it is set)."""
-        if cfg.param("gp_beta") == "auto" and cfg.local_steps is not None and int(cfg.local_steps) < 2:
-            from fedtune.errors import ConfigError
-
+        if GP_BETA.of(cfg) == "auto" and cfg.local_steps is not None and int(cfg.local_steps) < 2:
             raise ConfigError(
                 f"field 'gp_beta': 'auto' estimates the target variance from the target client's per-step updates "
                 f"and needs at least 2 local steps per round, but local_steps={cfg.local_steps}; allowed: "
@@ -341,7 +334,7 @@ class _TargetSourceRule(ServerRule):
 
     @classmethod
     def wants_target_steps_for(cls, cfg: Any) -> bool:
-        return cfg.param("gp_beta") == "auto"
+        return GP_BETA.of(cfg) == "auto"
 
     def aggregate_buffers(self, buffers, client_buffers, weights, *, info):
         """Batch-norm statistics follow the FedDA weights of this round's parameter combine
@@ -444,7 +437,6 @@ class FedGP(_TargetSourceRule):
 
 
 __all__ = [
-    "AutoBetaEstimates", "Combination", "FedDA", "FedGP", "GP_ALIGN", "GP_BETA", "TargetOnly",
-    "align_source_magnitude", "alignment_factor", "auto_beta", "auto_beta_estimates", "beta_from",
-    "combine_with_target", "fedgp_combine", "proj_plus", "proj_plus_per_tensor", "source_step_scales",
+    "Combination", "FedDA", "FedGP", "GP_ALIGN", "GP_BETA", "TargetOnly", "align_source_magnitude", "alignment_factor",
+    "combine_with_target", "fedgp_combine", "proj_plus", "proj_plus_per_tensor",
 ]

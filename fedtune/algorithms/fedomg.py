@@ -47,19 +47,9 @@ import numpy as np
 from fedtune.algorithms.aggregate import check_updates, combine
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.blocked import gram_pass, weighted_rows
-from fedtune.algorithms.fedomg_solvers import (  # noqa: F401  (the step-2 solvers, re-exported)
-    SOLVERS,
-    ExactSolve,
-    OMGSolution,
-    _norm_floor,
-    cosines,
-    omg_objective,
-    omg_solution,
-    solve_omg_exact,
-    solve_omg_exact_info,
-    solve_omg_sgd,
-)
+from fedtune.algorithms.fedomg_solvers import SOLVERS, OMGSolution, cosines, omg_solution
 from fedtune.algorithms.server import AggregateResult, ServerRule
+
 
 # ============================================================================== Gram matrix
 def gram_matrix(updates: np.ndarray, block_elems: int | None = None, threads: int = 1) -> np.ndarray:
@@ -176,9 +166,9 @@ class FedOMG(ServerRule):
     def __init__(self, cfg: Any, layout: Any):
         super().__init__(cfg, layout)
         # validated with the config (HParam.check); read once
-        self.kappa = float(cfg.param("omg_kappa"))
-        self.solver = str(cfg.param("omg_solver"))
-        self.rescale = bool(cfg.param("omg_rescale"))
+        self.kappa = OMG_KAPPA.of(cfg)
+        self.solver = OMG_SOLVER.of(cfg)
+        self.rescale = OMG_RESCALE.of(cfg)
 
     def aggregate(self, params, updates, weights, *, extras, round, info):
         step = fedomg_step(updates, weights, self.kappa, solver=self.solver, rescale=self.rescale,

@@ -4,9 +4,10 @@ notation: :mod:`fedtune.algorithms.fedomg`).
 ``Γ* = argmin_{Γ ∈ simplex} ⟨Γg, g_FL⟩ + κ ‖g_FL‖ ‖Γg‖`` depends only on the Gram matrix
 ``G = [⟨Δ_u, Δ_v⟩]`` and the weights ``p``, so everything here works on ``U``-sized arrays and
 never touches an ``M``-sized vector: the objective (:func:`omg_objective`), the certified exact
-solver (:func:`solve_omg_exact`, Wolfe's minimum-norm point inside a root search) and the
-authors' softmax-SGD iteration (:func:`solve_omg_sgd`), and the direction's coefficients on the
-updates (:func:`omg_solution`: ``d = Σ_u (p_u + λ γ_u) Δ_u``) and cosines (:func:`cosines`).
+solver (:func:`solve_omg_exact`: Wolfe's minimum-norm point, :mod:`fedtune.algorithms.wolfe`,
+inside a root search, :class:`_ExactSearch`) and the authors' softmax-SGD iteration
+(:func:`solve_omg_sgd`), and the direction's coefficients on the updates (:func:`omg_solution`:
+``d = Σ_u (p_u + λ γ_u) Δ_u``) and cosines (:func:`cosines`).
 
 Each public function checks its problem (shapes, ``κ ≥ 0`` finite) once, at its entry, and
 works on the checked arrays from there on.
@@ -18,6 +19,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from fedtune.algorithms.wolfe import min_norm_point
 
 SOLVERS = ("exact", "sgd")
 
@@ -74,91 +77,6 @@ class ExactSolve:
     @property
     def gap(self) -> float:
         return self.objective - self.lower_bound
-
-
-def _affine_minimizer(K: np.ndarray) -> np.ndarray | None:
-    """Weights ``α`` (Σα = 1) of the point of least norm in the affine hull of the points with
-    Gram matrix ``K``; None when the points are (numerically) affinely dependent."""
-    n = K.shape[0]
-    if n == 1:
-        return np.ones(1)
-    A = np.zeros((n + 1, n + 1))
-    A[:n, :n] = K
-    A[:n, n] = 1.0
-    A[n, :n] = 1.0
-    rhs = np.zeros(n + 1)
-    rhs[n] = 1.0
-    try:
-        sol = np.linalg.solve(A, rhs)
-    except np.linalg.LinAlgError:
-        return None
-    alpha = sol[:n]
-    if not np.all(np.isfinite(alpha)) or abs(alpha.sum() - 1.0) > 1e-8:
-        return None
-    return alpha
-
-
-def _min_norm_point(K: np.ndarray, support: list[int], lam: np.ndarray,
-                    tol: float = 1e-14) -> tuple[list[int], np.ndarray]:
-    """Wolfe's (1976) minimum-norm-point algorithm on a Gram matrix: ``argmin_{λ ∈ simplex} λᵀKλ``.
-
-    ``support``/``lam`` is a start (any point of the simplex on affinely independent points;
-    the previous solve's answer is a good warm start). Returns the final corral and its
-    weights; finite in exact arithmetic, with the usual tolerances in floating point.
-
-    Every step (affine minimisers, the optimality test ``min_u (Kλ)_u ≥ λᵀKλ``, the ratio test)
-    is unchanged when a constant is added to all entries of ``K``, so ``K`` may be a Gram matrix
-    minus a constant (not PSD itself); the tolerance is relative to ``max |K|``.
-    """
-    kmax = float(np.abs(K).max())
-    if not kmax > 0:
-        return support, lam
-    K = K / kmax
-    eps = 1e-15
-    S = list(support)
-    lam = np.asarray(lam, dtype=np.float64).copy()
-    added: int | None = None
-    for _ in range(100 * K.shape[0] + 100):
-        # minor cycle: move to the affine minimiser of the corral, dropping points on the way
-        while True:
-            alpha = _affine_minimizer(K[np.ix_(S, S)])
-            if alpha is None:  # dependent corral (rounding): drop the newest point and stop
-                if added is not None and added in S and len(S) > 1:
-                    i = S.index(added)
-                    S.pop(i)
-                    lam = np.delete(lam, i)
-                    lam /= lam.sum()
-                return S, lam
-            if alpha.min() > eps:
-                lam = alpha
-                break
-            neg = alpha <= eps
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratios = np.where(lam[neg] - alpha[neg] > 0, lam[neg] / (lam[neg] - alpha[neg]), 0.0)
-            k = int(np.flatnonzero(neg)[int(np.argmin(ratios))])
-            theta = float(min(1.0, max(0.0, ratios.min())))
-            lam = lam + theta * (alpha - lam)
-            lam[k] = 0.0
-            keep = lam > 0
-            keep[k] = False
-            if added is not None and S[k] == added and theta == 0.0:
-                # the newly added point cannot enter: optimal up to rounding
-                S = [s for s, kp in zip(S, keep) if kp]
-                lam = lam[keep] / lam[keep].sum()
-                return S, lam
-            S = [s for s, kp in zip(S, keep) if kp]
-            lam = lam[keep]
-            lam /= lam.sum()
-        # major cycle: is the current point optimal over all points?
-        kx = K[:, S] @ lam
-        nx2 = float(lam @ kx[S])
-        j = int(np.argmin(kx))
-        if kx[j] >= nx2 - tol or j in S:
-            return S, lam
-        S.append(j)
-        lam = np.append(lam, 0.0)
-        added = j
-    return S, lam
 
 
 def _norm_floor(G: np.ndarray) -> float:
@@ -220,7 +138,8 @@ def solve_omg_exact_info(G: np.ndarray, p: np.ndarray, kappa: float, tol: float 
 
 
 def _solve_exact(G: np.ndarray, p: np.ndarray, kappa: float, tol: float = 1e-10) -> ExactSolve:
-    """:func:`solve_omg_exact_info` on a checked problem (:func:`_as_problem`)."""
+    """:func:`solve_omg_exact_info` on a checked problem (:func:`_as_problem`): the degenerate
+    cases here, the root search on the normalised problem in :class:`_ExactSearch`."""
     num = G.shape[0]
     diag = np.maximum(G.diagonal(), 0.0)
     scale = float(diag.mean())
@@ -241,38 +160,108 @@ def _solve_exact(G: np.ndarray, p: np.ndarray, kappa: float, tol: float = 1e-10)
         gamma = np.zeros(num)
         gamma[k] = 1.0
         return ExactSolve(gamma, float(b[k]) * scale, float(b[k]) * scale, 0, False)
-    dmax = math.sqrt(float(diag.max()) / scale)  # max_u ‖Δ_u‖ ≥ ‖Γg‖ for every Γ
-    floor = _norm_floor(Gn)
-    z2_err = floor * floor  # rounding bound of a computed ‖Γg‖²
-    stop = tol * gnorm * dmax
+    search = _ExactSearch(Gn, b, p, c, gnorm, diag, scale, tol)
+    search.run()
+    degenerate = search.objective(search.best_gamma)[1] <= search.floor
+    return ExactSolve(search.best_gamma, search.best_obj * scale, min(search.lower, search.best_obj) * scale,
+                      search.evaluations, degenerate)
 
-    def objective(gamma: np.ndarray) -> tuple[float, float]:
-        zn = _sqrt0(float(gamma @ Gn @ gamma))
-        return float(gamma @ b) + c * zn, zn
 
-    # Upper bounds from the vertices and from p (a safety net; the solve does at least as well).
-    vertex_obj = b + c * np.sqrt(diag / scale)
-    k = int(np.argmin(vertex_obj))
-    best_gamma = np.zeros(num)
-    best_gamma[k] = 1.0
-    best_obj = float(vertex_obj[k])
-    p_obj, _ = objective(p)
-    if p_obj < best_obj:
-        best_gamma, best_obj = p.copy(), p_obj
-    lower = -math.inf
-    evaluations = 0
-    support: list[int] = [int(np.argmin(diag))]
-    lam = np.ones(1)
-    t_lo, t_hi = 0.0, dmax  # t* = ‖Γ*g‖ ∈ [0, max_u ‖Δ_u‖]
-    ends: dict[str, tuple[float, float, float, float]] = {}  # "lo"/"hi" -> (t, φ, φ', ‖Γ(t)g‖²)
+class _ExactSearch:
+    """The root search of :func:`solve_omg_exact_info` on the normalised problem (``Gn``, ``b =
+    Gn p``, ``c = κ‖g_FL‖ > 0``): Wolfe's warm-started corral (``support``, ``lam``), the best
+    ``Γ`` seen and its objective (upper bound), the certified ``lower`` bound, and the bracket
+    ``[t_lo, t_hi]`` of ``t* = ‖Γ*g‖`` with its ends ``ends["lo"/"hi"] = (t, φ, φ', ‖Γ(t)g‖²)``."""
 
-    def root_on_support() -> float | None:
+    def __init__(self, Gn: np.ndarray, b: np.ndarray, p: np.ndarray, c: float, gnorm: float, diag: np.ndarray,
+                 scale: float, tol: float):
+        self.Gn, self.b, self.c, self.gnorm = Gn, b, c, gnorm
+        self.num = Gn.shape[0]
+        self.dmax = math.sqrt(float(diag.max()) / scale)  # max_u ‖Δ_u‖ ≥ ‖Γg‖ for every Γ
+        self.floor = _norm_floor(Gn)
+        self.z2_err = self.floor * self.floor  # rounding bound of a computed ‖Γg‖²
+        self.stop = tol * gnorm * self.dmax
+        # Upper bounds from the vertices and from p (a safety net; the solve does at least as well).
+        vertex_obj = b + c * np.sqrt(diag / scale)
+        k = int(np.argmin(vertex_obj))
+        self.best_gamma = np.zeros(self.num)
+        self.best_gamma[k] = 1.0
+        self.best_obj = float(vertex_obj[k])
+        p_obj, _ = self.objective(p)
+        if p_obj < self.best_obj:
+            self.best_gamma, self.best_obj = p.copy(), p_obj
+        self.lower = -math.inf
+        self.evaluations = 0
+        self.support: list[int] = [int(np.argmin(diag))]
+        self.lam = np.ones(1)
+        self.t_lo, self.t_hi = 0.0, self.dmax  # t* = ‖Γ*g‖ ∈ [0, max_u ‖Δ_u‖]
+        self.ends: dict[str, tuple[float, float, float, float]] = {}
+        self.last, self.w_lo, self.w_hi = "", 1.0, 1.0  # Illinois: the end kept last, the ends' weights
+
+    def objective(self, gamma: np.ndarray) -> tuple[float, float]:
+        """``(F(Γ), ‖Γg‖)`` on the normalised problem."""
+        zn = _sqrt0(float(gamma @ self.Gn @ gamma))
+        return float(gamma @ self.b) + self.c * zn, zn
+
+    def run(self) -> None:
+        """Bracket ``t*`` from the FedAvg point (``Γ = p``: ``‖Γg‖ = ‖g_FL‖``), then narrow the
+        bracket until the gap is certified (at most 200 inner solves more)."""
+        self.put(self.at(min(self.gnorm, self.dmax)))
+        if "lo" in self.ends and self.t_hi > self.t_lo:
+            self.put(self.at(self.t_hi))
+        for _ in range(200):
+            if self.certified():
+                break
+            proposal = self.root_on_support()
+            if "lo" not in self.ends:  # t* below every t tried: go down (an optimum at Γg = 0 ends here)
+                if self.t_hi <= self.floor:
+                    break
+                t = proposal if proposal is not None and proposal < self.t_hi else self.t_hi * 1e-3
+                self.put(self.at(max(t, 0.5 * self.floor)))
+                continue
+            if self.t_hi <= self.t_lo * (1 + 1e-15):
+                break
+            self.narrow(proposal)
+        if "lo" not in self.ends and not self.certified():
+            self.min_norm_point(self.Gn)  # t* ≤ the rounding floor: finish at t = 0, the minimum-norm point of conv{Δ_u}
+        self.certified()
+
+    def narrow(self, proposal: float | None) -> None:
+        """One solve inside the bracket: at ``proposal`` (the exact root if the support is right)
+        when it lies inside, else at the Illinois regula falsi point (:meth:`regula_falsi`)."""
+        t = proposal if proposal is not None and self.t_lo < proposal < self.t_hi else self.regula_falsi()
+        point = self.at(t)
+        side = "lo" if point[2] < 0 else "hi"
+        if side == "lo":  # Illinois: an end kept twice in a row has its value halved (again each time)
+            self.w_lo, self.w_hi = 1.0, (self.w_hi * 0.5 if self.last == "lo" else self.w_hi)
+        else:
+            self.w_hi, self.w_lo = 1.0, (self.w_lo * 0.5 if self.last == "hi" else self.w_lo)
+        self.last = side
+        self.put(point)
+
+    def regula_falsi(self) -> float:
+        """Regula falsi (Illinois) on ``h(s) = log(‖Γ(t)g‖ / t)``, ``s = log t``, between the ends
+        (kept a margin inside them); bisection in ``s`` when ``h`` does not bracket a root."""
+        s_lo, s_hi = math.log(self.t_lo), math.log(self.t_hi)
+        h_lo = self.w_lo * 0.5 * math.log(self.ends["lo"][3] / self.t_lo ** 2)
+        h_hi = (self.w_hi * 0.5 * math.log(self.ends["hi"][3] / self.t_hi ** 2) if self.ends["hi"][3] > 0
+                else -math.inf)
+        if math.isfinite(h_hi) and h_lo > h_hi:
+            s = s_lo + h_lo * (s_hi - s_lo) / (h_lo - h_hi)
+            margin = 1e-3 * (s_hi - s_lo)
+            s = min(max(s, s_lo + margin), s_hi - margin)
+        else:
+            s = 0.5 * (s_lo + s_hi)
+        return math.exp(s)
+
+    def root_on_support(self) -> float | None:
         """The t solving ‖α(τ)g‖ = c τ for the affine path α(τ) of the current corral, if feasible."""
-        path = _affine_path(Gn, b, support)
+        c, support = self.c, self.support
+        path = _affine_path(self.Gn, self.b, support)
         if path is None:
             return None
         a0, a1 = path
-        G_SS = Gn[np.ix_(support, support)]
+        G_SS = self.Gn[np.ix_(support, support)]
         g1 = G_SS @ a1
         # ‖α0 + τ α1‖²_G = c² τ²  ⇔  qa τ² + qb τ + qc = 0
         qa, qb, qc = float(a1 @ g1) - c * c, 2.0 * float(a0 @ g1), float(a0 @ (G_SS @ a0))
@@ -289,90 +278,46 @@ def _solve_exact(G: np.ndarray, p: np.ndarray, kappa: float, tol: float = 1e-10)
                 return float(r) * c
         return None
 
-    def min_norm_point(K: np.ndarray) -> tuple[np.ndarray, float]:
+    def min_norm_point(self, K: np.ndarray) -> tuple[np.ndarray, float]:
         """Wolfe's point for the Gram matrix ``K`` (warm-started from the last corral) as ``Γ``,
         kept if it is the best seen; returns ``(Γ, ‖Γg‖)``."""
-        nonlocal support, lam, best_gamma, best_obj, evaluations
-        support, lam = _min_norm_point(K, support, lam)
-        evaluations += 1
-        gamma = np.zeros(num)
-        gamma[support] = lam
-        f, zn = objective(gamma)
-        if f < best_obj:
-            best_gamma, best_obj = gamma, f
+        self.support, self.lam = min_norm_point(K, self.support, self.lam)
+        self.evaluations += 1
+        gamma = np.zeros(self.num)
+        gamma[self.support] = self.lam
+        f, zn = self.objective(gamma)
+        if f < self.best_obj:
+            self.best_gamma, self.best_obj = gamma, f
         return gamma, zn
 
-    def at(t: float) -> tuple[float, float, float, float]:
+    def at(self, t: float) -> tuple[float, float, float, float]:
         """Solve the inner problem at t: (t, φ(t), φ'(t), ‖Γ(t)g‖²); updates bounds and proposal."""
-        nonlocal lower
-        # Gram matrix of the points Δ_u + τ g_FL, less the constant τ²‖g_FL‖² (see _min_norm_point)
-        gamma, zn = min_norm_point(Gn + (t / c) * (b[:, None] + b[None, :]))
-        if zn > floor:  # (a) Frank–Wolfe bound: F* ≥ min_u ∂_u F(Γ)
-            lower = max(lower, float(np.min(b + (c / zn) * (Gn @ gamma))))
+        c, b = self.c, self.b
+        # Gram matrix of the points Δ_u + τ g_FL, less the constant τ²‖g_FL‖² (see min_norm_point)
+        gamma, zn = self.min_norm_point(self.Gn + (t / c) * (b[:, None] + b[None, :]))
+        if zn > self.floor:  # (a) Frank–Wolfe bound: F* ≥ min_u ∂_u F(Γ)
+            self.lower = max(self.lower, float(np.min(b + (c / zn) * (self.Gn @ gamma))))
         return t, float(gamma @ b) + 0.5 * c * (zn * zn / t + t), 0.5 * c * (1.0 - (zn / t) ** 2), zn * zn
 
-    def put(point: tuple[float, float, float, float]) -> None:
+    def put(self, point: tuple[float, float, float, float]) -> None:
         """Make ``point`` a bracket end (φ' < 0: t* lies above it; φ' ≥ 0: at or below it)."""
-        nonlocal t_lo, t_hi
         if point[2] < 0:
-            ends["lo"], t_lo = point, point[0]
+            self.ends["lo"], self.t_lo = point, point[0]
         else:
-            ends["hi"], t_hi = point, point[0]
+            self.ends["hi"], self.t_hi = point, point[0]
 
-    def certified() -> bool:
-        nonlocal lower
-        if "lo" in ends:  # (b) at t_lo: φ(t*) ≥ φ(t_lo) + φ'(t_lo)(t_hi − t_lo)
-            t, phi, dphi, _ = ends["lo"]
-            lower = max(lower, phi + dphi * (t_hi - t) - 0.5 * c * z2_err * (1 / t + (t_hi - t) / t ** 2))
-        if "hi" in ends:  # (b) at t_hi: φ(t*) ≥ φ(t_hi) − φ'(t_hi)(t_hi − t_lo), rounding of ‖Γg‖² allowed for
-            t, phi, dphi, _ = ends["hi"]
-            lower = max(lower, phi + dphi * (t_lo - t) - 0.5 * c * z2_err * (2 * t - t_lo) / t ** 2)
-            lower = max(lower, -gnorm * t_hi)  # (c)
-        return best_obj - lower <= stop
-
-    # Bracket t*, starting from the FedAvg point (Γ = p: ‖Γg‖ = ‖g_FL‖).
-    put(at(min(gnorm, dmax)))
-    if "lo" in ends and t_hi > t_lo:
-        put(at(t_hi))
-    last, w_lo, w_hi = "", 1.0, 1.0
-    for _ in range(200):
-        if certified():
-            break
-        proposal = root_on_support()
-        if "lo" not in ends:  # t* below every t tried: go down (an optimum at Γg = 0 ends here)
-            if t_hi <= floor:
-                break
-            t = proposal if proposal is not None and proposal < t_hi else t_hi * 1e-3
-            put(at(max(t, 0.5 * floor)))
-            continue
-        if t_hi <= t_lo * (1 + 1e-15):
-            break
-        if proposal is not None and t_lo < proposal < t_hi:
-            t = proposal  # the exact root if the support is right
-        else:  # regula falsi (Illinois) on h(s) = log(‖Γ(t)g‖ / t), s = log t
-            s_lo, s_hi = math.log(t_lo), math.log(t_hi)
-            h_lo = w_lo * 0.5 * math.log(ends["lo"][3] / t_lo ** 2)
-            h_hi = w_hi * 0.5 * math.log(ends["hi"][3] / t_hi ** 2) if ends["hi"][3] > 0 else -math.inf
-            if math.isfinite(h_hi) and h_lo > h_hi:
-                s = s_lo + h_lo * (s_hi - s_lo) / (h_lo - h_hi)
-                margin = 1e-3 * (s_hi - s_lo)
-                s = min(max(s, s_lo + margin), s_hi - margin)
-            else:
-                s = 0.5 * (s_lo + s_hi)
-            t = math.exp(s)
-        point = at(t)
-        side = "lo" if point[2] < 0 else "hi"
-        if side == "lo":  # Illinois: an end kept twice in a row has its value halved (again each time)
-            w_lo, w_hi = 1.0, (w_hi * 0.5 if last == "lo" else w_hi)
-        else:
-            w_hi, w_lo = 1.0, (w_lo * 0.5 if last == "hi" else w_lo)
-        last = side
-        put(point)
-    if "lo" not in ends and not certified():
-        min_norm_point(Gn)  # t* ≤ the rounding floor: finish at t = 0, the minimum-norm point of conv{Δ_u}
-    certified()
-    degenerate = objective(best_gamma)[1] <= floor
-    return ExactSolve(best_gamma, best_obj * scale, min(lower, best_obj) * scale, evaluations, degenerate)
+    def certified(self) -> bool:
+        """Tighten ``lower`` with bounds (b) and (c) of :func:`solve_omg_exact_info`; whether the gap
+        is within the tolerance."""
+        c, z2_err, t_lo, t_hi = self.c, self.z2_err, self.t_lo, self.t_hi
+        if "lo" in self.ends:  # (b) at t_lo: φ(t*) ≥ φ(t_lo) + φ'(t_lo)(t_hi − t_lo)
+            t, phi, dphi, _ = self.ends["lo"]
+            self.lower = max(self.lower, phi + dphi * (t_hi - t) - 0.5 * c * z2_err * (1 / t + (t_hi - t) / t ** 2))
+        if "hi" in self.ends:  # (b) at t_hi: φ(t*) ≥ φ(t_hi) − φ'(t_hi)(t_hi − t_lo), rounding of ‖Γg‖² allowed for
+            t, phi, dphi, _ = self.ends["hi"]
+            self.lower = max(self.lower, phi + dphi * (t_lo - t) - 0.5 * c * z2_err * (2 * t - t_lo) / t ** 2)
+            self.lower = max(self.lower, -self.gnorm * t_hi)  # (c)
+        return self.best_obj - self.lower <= self.stop
 
 
 def solve_omg_exact(G: np.ndarray, p: np.ndarray, kappa: float, tol: float = 1e-10) -> np.ndarray:

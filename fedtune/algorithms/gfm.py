@@ -46,24 +46,24 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
 
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
 from fedtune.algorithms.optim import FunctionalAdam
 from fedtune.algorithms.precision import autocast_off
-from fedtune.algorithms.sam import SAM_RHO, PositiveHParam, SamDescent, frozen_buffers
-
-if TYPE_CHECKING:  # torch is imported lazily: the coordinator never needs it
-    import torch
-    from torch import nn
+from fedtune.algorithms.sam import SAM_RHO, SamDescent, frozen_buffers
+from fedtune.errors import ConfigError
 
 GFM_INTERVAL = HParam("gfm_interval", 10, "GFM/GCA: update the augmenter every this many local steps (paper: 10)",
                       kind="int", lo=1)
-GFM_AUG_LR = PositiveHParam("gfm_aug_lr", 1e-3, "GFM/GCA: Adam learning rate of the augmenter (TeachAugment: 1e-3)",
-                            lo=0.0)
+GFM_AUG_LR = HParam("gfm_aug_lr", 1e-3, "GFM/GCA: Adam learning rate of the augmenter (TeachAugment: 1e-3)",
+                    lo=0.0, lo_open=True)
 GFM_COLOR_SCALE = HParam("gfm_color_scale", 0.2, "GFM/GCA: colour scale range, alpha in [1 - s/2, 1 + s/2] "
                          "(paper: 0.2; TerraInc 0.1)", lo=0.0, hi=2.0)
 GFM_GEOMETRY_SCALE = HParam("gfm_geometry_scale", 0.125, "GFM/GCA: residual affine range, A - I in [-s/2, s/2] "
@@ -88,8 +88,6 @@ def triangle_wave(v: torch.Tensor) -> torch.Tensor:
     >>> triangle_wave(torch.tensor([-0.25, 0.0, 0.3, 1.0, 1.25, 2.5])).tolist()
     [0.25, 0.0, 0.30000001192092896, 1.0, 0.75, 0.5]
     """
-    import torch
-
     r = torch.remainder(v, 2.0)
     return torch.where(r <= 1.0, r, 2.0 - r)
 
@@ -99,135 +97,119 @@ def _module_seed(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0] >> 1)
 
 
-_AUGMENTER_CLASS: Any = None
+class Augmenter(nn.Module):
+    """TeachAugment's (Suzuki, 2022) colour + geometry augmenter, as GFM uses it (App. D.2).
 
+    ``Augmenter(in_channels, color_scale=0.2, geometry_scale=0.125, noise_dim=64, hidden=128)``.
+    Sizes: TeachAugment's colour width 128; its noise dimension 128 (≈0.69M parameters) is
+    halved to 64 (≈0.18M for RGB), nearer the ≈0.25M the GFM paper reports for its augmenter.
+    ``forward(x, noise)`` maps normalised images ``x`` ``[B, C, H, W]`` to augmented ones:
 
-def _augmenter_class() -> Any:
-    """The ``Augmenter`` class, built on first use so this module imports without torch
-    (the coordinator imports the algorithm registry and must never import torch)."""
-    global _AUGMENTER_CLASS
-    if _AUGMENTER_CLASS is not None:
-        return _AUGMENTER_CLASS
-    import torch
-    from torch import nn
-    from torch.nn import functional as F
+    * value range: the triangle wave expects ``[0, 1]``, fedtune's images are normalised
+      (``(raw − mean)/std``). The augmenter holds per-channel bounds ``value_lo/value_hi``
+      (buffers; :meth:`set_value_range`, GFM sets them to the client's training-data min/max
+      per channel, i.e. the normalisation's image of ``[0, 1]`` as far as the data reaches)
+      and works on ``u = (x − lo)/(hi − lo)``; the result is mapped back with ``lo + (hi − lo)·u``
+      (:meth:`value_map`). Geometry also acts on ``u``, so the zero padding of ``grid_sample`` is
+      the darkest value.
+    * colour: per-pixel logits from 1×1 convolutions over the (normalised) image
+      (C→hidden→hidden→2C, LeakyReLU 0.2) plus a global branch from the noise vector
+      (noise_dim→4·noise_dim→4·noise_dim→2, shared by all channels), added, then
+      ``α = 1 + color_scale·(σ(·) − ½)``, ``β = σ(·) − ½`` (TeachAugment scales α only), and
+      ``u ← tri(α ⊙ u + β)``;
+    * geometry: a residual affine ``A = geometry_scale·(σ(g(noise)) − ½)`` (2×3, noise MLP as
+      above), ``u ← grid_sample(u, affine_grid(A + I))`` (bilinear, zero padding,
+      ``align_corners=False``).
 
-    class _Augmenter(nn.Module):
-        """TeachAugment's (Suzuki, 2022) colour + geometry augmenter, as GFM uses it (App. D.2).
+    The three output layers are zero-initialised, so at initialisation ``α = 1, β = 0, A = 0``
+    and the augmenter is the identity (exactly, up to float rounding of the range map and of
+    the bilinear sampling at pixel centres). Left out of TeachAugment, by choice: batch norm
+    and dropout in the hidden layers (a client with a single example still trains on a batch of
+    one), the class-label context input, the stochastic "random apply" gates, the colour
+    regulariser and the replay buffer of past augmenters. Plain torch ops only (no torchvision:
+    its import costs ~2 s).
+    """
 
-        ``Augmenter(in_channels, color_scale=0.2, geometry_scale=0.125, noise_dim=64, hidden=128)``.
-        Sizes: TeachAugment's colour width 128; its noise dimension 128 (≈0.69M parameters) is
-        halved to 64 (≈0.18M for RGB), nearer the ≈0.25M the GFM paper reports for its augmenter.
-        ``forward(x, noise)`` maps normalised images ``x`` ``[B, C, H, W]`` to augmented ones:
+    def __init__(self, in_channels: int, color_scale: float = 0.2, geometry_scale: float = 0.125,
+                 noise_dim: int = 64, hidden: int = 128, generator: torch.Generator | None = None):
+        super().__init__()
+        self.in_channels, self.noise_dim = int(in_channels), int(noise_dim)
+        self.color_scale, self.geometry_scale = float(color_scale), float(geometry_scale)
+        # Registration order (colour, then geometry, then buffers) fixes the init draws and the
+        # state_dict order: keep it.
+        self.color_body = nn.Sequential(
+            nn.Conv2d(in_channels, hidden, 1, bias=False), nn.LeakyReLU(0.2),
+            nn.Conv2d(hidden, hidden, 1, bias=False), nn.LeakyReLU(0.2))
+        self.color_out = nn.Conv2d(hidden, 2 * in_channels, 1, bias=False)
+        self.color_noise_body = self._noise_mlp()
+        self.color_noise_out = nn.Linear(4 * self.noise_dim, 2, bias=False)
+        self.geometry_body = self._noise_mlp()
+        self.geometry_out = nn.Linear(4 * self.noise_dim, 6, bias=False)
+        self.register_buffer("value_lo", torch.zeros(in_channels))
+        self.register_buffer("value_hi", torch.ones(in_channels))
+        self.register_buffer("identity", torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
+        self.reset(generator)
 
-        * value range: the triangle wave expects ``[0, 1]``, fedtune's images are normalised
-          (``(raw − mean)/std``). The augmenter holds per-channel bounds ``value_lo/value_hi``
-          (buffers; :meth:`set_value_range`, GFM sets them to the client's training-data min/max
-          per channel, i.e. the normalisation's image of ``[0, 1]`` as far as the data reaches)
-          and works on ``u = (x − lo)/(hi − lo)``; the result is mapped back with ``lo + (hi − lo)·u``.
-          Geometry also acts on ``u``, so the zero padding of ``grid_sample`` is the darkest value.
-        * colour: per-pixel logits from 1×1 convolutions over the (normalised) image
-          (C→hidden→hidden→2C, LeakyReLU 0.2) plus a global branch from the noise vector
-          (noise_dim→4·noise_dim→4·noise_dim→2, shared by all channels), added, then
-          ``α = 1 + color_scale·(σ(·) − ½)``, ``β = σ(·) − ½`` (TeachAugment scales α only), and
-          ``u ← tri(α ⊙ u + β)``;
-        * geometry: a residual affine ``A = geometry_scale·(σ(g(noise)) − ½)`` (2×3, noise MLP as
-          above), ``u ← grid_sample(u, affine_grid(A + I))`` (bilinear, zero padding,
-          ``align_corners=False``).
+    def _noise_mlp(self) -> nn.Sequential:
+        """noise_dim → 4·noise_dim → 4·noise_dim (LeakyReLU 0.2): the body of a noise branch."""
+        wide = 4 * self.noise_dim
+        return nn.Sequential(nn.Linear(self.noise_dim, wide, bias=False), nn.LeakyReLU(0.2),
+                             nn.Linear(wide, wide, bias=False), nn.LeakyReLU(0.2))
 
-        The three output layers are zero-initialised, so at initialisation ``α = 1, β = 0, A = 0``
-        and the augmenter is the identity (exactly, up to float rounding of the range map and of
-        the bilinear sampling at pixel centres). Left out of TeachAugment, by choice: batch norm
-        and dropout in the hidden layers (a client with a single example still trains on a batch of one), the class-label
-        context input, the stochastic "random apply" gates, the colour regulariser and the replay
-        buffer of past augmenters. Plain torch ops only (no torchvision: its import costs ~2 s).
-        """
+    def reset(self, generator: torch.Generator | None = None) -> None:
+        """TeachAugment's init: Kaiming-normal (a=0.2, fan_out) hidden layers, zero output layers."""
+        with torch.no_grad():
+            for m in self.modules():
+                if isinstance(m, (nn.Conv2d, nn.Linear)):
+                    nn.init.kaiming_normal_(m.weight, 0.2, "fan_out", generator=generator)
+            for m in (self.color_out, self.color_noise_out, self.geometry_out):
+                m.weight.zero_()
 
-        def __init__(self, in_channels: int, color_scale: float = 0.2, geometry_scale: float = 0.125,
-                     noise_dim: int = 64, hidden: int = 128, generator: torch.Generator | None = None):
-            super().__init__()
-            self.in_channels, self.noise_dim = int(in_channels), int(noise_dim)
-            self.color_scale, self.geometry_scale = float(color_scale), float(geometry_scale)
-            wide = 4 * self.noise_dim
+    def set_value_range(self, lo: torch.Tensor, hi: torch.Tensor) -> None:
+        """Per-channel values that map to 0 and 1 for the triangle wave (see the class doc)."""
+        with torch.no_grad():
+            self.value_lo.copy_(torch.as_tensor(lo, dtype=self.value_lo.dtype).reshape(-1))
+            self.value_hi.copy_(torch.as_tensor(hi, dtype=self.value_hi.dtype).reshape(-1))
 
-            def noise_mlp() -> nn.Sequential:
-                return nn.Sequential(nn.Linear(self.noise_dim, wide, bias=False), nn.LeakyReLU(0.2),
-                                     nn.Linear(wide, wide, bias=False), nn.LeakyReLU(0.2))
+    def sample_noise(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.randn(batch, self.noise_dim, generator=generator, device=self.value_lo.device)
 
-            self.color_body = nn.Sequential(
-                nn.Conv2d(in_channels, hidden, 1, bias=False), nn.LeakyReLU(0.2),
-                nn.Conv2d(hidden, hidden, 1, bias=False), nn.LeakyReLU(0.2))
-            self.color_out = nn.Conv2d(hidden, 2 * in_channels, 1, bias=False)
-            self.color_noise_body = noise_mlp()
-            self.color_noise_out = nn.Linear(wide, 2, bias=False)
-            self.geometry_body = noise_mlp()
-            self.geometry_out = nn.Linear(wide, 6, bias=False)
-            self.register_buffer("value_lo", torch.zeros(in_channels))
-            self.register_buffer("value_hi", torch.ones(in_channels))
-            self.register_buffer("identity", torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
-            self.reset(generator)
+    def transforms(self, x: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(α [B,C,H,W], β [B,C,H,W], A [B,2,3])`` for images ``x`` and noise ``[B, noise_dim]``."""
+        b, c = x.shape[0], self.in_channels
+        pixel = self.color_out(self.color_body(x))  # [B, 2C, H, W]
+        glob = self.color_noise_out(self.color_noise_body(noise)).reshape(b, 2, 1, 1)
+        alpha = 1.0 + self.color_scale * (torch.sigmoid(pixel[:, :c] + glob[:, :1]) - 0.5)
+        beta = torch.sigmoid(pixel[:, c:] + glob[:, 1:]) - 0.5
+        residual = self.geometry_scale * (torch.sigmoid(self.geometry_out(self.geometry_body(noise))) - 0.5)
+        return alpha, beta, residual.reshape(b, 2, 3)
 
-        def reset(self, generator: torch.Generator | None = None) -> None:
-            """TeachAugment's init: Kaiming-normal (a=0.2, fan_out) hidden layers, zero output layers."""
-            with torch.no_grad():
-                for m in self.modules():
-                    if isinstance(m, (nn.Conv2d, nn.Linear)):
-                        nn.init.kaiming_normal_(m.weight, 0.2, "fan_out", generator=generator)
-                for m in (self.color_out, self.color_noise_out, self.geometry_out):
-                    m.weight.zero_()
+    def value_map(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(lo, span)`` shaped ``[1, C, 1, 1]``: ``u = (x − lo)/span`` (a channel of zero span
+        maps with span 1)."""
+        lo = self.value_lo.reshape(1, -1, 1, 1)
+        span = self.value_hi.reshape(1, -1, 1, 1) - lo
+        return lo, torch.where(span > 0, span, torch.ones_like(span))
 
-        def set_value_range(self, lo: torch.Tensor, hi: torch.Tensor) -> None:
-            """Per-channel values that map to 0 and 1 for the triangle wave (see the class doc)."""
-            with torch.no_grad():
-                self.value_lo.copy_(torch.as_tensor(lo, dtype=self.value_lo.dtype).reshape(-1))
-                self.value_hi.copy_(torch.as_tensor(hi, dtype=self.value_hi.dtype).reshape(-1))
-
-        def sample_noise(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
-            return torch.randn(batch, self.noise_dim, generator=generator, device=self.value_lo.device)
-
-        def transforms(self, x: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            """``(α [B,C,H,W], β [B,C,H,W], A [B,2,3])`` for images ``x`` and noise ``[B, noise_dim]``."""
-            b, c = x.shape[0], self.in_channels
-            pixel = self.color_out(self.color_body(x))  # [B, 2C, H, W]
-            glob = self.color_noise_out(self.color_noise_body(noise)).reshape(b, 2, 1, 1)
-            alpha = 1.0 + self.color_scale * (torch.sigmoid(pixel[:, :c] + glob[:, :1]) - 0.5)
-            beta = torch.sigmoid(pixel[:, c:] + glob[:, 1:]) - 0.5
-            residual = self.geometry_scale * (torch.sigmoid(self.geometry_out(self.geometry_body(noise))) - 0.5)
-            return alpha, beta, residual.reshape(b, 2, 3)
-
-        def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None,
-                    generator: torch.Generator | None = None) -> torch.Tensor:
-            if x.dim() != 4 or x.shape[1] != self.in_channels:
-                raise ValueError(f"augmenter for {self.in_channels}-channel images got input of shape {tuple(x.shape)}")
-            if noise is None:
-                noise = self.sample_noise(x.shape[0], generator)
-            alpha, beta, residual = self.transforms(x, noise)
-            lo = self.value_lo.reshape(1, -1, 1, 1)
-            span = self.value_hi.reshape(1, -1, 1, 1) - lo
-            span = torch.where(span > 0, span, torch.ones_like(span))
-            u = (x - lo) / span
-            u = triangle_wave(alpha * u + beta)
-            grid = F.affine_grid(residual + self.identity, list(u.shape), align_corners=False)
-            u = F.grid_sample(u, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
-            return lo + span * u
-
-    _Augmenter.__name__ = _Augmenter.__qualname__ = "Augmenter"
-    _Augmenter.__module__ = __name__
-    _AUGMENTER_CLASS = _Augmenter
-    return _Augmenter
-
-
-def __getattr__(name: str) -> Any:
-    """``fedtune.algorithms.gfm.Augmenter`` (PEP 562): built, importing torch, on first access."""
-    if name == "Augmenter":
-        return _augmenter_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f"augmenter for {self.in_channels}-channel images got input of shape {tuple(x.shape)}")
+        if noise is None:
+            noise = self.sample_noise(x.shape[0], generator)
+        alpha, beta, residual = self.transforms(x, noise)
+        lo, span = self.value_map()
+        u = (x - lo) / span
+        u = triangle_wave(alpha * u + beta)
+        grid = F.affine_grid(residual + self.identity, list(u.shape), align_corners=False)
+        u = F.grid_sample(u, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+        return lo + span * u
 
 
 def new_augmenter(in_channels: int, *, color_scale: float = 0.2, geometry_scale: float = 0.125,
-                  noise_dim: int = 64, hidden: int = 128, generator: torch.Generator | None = None) -> nn.Module:
+                  noise_dim: int = 64, hidden: int = 128, generator: torch.Generator | None = None) -> Augmenter:
     """An identity-initialised :class:`Augmenter` (``generator`` seeds its hidden layers)."""
-    return _augmenter_class()(in_channels, color_scale=color_scale, geometry_scale=geometry_scale,
+    return Augmenter(in_channels, color_scale=color_scale, geometry_scale=geometry_scale,
                               noise_dim=noise_dim, hidden=hidden, generator=generator)
 
 
@@ -241,7 +223,7 @@ class AugmenterAdam(FunctionalAdam):
                          maximize=True)
 
 
-def augmenter_state(augmenter: nn.Module, opt: AugmenterAdam) -> dict[str, Any]:
+def augmenter_state(augmenter: Augmenter, opt: AugmenterAdam) -> dict[str, Any]:
     """The augmenter and its Adam state as plain data (for ``ctx.state`` and checkpoints): fresh
     float32 NumPy copies of every ``state_dict`` entry (``aug.<name>``: parameters and buffers),
     of the Adam moments and step counts (``adam.exp_avg.<name>``, ``adam.exp_avg_sq.<name>``,
@@ -276,7 +258,7 @@ def augmenter_state(augmenter: nn.Module, opt: AugmenterAdam) -> dict[str, Any]:
     return state
 
 
-def restore_augmenter(state: dict[str, Any], device: Any = "cpu") -> tuple[nn.Module, AugmenterAdam]:
+def restore_augmenter(state: dict[str, Any], device: Any = "cpu") -> tuple[Augmenter, AugmenterAdam]:
     """The augmenter (on ``device``) and its :class:`AugmenterAdam` from :func:`augmenter_state`'s
     output; the arrays are copied (the module never shares memory with ``state``). Adam step
     counts stay on the CPU, as :class:`AugmenterAdam` keeps them.
@@ -288,8 +270,6 @@ def restore_augmenter(state: dict[str, Any], device: Any = "cpu") -> tuple[nn.Mo
     >>> all(torch.equal(a, b) for a, b in zip(aug.state_dict().values(), back.state_dict().values()))
     True
     """
-    import torch
-
     # A throwaway generator: the hidden layers' init is overwritten, and the global RNG stays untouched.
     aug = new_augmenter(int(state["in_channels"]), color_scale=float(state["color_scale"]),
                         geometry_scale=float(state["geometry_scale"]), noise_dim=int(state["noise_dim"]),
@@ -309,26 +289,22 @@ def restore_augmenter(state: dict[str, Any], device: Any = "cpu") -> tuple[nn.Mo
     return aug, opt
 
 
-def augmenter_objective(augmenter: nn.Module, x: torch.Tensor, y: torch.Tensor, local_model: nn.Module,
+def augmenter_objective(augmenter: Augmenter, x: torch.Tensor, y: torch.Tensor, local_model: nn.Module,
                         global_model: nn.Module, noise: torch.Tensor) -> tuple[torch.Tensor, float, float]:
     """``(L_local − L_global, L_local, L_global)`` on ``a(x; φ, noise)`` (cross-entropy, both models
     as they are: in train mode, batch-norm buffers move unless the caller freezes them, as
     :func:`augmenter_update` does)."""
-    from torch.nn import functional as F
-
     xa = augmenter(x, noise)
     local = F.cross_entropy(local_model(xa), y)
     glob = F.cross_entropy(global_model(xa), y)
     return local - glob, float(local.detach()), float(glob.detach())
 
 
-def augmenter_update(augmenter: nn.Module, opt: AugmenterAdam, x: torch.Tensor, y: torch.Tensor,
+def augmenter_update(augmenter: Augmenter, opt: AugmenterAdam, x: torch.Tensor, y: torch.Tensor,
                      local_model: nn.Module, global_model: nn.Module, noise: torch.Tensor) -> tuple[float, float]:
     """One ascent step of φ on ``L_local − L_global`` (Algorithm 1, lines 11-12). Gradients reach
     φ only (``torch.autograd.grad``): the models' ``.grad`` are untouched. Returns
     ``(L_local, L_global)`` before the step; φ is left unchanged if either is not finite."""
-    import torch
-
     # Batch-norm buffers of both models are restored after the backward pass (frozen_buffers).
     with frozen_buffers(local_model), frozen_buffers(global_model):
         objective, local, glob = augmenter_objective(augmenter, x, y, local_model, global_model, noise)
@@ -346,26 +322,26 @@ class GCA(ClientMethod):
     name = "gca"
     description = "GCA: local SGD on images from an adversarial augmenter constrained by the global model (GFM ablation)"
     hparams = (GFM_INTERVAL, GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE)
-    use_sam = False
     scales_fp16_gradients = False  # the augmenter's ascent step takes its own gradient
 
     def __init__(self, cfg: Any):
         super().__init__(cfg)
+        self.interval = GFM_INTERVAL.of(cfg)
+        self.aug_lr = GFM_AUG_LR.of(cfg)
+        self.color_scale = GFM_COLOR_SCALE.of(cfg)
+        self.geometry_scale = GFM_GEOMETRY_SCALE.of(cfg)
+        self.rho: float | None = None  # GFM: the SAM radius (GCA steps without SAM)
         # client id -> (the ctx.state dict last written, its live augmenter, its Adam): saves the
         # rebuild while ctx.state still holds that very dict; never the source of truth.
-        self._cache: dict[int, tuple[dict[str, Any], Any, AugmenterAdam]] = {}
+        self._cache: dict[int, tuple[dict[str, Any], Augmenter, AugmenterAdam]] = {}
 
-    def _augmenter(self, ctx: ClientContext) -> tuple[nn.Module, AugmenterAdam]:
+    def _augmenter(self, ctx: ClientContext) -> tuple[Augmenter, AugmenterAdam]:
         """This client's augmenter and its Adam state: created on its first round, else the cached
         module if ``ctx.state[STATE_KEY]`` is the very dict this instance last wrote for the client,
         else rebuilt from that plain state (:func:`restore_augmenter`: a restored checkpoint, a
         fresh process)."""
-        import torch
-
         cfg = self.cfg
         if len(ctx.data.input_shape) != 3:
-            from fedtune.errors import ConfigError
-
             raise ConfigError(
                 f"field 'dataset': algorithm '{cfg.algorithm}' (client method {self.name}) augments images "
                 f"(N, C, H, W), but dataset '{cfg.dataset}' gives vectors of shape {tuple(ctx.data.input_shape)}; "
@@ -378,13 +354,13 @@ class GCA(ClientMethod):
         if held is not None:
             return restore_augmenter(held, ctx.device)
         gen = torch.Generator().manual_seed(_module_seed(cfg.seed, ctx.client_id, 0x47464D))
-        aug = new_augmenter(ctx.data.input_shape[0], color_scale=cfg.param("gfm_color_scale"),
-                            geometry_scale=cfg.param("gfm_geometry_scale"), generator=gen)
+        aug = new_augmenter(ctx.data.input_shape[0], color_scale=self.color_scale,
+                            geometry_scale=self.geometry_scale, generator=gen)
         aug.set_value_range(*ctx.data.value_range())
         aug = aug.to(ctx.device)
-        return aug, AugmenterAdam(aug.parameters(), lr=cfg.param("gfm_aug_lr"))
+        return aug, AugmenterAdam(aug.parameters(), lr=self.aug_lr)
 
-    def _keep(self, ctx: ClientContext, augmenter: nn.Module, opt: AugmenterAdam) -> None:
+    def _keep(self, ctx: ClientContext, augmenter: Augmenter, opt: AugmenterAdam) -> None:
         """Write the client's augmenter state to ``ctx.state`` (plain data) and cache the live
         objects against that very dict."""
         state = augmenter_state(augmenter, opt)
@@ -398,16 +374,13 @@ class GCA(ClientMethod):
         finally:
             self._keep(ctx, augmenter, aug_opt)
 
-    def _train(self, ctx: ClientContext, augmenter: nn.Module, aug_opt: AugmenterAdam) -> ClientOutcome:
-        import torch
-        from torch.nn import functional as F
-
+    def _train(self, ctx: ClientContext, augmenter: Augmenter, aug_opt: AugmenterAdam) -> ClientOutcome:
         model, cfg = ctx.model, self.cfg
-        interval = int(cfg.param("gfm_interval"))
+        interval = self.interval
         opt = self.start_round(ctx)
         augmenter.train()
         global_model = copy.deepcopy(model).requires_grad_(False)  # as received, in training mode
-        sam = SamDescent(opt, model, float(cfg.param("sam_rho")), ctx.record_step) if self.use_sam else None
+        sam = SamDescent(opt, model, self.rho, ctx.record_step) if self.rho is not None else None
         noise_gen = torch.Generator(device=ctx.device).manual_seed(
             _module_seed(cfg.seed, ctx.client_id, ctx.round, 0x4E4F49))
         taken = 0
@@ -451,4 +424,7 @@ class GFM(GCA):
     name = "gfm"
     description = "GFM: SAM steps on augmented images; augmenter maximises local - global loss (Alg. 1)"
     hparams = (SAM_RHO, *GCA.hparams)
-    use_sam = True
+
+    def __init__(self, cfg: Any):
+        super().__init__(cfg)
+        self.rho = SAM_RHO.of(cfg)

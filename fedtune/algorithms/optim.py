@@ -10,18 +10,19 @@ round). :func:`local_optimizer` is the one place a run's local optimiser is buil
 config (``local_optimizer``, ``local_lr``, ``local_momentum``, ``weight_decay``). Both local
 optimisers are rebuilt every round (their state does not outlive the round), step a chosen
 subset of tensors (:meth:`LocalSGD.step_tensors`, FedGaLA's gate) and expose ``param_groups``
-so ``torch.amp.GradScaler`` can unscale their gradients (``precision: fp16``).
-
-torch is imported inside the methods: importing this module (the algorithm registry does) never
-imports torch.
+so ``torch.amp.GradScaler`` can unscale their gradients (``precision: fp16``). The names a
+config may give (``local_optimizer``) are :data:`fedtune.algorithms.LOCAL_OPTIMIZERS`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-if TYPE_CHECKING:
-    import torch
+import torch
+from torch.optim.adam import adam
+from torch.optim.sgd import sgd
+
+from fedtune.algorithms import LOCAL_OPTIMIZERS
 
 
 class LocalSGD:
@@ -54,9 +55,6 @@ class LocalSGD:
         their momentum buffers, are left as they are."""
         if not indices:
             return
-        import torch
-        from torch.optim.sgd import sgd
-
         bufs = [self.buffers[i] for i in indices]
         with torch.no_grad():
             sgd([self.params[i] for i in indices], [self.params[i].grad for i in indices], bufs,
@@ -74,8 +72,6 @@ class LocalAdam(LocalSGD):
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float, weight_decay: float = 0.0, *,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
-        import torch
-
         super().__init__(params, lr, 0.0, weight_decay)
         self.betas, self.eps = (float(betas[0]), float(betas[1])), float(eps)
         self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
@@ -85,17 +81,11 @@ class LocalAdam(LocalSGD):
     def step_tensors(self, indices: Sequence[int]) -> None:
         if not indices:
             return
-        import torch
-        from torch.optim.adam import adam
-
         with torch.no_grad():
             adam([self.params[i] for i in indices], [self.params[i].grad for i in indices],
                  [self.exp_avgs[i] for i in indices], [self.exp_avg_sqs[i] for i in indices], [],
                  [self.steps[i] for i in indices], foreach=False, amsgrad=False, beta1=self.betas[0],
                  beta2=self.betas[1], lr=self.lr, weight_decay=self.weight_decay, eps=self.eps, maximize=False)
-
-
-LOCAL_OPTIMIZERS = ("sgd", "adam")
 
 
 def local_optimizer_settings(cfg: Any) -> dict[str, Any]:
@@ -135,8 +125,6 @@ class FunctionalAdam:
     def __init__(self, params: Iterable[torch.Tensor], lr: float, weight_decay: float = 0.0, *,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, decoupled_weight_decay: bool = False,
                  maximize: bool = False):
-        import torch
-
         self.params = [p for p in params if p.requires_grad]
         self.lr, self.weight_decay = float(lr), float(weight_decay)
         self.betas, self.eps = (float(betas[0]), float(betas[1])), float(eps)
@@ -150,9 +138,6 @@ class FunctionalAdam:
         return int(self.steps[0]) if self.steps else 0
 
     def step(self, grads: Sequence[torch.Tensor]) -> None:
-        import torch
-        from torch.optim.adam import adam
-
         with torch.no_grad():
             adam(self.params, list(grads), self.exp_avgs, self.exp_avg_sqs, [], self.steps, foreach=False,
                  decoupled_weight_decay=self.decoupled_weight_decay, amsgrad=False, beta1=self.betas[0],
@@ -160,5 +145,5 @@ class FunctionalAdam:
                  maximize=self.maximize)
 
 
-__all__ = ["LOCAL_OPTIMIZERS", "FunctionalAdam", "LocalAdam", "LocalSGD", "local_optimizer", "local_optimizer_class",
+__all__ = ["FunctionalAdam", "LocalAdam", "LocalSGD", "local_optimizer", "local_optimizer_class",
            "local_optimizer_settings", "make_local_optimizer"]

@@ -5,9 +5,8 @@ chosen dtype; backward passes run outside it (:func:`autocast_off`, as PyTorch's
 does); parameters, optimiser state and the weights sent to the server stay float32. ``fp16``
 adds a ``torch.amp.GradScaler`` for the round (dynamic loss scaling; a step whose gradients are
 not finite is skipped and the scale lowered). ``fp16`` needs CUDA; ``bf16`` runs on CPU
-autocast and on CUDA devices that support it (:func:`check_device`).
-
-torch is imported inside the functions: the algorithm registry imports this module.
+autocast and on CUDA devices that support it (:func:`check_device`). The names a config may give
+(``precision``) are :data:`fedtune.algorithms.PRECISIONS`.
 """
 
 from __future__ import annotations
@@ -15,23 +14,21 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+import torch
+
+from fedtune.errors import ConfigError
 
 
 def autocast(device: Any, precision: str) -> contextlib.AbstractContextManager:
     """The context a forward pass runs in: ``torch.autocast`` for bf16/fp16, else nothing."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    import torch
-
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
 
 def autocast_off(device_type: str) -> contextlib.AbstractContextManager:
     """Leave any autocast region of ``device_type`` (for backward passes)."""
-    import torch
-
     if not torch.is_autocast_enabled(device_type):
         return contextlib.nullcontext()
     return torch.autocast(device_type=device_type, enabled=False)
@@ -39,10 +36,6 @@ def autocast_off(device_type: str) -> contextlib.AbstractContextManager:
 
 def check_device(precision: str, device: Any) -> None:
     """Raise a ConfigError when ``device`` cannot run ``precision`` (naming what can)."""
-    import torch
-
-    from fedtune.errors import ConfigError
-
     kind = torch.device(device).type
     if precision == "fp16" and kind != "cuda":
         raise ConfigError(f"field 'precision': fp16 needs a CUDA device, but this client runs on {kind}; "
@@ -55,6 +48,4 @@ def grad_scaler(device: Any, precision: str):
     """A fresh ``torch.amp.GradScaler`` for an fp16 round, else None."""
     if precision != "fp16":
         return None
-    import torch
-
     return torch.amp.GradScaler(torch.device(device).type)

@@ -1,17 +1,12 @@
-"""FedProx and SAM (FedSAM) client methods: local SGD with a proximal term, or sharpness-aware.
+"""SAM (FedSAM) client method: sharpness-aware local steps.
 
-* ``prox`` (FedProx, Li et al. 2020): minimise ``L(θ) + μ/2 ‖θ − θ_global‖²`` with local SGD,
-  ``θ_global`` the weights the client received this round. The proximal gradient
-  ``μ (θ − θ_global)`` is added to the batch gradient after ``backward`` (the same gradient as
-  differentiating the penalty, without putting it in the autograd graph); ``μ = 0`` adds nothing, so
-  it is bit-identical to ``sgd``. The reported training loss is the data (cross-entropy) loss only,
-  comparable across methods; the penalty is the ``diag.prox_penalty`` column (mean over steps).
-* ``sam`` (SAM, Foret et al. 2021; FedSAM, Caldarola et al. 2022): per batch, the ascent
-  ``ε = ρ ∇L(θ) / ‖∇L(θ)‖`` (one global norm over all trainable parameters), the gradient at
-  ``θ + ε``, and a step *from* ``θ`` with the local optimiser (:class:`LocalSGD`: momentum and
-  weight decay exactly as ``sgd``; weight decay acts on ``θ``, not on ``θ + ε``).
-  ``diag.sam_sharpness`` is the round's mean of ``L(θ + ε) − L(θ)`` on the batch (a one-sample
-  estimate of the flatness ``F_ρ`` of docs/methods.md §6, free because SAM evaluates both losses).
+``sam`` (SAM, Foret et al. 2021; FedSAM, Caldarola et al. 2022): per batch, the ascent
+``ε = ρ ∇L(θ) / ‖∇L(θ)‖`` (one global norm over all trainable parameters), the gradient at
+``θ + ε``, and a step *from* ``θ`` with the local optimiser (:class:`LocalSGD`: momentum and
+weight decay exactly as ``sgd``; weight decay acts on ``θ``, not on ``θ + ε``).
+``diag.sam_sharpness`` is the round's mean of ``L(θ + ε) − L(θ)`` on the batch (a one-sample
+estimate of the flatness ``F_ρ`` of docs/methods.md §6, free because SAM evaluates both losses).
+FedProx, the other regularised local SGD, is :mod:`fedtune.algorithms.prox`.
 
 Batch-norm running statistics in SAM: the first forward pass (at ``θ``) updates them as in plain
 SGD; the second pass (at ``θ + ε``) normalises with its own batch statistics (train mode, as
@@ -28,47 +23,19 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
 
 from fedtune.algorithms.base import HParam
-from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, RecordStep, descend
+from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, RecordStep
 from fedtune.algorithms.optim import LocalSGD
 from fedtune.algorithms.precision import autocast_off
 
-if TYPE_CHECKING:  # torch is imported lazily: the coordinator never needs it
-    import torch
-    from torch import nn
-
-
-@dataclass(frozen=True)
-class PositiveHParam(HParam):
-    """An :class:`HParam` whose lower bound ``lo`` is exclusive (``value > lo``), e.g. ``sam_rho > 0``.
-
-    >>> PositiveHParam("r", 1.0, "radius", lo=0.0).check(0.5, "test")
-    0.5
-    >>> PositiveHParam("r", 1.0, "radius", lo=0.0).check(0, "test")
-    Traceback (most recent call last):
-    ...
-    fedtune.errors.ConfigError: field 'r' (test): 0 is out of range; allowed: > 0
-    """
-
-    def check(self, value: Any, owner: str) -> Any:
-        from fedtune.errors import ConfigError
-
-        if self.lo is not None and not isinstance(value, bool):
-            try:
-                num = float(value)
-            except (TypeError, ValueError):
-                num = None  # the base check reports the type error
-            if num is not None and not num > self.lo:  # also rejects NaN
-                rng = f"> {self.lo:g}" + (f" and <= {self.hi:g}" if self.hi is not None else "")
-                raise ConfigError(f"field '{self.name}' ({owner}): {value!r} is out of range; allowed: {rng}")
-        return super().check(value, owner)
-
-
-PROX_MU = HParam("prox_mu", 0.01, "FedProx proximal weight mu: local loss + mu/2 ||theta - theta_global||^2", lo=0.0)
-SAM_RHO = PositiveHParam("sam_rho", 0.02, "SAM neighbourhood radius rho: eps = rho grad/||grad|| (GFM paper: 0.02)",
-                         lo=0.0)
+SAM_RHO = HParam("sam_rho", 0.02, "SAM neighbourhood radius rho: eps = rho grad/||grad|| (GFM paper: 0.02)",
+                 lo=0.0, lo_open=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -82,8 +49,6 @@ def sam_perturbation(grads: Sequence[torch.Tensor | None], rho: float) -> list[t
     >>> [e.tolist() for e in sam_perturbation([torch.tensor([3.0]), torch.tensor([4.0])], 0.5)]
     [[0.30000001192092896], [0.4000000059604645]]
     """
-    import torch
-
     present = [g for g in grads if g is not None]
     if not present:
         return [None] * len(grads)
@@ -106,8 +71,6 @@ def frozen_buffers(model: nn.Module | None) -> Iterator[None]:
     try:
         yield
     finally:
-        import torch
-
         with torch.no_grad():
             for b, copy in saved:
                 b.copy_(copy)
@@ -146,8 +109,6 @@ def sam_step(optimizer: LocalSGD, closure: Callable[[], torch.Tensor], rho: floa
     plain SGD would step on, which is the sample auto-β's estimators need (docs/methods.md §2). With plain SGD (no momentum/decay) the update is
     ``θ' = θ − lr ∇L(θ + ρ ∇L(θ)/‖∇L(θ)‖)``.
     """
-    import torch
-
     params = optimizer.params
     loss = closure()
     value = float(loss.detach())
@@ -179,31 +140,8 @@ def sam_step(optimizer: LocalSGD, closure: Callable[[], torch.Tensor], rho: floa
     return SamStep(value, perturbed_value)
 
 
-def add_prox_gradient(params: Sequence[torch.Tensor], anchors: Sequence[torch.Tensor], mu: float) -> float:
-    """Add FedProx's ``μ (θ − θ_anchor)`` to each ``param.grad`` (in place, where a gradient
-    exists) and return the penalty ``μ/2 ‖θ − θ_anchor‖²`` (over all params).
-
-    >>> import torch
-    >>> p = torch.tensor([1.0, 2.0], requires_grad=True); p.grad = torch.zeros(2)
-    >>> add_prox_gradient([p], [torch.zeros(2)], 0.5), p.grad.tolist()
-    (1.25, [0.5, 1.0])
-    """
-    import torch
-
-    total = 0.0
-    with torch.no_grad():
-        for p, a in zip(params, anchors):
-            diff = p.detach() - a
-            total += float(diff.pow(2).sum())
-            if p.grad is not None:
-                p.grad.add_(diff, alpha=float(mu))
-    return 0.5 * float(mu) * total
-
-
 def cross_entropy_closure(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], torch.Tensor]:
     """``() -> cross_entropy(model(x), y)`` for :func:`sam_step` (recomputed at the current weights)."""
-    from torch.nn import functional as F
-
     return lambda: F.cross_entropy(model(x), y)
 
 
@@ -231,36 +169,16 @@ class SamDescent:
 
 
 # ------------------------------------------------------------------------------------------------
-class Prox(ClientMethod):
-    name = "prox"
-    description = "FedProx: local SGD on loss + prox_mu/2 ||theta - theta_global||^2"
-    hparams = (PROX_MU,)
-
-    def train(self, ctx: ClientContext) -> ClientOutcome:
-        from torch.nn import functional as F
-
-        mu = float(self.cfg.param("prox_mu"))
-        model, opt = ctx.model, self.start_round(ctx)
-        anchors = [p.detach().clone() for p in opt.params] if mu > 0 else []
-        penalty = 0.0
-
-        def add_prox() -> None:  # after recording the batch gradient: the record excludes the prox term
-            nonlocal penalty
-            if mu > 0:
-                penalty += add_prox_gradient(opt.params, anchors, mu)
-
-        def step(x: torch.Tensor, y: torch.Tensor) -> float:
-            return descend(opt, F.cross_entropy(model(x), y), ctx.record_step, add_prox)
-
-        return self.local_loop(ctx, step, lambda steps: {"prox_penalty": penalty / max(steps, 1)})
-
-
 class SAM(ClientMethod):
     name = "sam"
     description = "SAM local steps (FedSAM): gradient at theta + sam_rho grad/||grad||, step from theta"
     hparams = (SAM_RHO,)
     scales_fp16_gradients = False  # two gradients per step through torch.autograd.grad
 
+    def __init__(self, cfg: Any):
+        super().__init__(cfg)
+        self.rho = SAM_RHO.of(cfg)
+
     def train(self, ctx: ClientContext) -> ClientOutcome:
-        sam = SamDescent(self.start_round(ctx), ctx.model, float(self.cfg.param("sam_rho")), ctx.record_step)
+        sam = SamDescent(self.start_round(ctx), ctx.model, self.rho, ctx.record_step)
         return self.local_loop(ctx, sam, sam.metrics)

@@ -19,13 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fedtune.algorithms.aggregate import (  # noqa: F401  (weighted_sum, fedavg_weights, BLOCK: re-exported)
-    BLOCK,
-    fedavg_buffers,
-    fedavg_step,
-    fedavg_weights,
-    weighted_sum,
-)
+from fedtune.algorithms.aggregate import fedavg_buffers, fedavg_step
 from fedtune.algorithms.base import HParam
 
 
@@ -55,7 +49,9 @@ class ServerRule:
     """Base class. Subclasses set ``name``/``hparams`` and implement :meth:`aggregate`.
 
     ``cfg`` is the validated :class:`~fedtune.config.FederatedRunConfig`; a rule reads its own
-    hyperparameters with ``cfg.param(name)``.
+    hyperparameters once, typed, when it is built (``self.kappa = OMG_KAPPA.of(cfg)`` in
+    ``__init__``; a classmethod such as :meth:`check_config` reads ``OMG_KAPPA.of(cfg)`` too).
+    Server rules are NumPy only: the coordinator, which never imports torch, builds them.
     """
 
     name: ClassVar[str]

@@ -32,15 +32,16 @@ client method so that hyperparameters mean the same everywhere).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
 
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
-from fedtune.algorithms.gala import GALA_GATE, GALA_TAU, GatedClientMixin  # NumPy only at import
-
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+from fedtune.algorithms.gala_client import GALA_GATE, GALA_TAU, GatedClientMixin
+from fedtune.errors import ConfigError
 
 CROP_SCALE = (0.3, 1.0)  # area fraction of the random crop (SimCLR: 0.08..1; small images need more)
 CROP_RATIO = (3 / 4, 4 / 3)  # aspect ratio (width / height) of the crop
@@ -69,9 +70,6 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
     >>> round(float(nt_xent(z, z, 1.0)), 4)     # log(e + 2) - 1: positive cosine 1, negatives 0 and 0
     0.5514
     """
-    import torch
-    import torch.nn.functional as F
-
     if not temperature > 0:
         raise ValueError(f"nt_xent temperature: {temperature} is out of range; allowed: > 0")
     if z1.shape != z2.shape or z1.dim() != 2:
@@ -102,23 +100,16 @@ def two_views(x: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor
 
 
 def _uniform(generator, shape, lo: float, hi: float, device) -> torch.Tensor:
-    import torch
-
     return (lo + (hi - lo) * torch.rand(shape, generator=generator)).to(device)
 
 
 def _augment_vectors(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    import torch
-
     std = x.detach().std(dim=0, unbiased=False, keepdim=True)
     noise = torch.randn(tuple(x.shape), generator=generator).to(device=x.device, dtype=x.dtype)
     return x + VECTOR_NOISE * std * noise
 
 
 def _augment_images(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    import torch
-    import torch.nn.functional as F
-
     b, c = x.shape[0], x.shape[1]
     dev, dt = x.device, x.dtype
     area = _uniform(generator, (b,), *CROP_SCALE, dev)
@@ -144,8 +135,6 @@ def _augment_images(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor
 
 
 def _colour_jitter(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    import torch
-
     b, dev, dt = x.shape[0], x.device, x.dtype
     s = JITTER_STRENGTH
     u = torch.rand(b, 5, generator=generator).to(device=dev, dtype=dt)
@@ -172,18 +161,15 @@ class SimCLRLoss:
 
     def __init__(self, temperature: float):
         if not temperature > 0:
-            from fedtune.errors import ConfigError
-
             raise ConfigError(f"field 'simclr_temperature': {temperature} is out of range; allowed: > 0")
         self.temperature = float(temperature)
 
     @classmethod
     def from_cfg(cls, cfg: Any) -> SimCLRLoss:
-        return cls(float(cfg.param(SIMCLR_TEMPERATURE.name)))
+        """The loss at the run's ``simclr_temperature``."""
+        return cls(SIMCLR_TEMPERATURE.of(cfg))
 
     def __call__(self, model: nn.Module, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        import torch
-
         v1, v2 = two_views(x, generator)
         z1, z2 = model(torch.cat([v1, v2])).chunk(2)
         return nt_xent(z1, z2, self.temperature)
@@ -191,7 +177,7 @@ class SimCLRLoss:
 
 def projector_head(cfg: Any) -> dict[str, Any]:
     """``build_model`` keyword arguments of an unsupervised (SimCLR-style) run: the projector head."""
-    return {"head": "projector", "proj_dim": int(cfg.param(SIMCLR_PROJ_DIM.name))}
+    return {"head": "projector", "proj_dim": SIMCLR_PROJ_DIM.of(cfg)}
 
 
 class SimCLR(ClientMethod):
@@ -202,13 +188,17 @@ class SimCLR(ClientMethod):
     hparams = (SIMCLR_TEMPERATURE, SIMCLR_PROJ_DIM)
     supervised = False
 
+    def __init__(self, cfg: Any):
+        super().__init__(cfg)
+        self.loss_fn = SimCLRLoss.from_cfg(cfg)
+
     @staticmethod
     def model_head(cfg: Any) -> dict[str, Any]:
         """How the runtime builds this method's model (see :func:`projector_head`)."""
         return projector_head(cfg)
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
-        loss_fn = SimCLRLoss.from_cfg(self.cfg)
+        loss_fn = self.loss_fn
         model, opt = ctx.model, self.start_round(ctx)
         # labels (y) are never read; the views draw from the data-order generator, on top of the
         # run's training augmentation (augment) when it has one
@@ -216,13 +206,13 @@ class SimCLR(ClientMethod):
 
 
 # FedGaLA's local alignment on the SimCLR loss (docs/methods.md §3, the paper's own setting): the
-# step above, with the optimiser swapped for fedtune.algorithms.gala.GatedSGD by the mixin.
+# step above, with the optimiser swapped for fedtune.algorithms.gala_client.GatedSGD by the mixin.
 
 
 class GalaSimCLR(GatedClientMixin, SimCLR):
     """FedGaLA's client in the unsupervised setting: :class:`SimCLR` (views, NT-Xent, projector)
     whose every tensor-step is gated by ``gala_tau`` against the last global move
-    (:class:`~fedtune.algorithms.gala.GatedSGD`; no gating in round 1). Metric ``gala_skipped``:
+    (:class:`~fedtune.algorithms.gala_client.GatedSGD`; no gating in round 1). Metric ``gala_skipped``:
     the fraction of skipped tensor-steps this round."""
 
     name = "gala-simclr"

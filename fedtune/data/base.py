@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedtune.errors import DataError
 
 from ._util import check_domain, check_indices
 

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import DataError, DatasetInfo, DomainDataset
+from fedtune.errors import DataError
+
+from .base import DatasetInfo, DomainDataset
 from .cache import ImageMap, cache_entry, cached_images, resolve_cache_dir
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")

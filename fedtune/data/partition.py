@@ -41,10 +41,10 @@ import math
 
 import numpy as np
 
-from fedtune.errors import shown
+from fedtune.errors import DataError, shown
 
 from ._util import as_index, rng_for
-from .base import ClientSpec, DataError, DatasetInfo, FederatedPlan, Pieces
+from .base import ClientSpec, DatasetInfo, FederatedPlan, Pieces
 
 SETTINGS: tuple[str, ...] = ("fdg", "fl", "fda", "ufdg")
 MIN_CLIENT_EXAMPLES = 4

@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedtune.errors import shown
+from fedtune.errors import DataError, shown
 
-from .base import DataError, DatasetInfo, DomainDataset
+from .base import DatasetInfo, DomainDataset
 
 
 @dataclass(frozen=True)

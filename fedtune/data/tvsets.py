@@ -24,7 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import DataError, DatasetInfo, DomainDataset
+from fedtune.errors import DataError
+
+from .base import DatasetInfo, DomainDataset
 
 _DIGITS = tuple(str(i) for i in range(10))
 _FASHION = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",

@@ -16,12 +16,13 @@ The rooms of this package:
   :mod:`~fedtune.results.study_dir` (every file name of a study),
   :mod:`~fedtune.results.status` (the status words).
 
-Everything public is importable from here (``from fedtune.results import ResultsStore, load``).
-The names load on first use, so a process that only needs the floor (the status words, the file
-names: the coordinator and client actors) does not import pyarrow.
+Every name is imported from its module (``from fedtune.results.store import ResultsStore, load``):
+this package re-exports nothing, so a process that only needs the floor (the status words, the
+file names: the coordinator and client actors) does not import pyarrow.
 
 >>> import tempfile
->>> from fedtune.results import ResultsStore, load, summarize_trial
+>>> from fedtune.results.store import ResultsStore, load
+>>> from fedtune.results.summary import summarize_trial
 >>> store = ResultsStore(tempfile.mkdtemp(), "demo")
 >>> rows = [{"trial_id": "t0", "round": r, "val_acc": 0.5 + r / 10, "hp.lr": 0.1}
 ...         for r in range(3)]
@@ -31,36 +32,3 @@ names: the coordinator and client actors) does not import pyarrow.
 >>> load(store.study_dir).num_rows, load(store.study_dir, "trials").num_rows
 (3, 1)
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-# public name -> the module of this package that owns it
-_OWNERS = {
-    **dict.fromkeys(("CorruptResultsError", "ForeignResultsError", "rows_to_table"), "arrow"),
-    **dict.fromkeys(("ResultsWriteError", "StorageFullError"), "atomic"),
-    **dict.fromkeys(("IDENTITY_COLUMNS", "REQUIRED_COLUMNS", "ROUND_COLUMN_DOCS", "ROUND_CORE_SCHEMA", "TABLES",
-                     "TIMESTAMP", "TRIAL_COLUMN_DOCS", "TRIAL_CORE_SCHEMA", "schema_markdown"), "schema"),
-    **dict.fromkeys(("LOCK_TIMEOUT_S", "NAME_RULE", "TEMP_MIN_AGE_S", "ResultsStore", "TrialsLockTimeout",
-                     "check_name", "check_output_dir", "check_study_dir", "check_writable", "clean_stray_temp_files",
-                     "corrupt_files", "is_study_dir", "load", "quarantine"), "store"),
-    **dict.fromkeys(("LOCK_FILE", "ROUNDS_DIR", "TRIALS_FILE"), "study_dir"),
-    "summarize_trial": "summary",
-}
-
-__all__ = sorted(_OWNERS)
-
-
-def __getattr__(name: str) -> Any:
-    owner = _OWNERS.get(name)
-    if owner is None:
-        raise AttributeError(f"module 'fedtune.results' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"fedtune.results.{owner}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_OWNERS))

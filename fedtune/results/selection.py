@@ -2,7 +2,7 @@
 of a search is selected (as DomainBed's ``model_selection.py``; docs/methods.md §5).
 
 Every consumer goes through this module: ``trials.parquet`` (:func:`fedtune.results.summarize_trial`),
-``fedtune report`` (:mod:`fedtune.tune.report`), the objective a sweep tells Optuna
+``fedtune report`` (:mod:`fedtune.reports.report`), the objective a sweep tells Optuna
 (:func:`objective_values`) and the configuration ``--seeds`` re-runs.
 
 Protocols (:data:`PROTOCOLS`):

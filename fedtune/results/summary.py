@@ -49,7 +49,7 @@ def summarize_trial(
     Identity columns (study, trial_id, algorithm, ...) come from the last round row, else
     from ``config``. Rows are ordered by ``round`` (duplicates: the last one wins). The
     reported round and score of each selection protocol come from
-    :func:`fedtune.selection.choose_round`: ``best_round`` / ``best_val_acc`` /
+    :func:`fedtune.results.selection.choose_round`: ``best_round`` / ``best_val_acc`` /
     ``target_acc_at_best_val`` (``val``: the highest finite ``val_acc``, earliest on ties, and
     the target accuracy *at that round*), ``target_val_round`` / ``best_target_val_acc`` /
     ``target_acc_at_best_target_val`` (``target-val``, fda) and ``final_oracle_acc``
@@ -67,7 +67,23 @@ def summarize_trial(
     (1, 0.3, 0.9, 12.5)
     """
     ordered = _by_round(rows)
+    out = _identity(ordered, config)
+    out.update(status=status, rounds_done=len(ordered), **_reported(ordered))
+    start, end = to_timestamp(started_at, "started_at"), to_timestamp(ended_at, "ended_at")
+    out.update(
+        total_wall_s=_total_wall_s(ordered, start, end),
+        started_at=start,
+        ended_at=end,
+        error=error,
+        restarts=None,  # sweeps: set by the Tune callback (fedtune.tune.callback)
+        config_json=to_json(dict(config)),
+    )
+    out.update(_hparams(ordered, config))
+    return out
 
+
+def _identity(ordered: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity columns (study, trial_id, algorithm, ...): the last round row's, else ``config``'s."""
     out: dict[str, Any] = {}
     for name in IDENTITY_COLUMNS:
         value = None
@@ -76,7 +92,12 @@ def summarize_trial(
                 value = r[name]
                 break
         out[name] = value if value is not None else config.get(name)
+    return out
 
+
+def _reported(ordered: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``final_*`` values and, per selection protocol, the reported round and score
+    (:func:`fedtune.results.selection.choose_round`)."""
     def last(col: str) -> Any:
         for r in reversed(ordered):
             if r.get(col) is not None:
@@ -87,19 +108,10 @@ def summarize_trial(
     tval = selection.choose_round(ordered, "target-val")
     oracle = selection.choose_round(ordered, "oracle")
 
-    start, end = to_timestamp(started_at, "started_at"), to_timestamp(ended_at, "ended_at")
-    if start is not None and end is not None:
-        total = (end - start).total_seconds()
-    else:
-        walls = [float(r["wall_s"]) for r in ordered if _finite(r.get("wall_s"))]
-        total = float(sum(walls)) if walls else None
-
     def score(c: selection.Choice, v: float) -> float | None:
         return None if c.round is None or math.isnan(v) else v
 
-    out.update(
-        status=status,
-        rounds_done=len(ordered),
+    return dict(
         final_val_acc=last("val_acc"),
         final_target_acc=last("target_acc"),
         best_val_acc=score(val, val.score),
@@ -109,19 +121,24 @@ def summarize_trial(
         target_val_round=tval.round,
         target_acc_at_best_target_val=score(tval, tval.target_acc),
         final_oracle_acc=score(oracle, oracle.score),
-        total_wall_s=total,
-        started_at=start,
-        ended_at=end,
-        error=error,
-        restarts=None,  # sweeps: set by the Tune callback (fedtune.tune.callback)
-        config_json=to_json(dict(config)),
     )
 
+
+def _total_wall_s(ordered: Sequence[Mapping[str, Any]], start: _dt.datetime | None,
+                  end: _dt.datetime | None) -> float | None:
+    """``ended_at - started_at`` in seconds when both are known, else the sum of the rows' ``wall_s``."""
+    if start is not None and end is not None:
+        return (end - start).total_seconds()
+    walls = [float(r["wall_s"]) for r in ordered if _finite(r.get("wall_s"))]
+    return float(sum(walls)) if walls else None
+
+
+def _hparams(ordered: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``hp.*`` columns: ``config``'s ``hp`` dict and ``hp.*`` keys, then the rows' (later wins)."""
     hps: dict[str, Any] = {}
     if isinstance(config.get("hp"), Mapping):
         hps.update({f"hp.{k}": v for k, v in config["hp"].items()})
     hps.update({k: v for k, v in config.items() if isinstance(k, str) and k.startswith("hp.")})
     for r in ordered:
         hps.update({k: v for k, v in r.items() if k.startswith("hp.") and v is not None})
-    out.update(hps)
-    return out
+    return hps

@@ -83,7 +83,11 @@ class Coordinator:
     and scored on the odd positions of each source client's validation split (a fixed,
     seed-independent split)."""
 
-    def __init__(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any]):
+    def __init__(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any], *,
+                 needs_global_move: bool):
+        """``needs_global_move``: the run's client method wants the last global move
+        (:attr:`~fedtune.algorithms.client.ClientMethod.needs_global_move`), told by the driver so
+        that the coordinator never imports the client method (nor torch)."""
         from fedtune.config import FederatedRunConfig
 
         self.cfg = cfg = FederatedRunConfig.from_validated(cfg_dict)
@@ -95,9 +99,8 @@ class Coordinator:
         self.pool = self._make_pool(pool_spec)
         weights, self.layout, self.num_model_params = self.pool.initial_state()
         self.weights = np.array(weights, dtype=np.float32)  # own, writable copy
-        resolved = cfg.resolved
-        self.rule = resolved.server_rule(cfg, self.layout)
-        self.needs_global_move = resolved.client_method.needs_global_move
+        self.rule = cfg.resolved.server_rule(cfg, self.layout)  # NumPy only: the client method stays unimported
+        self.needs_global_move = bool(needs_global_move)
         self.global_move: np.ndarray | None = None  # θ^t − θ^(t−1), kept only when a client method needs it
         self.shards = eval_shards(plan)  # target-test shards, then ufdg's target-probe shards
         self._publish()
@@ -159,7 +162,7 @@ class Coordinator:
     def _fit_round(self, round: int) -> FitRound:
         """The round's participants train from the global model (with the server rule's payload,
         and the last global move where the client method needs it); their replies, by client."""
-        from fedtune.data import sample_participants
+        from fedtune.data.partition import sample_participants
 
         participants = sample_participants(self.plan.num_clients, self.plan.participation, self.cfg.seed, round)
         t0 = time.perf_counter()
@@ -175,7 +178,7 @@ class Coordinator:
         check: the example-weighted training loss and, unless it is NaN/Inf, the server rule's
         new global model, taken only when it is finite. Returns (train loss, round status,
         ``diag.*`` metrics); a diverged round keeps the old global model."""
-        from fedtune.algorithms import fedavg_weights
+        from fedtune.algorithms.aggregate import fedavg_weights
 
         n = np.array(fit.of("num_examples"), dtype=np.float64)
         losses = np.array(fit.of("losses"), dtype=np.float64)
@@ -256,7 +259,8 @@ class Coordinator:
         self.global_move = None if move is None else np.array(move, dtype=np.float32)
         self._publish()
 
-    def reconfigure(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any]) -> None:
+    def reconfigure(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any], *,
+                    needs_global_move: bool) -> None:
         """Start over as the coordinator of another run on already re-configured client actors
         (Tune ``reuse_actors``): the constructor again, without shutting the pool's actors down."""
-        self.__init__(cfg_dict, plan, pool_spec)
+        self.__init__(cfg_dict, plan, pool_spec, needs_global_move=needs_global_move)

@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from fedtune.config import FederatedRunConfig
-from fedtune.data import get_dataset, make_plan
+from fedtune.data.registry import get_dataset
+from fedtune.data.partition import make_plan
 from fedtune.data.base import FederatedPlan
 from fedtune.results.status import COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING
 from fedtune.runtime.cluster import cluster_nodes, cluster_view, connect_ray
 from fedtune.runtime.remote_errors import ray_get
-from fedtune.runtime.resources import ResourceError, ResourcePlan, resource_plan_of
+from fedtune.errors import ResourceError
+from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 
 
 def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
@@ -83,7 +85,8 @@ class FederatedRun:
         if self.cfg.backend == "local":
             from fedtune.runtime.coordinator import Coordinator
 
-            self.coordinator = Coordinator(self.cfg.to_dict(), self.plan, {"kind": "local"})
+            self.coordinator = Coordinator(self.cfg.to_dict(), self.plan, {"kind": "local"},
+                                           needs_global_move=self.resolved.client_method.needs_global_move)
             self._call = lambda name, *a: getattr(self.coordinator, name)(*a)
             return
         import ray
@@ -119,7 +122,8 @@ class FederatedRun:
         coord_cls = ray.remote(max_restarts=0)(Coordinator)
         self.coordinator = coord_cls.options(num_cpus=res.coordinator_cpus, num_gpus=res.coordinator_gpus,
                                              scheduling_strategy=strategy).remote(
-            cfg_dict, self.plan, factory.pool_spec(actors))
+            cfg_dict, self.plan, factory.pool_spec(actors),
+            needs_global_move=self.resolved.client_method.needs_global_move)
         self._call = lambda name, *a: ray_get(getattr(self.coordinator, name).remote(*a))
 
     def describe(self) -> dict[str, Any]:
@@ -198,7 +202,9 @@ class FederatedRun:
                 actors = self.client_handles()  # the live ones (a restarted actor has a new handle)
                 ray.get([a.reconfigure.remote(cfg_dict, [plan.clients[c] for c in factory.assignment[w]], w,
                                               factory.shards[w]) for w, a in enumerate(actors)])
-                ray.get(self.coordinator.reconfigure.remote(cfg_dict, plan, factory.pool_spec(actors)))
+                ray.get(self.coordinator.reconfigure.remote(
+                    cfg_dict, plan, factory.pool_spec(actors),
+                    needs_global_move=cfg.resolved.client_method.needs_global_move))
             except RayActorError:
                 keep = False  # an actor died meanwhile: start over below
         if keep:
@@ -311,9 +317,9 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
     An output folder that cannot be written is refused before anything starts (ConfigError). A
     write the disk refuses (full, permissions) ends the run with the trial row written when it
     fits (status ``failed``, its rounds those on disk) and raises a
-    :class:`~fedtune.results.ResultsWriteError` whose one line names the file and where the
+    :class:`~fedtune.results.atomic.ResultsWriteError` whose one line names the file and where the
     finished rounds are."""
-    from fedtune.results import ResultsStore, ResultsWriteError, summarize_trial
+    from fedtune.results.store import ResultsStore
 
     t_start = time.perf_counter()
     started_at = datetime.now(timezone.utc)
@@ -327,7 +333,7 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
     info: dict[str, Any] = {}
     # Bad input (unknown names, missing data, impossible setting, an output folder that cannot be
     # written) raises here, before anything starts and before anything is written.
-    from fedtune.results import check_output_dir
+    from fedtune.results.store import check_output_dir
 
     check_output_dir(cfg.output, "field 'output' (--output)", study=cfg.name)
     store = ResultsStore(cfg.output, cfg.name)
@@ -383,11 +389,24 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
             import ray
 
             ray.shutdown()
+    _end_run(cfg, store, trial_id, rows[:written], status, error, started_at, failure)
+    return RunResult(trial_id, status, rows, store.study_dir, store.rounds_dir / f"{trial_id}.parquet",
+                     error, first_round_s, info)
+
+def _end_run(cfg: FederatedRunConfig, store: Any, trial_id: str, rows: list[dict[str, Any]], status: str,
+             error: str | None, started_at: datetime, failure: BaseException | None) -> None:
+    """After a run: write its trial row from the ``rows`` on disk (not for a refused launch, which
+    ran nothing), then raise what ended it, a refused write first as one line naming what was
+    kept; return when it ended normally."""
+    from fedtune.results.atomic import ResultsWriteError
+    from fedtune.results.summary import summarize_trial
+
+    written = len(rows)
     row_failure: ResultsWriteError | None = None
     refused = isinstance(failure, ResourceError) and not isinstance(failure, ResultsWriteError)
     if not refused:  # a refused launch ran nothing: no trial row
         cfg_json = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
-        summary = summarize_trial(rows[:written], config=json.loads(cfg_json), status=status, error=error,
+        summary = summarize_trial(rows, config=json.loads(cfg_json), status=status, error=error,
                                   started_at=started_at, ended_at=datetime.now(timezone.utc))
         summary.update({"study": cfg.name, "trial_id": trial_id, "algorithm": cfg.algorithm,
                         "dataset": cfg.dataset, "seed": cfg.seed})
@@ -406,8 +425,6 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
         if row_failure is not None:
             failure.add_note(f"the trial row could not be written: {row_failure}")
         raise failure
-    return RunResult(trial_id, status, rows, store.study_dir, store.rounds_dir / f"{trial_id}.parquet",
-                     error, first_round_s, info)
 
 
 def _kept(store: Any, trial_id: str, written: int, row_failure: BaseException | None,

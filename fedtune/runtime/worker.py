@@ -65,8 +65,9 @@ class ClientWorker:
                  shards: list[TargetShard] | None = None, manage_threads: bool = True):
         from fedtune.algorithms.precision import check_device
         from fedtune.config import FederatedRunConfig
-        from fedtune.data import get_dataset
-        from fedtune.models import FlatLayout, build_model, check_model_size, prepare_for_device
+        from fedtune.data.registry import get_dataset
+        from fedtune.layout import FlatLayout
+        from fedtune.models import build_model, check_model_size, prepare_for_device
         from fedtune.runtime.augment import make_augment
         from fedtune.runtime.examples import client_examples
 
@@ -177,8 +178,7 @@ class ClientWorker:
         ``batch_size``, or the client's whole training set when that is smaller."""
         import torch
 
-        from fedtune.algorithms import ClientContext
-        from fedtune.algorithms.client import effective_batch_size
+        from fedtune.algorithms.client import ClientContext, effective_batch_size
         from fedtune.algorithms.precision import grad_scaler
         from fedtune.models import get_flat
 

@@ -1,8 +1,9 @@
-"""Hyperparameter studies on Ray Tune: search spaces, trainable, results callback, sweeps, reports.
+"""Hyperparameter studies on Ray Tune + Optuna: the trainable, the results callback, the sweep.
 
-``spaces`` (search-space YAML) · ``trainable`` (one run = one Tune trial) · ``callback`` (the Arrow
-store's single writer) · ``plan`` (sweep options and searches, checked before Ray starts) ·
-``optuna_search`` (the Optuna searcher and storage) · ``progress`` (the live view) · ``sweep`` (runs
-a study; ``resume``, ``tune_env``, ``active`` help it) · ``report`` and its helpers (tables,
-report.md, plots).
+``trainable`` (one run = one Tune trial) · ``callback`` (the Arrow store's single writer) ·
+``plan`` (sweep options and searches, checked before Ray starts) · ``optuna_search`` (the Optuna
+searcher and storage) · ``progress`` (the live view) · ``sweep`` (runs a study; ``resume``,
+``tune_env``, ``active`` help it) · ``seed_runs`` (``--seeds``).
+
+Search spaces are :mod:`fedtune.spaces`; reports (tables, report.md, plots) :mod:`fedtune.reports`.
 """

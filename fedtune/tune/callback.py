@@ -44,8 +44,10 @@ from typing import Any
 
 from ray.tune import Callback
 
-from fedtune.results import ResultsStore, ResultsWriteError, load, summarize_trial
+from fedtune.results.atomic import ResultsWriteError
 from fedtune.results.status import COMPLETED, DIVERGED, FAILED, PRUNED
+from fedtune.results.store import ResultsStore, load
+from fedtune.results.summary import summarize_trial
 
 __all__ = ["ArrowCallback", "trial_row", "trial_status", "write_failure"]
 
@@ -64,7 +66,7 @@ _WHAT_TO_DO = "free space (or make the folder writable), then resume the study"
 def write_failure(study_dir: str | os.PathLike[str], *, clear: bool = True,
                   resume_command: str | None = None) -> ResultsWriteError | None:
     """The first write of the study in ``study_dir`` that the disk refused to an
-    :class:`ArrowCallback` of this process (a :class:`~fedtune.results.StorageFullError` for a full
+    :class:`ArrowCallback` of this process (a :class:`~fedtune.results.atomic.StorageFullError` for a full
     device), its one-line message naming the file, what is intact and what to do (``resume_command``:
     the command that resumes the study); None when every write landed. ``clear`` forgets it (it has
     been reported). The sweep checks this after ``tuner.fit()``, whether fit raised or not."""
@@ -101,7 +103,7 @@ def trial_row(rows: list[Mapping[str, Any]], cfg: Any, *, study: str, trial_id: 
               started_at: Any, ended_at: Any, restarts: int, last_row: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``trials.parquet`` row of a trial that ended after its round ``rows`` (in round order):
     its status (:func:`trial_status` of ``last_row``, the last row it reported; default the last
-    of ``rows``), the summary of :func:`fedtune.results.summarize_trial`, and its identity from
+    of ``rows``), the summary of :func:`fedtune.results.summary.summarize_trial`, and its identity from
     ``cfg`` (its :class:`~fedtune.config.FederatedRunConfig`, or None when the trial's
     configuration was refused)."""
     config_dict = json.loads(json.dumps(cfg.to_dict(), sort_keys=True, default=str)) if cfg is not None else {}

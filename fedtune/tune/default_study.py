@@ -7,7 +7,7 @@ import copy
 import os
 from typing import Any
 
-from fedtune.tune.plan import SweepOptions
+from fedtune.tune.options import SweepOptions
 
 __all__ = ["DEFAULT_ALGORITHMS", "DEFAULT_STUDY", "apply_default_study", "is_default_study"]
 
@@ -25,7 +25,7 @@ none, so its search is its one configuration), every shared knob fixed at one va
 method; up to 3 Optuna trials per search (the first: the space's defaults); the whole search
 repeated over 3 trial seeds so the table has an error bar that includes selection variance. On
 2 cores trials run one at a time (:func:`apply_default_study`). Its report says plainly which
-gaps it can and cannot resolve (:meth:`fedtune.tune.report.Report.conclusions`)."""
+gaps it can and cannot resolve (:meth:`fedtune.reports.report.Report.conclusions`)."""
 
 
 def is_default_study(opts: SweepOptions) -> bool:
@@ -38,7 +38,7 @@ def apply_default_study(opts: SweepOptions) -> SweepOptions:
     """The no-argument study: :data:`DEFAULT_STUDY` on the algorithms of :data:`DEFAULT_ALGORITHMS`
     that are registered and have a search space."""
     from fedtune.algorithms import PRESETS
-    from fedtune.tune.spaces import list_spaces
+    from fedtune.spaces.lookup import list_spaces
 
     spaces = set(list_spaces())
     algos = [a for a in DEFAULT_ALGORITHMS if a in PRESETS and a in spaces]

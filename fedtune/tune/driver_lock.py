@@ -21,7 +21,6 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from pathlib import Path
 
 from filelock import FileLock, Timeout
 
@@ -54,6 +53,7 @@ def study_driver(study_dir: str | os.PathLike[str], command: str = "fedtune swee
     ``create`` is false: then a missing folder takes no lock (the block reports it).
 
     >>> import tempfile
+    >>> from pathlib import Path
     >>> d = Path(tempfile.mkdtemp()) / "s"
     >>> with study_driver(d, "first"):
     ...     try:

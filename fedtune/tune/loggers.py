@@ -287,7 +287,7 @@ class FedtuneWandbLogger(_OncePerRound, WandbLoggerCallback):
 
 def logger_callbacks(loggers: Sequence[str], study_dir: str | Path, study: str, search: str) -> list[Any]:
     """Tune callbacks of ``--logger`` names (already validated by
-    :meth:`fedtune.tune.plan.SweepOptions.validate`), in the order given. ``wandb``'s settings
+    :meth:`fedtune.tune.options.SweepOptions.validate`), in the order given. ``wandb``'s settings
     are checked here too (:func:`check_wandb`): a ConfigError line before any trial starts, not a
     logging actor failing where nobody sees it."""
     out: list[Any] = []

@@ -1,5 +1,5 @@
 """Optuna inside Ray Tune for a sweep: fedtune's searcher, the study's Optuna storage (SQLite
-``optuna.db``, or the ``--optuna-storage`` URL: :mod:`fedtune.tune.optuna_url`), the samplers and
+``optuna.db``, or the ``--optuna-storage`` URL: :mod:`fedtune.results.optuna_url`), the samplers and
 schedulers, and closing trials a killed driver left open.
 
 :mod:`fedtune.tune.sweep` imports this module only when a study runs (it imports Ray Tune and
@@ -51,9 +51,10 @@ from fedtune.errors import ConfigError
 from fedtune.results import status
 from fedtune.results.selection import is_finite
 from fedtune.tune.active import ACTIVE
-from fedtune.tune.optuna_url import journal_path, shown
+from fedtune.results.optuna_url import journal_path, shown
 from fedtune.results.selection import objective_values
-from fedtune.tune.plan import SAMPLERS, optuna_storage_url
+from fedtune.tune.options import SAMPLERS
+from fedtune.tune.plan import optuna_storage_url
 
 __all__ = ["EXHAUSTED", "MAX_DUPLICATE_ASKS", "SQLITE_TIMEOUT_S", "STORAGE_RETRY_S", "FedtuneJournalStorage", "FedtuneOptunaSearch", "FedtuneRDBStorage",
            "check_storage_opens", "constant_liar", "ended_early", "make_sampler", "make_scheduler", "optuna_storage",
@@ -172,7 +173,7 @@ class FedtuneJournalStorage(JournalStorage):
 def optuna_storage(study_dir: str | os.PathLike[str], *, url: str | None = None, timeout_s: float = SQLITE_TIMEOUT_S,
                    retry_s: float = STORAGE_RETRY_S) -> FedtuneRDBStorage | FedtuneJournalStorage:
     """The Optuna storage of a study: ``url`` (``--optuna-storage``, checked by
-    :func:`fedtune.tune.optuna_url.check_optuna_storage`) or by default ``optuna.db`` in
+    :func:`fedtune.results.optuna_url.check_optuna_storage`) or by default ``optuna.db`` in
     ``study_dir``. A database is an ``RDBStorage`` whose SQLite connections wait ``timeout_s``
     for a lock and whose every call is retried with backoff while the database is locked (up to
     ``retry_s``); ``journal:///PATH`` is a ``JournalStorage`` on that file. Pickled into Tune's
@@ -296,7 +297,7 @@ class FedtuneOptunaSearch(OptunaSearch):
         ``fedtune_exhausted`` says so). The search also ends once ``num_samples`` trials of its
         Optuna study have run or are running here (:meth:`spent`), so a driver restarted from an
         older snapshot does not run more trials than were asked for."""
-        from fedtune.tune.spaces import strip_switches
+        from fedtune.spaces.model import strip_switches
 
         budget = getattr(self, "fedtune_num_samples", None)
         for _ in range(MAX_DUPLICATE_ASKS):

@@ -15,12 +15,12 @@ studies share the one ``optuna.db`` because the algorithms' spaces differ (a sin
 study must keep one search space, and TPE models one objective landscape); every study name
 starts with ``<study>/`` so ``optuna.get_all_study_names`` finds them all.
 
-**Objective** (the protocol is :mod:`fedtune.selection`'s). ``--selection val`` (default,
+**Objective** (the protocol is :mod:`fedtune.results.selection`'s). ``--selection val`` (default,
 honest): the metric is ``val_acc`` (source validation); ``--selection target-val`` (fda only):
 ``target_val_acc``, the target client's held-out labels; ``--selection oracle``: ``oracle_acc``,
 a held-out slice of the target domain, and every table says "oracle". ``--metric`` alone
 implies the protocol of its first metric. A trial's objective value is the metric at the round
-the protocol reports (:func:`fedtune.selection.objective`: the best round for ``val`` and
+the protocol reports (:func:`fedtune.results.selection.objective`: the best round for ``val`` and
 ``target-val``, the last round for ``oracle``); ``target_acc`` (the rest of the target) is
 always recorded and never chooses.
 
@@ -37,10 +37,9 @@ means over rounds; accuracies/losses are the best over rounds.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -50,198 +49,7 @@ from fedtune.errors import ConfigError
 from fedtune.results import selection as _protocol
 from fedtune.results.study_dir import StudyDir
 
-__all__ = [
-    "KNOBS", "LOGGERS", "METRICS", "SAMPLERS", "SCHEDULERS", "SELECTIONS", "Search",
-    "StudyPlan", "SweepOptions", "abs_path", "optuna_storage_url", "plan_study", "seeds_for",
-]
-
-SAMPLERS = ("tpe", "random", "cmaes", "nsga2")
-SCHEDULERS = ("fifo", "asha")
-KNOBS = ("all", "own")
-"""``--knobs``: ``all`` searches every parameter; ``own`` each algorithm's own (:func:`fedtune.algorithms.own_knobs`),
-every shared one fixed at one value for every method (:func:`fedtune.tune.study_start.own_knob_spaces`)."""
-LOGGERS: dict[str, tuple[str, str] | None] = {"csv": None, "tensorboard": ("tensorboardX", "tensorboard"),
-                                              "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
-"""``--logger`` names (:mod:`fedtune.tune.loggers`): the module each needs and fedtune's pip extra
-that installs it (csv needs nothing more than Ray Tune)."""
-SELECTIONS = _protocol.PROTOCOLS
-
-METRICS: dict[str, str] = {
-    "val_acc": "max", "val_loss": "min", "target_val_acc": "max", "target_val_loss": "min",
-    "oracle_acc": "max", "oracle_loss": "min", "train_loss": "min",
-    "server_s": "min", "client_s": "min", "wall_s": "min", "bytes_moved": "min",
-}
-"""Metrics a study may optimise, with their direction. The first (selection) metric is the
-protocol's score or loss (:data:`fedtune.selection.SCORE` / ``LOSS``): ``val_acc``/``val_loss``
-(``val``), ``target_val_acc``/``target_val_loss`` (``target-val``), ``oracle_acc``/``oracle_loss``
-(``oracle``); further objectives (multi-objective) may be any cost metric. ``target_acc`` is
-what is reported and never an objective."""
-
-_SELECTION_METRICS = {p: (_protocol.SCORE[p], _protocol.LOSS[p]) for p in _protocol.PROTOCOLS}
-_COST_METRICS = ("train_loss", "server_s", "client_s", "wall_s", "bytes_moved")
-
-@dataclass
-class SweepOptions:
-    """Everything ``fedtune sweep`` takes (the CLI flags, one to one).
-
-    ``target_domain``: a domain, ``"all"`` (leave-one-domain-out over every domain) or None
-    (the dataset's default target). ``metric``: the objective metric(s), first = selection
-    metric; None = ``val_acc`` (``target_acc`` under oracle), plus ``server_s`` with nsga2.
-    ``overrides``: ``--set`` fields, applied to every trial (a field the space samples is an
-    error). ``max_concurrent``: None = as many as the cluster fits.
-
-    >>> SweepOptions(algorithms=["fedavg"]).metrics()
-    ['val_acc']
-    >>> SweepOptions(sampler="nsga2", selection="oracle").metrics()
-    ['oracle_acc', 'server_s']
-    >>> SweepOptions(metric=["target_val_acc"]).protocol()
-    'target-val'
-    """
-
-    spaces: list[str] = field(default_factory=list)
-    algorithms: list[str] = field(default_factory=list)
-    dataset: str | None = None
-    data_root: str | None = None
-    target_domain: str | None = None
-    rounds: int | None = None
-    num_samples: int = 8
-    seeds: int = 1
-    max_concurrent: int | None = None
-    scheduler: str = "fifo"
-    sampler: str = "tpe"
-    metric: list[str] | None = None
-    selection: str | None = None  # None: the protocol of --metric's first metric, else val
-    trial_seeds: int = 1
-    address: str | None = None
-    output: str = "fedtune_results"
-    name: str | None = None
-    verbose: bool = False
-    overrides: dict[str, Any] = field(default_factory=dict)
-    sampler_seed: int = 0
-    grace_period: int = 1
-    reduction_factor: float = 2.0
-    report: bool = True
-    max_failures: int = 0  # --max-failures: restarts of a failed trial (from its last checkpoint); -1: unlimited
-    storage_path: str | None = None  # --storage-path: Tune's storage (shared dir or URI); None: <study>/tune
-    scale_up_timeout_s: float = 900.0  # --scale-up-timeout: how long trials may wait for the autoscaler
-    optuna_storage: str | None = None  # --optuna-storage: a shared Optuna storage URL (fedtune.tune.optuna_url)
-    loggers: tuple[str, ...] = ()  # --logger: Ray Tune logger callbacks (csv, tensorboard, mlflow, wandb)
-    config: str | None = None  # --config FILE.yaml: where config_fields came from (messages, study.json)
-    config_fields: dict[str, Any] = field(default_factory=dict)  # its run fields; overrides (--set) win
-    knobs: str | None = None  # --knobs: None/"all": every parameter; "own": each algorithm's own, shared ones fixed
-
-    def metrics(self) -> list[str]:
-        """The objective metrics, first = the selection metric."""
-        if self.metric:
-            return list(self.metric)
-        first = _protocol.SCORE.get(self.protocol(), "val_acc")
-        return [first, "server_s"] if self.sampler == "nsga2" else [first]
-
-    def protocol(self) -> str:
-        """The selection protocol: ``selection``, else the one ``--metric``'s first metric belongs
-        to, else ``val``."""
-        if self.selection is not None:
-            return self.selection
-        if self.metric:
-            return _protocol.protocol_of_metric(self.metric[0]) or _protocol.DEFAULT
-        return _protocol.DEFAULT
-
-    def modes(self) -> list[str]:
-        """``max``/``min`` per objective metric."""
-        return [METRICS[m] for m in self.metrics()]
-
-    def validate(self) -> None:
-        """Raise ConfigError naming the option and the allowed values."""
-        def choice(name: str, value: Any, allowed: Sequence[str]) -> None:
-            if value not in allowed:
-                raise ConfigError(f"option '--{name}': '{value}' is not allowed; allowed: {', '.join(allowed)}")
-
-        choice("sampler", self.sampler, SAMPLERS)
-        if self.knobs is not None:
-            choice("knobs", self.knobs, KNOBS)
-        choice("scheduler", self.scheduler, SCHEDULERS)
-        choice("selection", self.protocol(), SELECTIONS)
-        for name, value, lo in (("num-samples", self.num_samples, 1), ("seeds", self.seeds, 1),
-                                ("trial-seeds", self.trial_seeds, 1),
-                                ("grace-period", self.grace_period, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-                raise ConfigError(f"option '--{name}': {value!r} is not allowed; allowed: an integer >= {lo}")
-        if self.max_concurrent is not None and (not isinstance(self.max_concurrent, int) or self.max_concurrent < 1):
-            raise ConfigError(f"option '--max-concurrent': {self.max_concurrent!r} is not allowed; allowed: an integer >= 1")
-        if self.rounds is not None and (not isinstance(self.rounds, int) or self.rounds < 1):
-            raise ConfigError(f"option '--rounds': {self.rounds!r} is not allowed; allowed: an integer >= 1")
-        if not self.reduction_factor > 1:
-            raise ConfigError(f"option '--reduction-factor': {self.reduction_factor!r} is not allowed; allowed: > 1")
-        if self.seeds > 1 and self.trial_seeds > 1:
-            raise ConfigError(f"options '--seeds {self.seeds}' and '--trial-seeds {self.trial_seeds}' cannot be "
-                              "combined; allowed: --trial-seeds K (K whole searches: ± includes selection variance) "
-                              "or --seeds K (K re-runs of each selected configuration)")
-        metrics = self.metrics()
-        for m in metrics:
-            if m in ("target_acc", "target_loss") and m == metrics[0]:
-                raise ConfigError(f"option '--metric': '{m}' is the reported target accuracy and never chooses "
-                                  "(honest selection never chooses by the target domain's reported examples); "
-                                  f"allowed first metrics: {', '.join(v for p in SELECTIONS for v in _SELECTION_METRICS[p])} "
-                                  "(--selection oracle chooses by a held-out slice of the target: oracle_acc)")
-            if m not in ("target_acc", "target_loss"):
-                choice("metric", m, list(METRICS))
-        if len(set(metrics)) != len(metrics):
-            raise ConfigError(f"option '--metric': {','.join(metrics)} names a metric twice")
-        allowed_first = _SELECTION_METRICS[self.protocol()]
-        if metrics[0] not in allowed_first:
-            raise ConfigError(f"option '--metric': '{metrics[0]}' cannot be the selection metric under --selection "
-                              f"{self.protocol()} (it chooses by {_protocol.SCORE[self.protocol()]}); allowed: "
-                              f"{', '.join(allowed_first)}")
-        for m in metrics[1:]:
-            if m not in _COST_METRICS:
-                raise ConfigError(f"option '--metric': a further objective must be a cost metric, not '{m}'; "
-                                  f"allowed: {', '.join(_COST_METRICS)}")
-        if not isinstance(self.max_failures, int) or isinstance(self.max_failures, bool) or self.max_failures < -1:
-            raise ConfigError(f"option '--max-failures': {self.max_failures!r} is not allowed; allowed: an integer "
-                              ">= 0 (restarts of a failed trial), or -1 (unlimited)")
-        if not (isinstance(self.scale_up_timeout_s, (int, float)) and self.scale_up_timeout_s > 0):
-            raise ConfigError(f"option '--scale-up-timeout': {self.scale_up_timeout_s!r} is not allowed; allowed: "
-                              "seconds > 0")
-        if self.storage_path is not None:
-            from fedtune.tune.tune_storage import check_storage_path
-
-            check_storage_path(self.storage_path)
-        _check_loggers(self.loggers)
-        if self.optuna_storage is not None:
-            from fedtune.tune.optuna_url import check_optuna_storage
-
-            check_optuna_storage(self.optuna_storage)
-        if self.sampler == "cmaes":
-            import importlib.util
-
-            if len(metrics) > 1:
-                raise ConfigError("option '--sampler': cmaes optimises one objective; use nsga2 or tpe for "
-                                  f"{', '.join(metrics)}")
-            if importlib.util.find_spec("cmaes") is None:
-                raise ConfigError("option '--sampler': cmaes needs the 'cmaes' package (pip install cmaes); "
-                                  "allowed without it: tpe, random, nsga2")
-        if self.name is not None:
-            from fedtune.results import NAME_RULE, check_name
-
-            try:
-                check_name(self.name, "name")
-            except ValueError:
-                raise ConfigError(f"option '--name': '{self.name}' is not a valid study name; allowed: "
-                                  f"{NAME_RULE}") from None
-        if self.output is not None:
-            from fedtune.results import check_output_dir
-
-            check_output_dir(self.output, "option '--output'")
-        if self.target_domain is not None and str(self.target_domain).strip() == "":
-            raise ConfigError("option '--target-domain': empty; allowed: a domain name or 'all'")
-
-    def to_json(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self), default=str))
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SweepOptions:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+from fedtune.tune.options import SweepOptions
 
 
 @dataclass(frozen=True)
@@ -323,29 +131,6 @@ class StudyPlan:
 
 # ------------------------------------------------------------------------------------------------
 # Planning and validation (no Ray): every bad input fails here, before anything starts.
-def _check_loggers(loggers: Sequence[str]) -> None:
-    """``--logger``: known names, each once, and its package installed (else which extra to install).
-
-    >>> _check_loggers(["csv"])
-    >>> _check_loggers(["neptune"])
-    Traceback (most recent call last):
-    ...
-    fedtune.errors.ConfigError: option '--logger': 'neptune' is not allowed; allowed: csv, tensorboard, mlflow, wandb
-    """
-    import importlib.util
-
-    for name in loggers:
-        if name not in LOGGERS:
-            raise ConfigError(f"option '--logger': '{name}' is not allowed; allowed: {', '.join(LOGGERS)}")
-        needs = LOGGERS[name]
-        if needs is not None and importlib.util.find_spec(needs[0]) is None:
-            module, extra = needs
-            raise ConfigError(f"option '--logger': {name} needs the '{module}' package, which is not installed; "
-                              f"install it with: pip install 'fedtune[{extra}]'")
-    if len(set(loggers)) != len(loggers):
-        raise ConfigError(f"option '--logger': {', '.join(loggers)} names a logger twice; allowed: each once")
-
-
 def _given(opts: SweepOptions, key: str, value: Any = "...") -> str:
     """Where a trial field was set: ``--set key=value`` or the ``--config`` file's field."""
     if key in opts.config_fields and key not in opts.overrides:
@@ -374,7 +159,7 @@ def _default_name() -> str:
 def _load_spaces(opts: SweepOptions) -> list[Any]:
     """The search spaces of the study: the SPACE files, else one per ``--algorithm``."""
     from fedtune.algorithms import PRESETS
-    from fedtune.tune.spaces import load_space
+    from fedtune.spaces.lookup import load_space
 
     for a in opts.algorithms:
         if a not in PRESETS:
@@ -401,7 +186,7 @@ def _load_spaces(opts: SweepOptions) -> list[Any]:
 
 
 def _domains(dataset: str, data_root: str | None, overrides: Mapping[str, Any]) -> list[str]:
-    from fedtune.data import get_dataset
+    from fedtune.data.registry import get_dataset
 
     ds = get_dataset(dataset, root=data_root, image_size=overrides.get("image_size"),
                      data_seed=int(overrides.get("data_seed", 0) or 0))
@@ -412,16 +197,13 @@ def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
     """Validate ``opts`` and lay out the searches; raises ConfigError/DataError on bad input.
 
     Checks, in order: the options; every space file (unknown keys, ranges outside what the
-    algorithm allows, malformed YAML: :func:`fedtune.tune.spaces.load_space`); every ``--set``
+    algorithm allows, malformed YAML: :func:`fedtune.spaces.lookup.load_space`); every ``--set``
     field; then every search's default configuration as a full :class:`FederatedRunConfig` with its
     data plan (dataset, data root, target domain, setting), so nothing launches on bad input.
     """
-    from fedtune.runtime.driver import build_plan
-    from fedtune.tune.spaces import strip_switches
-
     opts.validate()
     if opts.optuna_storage is not None:  # saved normalised: --resume from elsewhere opens the same storage
-        from fedtune.tune.optuna_url import check_optuna_storage
+        from fedtune.results.optuna_url import check_optuna_storage
 
         opts.optuna_storage = check_optuna_storage(opts.optuna_storage)
     if opts.storage_path is not None:  # saved normalised (absolute), like --output
@@ -430,6 +212,24 @@ def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
         opts.storage_path = check_storage_path(opts.storage_path)
     spaces = _load_spaces(opts)
     overrides = {**opts.config_fields, **opts.overrides}  # --config FILE < --set
+    base = _base_config(opts, overrides, name)
+    output, study = base["output"], base["name"]
+    probe = FederatedRunConfig.from_dict({**base, "algorithm": spaces[0].algorithm}, source="--set")  # field errors first
+    targets = _targets(opts, probe, overrides)
+    searches: list[Search] = []
+    fixed: dict[str, dict[str, Any]] = {}
+    for space in spaces:
+        _check_space_clashes(opts, space, overrides)
+        for target in targets:
+            for rep, rep_fixed in _target_searches(opts, space, target, base, len(targets)):
+                searches.append(rep)
+                fixed[rep.key] = rep_fixed
+    return StudyPlan(options=opts, name=study, study_dir=Path(output) / study, searches=searches, fixed=fixed,
+                     targets=targets, base_seed=int(probe.seed))
+
+
+def _base_config(opts: SweepOptions, overrides: Mapping[str, Any], name: str | None) -> dict[str, Any]:
+    """What every trial shares: ``--config``/``--set`` fields, dataset options, output folder, study name."""
     for key in ("algorithm", "output", "name", "target_domain", "dataset", "data_root", "rounds", "address"):
         if key in overrides:
             flag = key.replace("_", "-")
@@ -444,51 +244,60 @@ def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
     output = abs_path(opts.output) or str(Path("fedtune_results").resolve())
     study = name or opts.name or _default_name()
     base["output"], base["name"] = output, study
-    probe = FederatedRunConfig.from_dict({**base, "algorithm": spaces[0].algorithm}, source="--set")  # field errors first
+    return base
 
-    if opts.target_domain == "all":
-        domains = _domains(probe.dataset, probe.data_root, overrides)
-        if len(domains) < 2:
-            raise ConfigError(f"option '--target-domain': 'all' needs a dataset with several domains; "
-                              f"'{probe.dataset}' has {len(domains)}")
-        targets: list[str | None] = list(domains)
-    else:
-        targets = [opts.target_domain]
 
-    searches: list[Search] = []
-    fixed: dict[str, dict[str, Any]] = {}
-    for space in spaces:
-        sampled = {p.name for p in space.params.values() if p.sampled}
-        clash = sorted(sampled & set(overrides))
-        if clash:
-            raise ConfigError(f"{_given(opts, clash[0])}: '{clash[0]}' is sampled by search space '{space.source}'; "
-                              "remove it from the space (or make it fixed there) or from --set/--config")
-        clash = sorted(k for k in space.constants if k in overrides and overrides[k] != space.constants[k])
-        if clash:
-            raise ConfigError(f"{_given(opts, clash[0], overrides[clash[0]])}: search space '{space.source}' sets "
-                              f"{clash[0]}={space.constants[clash[0]]}; allowed: the space's value")
-        for target in targets:
-            search = Search(space.algorithm, target, space.source, per_target=opts.target_domain == "all")
-            cfg_fixed = {**base, "algorithm": space.algorithm}
-            if target is not None:
-                cfg_fixed["target_domain"] = target
-            trial = {**cfg_fixed, **strip_switches(space.defaults())}
-            cfg = FederatedRunConfig.from_dict(trial, source=f"search '{search.key}'")
-            run_plan = build_plan(cfg)  # dataset, data root, target domain and setting checks
-            if search.per_target and run_plan.setting == "fl":
-                raise ConfigError(f"option '--target-domain': 'all' (leave-one-domain-out) needs a setting that "
-                                  f"holds a domain out; algorithm '{space.algorithm}' runs in setting 'fl', which "
-                                  f"pools every domain, so all {len(targets)} searches would be the same search; "
-                                  "allowed: one --target-domain (or none) with setting fl, or --set setting=fdg")
-            _protocol.check_protocol(opts.protocol(), run_plan.setting, oracle_fraction=cfg.oracle_fraction,
-                                     val_fraction=cfg.val_fraction, field="option '--selection':")
-            for k in range(opts.trial_seeds):  # k >= 1: the whole search again, other seeds (DomainBed)
-                rep = Search(space.algorithm, target, space.source, per_target=search.per_target, trial_seed=k)
-                searches.append(rep)
-                fixed[rep.key] = cfg_fixed if k == 0 else {**cfg_fixed, "seed": int(cfg.seed) + k,
-                                                           "data_seed": int(cfg.data_seed) + k}
-    return StudyPlan(options=opts, name=study, study_dir=Path(output) / study, searches=searches, fixed=fixed,
-                     targets=targets, base_seed=int(probe.seed))
+def _targets(opts: SweepOptions, probe: FederatedRunConfig, overrides: Mapping[str, Any]) -> list[str | None]:
+    """The target domains of the searches: every domain under ``--target-domain all``, else the one given."""
+    if opts.target_domain != "all":
+        return [opts.target_domain]
+    domains = _domains(probe.dataset, probe.data_root, overrides)
+    if len(domains) < 2:
+        raise ConfigError(f"option '--target-domain': 'all' needs a dataset with several domains; "
+                          f"'{probe.dataset}' has {len(domains)}")
+    return list(domains)
+
+
+def _check_space_clashes(opts: SweepOptions, space: Any, overrides: Mapping[str, Any]) -> None:
+    """A ``--set``/``--config`` field may neither be sampled by ``space`` nor contradict its constants."""
+    sampled = {p.name for p in space.params.values() if p.sampled}
+    clash = sorted(sampled & set(overrides))
+    if clash:
+        raise ConfigError(f"{_given(opts, clash[0])}: '{clash[0]}' is sampled by search space '{space.source}'; "
+                          "remove it from the space (or make it fixed there) or from --set/--config")
+    clash = sorted(k for k in space.constants if k in overrides and overrides[k] != space.constants[k])
+    if clash:
+        raise ConfigError(f"{_given(opts, clash[0], overrides[clash[0]])}: search space '{space.source}' sets "
+                          f"{clash[0]}={space.constants[clash[0]]}; allowed: the space's value")
+
+
+def _target_searches(opts: SweepOptions, space: Any, target: str | None, base: Mapping[str, Any],
+                     n_targets: int) -> list[tuple[Search, dict[str, Any]]]:
+    """(search, its fixed trial config) per ``--trial-seeds`` replicate of ``space`` and ``target``, once the
+    space's default configuration passed every check."""
+    from fedtune.runtime.driver import build_plan
+    from fedtune.spaces.model import strip_switches
+
+    search = Search(space.algorithm, target, space.source, per_target=opts.target_domain == "all")
+    cfg_fixed = {**base, "algorithm": space.algorithm}
+    if target is not None:
+        cfg_fixed["target_domain"] = target
+    trial = {**cfg_fixed, **strip_switches(space.defaults())}
+    cfg = FederatedRunConfig.from_dict(trial, source=f"search '{search.key}'")
+    run_plan = build_plan(cfg)  # dataset, data root, target domain and setting checks
+    if search.per_target and run_plan.setting == "fl":
+        raise ConfigError(f"option '--target-domain': 'all' (leave-one-domain-out) needs a setting that "
+                          f"holds a domain out; algorithm '{space.algorithm}' runs in setting 'fl', which "
+                          f"pools every domain, so all {n_targets} searches would be the same search; "
+                          "allowed: one --target-domain (or none) with setting fl, or --set setting=fdg")
+    _protocol.check_protocol(opts.protocol(), run_plan.setting, oracle_fraction=cfg.oracle_fraction,
+                             val_fraction=cfg.val_fraction, field="option '--selection':")
+    out = []
+    for k in range(opts.trial_seeds):  # k >= 1: the whole search again, other seeds (DomainBed)
+        rep = Search(space.algorithm, target, space.source, per_target=search.per_target, trial_seed=k)
+        out.append((rep, cfg_fixed if k == 0 else {**cfg_fixed, "seed": int(cfg.seed) + k,
+                                                   "data_seed": int(cfg.data_seed) + k}))
+    return out
 
 
 def seeds_for(base_seed: int, k: int) -> list[int]:

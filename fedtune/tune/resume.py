@@ -14,7 +14,8 @@ from typing import Any
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE, StudyDir, latest_study, read_study, studies_in
-from fedtune.tune.plan import StudyPlan, SweepOptions, plan_study
+from fedtune.tune.plan import StudyPlan, plan_study
+from fedtune.tune.options import SweepOptions
 
 __all__ = ["FAILED_UNRECORDED", "check_optuna_storage", "rebuild_trial_rows", "recover_seed_rows", "recover_trial_rows",
            "repair_round_files", "resumed_study", "study_space"]
@@ -47,19 +48,19 @@ def repair_round_files(study_dir: Path, console: Any = None) -> list[str]:
     its configuration, so the rows are the same but for timings); a trial without one (it was
     running) is left to Tune, which continues it. Returns one warning per file. An unreadable
     ``trials.parquet`` is an error naming it (its rows cannot be recomputed)."""
-    from fedtune import results
+    from fedtune.results.store import ResultsStore, corrupt_files, load, quarantine
     from fedtune.runtime.driver import FederatedRun, round_row
 
-    bad = results.corrupt_files(study_dir, "rounds")
+    bad = corrupt_files(study_dir, "rounds")
     if not bad:
         return []
     trials = {}
     if StudyDir(study_dir).trials.is_file():
-        trials = {r["trial_id"]: r for r in results.load(study_dir, "trials").to_pylist()}
-    store = results.ResultsStore(study_dir.parent, study_dir.name)
+        trials = {r["trial_id"]: r for r in load(study_dir, "trials").to_pylist()}
+    store = ResultsStore(study_dir.parent, study_dir.name)
     notes = []
     for path in bad:
-        moved = results.quarantine(path)
+        moved = quarantine(path)
         trial_id = path.stem
         row = trials.get(trial_id)
         if row is None or not row.get("config_json") or not row.get("rounds_done"):
@@ -94,23 +95,23 @@ class _RowRebuilder:
     by :func:`recover_trial_rows` and :func:`recover_seed_rows`), one note per row."""
 
     def __init__(self, study_dir: Path, console: Any = None) -> None:
-        from fedtune import results
+        from fedtune.results.store import ResultsStore, load
 
         self.files = StudyDir(study_dir)
-        self.store = results.ResultsStore(study_dir.parent, study_dir.name)
-        self.have = (set(results.load(study_dir, "trials").column("trial_id").to_pylist())
+        self.store = ResultsStore(study_dir.parent, study_dir.name)
+        self.have = (set(load(study_dir, "trials").column("trial_id").to_pylist())
                      if self.files.trials.is_file() else set())
         self.console = console
         self.notes: list[str] = []
 
     def rows(self, trial_id: str) -> list[dict[str, Any]]:
         """The trial's round rows in round order, null columns left out; none without a round file."""
-        from fedtune import results
+        from fedtune.results.store import load
 
         path = self.store.rounds_path(trial_id)
         if not path.is_file():
             return []
-        rows = sorted((r for r in results.load(path).to_pylist() if r.get("round") is not None),
+        rows = sorted((r for r in load(path).to_pylist() if r.get("round") is not None),
                       key=lambda r: int(r["round"]))
         return [{k: v for k, v in r.items() if v is not None} for r in rows]
 

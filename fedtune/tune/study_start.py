@@ -11,7 +11,8 @@ from typing import Any
 
 from fedtune.results import status
 from fedtune.results.study_dir import OPTUNA_FILE, SPACES_DIR, TUNE_DIR
-from fedtune.tune.plan import StudyPlan, SweepOptions, plan_study, seeds_for
+from fedtune.tune.plan import StudyPlan, plan_study, seeds_for
+from fedtune.tune.options import SweepOptions
 
 __all__ = ["command_line", "knob_summary", "new_study_data", "now", "own_knob_spaces", "relative", "say_knobs",
            "snapshot_spaces"]
@@ -91,7 +92,7 @@ def own_knob_spaces(plan: StudyPlan) -> dict[str, str]:
 
     from fedtune import yaml_safe
     from fedtune.algorithms import own_knobs
-    from fedtune.tune.spaces import load_space
+    from fedtune.spaces.lookup import load_space
 
     texts: dict[str, str] = {}
     fixed_by: dict[str, dict[str, Any]] = {}
@@ -132,7 +133,7 @@ def json_key(value: Any) -> str:
 def knob_summary(plan: StudyPlan) -> dict[str, Any]:
     """What each algorithm of ``plan`` searches and what it holds fixed (``study.json``'s ``knobs``
     and the sweep's first lines)."""
-    from fedtune.tune.spaces import load_space
+    from fedtune.spaces.lookup import load_space
 
     out: dict[str, Any] = {"mode": plan.options.knobs, "searched": {}, "shared_fixed": {}}
     for search in plan.searches:

@@ -22,9 +22,10 @@ a started one is ``Tuner.restore``-d from ``tune/<search>`` (unfinished trials c
 their last Tune checkpoint, ``--set checkpoint_every=N``, else from round 1; the Arrow
 callback keeps each (trial, round) once); one never started begins. The searcher (with its
 Optuna storage) comes back from Tune's experiment snapshot, taken every
-:data:`EXPERIMENT_SNAPSHOT_S` seconds; trials asked from Optuna after the last snapshot of a
-killed driver are left RUNNING in optuna.db and are told FAIL (``fedtune_status:
-orphaned``) when the search ends, so Optuna finally holds every trial in a finished state.
+:data:`fedtune.tune.tune_env.EXPERIMENT_SNAPSHOT_S` seconds; trials asked from Optuna after the
+last snapshot of a killed driver are left RUNNING in optuna.db and are told FAIL
+(``fedtune_status: orphaned``) when the search ends, so Optuna finally holds every trial in a
+finished state.
 Ray restores Tune's own settings (``--verbose`` included) from the first run.
 Without ``--name``, a new study is named ``sweep-<UTC time>`` and ``--resume`` continues the
 most recently started study in OUTPUT. A study directory that already holds a study is never
@@ -53,46 +54,22 @@ from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.results import status
 from fedtune.results.store import check_name, check_output_dir
-from fedtune.results.study_dir import OPTUNA_FILE, SPACES_DIR, STUDY_FILE, TUNE_DIR, latest_study, write_study
+from fedtune.results.study_dir import STUDY_FILE, TUNE_DIR, latest_study, write_study
 from fedtune.tune.active import ACTIVE as _ACTIVE
 from fedtune.tune.active import SESSIONS as _SESSIONS
 from fedtune.tune.capacity import concurrency_cap
 from fedtune.tune.default_study import apply_default_study, is_default_study
-from fedtune.tune.plan import (METRICS, SAMPLERS, SCHEDULERS, SELECTIONS, Search, StudyPlan, SweepOptions, abs_path,
-                               optuna_storage_url, plan_study, seeds_for)
-from fedtune.tune.resume import rebuild_trial_rows, repair_round_files, resumed_study
+from fedtune.tune.moved_modules import old_module_names
+from fedtune.tune.plan import Search, StudyPlan, abs_path, plan_study, seeds_for
+from fedtune.tune.options import SweepOptions
 from fedtune.tune.ray_lost import fit_stop
+from fedtune.tune.resume import rebuild_trial_rows, repair_round_files, resumed_study
 from fedtune.tune.seed_runs import seed_trial_id, selected_config
 from fedtune.tune.study_start import command_line, new_study_data, now, relative, say_knobs, snapshot_spaces
+from fedtune.tune.tune_env import signal_handlers_kept, tune_env
 from fedtune.tune.tune_storage import restorable
-from fedtune.tune.tune_env import EXPERIMENT_SNAPSHOT_S, signal_handlers_kept, tune_env
 
-__all__ = [
-    "EXPERIMENT_SNAPSHOT_S", "METRICS", "OPTUNA_FILE", "SAMPLERS",
-    "SCHEDULERS", "SELECTIONS", "STUDY_FILE", "SPACES_DIR", "TUNE_DIR", "Search", "StudyInterrupted", "StudyPlan",
-    "SweepOptions", "SweepResult", "concurrency_cap", "latest_study",
-    "make_sampler", "make_scheduler", "optuna_storage", "optuna_storage_url", "plan_study",
-    "reconcile_optuna", "repair_round_files", "run_sweep", "seeds_for", "trial_dirname",
-]
-
-# Names that live in modules importing Ray Tune and Optuna, loaded on first use so that importing
-# this module stays light. Tune experiments written before those modules existed pickled
-# FedtuneOptunaSearch, FedtuneRDBStorage and SweepProgress under this module's name: they resume too.
-_LAZY = {
-    "FedtuneOptunaSearch": "fedtune.tune.optuna_search", "FedtuneRDBStorage": "fedtune.tune.optuna_search",
-    "SQLITE_TIMEOUT_S": "fedtune.tune.optuna_search", "STORAGE_RETRY_S": "fedtune.tune.optuna_search",
-    "make_sampler": "fedtune.tune.optuna_search", "make_scheduler": "fedtune.tune.optuna_search",
-    "optuna_storage": "fedtune.tune.optuna_search", "reconcile_optuna": "fedtune.tune.optuna_search",
-    "SweepProgress": "fedtune.tune.progress",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["StudyInterrupted", "SweepResult", "run_sweep", "trial_dirname"]
 
 
 class StudyInterrupted(RuntimeError):
@@ -180,7 +157,8 @@ class _Study:
             _ACTIVE.pop("optuna_url", None)
 
     def _probe_configs(self) -> Iterator[dict[str, Any]]:
-        from fedtune.tune.spaces import load_space, strip_switches
+        from fedtune.spaces.lookup import load_space
+        from fedtune.spaces.model import strip_switches
 
         for s in self.plan.searches:
             yield {**self.plan.fixed[s.key], **strip_switches(load_space(s.space).defaults())}
@@ -217,11 +195,12 @@ class _Study:
         pointed at this study directory too, so a copied or moved study writes only here."""
         from ray import tune
 
-        from fedtune.results import ResultsStore
+        from fedtune.results.store import ResultsStore
         from fedtune.tune.callback import ArrowCallback
 
-        tuner = tune.Tuner.restore(str(exp_dir), trainable=self.trainable, resume_unfinished=True,
-                                   resume_errored=False)
+        with old_module_names():  # a study started before a module moved (fedtune.tune.moved_modules)
+            tuner = tune.Tuner.restore(str(exp_dir), trainable=self.trainable, resume_unfinished=True,
+                                       resume_errored=False)
         run_config = tuner._local_tuner.get_run_config()  # Ray keeps the callbacks of the first run
         for cb in run_config.callbacks or []:
             if isinstance(cb, ArrowCallback):
@@ -250,7 +229,7 @@ class _Study:
         hint = f"fedtune sweep --resume --name {self.plan.name} --output {self.plan.study_dir.parent}"
         error: Exception | None = None
         try:
-            with signal_handlers_kept():
+            with signal_handlers_kept(), old_module_names():  # the searcher's saved state unpickles here
                 tuner.fit()
         except Exception as exc:  # noqa: BLE001 - re-raised below unless it is a reason to stop the study
             error = exc
@@ -263,7 +242,7 @@ class _Study:
             stop = StudyInterrupted(f"study '{self.plan.name}' was interrupted during search '{key}'; continue it "
                                     f"with: {hint}")
         if stop is not None:
-            from fedtune.results import ResultsWriteError
+            from fedtune.results.atomic import ResultsWriteError
 
             row["state"] = state["status"] = status.INTERRUPTED
             try:
@@ -285,7 +264,7 @@ class _Study:
             optuna_storage,
             reconcile_optuna,
         )
-        from fedtune.tune.spaces import load_space
+        from fedtune.spaces.lookup import load_space
 
         state = self.search_state(search.key)
         total = self.opts.num_samples
@@ -472,7 +451,7 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
                 if on_ray is not None:
                     on_ray()
                 if resume:
-                    from fedtune.results import clean_stray_temp_files
+                    from fedtune.results.store import clean_stray_temp_files
 
                     removed = clean_stray_temp_files(plan.study_dir)
                     if removed:
@@ -490,7 +469,7 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
         data["completed_at"] = now()
         write_study(plan.study_dir, data)
         if opts.report:
-            from fedtune.tune.report import make_report
+            from fedtune.reports.report import make_report
 
             result.report = make_report(plan.study_dir)
             result.report_path = result.report.markdown_path

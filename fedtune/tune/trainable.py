@@ -67,8 +67,8 @@ from fedtune.runtime.cluster import cluster_nodes
 from fedtune.runtime.driver import FederatedRun, build_plan, round_row
 from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 
-__all__ = ["RESULT_KEYS", "FedtuneTrainable", "fedtune_trainable", "plan_from_bundles", "read_checkpoint",
-           "resources_for", "trial_resource_plan", "trial_run_config", "write_checkpoint"]
+__all__ = ["RESULT_KEYS", "FedtuneTrainable", "fedtune_trainable", "plan_from_bundles", "resources_for",
+           "trial_resource_plan", "trial_run_config"]
 
 RESULT_KEYS = ("round", "val_acc", "target_acc", "target_val_acc", "oracle_acc", "train_loss", "server_s", "status", "trial_id",
                "fedtune_trial_id", "algorithm", "fedtune_row", "done", "training_iteration",
@@ -90,14 +90,14 @@ Tune gave the trial (False for a trainable used outside Tune, whose run reserves
 # ------------------------------------------------------------------------------------------------
 def trial_run_config(config: Mapping[str, Any]) -> FederatedRunConfig:
     """The :class:`FederatedRunConfig` of a trial's flat config dict, with ``backend`` forced to ``"ray"``
-    and a search space's ``switch.*`` keys (:func:`fedtune.tune.spaces.strip_switches`) left out:
+    and a search space's ``switch.*`` keys (:func:`fedtune.spaces.model.strip_switches`) left out:
     switches steer sampling, they are not fields of a run.
 
     >>> cfg = trial_run_config({"rounds": 2, "backend": "local", "local_lr": 0.1})
     >>> cfg.backend, cfg.rounds, cfg.local_lr
     ('ray', 2, 0.1)
     """
-    from fedtune.tune.spaces import strip_switches
+    from fedtune.spaces.model import strip_switches
 
     return FederatedRunConfig.from_dict({**strip_switches(config), "backend": "ray"})
 
@@ -257,7 +257,7 @@ class FedtuneTrainable(tune.Trainable):
         out.update({
             "round": row["round"], "status": row["status"],
             "val_acc": float(row.get("val_acc", math.nan)), "target_acc": float(row.get("target_acc", math.nan)),
-            # the selection protocols' scores (fedtune.selection): NaN where the setting has none
+            # the selection protocols' scores (fedtune.results.selection): NaN where the setting has none
             "target_val_acc": float(row.get("target_val_acc", math.nan)),
             "oracle_acc": float(row.get("oracle_acc", math.nan)),
             "train_loss": float(row["train_loss"]), "server_s": float(row["server_s"]),

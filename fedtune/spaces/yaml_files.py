@@ -1,8 +1,8 @@
-"""Reading and validating one search-space YAML file into a :class:`~fedtune.tune.spaces_model.SearchSpace`.
+"""Reading and validating one search-space YAML file into a :class:`~fedtune.spaces.model.SearchSpace`.
 
 :func:`read_space_file` reads a file with :func:`fedtune.yaml_safe.load_file` (``yaml.safe_load``
 within size, nesting and alias-expansion limits); :func:`build_space` checks the
-mapping against the format described in :mod:`fedtune.tune.spaces` and against the
+mapping against the format described in :mod:`fedtune.spaces.lookup` and against the
 algorithm it names: every key, every distribution and whether it fits the hyperparameter's
 kind, every number, and every value the file can produce (range ends, defaults, choices,
 fixed values, ``otherwise``), by building a :class:`~fedtune.config.FederatedRunConfig` with it.
@@ -35,7 +35,7 @@ import yaml
 from fedtune import yaml_safe
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError, clipped, shown
-from fedtune.tune.spaces_model import DISTRIBUTIONS, ParamSpec, SearchSpace, Switch, value_in
+from fedtune.spaces.model import DISTRIBUTIONS, ParamSpec, SearchSpace, Switch, value_in
 
 __all__ = ["build_space", "read_space_file"]
 
@@ -203,6 +203,21 @@ def _scalar_list(src: str, key: str, value: Any) -> list[Any]:
 def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
     """Validate a parsed YAML document ``data`` (read from ``src``) into a :class:`SearchSpace`;
     ``expected`` as in :func:`read_space_file`."""
+    constants, description = _top_level(data, src, expected)
+    algo = _Algorithm(src, constants)
+    raw_switches, raw_params = _sections(data, src)
+    switches = _build_switches(src, algo, raw_switches, raw_params)
+    params: dict[str, ParamSpec] = {}
+    for name, body in raw_params.items():
+        params[str(name)] = _build_param(src, algo, str(name), body)
+    resolved = _resolve_conditions(src, algo, switches, params)
+    return SearchSpace(algorithm=constants["algorithm"], source=src, constants=constants, switches=switches,
+                       params=resolved, description=description)
+
+
+def _top_level(data: Any, src: str, expected: str | None) -> tuple[dict[str, Any], str]:
+    """The file's top-level keys checked: its constants (``algorithm`` first among them) and its
+    description."""
     if not isinstance(data, dict):
         raise ConfigError(f"{src}: a search space must be a YAML mapping with keys "
                           f"{', '.join(_TOP_KEYS)}; got {type(data).__name__}")
@@ -224,8 +239,11 @@ def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
     description = data.get("description") or ""
     if not isinstance(description, str):
         raise _err(src, "description", f"expected text, got {shown(description)}")
-    algo = _Algorithm(src, constants)
+    return constants, description
 
+
+def _sections(data: dict[str, Any], src: str) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """The file's ``switches`` (maybe empty) and ``params`` (not empty) mappings."""
     raw_switches = data.get("switches") or {}
     if not isinstance(raw_switches, dict):
         raise _err(src, "switches", f"expected a mapping of name: {{choices, default}}, got {shown(raw_switches)}")
@@ -233,7 +251,13 @@ def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
     if not isinstance(raw_params, dict) or not raw_params:
         raise _err(src, "params", f"expected a non-empty mapping of hyperparameter: {{distribution, ...}}, "
                                   f"got {shown(raw_params)}")
+    return raw_switches, raw_params
 
+
+def _build_switches(src: str, algo: _Algorithm, raw_switches: dict[Any, Any],
+                    raw_params: dict[Any, Any]) -> dict[str, Switch]:
+    """Every switch of the file, checked: a plain name no hyperparameter or field has, its choices
+    and its default among them."""
     switches: dict[str, Switch] = {}
     for name, body in raw_switches.items():
         key = f"switches.{name}"
@@ -251,12 +275,14 @@ def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
         if not value_in(body["default"], choices):
             raise _err(src, f"{key}.default", f"{shown(body['default'])} is not among the choices {shown(list(choices))}")
         switches[name] = Switch(name, choices, body["default"], str(body.get("help") or ""))
+    return switches
 
-    params: dict[str, ParamSpec] = {}
-    for name, body in raw_params.items():
-        params[str(name)] = _build_param(src, algo, str(name), body)
 
-    # Conditions: refer to a switch or to an unconditional categorical / fixed parameter.
+def _resolve_conditions(src: str, algo: _Algorithm, switches: dict[str, Switch],
+                        params: dict[str, ParamSpec]) -> dict[str, ParamSpec]:
+    """``params`` with every ``when`` condition checked and its values made canonical; a condition
+    refers to a switch or to an unconditional categorical / fixed parameter, and every switch is
+    used by one."""
     used: set[str] = set()
     resolved: dict[str, ParamSpec] = {}
     for name, p in params.items():
@@ -265,34 +291,36 @@ def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
             continue
         when: dict[str, tuple[Any, ...]] = {}
         for ref, allowed in p.when.items():
-            key = f"params.{name}.when.{ref}"
-            values = list(allowed)
-            if ref in switches:
-                options = switches[ref].choices
-                canon = values
-            elif ref in params and params[ref].distribution in ("categorical", "fixed") and not params[ref].when:
-                options = params[ref].choices if params[ref].distribution == "categorical" else (params[ref].value,)
-                canon = [algo.check_value(ref, key, v, "condition value") for v in values]
-            elif ref in params:
-                raise _err(src, key, f"a condition may refer to a switch or to an unconditional categorical "
-                                     f"or fixed parameter; {_q(ref)} is {params[ref].distribution}"
-                                     f"{' and conditional' if params[ref].when else ''}")
-            else:
-                known = list(switches) + [n for n, q in params.items() if q.distribution in ("categorical", "fixed")]
-                raise _err(src, key, f"{_q(ref)} is neither a switch nor a parameter of this file; "
-                                     f"conditions may use: {', '.join(known) or 'nothing (declare a switch)'}")
-            for v, c in zip(values, canon):
-                if not value_in(c, tuple(options)):
-                    raise _err(src, key, f"{shown(v)} is never taken by {_q(ref)}; its values: {shown(list(options))}")
-            when[ref] = tuple(canon)
+            when[ref] = _condition(src, algo, switches, params, f"params.{name}.when.{ref}", ref, list(allowed))
             used.add(ref)
         resolved[name] = dataclasses.replace(p, when=when)
     for name in switches:
         if name not in used:
             raise _err(src, f"switches.{name}", "no parameter's 'when' uses this switch")
+    return resolved
 
-    return SearchSpace(algorithm=algorithm, source=src, constants=constants, switches=switches,
-                       params=resolved, description=description)
+
+def _condition(src: str, algo: _Algorithm, switches: dict[str, Switch], params: dict[str, ParamSpec], key: str,
+               ref: str, values: list[Any]) -> tuple[Any, ...]:
+    """The canonical values of one condition ``ref: values`` (at ``key``), each one ``ref`` can take."""
+    if ref in switches:
+        options = switches[ref].choices
+        canon = values
+    elif ref in params and params[ref].distribution in ("categorical", "fixed") and not params[ref].when:
+        options = params[ref].choices if params[ref].distribution == "categorical" else (params[ref].value,)
+        canon = [algo.check_value(ref, key, v, "condition value") for v in values]
+    elif ref in params:
+        raise _err(src, key, f"a condition may refer to a switch or to an unconditional categorical "
+                             f"or fixed parameter; {_q(ref)} is {params[ref].distribution}"
+                             f"{' and conditional' if params[ref].when else ''}")
+    else:
+        known = list(switches) + [n for n, q in params.items() if q.distribution in ("categorical", "fixed")]
+        raise _err(src, key, f"{_q(ref)} is neither a switch nor a parameter of this file; "
+                             f"conditions may use: {', '.join(known) or 'nothing (declare a switch)'}")
+    for v, c in zip(values, canon):
+        if not value_in(c, tuple(options)):
+            raise _err(src, key, f"{shown(v)} is never taken by {_q(ref)}; its values: {shown(list(options))}")
+    return tuple(canon)
 
 
 def _build_param(src: str, algo: _Algorithm, name: str, body: Any) -> ParamSpec:
@@ -318,27 +346,7 @@ def _build_param(src: str, algo: _Algorithm, name: str, body: Any) -> ParamSpec:
 
     spec: dict[str, Any] = {"name": name, "distribution": dist, "help": str(body.get("help") or "")}
     if dist in ("uniform", "loguniform", "int"):
-        integer = dist == "int"
-        low = _number(src, f"{key}.low", body["low"], integer=integer)
-        high = _number(src, f"{key}.high", body["high"], integer=integer)
-        log = body.get("log", False)
-        if not isinstance(log, bool):
-            raise _err(src, f"{key}.log", f"expected true or false, got {shown(log)}")
-        if low > high:
-            raise _err(src, key, f"low {shown(low)} > high {shown(high)}")
-        if low == high:
-            raise _err(src, key, f"low == high == {shown(low)}; use distribution: fixed for a single value")
-        if dist == "loguniform" and low <= 0:
-            raise _err(src, f"{key}.low", f"loguniform needs low > 0, got {shown(low)}")
-        if dist == "int" and log and low < 1:
-            raise _err(src, f"{key}.low", f"int with log: true needs low >= 1, got {shown(low)}")
-        low = algo.check_value(name, f"{key}.low", low, "low")
-        high = algo.check_value(name, f"{key}.high", high, "high")
-        default = _number(src, f"{key}.default", body["default"], integer=integer)
-        if not low <= default <= high:
-            raise _err(src, f"{key}.default", f"default {shown(default)} is outside the range [{shown(low)}, {shown(high)}]")
-        default = algo.check_value(name, f"{key}.default", default, "default")
-        spec.update(low=low, high=high, log=log, default=default)
+        spec.update(_range(src, algo, name, dist, body))
     elif dist == "categorical":
         choices = _scalar_list(src, f"{key}.choices", body["choices"])
         canon = tuple(algo.check_value(name, f"{key}.choices", c, "choice") for c in choices)
@@ -364,3 +372,29 @@ def _build_param(src: str, algo: _Algorithm, name: str, body: Any) -> ParamSpec:
     else:
         spec["fallback"] = algo.defaults[name]
     return ParamSpec(**spec)
+
+
+def _range(src: str, algo: _Algorithm, name: str, dist: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """``low``, ``high``, ``log`` and ``default`` of a ``uniform``/``loguniform``/``int`` parameter, checked."""
+    key = f"params.{name}"
+    integer = dist == "int"
+    low = _number(src, f"{key}.low", body["low"], integer=integer)
+    high = _number(src, f"{key}.high", body["high"], integer=integer)
+    log = body.get("log", False)
+    if not isinstance(log, bool):
+        raise _err(src, f"{key}.log", f"expected true or false, got {shown(log)}")
+    if low > high:
+        raise _err(src, key, f"low {shown(low)} > high {shown(high)}")
+    if low == high:
+        raise _err(src, key, f"low == high == {shown(low)}; use distribution: fixed for a single value")
+    if dist == "loguniform" and low <= 0:
+        raise _err(src, f"{key}.low", f"loguniform needs low > 0, got {shown(low)}")
+    if dist == "int" and log and low < 1:
+        raise _err(src, f"{key}.low", f"int with log: true needs low >= 1, got {shown(low)}")
+    low = algo.check_value(name, f"{key}.low", low, "low")
+    high = algo.check_value(name, f"{key}.high", high, "high")
+    default = _number(src, f"{key}.default", body["default"], integer=integer)
+    if not low <= default <= high:
+        raise _err(src, f"{key}.default", f"default {shown(default)} is outside the range [{shown(low)}, {shown(high)}]")
+    default = algo.check_value(name, f"{key}.default", default, "default")
+    return {"low": low, "high": high, "log": log, "default": default}

@@ -1,8 +1,8 @@
 """The model of a search space: :class:`SearchSpace`, its :class:`ParamSpec` and :class:`Switch`.
 
-A :class:`SearchSpace` is what :func:`fedtune.tune.spaces.load_space` returns once a YAML file
-has been read and validated (:mod:`fedtune.tune.spaces_yaml`; the file format is described in
-:mod:`fedtune.tune.spaces`). This module owns what a validated space *does*: its default
+A :class:`SearchSpace` is what :func:`fedtune.spaces.lookup.load_space` returns once a YAML file
+has been read and validated (:mod:`fedtune.spaces.yaml_files`; the file format is described in
+:mod:`fedtune.spaces.lookup`). This module owns what a validated space *does*: its default
 configuration and default point, the Ray Tune ``param_space`` (conditional parameters as
 ``tune.sample_from``) and the Optuna define-by-run function. It reads no file and imports
 neither YAML nor the algorithms; Ray and Optuna are only touched when a sampler is asked for.
@@ -165,7 +165,7 @@ class _ConditionalSample:
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """A validated search space of one algorithm; :mod:`fedtune.tune.spaces` describes the file format.
+    """A validated search space of one algorithm; :mod:`fedtune.spaces.lookup` describes the file format.
 
     ``constants`` holds ``algorithm`` and any ``client_method`` / ``server_rule`` /
     ``setting`` of the file: they are part of every configuration the space produces.
@@ -193,7 +193,7 @@ class SearchSpace:
         """The default configuration: constants plus every parameter's default (or fixed
         value), conditions evaluated with the switches' defaults. Ready for ``FederatedRunConfig``.
 
-        >>> from fedtune.tune.spaces import load_space
+        >>> from fedtune.spaces.lookup import load_space
         >>> load_space("fedavg").defaults()["local_lr"]
         0.05
         """
@@ -227,7 +227,7 @@ class SearchSpace:
         Ray's ``BasicVariantGenerator`` resolves ``sample_from``; OptunaSearch does not, so
         with Optuna use :meth:`optuna_define_by_run` (it covers every space).
 
-        >>> from fedtune.tune.spaces import load_space
+        >>> from fedtune.spaces.lookup import load_space
         >>> type(load_space("fedavg").tune_space()["local_lr"]).__name__
         'Float'
         """

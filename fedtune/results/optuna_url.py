@@ -13,7 +13,8 @@ stay ``<study>/<search key>``, so one storage holds many fedtune studies. Two fa
 
 Everything here is checked before Ray starts, without connecting to a database (the sweep opens
 the storage once before the first trial; :func:`fedtune.tune.optuna_search.optuna_storage`).
-No Optuna import.
+No Optuna import. It sits with the study's files because the sweep (:mod:`fedtune.tune`) and the
+report (:mod:`fedtune.reports`) both read a study's Optuna storage URL.
 
 >>> check_optuna_storage("journal:///tmp//optuna.log")
 'journal:///tmp/optuna.log'

@@ -38,7 +38,7 @@ def study_optuna(study_dir: str | os.PathLike[str]) -> tuple[Any, list[str], lis
     """(storage, the study's Optuna study names, notes): the storage is what ``optuna.load_study``
     takes (a URL, or a JournalStorage for ``journal:///PATH``), None when there is none to read
     (notes say why)."""
-    from fedtune.tune.optuna_url import journal_path, shown
+    from fedtune.results.optuna_url import journal_path, shown
 
     url = study_optuna_url(study_dir)
     data = read_study_if_any(study_dir)

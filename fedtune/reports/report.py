@@ -3,10 +3,10 @@
 A study directory ``OUTPUT/<study>`` holds ``rounds/<trial_id>.parquet`` (one row per round),
 usually ``trials.parquet`` (one row per finished trial), maybe ``optuna.db`` (the Optuna
 study of a sweep) and ``study.json`` (the sweep's settings). :func:`make_report` reads it
-through :func:`fedtune.results.load`, so it also works on a study that is still running:
+through :func:`fedtune.results.store.load`, so it also works on a study that is still running:
 trials without a ``trials.parquet`` row yet are summarised from their rounds.
 
-Selection protocol (:mod:`fedtune.selection` owns it; docs/methods.md §5). ``val`` (default,
+Selection protocol (:mod:`fedtune.results.selection` owns it; docs/methods.md §5). ``val`` (default,
 DomainBed's training-domain validation), ``target-val`` (fda: the target client's held-out
 labels) or ``oracle`` (DomainBed's test-domain validation on the held-out oracle slice of the
 target, last round only; labelled "oracle" in every title):
@@ -44,14 +44,15 @@ study in ``optuna.db`` with ≥ 2 complete trials, for the first objective of a 
 study; otherwise the report says why they are missing) and ``STUDY_DIR/plots/pareto_<search>.png``
 (Optuna's Pareto-front plot of each multi-objective Optuna study, e.g. ``--sampler nsga2``). With
 ``fedtune sweep --optuna-storage URL`` the Optuna studies are read from that storage (only those
-named ``<study>/...``; :func:`fedtune.tune.importances.study_optuna`). fedtune's plots use matplotlib's Agg
-canvas directly (no pyplot, no display); Optuna's Pareto plot goes through pyplot and is closed after saving.
+named ``<study>/...``; :func:`fedtune.reports.importances.study_optuna`). fedtune's plots use
+matplotlib's Agg canvas directly (no pyplot, no display); Optuna's Pareto plot goes through pyplot
+and is closed after saving.
 
 This module reads a study and builds its :class:`Report` (:func:`make_report`); the rooms beside
-it: :mod:`fedtune.tune.report_stats` (per-trial summaries, selected trials, cells and gaps),
-:mod:`fedtune.tune.report_model` (what the report holds and what its tables say),
-:mod:`fedtune.tune.report_render` (``report.md`` and the console tables),
-:mod:`fedtune.tune.plots` (the PNGs) and :mod:`fedtune.tune.importances` (Optuna's importances).
+it: :mod:`fedtune.reports.stats` (per-trial summaries, selected trials, cells and gaps),
+:mod:`fedtune.reports.model` (what the report holds and what its tables say),
+:mod:`fedtune.reports.render` (``report.md`` and the console tables),
+:mod:`fedtune.reports.plots` (the PNGs) and :mod:`fedtune.reports.importances` (Optuna's importances).
 """
 
 from __future__ import annotations
@@ -62,43 +63,31 @@ from typing import Any
 import pandas as pd
 
 from fedtune.errors import ConfigError, shown
-from fedtune.results import load
+from fedtune.reports.model import ReportData
+from fedtune.reports.render import markdown, print_report
+from fedtune.reports.stats import domain_order, select_trials, summarise_trials, table_cells
 from fedtune.results import selection as protocol
-from fedtune.results.store import check_study_dir, check_writable
 from fedtune.results.atomic import atomic_write_text
+from fedtune.results.store import check_study_dir, check_writable, load
 from fedtune.results.study_dir import TRIALS_FILE, StudyDir, read_study_if_any
-from fedtune.tune.report_model import ReportData
-from fedtune.tune.report_render import markdown, print_report
-from fedtune.tune.report_stats import (
-    AVERAGE,
-    NO_DOMAIN,
-    Cell,
-    Gap,
-    domain_order,
-    paired_gap,
-    select_trials,
-    summarise_trials,
-    table_cells,
-)
 
-__all__ = ["SELECTIONS", "AVERAGE", "NO_DOMAIN", "Cell", "Gap", "Report", "ReportData", "make_report", "paired_gap",
-           "read_selection", "read_variance"]
+__all__ = ["SELECTIONS", "Report", "make_report", "read_selection", "read_variance"]
 
 SELECTIONS = protocol.PROTOCOLS
-"""The selection protocols (:data:`fedtune.selection.PROTOCOLS`)."""
+"""The selection protocols (:data:`fedtune.results.selection.PROTOCOLS`)."""
 
 
 class Report(ReportData):
     """Everything :func:`make_report` computed (the fields and table rows of
-    :class:`~fedtune.tune.report_model.ReportData`), plus its two renderings: :meth:`markdown`
+    :class:`~fedtune.reports.model.ReportData`), plus its two renderings: :meth:`markdown`
     (``report.md``) and :meth:`print` (rich tables)."""
 
     def markdown(self) -> str:
-        """The text of ``report.md`` (:func:`fedtune.tune.report_render.markdown`)."""
+        """The text of ``report.md`` (:func:`fedtune.reports.render.markdown`)."""
         return markdown(self)
 
     def print(self, console: Any = None) -> None:
-        """Print the tables with rich (:func:`fedtune.tune.report_render.print_report`): per-trial
+        """Print the tables with rich (:func:`fedtune.reports.render.print_report`): per-trial
         tables are wide on a wide console and one row per trial, hyperparameters as
         ``name = value`` lines, on a narrow one (80 columns)."""
         print_report(self, console)
@@ -156,10 +145,10 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
     the PNGs and the Optuna importances; ``write=False`` writes nothing (the plots are then
     skipped too). See the module docstring for the protocol.
 
-    A path that is not a study folder (:func:`fedtune.results.check_study_dir`) or, with ``write``,
+    A path that is not a study folder (:func:`fedtune.results.store.check_study_dir`) or, with ``write``,
     a study folder that refuses new files is a ConfigError before anything is read or written; a
-    Parquet file there that is not fedtune's a :class:`~fedtune.results.ForeignResultsError`; a
-    write the disk refuses midway a :class:`~fedtune.results.ResultsWriteError` naming the file.
+    Parquet file there that is not fedtune's a :class:`~fedtune.results.arrow.ForeignResultsError`; a
+    write the disk refuses midway a :class:`~fedtune.results.atomic.ResultsWriteError` naming the file.
     """
     study_dir = check_study_dir(study_dir)  # not a study (a typo, an output folder): refused, nothing written
     files = StudyDir(study_dir)
@@ -206,8 +195,8 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
                     algorithms=algorithms, domains=domains, cells=cells, val_cells=val_cells, notes=notes,
                     variance=read_variance(study_dir))
     if write and plots:
-        from fedtune.tune.importances import optuna_importances
-        from fedtune.tune.plots import make_plots
+        from fedtune.reports.importances import optuna_importances
+        from fedtune.reports.plots import make_plots
 
         report.importances, report.importance_notes = optuna_importances(study_dir)
         report.plots = make_plots(report, rounds)

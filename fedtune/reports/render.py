@@ -1,4 +1,4 @@
-"""How a report reads (:class:`~fedtune.tune.report_model.ReportData`): ``report.md`` and the console tables.
+"""How a report reads (:class:`~fedtune.reports.model.ReportData`): ``report.md`` and the console tables.
 
 :func:`markdown` gives ``report.md``; :func:`print_report` prints the same tables with rich.
 An algorithm's selected trials are one wide table (one column per field and per varying
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from fedtune.tune.report_model import ReportData
+    from fedtune.reports.model import ReportData
 
 __all__ = ["main_table", "markdown", "print_report", "md_table", "protocol_text", "score_name", "trials_table"]
 

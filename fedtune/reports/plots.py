@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from fedtune.reports.stats import NO_DOMAIN, missing
 from fedtune.results.atomic import atomic_write
 from fedtune.results.study_dir import StudyDir
-from fedtune.tune.report_stats import NO_DOMAIN, missing
 
 if TYPE_CHECKING:
-    from fedtune.tune.report_model import ReportData
+    from fedtune.reports.model import ReportData
 
 __all__ = ["AXIS_LABELS", "make_plots", "pareto_file", "pareto_fronts"]
 
@@ -185,11 +185,11 @@ def pareto_file(optuna_study: str) -> str:
 
 def pareto_fronts(study_dir: Path, out_dir: Path) -> dict[str, Path]:
     """``pareto_<search>.png`` for every Optuna study of ``study_dir`` (its ``--optuna-storage``
-    or ``optuna.db``: :func:`fedtune.tune.importances.study_optuna`) with 2 or 3 objectives and a
+    or ``optuna.db``: :func:`fedtune.reports.importances.study_optuna`) with 2 or 3 objectives and a
     complete trial: Optuna's ``plot_pareto_front``, axes named by the study's metrics. Returns
     ``pareto <search>`` -> path; a single-objective study gets none."""
     from fedtune.results.study_dir import read_study_if_any
-    from fedtune.tune.importances import study_optuna
+    from fedtune.reports.importances import study_optuna
 
     storage, names, _ = study_optuna(study_dir)
     if storage is None:

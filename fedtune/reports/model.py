@@ -1,9 +1,9 @@
 """The model of ``fedtune report``: :class:`ReportData`, everything
-:func:`~fedtune.tune.report.make_report` computed about a study, and what its tables say
+:func:`~fedtune.reports.report.make_report` computed about a study, and what its tables say
 (labels, rows, conclusions).
 
-It holds no I/O and no rendering: :mod:`fedtune.tune.report_render` writes it as Markdown and
-console tables, :mod:`fedtune.tune.plots` draws it, and :class:`fedtune.tune.report.Report`
+It holds no I/O and no rendering: :mod:`fedtune.reports.render` writes it as Markdown and
+console tables, :mod:`fedtune.reports.plots` draws it, and :class:`fedtune.reports.report.Report`
 (the class users get) adds those two as ``markdown()`` and ``print()``.
 """
 
@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedtune.results import selection as protocol
-from fedtune.tune.report_stats import (
+from fedtune.reports.stats import (
     AVERAGE,
     Cell,
     fmt,
@@ -27,20 +26,21 @@ from fedtune.tune.report_stats import (
     per_seed_average,
     varying_hparams,
 )
+from fedtune.results import selection as protocol
 
 __all__ = ["ReportData"]
 
 
 @dataclass
 class ReportData:
-    """Everything :func:`~fedtune.tune.report.make_report` computed, plus where it wrote things.
+    """Everything :func:`~fedtune.reports.report.make_report` computed, plus where it wrote things.
 
     ``trials``: one row per trial (``trial_id``, identity columns, ``status``,
     ``rounds_done``, ``has_trial_row``, ``round`` / ``score`` (the protocol's metric) /
     ``val_acc`` / ``target_acc`` at the reported round, ``hp.*``). ``selected``: the selected
     trial per (algorithm, target domain, seed). ``cells``: (algorithm, domain label or
     ``Avg``) -> :class:`Cell` of target accuracy; ``val_cells`` the same for the protocol's
-    score. ``variance``: ``(kind, K)`` from :func:`~fedtune.tune.report.read_variance`.
+    score. ``variance``: ``(kind, K)`` from :func:`~fedtune.reports.report.read_variance`.
     """
 
     study_dir: Path

@@ -31,9 +31,9 @@ takes ``otherwise`` if given, else the algorithm's own default, so every sampled
 configuration names every parameter of the file.
 
 Switches are *not* hyperparameters of a run: they appear in sampled configurations under
-the key ``switch.<name>`` (:data:`SWITCH_PREFIX`) so that Optuna can learn from them, and
-:func:`strip_switches` removes them before a configuration becomes a
-:class:`~fedtune.config.FederatedRunConfig`. A switch no condition uses is an error.
+the key ``switch.<name>`` (:data:`~fedtune.spaces.model.SWITCH_PREFIX`) so that Optuna can learn
+from them, and :func:`~fedtune.spaces.model.strip_switches` removes them before a configuration
+becomes a :class:`~fedtune.config.FederatedRunConfig`. A switch no condition uses is an error.
 
 Names a file may tune: the ``hp=True`` fields of :class:`~fedtune.config.FederatedRunConfig`
 (``local_lr``, ``global_lr``, ...) and the hyperparameters (``HParam``) of the algorithm's
@@ -43,11 +43,11 @@ the allowed ranges are exactly the ones a run enforces. All errors are
 :class:`~fedtune.errors.ConfigError` naming the file, the key and the problem, raised
 before anything launches.
 
-This module is the public entry: the lookup by name and :func:`load_space` /
-:func:`search_space` / :func:`list_spaces`. The model (:class:`SearchSpace`,
-:class:`ParamSpec`, :class:`Switch`, :func:`strip_switches`) lives in
-:mod:`fedtune.tune.spaces_model` and reading and validating a file in
-:mod:`fedtune.tune.spaces_yaml`; both are importable from here.
+This module is the entry: the lookup by name and :func:`load_space` /
+:func:`search_space` / :func:`list_spaces`. The model (:class:`~fedtune.spaces.model.SearchSpace`,
+:class:`~fedtune.spaces.model.ParamSpec`, :class:`~fedtune.spaces.model.Switch`,
+:func:`~fedtune.spaces.model.strip_switches`) lives in :mod:`fedtune.spaces.model` and reading and
+validating a file in :mod:`fedtune.spaces.yaml_files`.
 
 Where a name is looked up (:func:`load_space`): an existing path is read as is; a bare
 name ``fedomg`` is looked up as ``search_spaces/fedomg.yaml`` first under the current
@@ -57,6 +57,7 @@ directory, then in the repository's own ``search_spaces/`` folder, and the file'
 >>> space = load_space("fedavg")
 >>> space.algorithm, sorted(space.defaults())[:3]
 ('fedavg', ['algorithm', 'global_lr', 'local_lr'])
+>>> from fedtune.spaces.model import strip_switches
 >>> strip_switches({"switch.gp_beta_mode": "auto", "gp_beta": "auto"})
 {'gp_beta': 'auto'}
 """
@@ -68,29 +69,10 @@ from pathlib import Path
 from typing import Any
 
 from fedtune.errors import ConfigError
-from fedtune.tune.spaces_model import (
-    DISTRIBUTIONS,
-    SWITCH_PREFIX,
-    ParamSpec,
-    SearchSpace,
-    Switch,
-    strip_switches,
-)
-from fedtune.tune.spaces_model import _ConditionalSample  # noqa: F401  # old pickles (Tuner.restore) name it here
-from fedtune.tune.spaces_yaml import read_space_file
+from fedtune.spaces.model import SearchSpace
+from fedtune.spaces.yaml_files import read_space_file
 
-__all__ = [
-    "DISTRIBUTIONS",
-    "SPACES_DIR",
-    "SWITCH_PREFIX",
-    "ParamSpec",
-    "SearchSpace",
-    "Switch",
-    "list_spaces",
-    "load_space",
-    "search_space",
-    "strip_switches",
-]
+__all__ = ["SPACES_DIR", "list_spaces", "load_space", "search_space"]
 
 _REPO_SPACES = Path(__file__).resolve().parents[2] / "search_spaces"  # a source checkout / editable install
 _WHEEL_SPACES = Path(__file__).resolve().parents[1] / "search_spaces"  # `pip install .`: shipped as package data

@@ -2,8 +2,8 @@
 
 From a study's round rows (and its ``trials.parquet`` rows, when there are any):
 :func:`summarise_trials` gives one row per trial with its reported round and score under a
-selection protocol (:func:`fedtune.selection.choose_round`); :func:`select_trials` keeps the
-best trial per (algorithm, target domain, seed) (:func:`fedtune.selection.select`);
+selection protocol (:func:`fedtune.results.selection.choose_round`); :func:`select_trials` keeps the
+best trial per (algorithm, target domain, seed) (:func:`fedtune.results.selection.select`);
 :func:`table_cells` averages the selected trials over seeds (:class:`Cell`, mean ± standard
 error); :func:`paired_gap` compares two algorithms seed by seed (:class:`Gap`). The small
 value helpers (:func:`missing`, :func:`fmt`, :func:`pct`, ...) are shared by the report's
@@ -128,7 +128,7 @@ def paired_gap(a: dict[int, float], b: dict[int, float]) -> Gap:
 
 
 def summarise_trials(rounds: pd.DataFrame, trial_rows: pd.DataFrame, selection: str) -> pd.DataFrame:
-    """One row per trial, with the reported round and score :func:`fedtune.selection.choose_round` gives."""
+    """One row per trial, with the reported round and score :func:`fedtune.results.selection.choose_round` gives."""
     by_id: dict[str, dict[str, Any]] = {}
     if not trial_rows.empty:
         for _, r in trial_rows.iterrows():
@@ -176,7 +176,7 @@ def summarise_trials(rounds: pd.DataFrame, trial_rows: pd.DataFrame, selection: 
 
 
 def select_trials(trials: pd.DataFrame) -> pd.DataFrame:
-    """The selected trial per (algorithm, domain, seed): :func:`fedtune.selection.select` on the
+    """The selected trial per (algorithm, domain, seed): :func:`fedtune.results.selection.select` on the
     trials' scores (the protocol only chose those scores, in :func:`summarise_trials`)."""
     ok = trials[trials["round"].notna() & trials["algorithm"].notna()].copy()
     ok["seed_key"] = ok["seed"].map(lambda s: -1 if missing(s) else int(s))

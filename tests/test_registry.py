@@ -1,0 +1,170 @@
+"""The lazy algorithm registry (fedtune/algorithms/__init__.py) and the torch-free server side.
+
+Client-method modules import torch at their top; the registry names each component's class as
+``"module:Class"`` and imports it on first lookup, so ``import fedtune.algorithms`` and the
+coordinator (which looks up only its server rule) never load torch. Checked in fresh processes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES, Registry, resolve
+from fedtune.config import FederatedRunConfig
+
+
+def _run(code: str, *args: str) -> str:
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True).stdout
+
+
+# ------------------------------------------------------------------------------------------ registry
+def test_every_registered_class_is_where_the_registry_says_and_carries_its_name():
+    for registry in (CLIENT_METHODS, SERVER_RULES):
+        for name in registry:
+            cls = registry[name]
+            module, _, attr = registry.where(name).partition(":")
+            assert (cls.__module__, cls.__name__, cls.name) == (module, attr, name)
+    assert list(CLIENT_METHODS) == ["sgd", "simclr", "gala-simclr", "prox", "sam", "gfm", "gca", "gala"]
+    assert list(SERVER_RULES.keys()) == ["fedavg", "fedda", "fedgp", "target_only", "gala", "fedomg"]
+    for p in PRESETS.values():
+        assert p.client_method in CLIENT_METHODS and p.server_rule in SERVER_RULES
+        assert p.unsupervised_client_method is None or p.unsupervised_client_method in CLIENT_METHODS
+
+
+def test_a_registry_is_a_mapping_that_names_a_wrong_entry():
+    reg = Registry("client method", {"sgd": "fedtune.algorithms.client:SGD",
+                                     "oops": "fedtune.algorithms.client:SGD"})
+    assert "sgd" in reg and "nope" not in reg and len(reg) == 2 and reg.get("nope") is None
+    assert reg["sgd"] is CLIENT_METHODS["sgd"]
+    with pytest.raises(RuntimeError, match="client method 'oops' is registered as fedtune.algorithms.client:SGD"):
+        reg["oops"]
+    with pytest.raises(KeyError):
+        reg["nope"]
+    sgd = reg["sgd"]
+    del reg["oops"]
+    reg["sgd2"] = "fedtune.algorithms.client:SGD"  # registered by place: checked when looked up
+    with pytest.raises(RuntimeError, match="'sgd2'"):
+        reg["sgd2"]
+    with pytest.raises(RuntimeError, match="'sgd2'"):
+        reg["sgd2"] = sgd  # registered by class: checked at once
+    reg["sgd"] = sgd
+    assert list(reg) == ["sgd", "sgd2"] and reg.where("sgd") == "fedtune.algorithms.client:SGD"
+
+
+def test_importing_the_package_and_its_registry_loads_no_torch():
+    out = _run("import sys\nimport fedtune, fedtune.algorithms\n"
+               "from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES, resolve_names\n"
+               "names = list(CLIENT_METHODS), 'sam' in CLIENT_METHODS, resolve_names('fedgala', setting='ufdg')\n"
+               "print('torch' in sys.modules, any(m.startswith('fedtune.algorithms.') and m != "
+               "'fedtune.algorithms.base' for m in sys.modules))")
+    assert out.split() == ["False", "False"]
+
+
+def test_resolved_looks_up_each_class_on_first_use():
+    r = resolve(FederatedRunConfig.from_dict({"algorithm": "fedgala"}))
+    assert (r.client_method_name, r.server_rule_name) == ("gala", "gala")
+    assert r.client_method is CLIENT_METHODS["gala"] and r.server_rule is SERVER_RULES["gala"]
+    assert r.settings == ("fdg", "fl") and set(r.hyperparameters(FederatedRunConfig.from_dict(
+        {"algorithm": "fedgala", "gala_tau": 0.25}))) == {"gala_tau", "gala_gate", "gala_iters", "gala_mix",
+                                                         "gala_weights"}
+
+
+# ------------------------------------------------------------------------ the coordinator without torch
+# Configs are validated here (validation looks at the client method, so this process may import
+# torch); the child process rebuilds each one as the coordinator does (from_validated) and runs
+# three rounds of fedtune.runtime.coordinator.Coordinator on a fake pool of random float32 states.
+CONFIGS = [
+    {"algorithm": "fedavg"},
+    {"algorithm": "fedomg", "omg_kappa": 0.3},
+    {"algorithm": "fedomg", "omg_solver": "sgd", "omg_rescale": True},
+    {"algorithm": "fedda", "setting": "fda"},
+    {"algorithm": "fedgp", "setting": "fda", "gp_beta": "auto", "local_steps": 3},
+    {"algorithm": "target-only", "setting": "fda"},
+    {"algorithm": "fedgala"},
+    {"algorithm": "fedgala", "gala_weights": "whole", "gala_mix": 0.5},
+]
+
+CHILD = r'''
+import json, sys
+import numpy as np
+import fedtune.runtime.coordinator as coordinator
+from fedtune.config import FederatedRunConfig
+from fedtune.data.base import ClientSpec, FederatedPlan
+from fedtune.layout import FlatLayout, TensorSlot
+from fedtune.runtime.messages import FitReply
+
+SLOTS = (TensorSlot("w", (3, 4), 0, 12, True), TensorSlot("b", (4,), 12, 4, True),
+         TensorSlot("bn.running_mean", (4,), 16, 4, False))
+LAYOUT = FlatLayout(SLOTS, 16, 20)
+
+
+class FakePool:
+    """What the coordinator asks of a pool, with random float32 client states instead of training."""
+    num_workers, restarts = 1, 0
+
+    def __init__(self, plan, steps):
+        self.plan, self.steps, self.rng = plan, steps, np.random.default_rng(0)
+
+    def initial_state(self):
+        return self.rng.standard_normal(LAYOUT.size).astype(np.float32), LAYOUT, LAYOUT.num_params
+
+    def publish(self, value):
+        return value
+
+    def fit(self, weights, payload, round, client_ids):
+        states = (weights + 0.1 * self.rng.standard_normal((len(client_ids), LAYOUT.size))).astype(np.float32)
+        extras = []
+        for c in client_ids:
+            target = self.plan.clients[c].role == "target"
+            steps = self.rng.standard_normal((self.steps, LAYOUT.num_params)).astype(np.float32)
+            extras.append({"step_updates": steps} if target else {"mean_step_update": steps.mean(0)})
+        return [FitReply(list(client_ids), states, [10 + c for c in client_ids], [0.5] * len(client_ids),
+                         [self.steps] * len(client_ids), [0.0] * len(client_ids), 0.0, extras,
+                         [{} for _ in client_ids])], []
+
+    def shutdown(self):
+        pass
+
+
+for line in sys.stdin:
+    job = json.loads(line)
+    cfg_dict = job["cfg"]
+    fda = cfg_dict["setting"] == "fda"
+    clients = tuple(ClientSpec(c, f"c{c}", "target" if fda and c == 3 else "source", "d", {"d": np.arange(10 + c)})
+                    for c in range(4))
+    plan = FederatedPlan(cfg_dict["setting"], clients, ("d",), ("t",), {})
+
+    class Coordinator(coordinator.Coordinator):
+        def _make_pool(self, spec):
+            return FakePool(self.plan, 3)
+
+    coord = Coordinator(cfg_dict, plan, {"kind": "fake"}, needs_global_move=job["needs_global_move"])
+    for r in (1, 2, 3):
+        result = coord.run_round(r, evaluate=False)
+        assert result.status == "ok", result
+    assert np.isfinite(coord.weights).all() and coord.weights.dtype == np.float32
+    assert (coord.global_move is not None) == job["needs_global_move"]
+    print(type(coord.rule).__name__, "torch" in sys.modules,
+          any(m in sys.modules for m in ("fedtune.algorithms.client", "fedtune.algorithms.gala_client",
+                                         "fedtune.models")))
+'''
+
+
+def test_the_coordinator_runs_every_server_rule_without_torch():
+    jobs = []
+    for values in CONFIGS:
+        cfg = FederatedRunConfig.from_dict({**values, "backend": "local", "coordinator_cpus": 2})
+        jobs.append(json.dumps({"cfg": cfg.to_dict(), "needs_global_move": cfg.resolved.client_method.needs_global_move}))
+    assert {json.loads(j)["cfg"]["server_rule"] or PRESETS[json.loads(j)["cfg"]["algorithm"]].server_rule
+            for j in jobs} == set(SERVER_RULES)
+    out = subprocess.run([sys.executable, "-c", CHILD], input="\n".join(jobs) + "\n", capture_output=True,
+                         text=True, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.split("\n")[:-1]
+    assert [line.split()[0] for line in lines] == ["FedAvg", "FedOMG", "FedOMG", "FedDA", "FedGP", "TargetOnly",
+                                                   "Gala", "Gala"]
+    assert all(line.split()[1:] == ["False", "False"] for line in lines), lines
