@@ -113,7 +113,7 @@ class ClientSpec:
 
 @dataclass(frozen=True)
 class FederatedPlan:
-    """Who holds which data, for one run. Built by :func:`fedtune.data.make_plan`."""
+    """Who holds which data, for one run. Built by :func:`fedtune.data.partition.make_plan`."""
 
     setting: str  # "fdg" | "fl" | "fda" | "ufdg"
     clients: tuple[ClientSpec, ...]

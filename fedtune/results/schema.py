@@ -91,7 +91,7 @@ ROUND_COLUMN_DOCS: dict[str, str] = {n: d for n, _, d in _ROUND_COLUMNS}
 TRIAL_COLUMN_DOCS: dict[str, str] = {n: d for n, _, d in _TRIAL_COLUMNS}
 
 TABLES: dict[str, pa.Schema] = {"rounds": ROUND_CORE_SCHEMA, "trials": TRIAL_CORE_SCHEMA}
-"""Table names accepted by :func:`fedtune.results.load`, with their core schemas."""
+"""Table names accepted by :func:`fedtune.results.store.load`, with their core schemas."""
 
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "rounds": (*IDENTITY_COLUMNS, "round"),

@@ -1,7 +1,7 @@
 """Model selection: the one place that says which round of a trial is reported and which trial
 of a search is selected (as DomainBed's ``model_selection.py``; docs/methods.md §5).
 
-Every consumer goes through this module: ``trials.parquet`` (:func:`fedtune.results.summarize_trial`),
+Every consumer goes through this module: ``trials.parquet`` (:func:`fedtune.results.summary.summarize_trial`),
 ``fedtune report`` (:mod:`fedtune.reports.report`), the objective a sweep tells Optuna
 (:func:`objective_values`) and the configuration ``--seeds`` re-runs.
 

@@ -64,9 +64,9 @@ from fedtune.results.study_dir import (
     read_study,
 )
 
-__all__ = ["NAME_RULE", "LOCK_TIMEOUT_S", "TEMP_MIN_AGE_S", "ResultsStore", "TrialsLockTimeout", "ResultsWriteError",
-           "StorageFullError", "ForeignResultsError", "check_name", "check_output_dir", "check_writable",
-           "check_study_dir", "is_study_dir", "load", "corrupt_files", "quarantine", "clean_stray_temp_files"]
+__all__ = ["NAME_RULE", "LOCK_TIMEOUT_S", "TEMP_MIN_AGE_S", "ResultsStore", "TrialsLockTimeout", "check_name",
+           "check_output_dir", "check_writable", "check_study_dir", "is_study_dir", "load", "corrupt_files",
+           "quarantine", "clean_stray_temp_files"]
 
 NAME_RULE = "a non-empty folder name without '/', '\\' or NUL that does not start with '.'"
 """What a study name or trial id may be (one path component, not hidden)."""

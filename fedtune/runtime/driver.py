@@ -97,7 +97,7 @@ class FederatedRun:
         from fedtune.runtime.pools import ActorFactory
 
         if not ray.is_initialized():
-            raise RuntimeError("backend 'ray' needs a connected Ray (fedtune.runtime.connect_ray); "
+            raise RuntimeError("backend 'ray' needs a connected Ray (fedtune.runtime.cluster.connect_ray); "
                                "fedtune never calls ray.init inside a trial")
         if self.resources is None:
             self.resources = resource_plan_of(self.cfg, self.plan.num_clients, cluster_nodes())
