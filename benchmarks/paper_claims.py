@@ -14,7 +14,8 @@ Parts:
 
 * ``fdg`` — rotated-digits, leave-one-domain-out over every domain: FedAvg, FedOMG, FedSAM,
   FedSAM+OMG, GFM, FedGaLA with the descent gate (fedtune's default) and with the literal gate
-  (the paper's formula and the authors' code).
+  (the paper's formula and the authors' code), and the seeds' baseline rows: FedGA, FedIIR,
+  FedSR, Fishr, FedIIR+OMG, FedSR+OMG (the FedOMG paper's table), MOON, Scaffold, FedDyn (GFM's).
 * ``fda`` — rotated-digits with a labelled target sample: FedAvg, target-only, FedDA and FedGP at
   fixed β ∈ {0.2, 0.5, 0.8} (fedtune's convention: β weights the *source* term, the paper's Def.
   4.3) and auto-β; selected by source validation (``val``) and by the target client's held-out
@@ -37,7 +38,6 @@ Student-t interval of that difference lies above zero, is *NOT held* when it lie
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import os
@@ -79,6 +79,16 @@ FDG = [
     Method("GFM", "gfm"),
     Method("FedGaLA (descent gate)", "fedgala", pin={"gala_gate": "descent"}),
     Method("FedGaLA (literal gate)", "fedgala", pin={"gala_gate": "literal"}),
+    # the FedOMG paper's and GFM's baseline rows (issue 20)
+    Method("FedGA", "fedga"),
+    Method("FedIIR", "fediir"),
+    Method("FedSR", "fedsr"),
+    Method("Fishr", "fishr"),
+    Method("FedIIR+OMG", "fediir-omg"),
+    Method("FedSR+OMG", "fedsr-omg"),
+    Method("MOON", "moon"),
+    Method("Scaffold", "scaffold"),
+    Method("FedDyn", "feddyn"),
 ]
 FDA = [
     Method("FedAvg (fda)", "fedavg"),
@@ -135,6 +145,9 @@ def space_file(method: Method, setting: str, folder: Path) -> Path:
         for k, v in (extra.get("params") or {}).items():
             if k not in params or k == "global_lr":  # the merged server rule's own default step
                 params[k] = v
+    # Every row of every part runs the seed papers' server step (server_optimizer sgd; its optimisers' knobs dropped).
+    params = {k: v for k, v in params.items() if not (isinstance(v, dict) and "server_optimizer" in (v.get("when") or {}))}
+    params["server_optimizer"] = {"distribution": "fixed", "value": "sgd"}
     if method.drop_switches:
         doc.pop("switches", None)
         for k, v in list(params.items()):
@@ -292,7 +305,18 @@ def claims(name: str, res: dict, domains: list[str]) -> list[tuple[str, str, str
                             ("GFM > FedAvg (GFM paper)", "GFM", "FedAvg"),
                             ("FedGaLA > FedAvg (FedGaLA paper; descent gate)", "FedGaLA (descent gate)", "FedAvg"),
                             ("FedGaLA > FedAvg (FedGaLA paper; literal gate, as published)",
-                             "FedGaLA (literal gate)", "FedAvg")):
+                             "FedGaLA (literal gate)", "FedAvg"),
+                            # the FedOMG paper's table: OMG on top of a client method helps, FedOMG beats the baselines
+                            ("FedIIR+OMG > FedIIR (FedOMG paper)", "FedIIR+OMG", "FedIIR"),
+                            ("FedSR+OMG > FedSR (FedOMG paper)", "FedSR+OMG", "FedSR"),
+                            ("FedOMG > FedGA (FedOMG paper)", "FedOMG", "FedGA"),
+                            ("FedOMG > FedIIR (FedOMG paper)", "FedOMG", "FedIIR"),
+                            ("FedOMG > FedSR (FedOMG paper)", "FedOMG", "FedSR"),
+                            ("FedOMG > Fishr (FedOMG paper)", "FedOMG", "Fishr"),
+                            # GFM's table
+                            ("GFM > MOON (GFM paper)", "GFM", "MOON"),
+                            ("GFM > Scaffold (GFM paper)", "GFM", "Scaffold"),
+                            ("GFM > FedDyn (GFM paper)", "GFM", "FedDyn")):
             v, d = compare(res, domains, a, b)
             if v != "n/a":
                 out.append((claim, v, d))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get
 import yaml
 
 from fedtune import yaml_safe
-from fedtune.algorithms import LOCAL_OPTIMIZERS, PRECISIONS
+from fedtune.algorithms import LOCAL_OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS
 from fedtune.bounds import Bounds
 from fedtune.errors import ConfigError, clipped, shown
 
@@ -68,7 +68,8 @@ class FederatedRunConfig:
     setting: str | None = _f(None, "fdg (leave-one-domain-out), fl (Dirichlet label skew), fda (adds a target client), ufdg (unsupervised); default: the dataset's", choices=SETTINGS)
     target_domain: str | None = _f(None, "held-out target domain (fdg/fda/ufdg); default: the dataset's first domain")
     clients_per_domain: int = _f(1, "clients per source domain (fdg/fda/ufdg)", lo=1)
-    num_clients: int = _f(10, "number of clients in the fl setting", lo=1)
+    num_clients: int = _f(10, "number of clients in the fl setting, and of source clients in fdg/fda/ufdg when domain_heterogeneity is set (the fda target client comes on top)", lo=1)
+    domain_heterogeneity: float | None = _f(None, "fdg/fda/ufdg: spread the source domains over num_clients clients with heterogeneity lambda (Bai et al., ICLR 2024): 0 = every client holds the source-domain proportions, 1 = each client one domain; null: clients_per_domain clients per source domain", lo=0.0, hi=1.0)
     dirichlet_alpha: float = _f(0.5, "Dirichlet concentration of the fl label skew (smaller = more skew)", lo=0.0, lo_open=True)
     participation: float = _f(1.0, "fraction of clients sampled each round", lo=0.0, hi=1.0, lo_open=True)
     target_fraction: float = _f(0.05, "fda: fraction of the target domain given to the target client as labelled data", lo=0.0, hi=1.0, lo_open=True)
@@ -89,10 +90,12 @@ class FederatedRunConfig:
     local_steps: int | None = _f(None, "local SGD steps per round; overrides local_epochs", lo=1, hp=True)
     batch_size: int = _f(32, "local mini-batch size", lo=1, hp=True)
     local_lr: float = _f(0.05, "client learning rate", lo=0.0, lo_open=True, hp=True)
+    target_lr_scale: float = _f(1.0, "fda: the target client's learning rate as a multiple of local_lr (seed 002 trains its target at 1/5 of the sources' rate: 0.2); no effect without a target client", lo=0.0, lo_open=True)
     local_optimizer: str = _f("sgd", "client optimiser: sgd (local_momentum, weight_decay) or adam (torch Adam, betas 0.9/0.999, L2 weight_decay: DomainBed's, with local_lr 5e-5); its state is reset every round", choices=LOCAL_OPTIMIZERS, hp=True)
     local_momentum: float = _f(0.9, "client SGD momentum (optimizer state is reset every round; unused by adam)", lo=0.0, hi=1.0, hp=True)
     weight_decay: float = _f(0.0, "client weight decay", lo=0.0, hp=True)
     global_lr: float | None = _f(None, "server learning rate: theta <- theta + global_lr * aggregate(updates); unset: the server rule's default (fedavg 1.0, fedomg 0.05)", lo=0.0, lo_open=True, hp=True)
+    server_optimizer: str = _f("sgd", "server optimiser on the server rule's step d (any rule): sgd (theta + global_lr d, the rule as it is), avgm (FedAvgM: server_momentum), adam (FedAdam: server_beta1, server_beta2, server_tau, server_adam_bias_correction), yogi (FedYogi), adagrad (FedAdagrad: server_tau); global_lr is its learning rate; its state is checkpointed", choices=tuple(SERVER_OPTIMIZERS), hp=True)
     eval_batch_size: int = _f(256, "batch size of evaluation", lo=1)
     eval_every: int = _f(1, "evaluate every N rounds (and always the last round); other rounds have no accuracy columns", lo=1)
     seed: int = _f(0, "seed of partitions, client sampling, initialisation and data order (32 bits: the "
@@ -235,7 +238,7 @@ class FederatedRunConfig:
         from fedtune.algorithms import all_hparams
 
         resolved = self.resolved
-        specs = resolved.hparam_specs()
+        specs = {**resolved.hparam_specs(), **{h.name: h for h in SERVER_OPTIMIZERS[self.server_optimizer].hparams}}
         owners = all_hparams()
         for key, value in list(self.params.items()):
             if key not in owners:
@@ -243,7 +246,8 @@ class FederatedRunConfig:
             if key not in specs:
                 raise ConfigError(
                     f"field '{key}' is a hyperparameter of {owners[key][0]}, which algorithm '{self.algorithm}' "
-                    f"(client method {resolved.client_method.name}, server rule {resolved.server_rule.name}) does not use")
+                    f"(client method {resolved.client_method_name}, server rule {resolved.server_rule_name}, "
+                    f"server_optimizer {self.server_optimizer}) does not use")
             self.params[key] = specs[key].check(value, owners[key][0])
         # Conditions across fields (e.g. auto-β needs 2 local steps): once, here, not when the run starts.
         resolved.client_method.check_config(self)
@@ -291,6 +295,7 @@ class FederatedRunConfig:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("hp")}
         out["global_lr"] = self.effective_global_lr
         out.update(self.resolved.hyperparameters(self))
+        out.update({h.name: h.of(self) for h in SERVER_OPTIMIZERS[self.server_optimizer].hparams})
         return out
 
     def trial_id(self) -> str:
@@ -309,7 +314,8 @@ class FederatedRunConfig:
 # trial ids of earlier studies (which ran with exactly these) stay the same. ``augment`` is hashed as
 # the augmentation that runs: image-folder runs now augment by default, so their ids change.
 _HASHED_WHEN_SET = {"weights": "none", "augment": "none", "local_optimizer": "sgd", "precision": "fp32",
-                    "channels_last": True, "cudnn_benchmark": True}
+                    "channels_last": True, "cudnn_benchmark": True, "server_optimizer": "sgd",
+                    "domain_heterogeneity": None, "target_lr_scale": 1.0}
 
 def describe_fields() -> list[tuple[str, str, str]]:
     """(name, default, help) of every field: the reference table in docs and `--help`."""

@@ -16,9 +16,11 @@ computes with the default batch-norm momentum.
 
 from __future__ import annotations
 
+import math
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -166,7 +168,8 @@ def _torchvision_model(name: str, input_shape: tuple[int, ...], num_classes: int
 
 def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
                 mlp_hidden: list[int] | None = None, pretrained_path: str | None = None,
-                weights: str | None = None, head: str = "classifier", proj_dim: int = 128) -> nn.Module:
+                weights: str | None = None, head: str = "classifier", proj_dim: int = 128,
+                z_dim: int = 512, eval_samples: int = 0) -> nn.Module:
     """Build a model (initialisation follows torch's global RNG).
 
     ``name``: ``cnn`` (:class:`FedAvgCNN`), ``mlp``, or any torchvision classification model
@@ -184,14 +187,26 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
     is part of the flat weights and federated like everything else. :func:`encode` returns the
     encoder's features (what the head sees) for either head.
 
+    ``head="probabilistic"`` (FedSR) likewise builds the classifier model, then replaces its last
+    linear layer by a :class:`ProbabilisticHead`: ``features -> 2·z_dim`` (mean and softplus scale
+    of ``z``), a ``z_dim -> num_classes`` classifier on a sampled ``z``, and FedSR's class-conditional
+    prior (``r_mu``, ``r_sigma``, ``z_scale``) as parameters, federated like everything else. In eval
+    mode it returns class logits (``eval_samples=0``: the classifier on the mean; see the class).
+
     >>> m = build_model("mlp", input_shape=(6,), num_classes=3, mlp_hidden=[5], head="projector", proj_dim=4)
     >>> m(torch.zeros(2, 6)).shape, encode(m, torch.zeros(2, 6)).shape
     (torch.Size([2, 4]), torch.Size([2, 5]))
+    >>> p = build_model("mlp", input_shape=(6,), num_classes=3, mlp_hidden=[5], head="probabilistic", z_dim=4)
+    >>> p.eval()(torch.zeros(2, 6)).shape, encode(p, torch.zeros(2, 6)).shape
+    (torch.Size([2, 3]), torch.Size([2, 5]))
     """
     if head not in HEADS:
         raise ValueError(f"build_model head: '{head}' is unknown; allowed: {', '.join(HEADS)}")
     if head == "projector" and int(proj_dim) < 1:
         raise ValueError(f"build_model proj_dim: {proj_dim} is out of range; allowed: >= 1")
+    if head == "probabilistic" and (int(z_dim) < 1 or int(eval_samples) < 0):
+        raise ValueError(f"build_model z_dim {z_dim} / eval_samples {eval_samples}: out of range; allowed: z_dim >= 1, "
+                         "eval_samples >= 0")
     if weights not in (None, WEIGHT_FREE):
         if pretrained_path:
             raise ConfigError("fields 'weights' and 'pretrained_path': give one of them, not both")
@@ -218,10 +233,15 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
         load_checkpoint(model, pretrained_path)
     if head == "projector":
         _replace_head(model, int(proj_dim))
+    elif head == "probabilistic":
+        parent, key = _head_owner(model)
+        old = _child(parent, key)
+        new = ProbabilisticHead(old.in_features, int(z_dim), num_classes, int(eval_samples))
+        _set_child(parent, key, new.to(old.weight.device))
     return model
 
 
-HEADS = ("classifier", "projector")
+HEADS = ("classifier", "projector", "probabilistic")
 
 
 def _unwrap_checkpoint(state: object, path: Path) -> dict:
@@ -299,6 +319,77 @@ def prepare_for_device(model: nn.Module, device: torch.device | str, channels_la
     return model
 
 
+class ProbabilisticHead(nn.Module):
+    """FedSR's head (Nguyen et al., NeurIPS 2022; docs/methods.md §7): the encoder's features
+    ``h`` go through ``dist`` (``features -> 2·z_dim``) to ``mu`` (first half) and
+    ``sigma = softplus(second half)``; ``classifier`` (``z_dim -> num_classes``) reads ``z``.
+
+    Training mode: ``z = mu + sigma · ε`` with ``ε ~ N(0, I)`` drawn from torch's global RNG (the
+    runtime seeds it per client and round), one sample per example; returns ``classifier(z)``
+    and, inside :func:`recording_draws`, records ``(z, mu, sigma)`` for the loss. Eval mode:
+    ``eval_samples=0`` returns ``classifier(mu)`` (deterministic); ``eval_samples=S > 0`` returns
+    the authors' ``log mean_s softmax(classifier(mu + sigma · ε_s))`` over ``S`` samples, the
+    ``ε_s`` drawn from a generator seeded with :data:`EVAL_NOISE_SEED` on every call (so
+    evaluation is deterministic and leaves the global RNG alone).
+
+    The prior ``r(z|y) = N(r_mu[y], softplus(r_sigma[y])²)`` and the scale ``z_scale`` (the
+    authors' ``C``) are parameters (zeros, ones, one, as the authors initialise them): they are in
+    the flat weights and federated like every other parameter; only FedSR's loss reads them."""
+
+    def __init__(self, in_features: int, z_dim: int, num_classes: int, eval_samples: int = 0):
+        super().__init__()
+        self.z_dim, self.eval_samples = int(z_dim), int(eval_samples)
+        self.dist = nn.Linear(in_features, 2 * self.z_dim)
+        self.classifier = nn.Linear(self.z_dim, num_classes)
+        self.r_mu = nn.Parameter(torch.zeros(num_classes, self.z_dim))
+        self.r_sigma = nn.Parameter(torch.ones(num_classes, self.z_dim))
+        self.z_scale = nn.Parameter(torch.ones(()))
+        self.draws: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
+
+    def moments(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mu, sigma)`` of ``p(z|x)`` from the encoder's features ``h``."""
+        out = self.dist(h)
+        return out[:, :self.z_dim], nn.functional.softplus(out[:, self.z_dim:])
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        mu, sigma = self.moments(h)
+        if self.training:
+            z = mu + sigma * torch.randn_like(mu)
+            if self.draws is not None:
+                self.draws.append((z, mu, sigma))
+            return self.classifier(z)
+        if self.eval_samples == 0:
+            return self.classifier(mu)
+        noise = torch.randn((self.eval_samples, *mu.shape), generator=torch.Generator().manual_seed(EVAL_NOISE_SEED))
+        logp = torch.log_softmax(self.classifier(mu + sigma * noise.to(mu)).float(), dim=-1)
+        return torch.logsumexp(logp, dim=0) - math.log(self.eval_samples)
+
+
+EVAL_NOISE_SEED = 0
+"""Seed of the evaluation samples of a :class:`ProbabilisticHead` with ``eval_samples > 0``."""
+
+
+def probabilistic_head(model: nn.Module) -> ProbabilisticHead:
+    """``model``'s :class:`ProbabilisticHead`, or a TypeError (built without ``head="probabilistic"``)."""
+    head = next((m for m in model.modules() if isinstance(m, ProbabilisticHead)), None)
+    if head is None:
+        raise TypeError(f"a {type(model).__name__} without a probabilistic head: build it with "
+                        "build_model(..., head='probabilistic')")
+    return head
+
+
+@contextmanager
+def recording_draws(model: nn.Module) -> Iterator[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
+    """Within the block, every training-mode forward of ``model``'s :class:`ProbabilisticHead`
+    appends its ``(z, mu, sigma)`` (in the autograd graph) to the list this yields."""
+    head = probabilistic_head(model)
+    head.draws = []
+    try:
+        yield head.draws
+    finally:
+        head.draws = None
+
+
 def projector_mlp(in_features: int, proj_dim: int) -> nn.Sequential:
     """SimCLR's projection head g(h) = W2 ReLU(W1 h): hidden width = the encoder's feature width
     (as in Chen et al. 2020), no batch norm (so it adds no buffers)."""
@@ -319,10 +410,10 @@ def _set_child(parent: nn.Module, key: str, module: nn.Module) -> None:
 def _head_owner(model: nn.Module) -> tuple[nn.Module, str]:
     """(parent module, attribute/index) of the model's head: its last linear layer in module
     order (cnn, mlp and every torchvision classifier: ``fc``, ``classifier[-1]``, ``heads.head``)
-    or the SimCLR projector that replaced it."""
+    or the SimCLR projector / FedSR probabilistic head that replaced it."""
     found = None
     for name, module in model.named_modules():
-        if getattr(module, "_fedtune_projector", False):
+        if getattr(module, "_fedtune_projector", False) or isinstance(module, ProbabilisticHead):
             found = name
             break
         if isinstance(module, nn.Linear):

@@ -11,7 +11,7 @@ from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig, describe_fields, parse_set_options
 
 HP_FIELDS = {"local_epochs", "local_steps", "batch_size", "local_optimizer", "local_lr", "local_momentum", "weight_decay",
-             "global_lr"}
+             "global_lr", "server_optimizer"}
 
 
 def _err(values: dict) -> str:

@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES
+from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES, SERVER_SIDES
 from fedtune.algorithms.aggregate import fedavg_step
 from fedtune.algorithms.client import SGD, ClientContext
 from fedtune.algorithms.server import RoundInfo
 from fedtune.algorithms.gala import GALA_ITERS, GALA_MIX, GALA_WEIGHTS, Gala, gala_global_weights, gala_step
+from fedtune.algorithms.gala_move import GlobalMove, SimclrGlobalMove
 from fedtune.algorithms.gala_client import GALA_GATE, GALA_TAU, GalaClient, GatedSGD, reference_tensors
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
@@ -197,7 +198,8 @@ def test_registration():
     assert CLIENT_METHODS["gala"] is GalaClient and SERVER_RULES["gala"] is Gala
     preset = PRESETS["fedgala"]
     assert (preset.client_method, preset.server_rule, preset.unsupervised_client_method) == ("gala", "gala", "gala-simclr")
-    assert GalaClient.needs_global_move and GalaClient.supervised
+    assert SERVER_SIDES["gala"] is GlobalMove and SERVER_SIDES["gala-simclr"] is SimclrGlobalMove
+    assert GalaClient.supervised
     cfg = _cfg()
     assert (GALA_TAU.of(cfg), GALA_ITERS.of(cfg), GALA_MIX.of(cfg)) == (0.0, 3, 1.0)
     assert (GALA_GATE.of(cfg), GALA_WEIGHTS.of(cfg)) == ("descent", "per-tensor")
@@ -459,8 +461,7 @@ def test_the_global_move_reaching_clients_is_new_minus_old_weights():
     cfg = FederatedRunConfig.from_dict({"algorithm": "fedgala", "dataset": "rotated-digits", "setting": "fdg",
                                "model": "mlp", "mlp_hidden": [8], "rounds": 3, "local_steps": 2, "batch_size": 16,
                                "backend": "local"})
-    coord = Coordinator(cfg.to_dict(), build_plan(cfg), {"kind": "local"},
-                        needs_global_move=cfg.resolved.client_method.needs_global_move)
+    coord = Coordinator(cfg.to_dict(), build_plan(cfg), {"kind": "local"})
     seen = []
     fit = coord.pool.fit
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES, Registry, resolve
+from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES, SERVER_SIDES, Registry, resolve
 from fedtune.config import FederatedRunConfig
 
 
@@ -23,13 +23,14 @@ def _run(code: str, *args: str) -> str:
 
 # ------------------------------------------------------------------------------------------ registry
 def test_every_registered_class_is_where_the_registry_says_and_carries_its_name():
-    for registry in (CLIENT_METHODS, SERVER_RULES):
+    for registry in (CLIENT_METHODS, SERVER_RULES, SERVER_SIDES):
         for name in registry:
             cls = registry[name]
             module, _, attr = registry.where(name).partition(":")
             assert (cls.__module__, cls.__name__, cls.name) == (module, attr, name)
-    assert list(CLIENT_METHODS) == ["sgd", "simclr", "gala-simclr", "prox", "sam", "gfm", "gca", "gala"]
-    assert list(SERVER_RULES.keys()) == ["fedavg", "fedda", "fedgp", "target_only", "gala", "fedomg"]
+    assert list(CLIENT_METHODS)[:8] == ["sgd", "simclr", "gala-simclr", "prox", "sam", "gfm", "gca", "gala"]
+    assert list(SERVER_RULES.keys())[:6] == ["fedavg", "fedda", "fedgp", "target_only", "gala", "fedomg"]
+    assert set(SERVER_SIDES) <= set(CLIENT_METHODS)  # a server side belongs to a client method
     for p in PRESETS.values():
         assert p.client_method in CLIENT_METHODS and p.server_rule in SERVER_RULES
         assert p.unsupervised_client_method is None or p.unsupervised_client_method in CLIENT_METHODS
@@ -86,6 +87,8 @@ CONFIGS = [
     {"algorithm": "target-only", "setting": "fda"},
     {"algorithm": "fedgala"},
     {"algorithm": "fedgala", "gala_weights": "whole", "gala_mix": 0.5},
+    {"algorithm": "fedga"},
+    {"algorithm": "fedomg", "server_optimizer": "adam", "global_lr": 0.01},
 ]
 
 CHILD = r'''
@@ -122,6 +125,8 @@ class FakePool:
             target = self.plan.clients[c].role == "target"
             steps = self.rng.standard_normal((self.steps, LAYOUT.num_params)).astype(np.float32)
             extras.append({"step_updates": steps} if target else {"mean_step_update": steps.mean(0)})
+            extras[-1].update({k: self.rng.uniform(0, 1, 1) for k in ("ga_loss_global", "ga_loss_local",
+                                                                        "ga_acc_global", "ga_acc_local")})
         return [FitReply(list(client_ids), states, [10 + c for c in client_ids], [0.5] * len(client_ids),
                          [self.steps] * len(client_ids), [0.0] * len(client_ids), 0.0, extras,
                          [{} for _ in client_ids])], []
@@ -142,12 +147,12 @@ for line in sys.stdin:
         def _make_pool(self, spec):
             return FakePool(self.plan, 3)
 
-    coord = Coordinator(cfg_dict, plan, {"kind": "fake"}, needs_global_move=job["needs_global_move"])
+    coord = Coordinator(cfg_dict, plan, {"kind": "fake"})
     for r in (1, 2, 3):
         result = coord.run_round(r, evaluate=False)
         assert result.status == "ok", result
     assert np.isfinite(coord.weights).all() and coord.weights.dtype == np.float32
-    assert (coord.global_move is not None) == job["needs_global_move"]
+    assert (coord.side is not None) == job["has_side"]
     print(type(coord.rule).__name__, "torch" in sys.modules,
           any(m in sys.modules for m in ("fedtune.algorithms.client", "fedtune.algorithms.gala_client",
                                          "fedtune.models")))
@@ -158,7 +163,7 @@ def test_the_coordinator_runs_every_server_rule_without_torch():
     jobs = []
     for values in CONFIGS:
         cfg = FederatedRunConfig.from_dict({**values, "backend": "local", "coordinator_cpus": 2})
-        jobs.append(json.dumps({"cfg": cfg.to_dict(), "needs_global_move": cfg.resolved.client_method.needs_global_move}))
+        jobs.append(json.dumps({"cfg": cfg.to_dict(), "has_side": cfg.resolved.client_method_name in SERVER_SIDES}))
     assert {json.loads(j)["cfg"]["server_rule"] or PRESETS[json.loads(j)["cfg"]["algorithm"]].server_rule
             for j in jobs} == set(SERVER_RULES)
     out = subprocess.run([sys.executable, "-c", CHILD], input="\n".join(jobs) + "\n", capture_output=True,
@@ -166,5 +171,140 @@ def test_the_coordinator_runs_every_server_rule_without_torch():
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.split("\n")[:-1]
     assert [line.split()[0] for line in lines] == ["FedAvg", "FedOMG", "FedOMG", "FedDA", "FedGP", "TargetOnly",
-                                                   "Gala", "Gala"]
+                                                   "Gala", "Gala", "FedGA", "FedOMG"]
     assert all(line.split()[1:] == ["False", "False"] for line in lines), lines
+
+
+# ------------------------------------------------------- client methods' server sides without torch
+# The fake pool of CHILD (its definitions, not its loop), whose clients also send the extras a
+# server side reads (SIDE_EXTRAS: float32 [num_params] each); three rounds, then the coordinator's
+# state (the side's included) is restored into a fresh coordinator that runs the same fourth round.
+SIDE_EXTRAS = {"scaffold": ("scaffold_delta_c",), "feddyn": ()}
+SIDE_CONFIGS = [
+    {"algorithm": "scaffold", "num_clients": 4},
+    {"algorithm": "fedomg", "client_method": "scaffold"},  # Scaffold's clients under FedOMG's rule
+    {"algorithm": "feddyn", "feddyn_alpha": 0.1},
+    {"algorithm": "feddyn", "feddyn_mean": "uniform"},
+    {"algorithm": "fedomg", "client_method": "feddyn"},
+]
+
+SIDE_CHILD = CHILD.split("\nfor line in sys.stdin:")[0] + r'''
+
+
+class SidePool(FakePool):
+    def __init__(self, plan, steps, keys):
+        super().__init__(plan, steps)
+        self.keys, self.payload_keys = keys, set()
+
+    def fit(self, weights, payload, round, client_ids):
+        self.payload_keys |= set(payload)
+        replies, skipped = super().fit(weights, payload, round, client_ids)
+        for extra in replies[0].extras:
+            extra.update({k: self.rng.standard_normal(LAYOUT.num_params).astype(np.float32) for k in self.keys})
+        return replies, skipped
+
+
+for line in sys.stdin:
+    job = json.loads(line)
+    clients = tuple(ClientSpec(c, f"c{c}", "source", "d", {"d": np.arange(10 + c)}) for c in range(4))
+    plan = FederatedPlan(job["cfg"]["setting"], clients, ("d",), ("t",), {})
+
+    class Coordinator(coordinator.Coordinator):
+        def _make_pool(self, spec):
+            return SidePool(self.plan, 3, job["keys"])
+
+    coord = Coordinator(job["cfg"], plan, {"kind": "fake"})
+    for r in (1, 2, 3):
+        assert coord.run_round(r, evaluate=False).status == "ok"
+    state = coord.get_state()
+    again = Coordinator(job["cfg"], plan, {"kind": "fake"})
+    again.set_state(state)
+    again.pool.rng = np.random.default_rng(7)
+    coord.pool.rng = np.random.default_rng(7)
+    coord.run_round(4, evaluate=False)
+    again.run_round(4, evaluate=False)
+    assert np.isfinite(coord.weights).all() and np.array_equal(coord.weights, again.weights)
+    side, side_again = coord.side.state_dict(), again.side.state_dict()
+    assert all(np.abs(v).max() > 0 for v in side.values()), side
+    assert side.keys() == side_again.keys() and all(np.array_equal(side[k], side_again[k]) for k in side)
+    print(type(coord.side).__name__, type(coord.rule).__name__, ",".join(sorted(coord.pool.payload_keys)) or "-",
+          "torch" in sys.modules, any(m in sys.modules for m in ("fedtune.algorithms.client", "fedtune.models")))
+'''
+
+
+def test_the_coordinator_runs_the_client_methods_server_sides_without_torch():
+    jobs = []
+    for values in SIDE_CONFIGS:
+        cfg = FederatedRunConfig.from_dict({**values, "backend": "local", "coordinator_cpus": 2})
+        name = cfg.resolved.client_method_name
+        jobs.append(json.dumps({"cfg": cfg.to_dict(), "keys": SIDE_EXTRAS[name]}))
+    assert set(SIDE_EXTRAS) <= set(SERVER_SIDES)
+    out = subprocess.run([sys.executable, "-c", SIDE_CHILD], input="\n".join(jobs) + "\n", capture_output=True,
+                         text=True, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [line.split() for line in out.stdout.split("\n")[:-1]]
+    assert [line[:3] for line in lines] == [["ScaffoldServer", "FedAvg", "scaffold_c"],
+                                            ["ScaffoldServer", "FedOMG", "scaffold_c"],
+                                            ["FedDynServer", "FedAvg", "-"], ["FedDynServer", "FedAvg", "-"],
+                                            ["FedDynServer", "FedOMG", "-"]]
+    assert all(line[3:] == ["False", "False"] for line in lines), lines
+
+
+# ------------------------------------------------- FedIIR's and Fishr's server sides without torch
+# The fake pool of CHILD, whose clients also send FedIIR's or Fishr's report (random, of the shapes
+# their clients send); three rounds, then the coordinator's state is restored into a fresh one that
+# runs the same fourth round. The statistic is then in the payload the clients receive.
+STAT_JOBS = [
+    ({"algorithm": "fediir"}, {"fediir_grad_sum": [5], "fediir_batches": []}, "FedIIRServer FedAvg fediir_grad_mean"),
+    ({"algorithm": "fediir-omg"}, {"fediir_grad_sum": [5], "fediir_batches": []}, "FedIIRServer FedOMG fediir_grad_mean"),
+    ({"algorithm": "fishr"}, {"fishr_variance": [5]}, "FishrServer FedAvg fishr_mean_variance"),
+]
+
+STAT_CHILD = CHILD.split("\nfor line in sys.stdin:")[0] + r'''
+
+
+class StatPool(FakePool):
+    def __init__(self, plan, steps, shapes):
+        super().__init__(plan, steps)
+        self.shapes, self.payload_keys = shapes, set()
+
+    def fit(self, weights, payload, round, client_ids):
+        self.payload_keys |= set(payload)
+        replies, skipped = super().fit(weights, payload, round, client_ids)
+        for extra in replies[0].extras:
+            extra.update({k: np.abs(self.rng.standard_normal(s)) + 1 for k, s in self.shapes.items()})
+        return replies, skipped
+
+
+for line in sys.stdin:
+    job = json.loads(line)
+    clients = tuple(ClientSpec(c, f"c{c}", "source", "d", {"d": np.arange(10 + c)}) for c in range(4))
+    plan = FederatedPlan(job["cfg"]["setting"], clients, ("d",), ("t",), {})
+
+    class Coordinator(coordinator.Coordinator):
+        def _make_pool(self, spec):
+            return StatPool(self.plan, 3, job["shapes"])
+
+    coord = Coordinator(job["cfg"], plan, {"kind": "fake"})
+    for r in (1, 2, 3):
+        assert coord.run_round(r, evaluate=False).status == "ok"
+    again = Coordinator(job["cfg"], plan, {"kind": "fake"})
+    again.set_state(coord.get_state())
+    again.pool.rng, coord.pool.rng = np.random.default_rng(7), np.random.default_rng(7)
+    coord.run_round(4, evaluate=False)
+    again.run_round(4, evaluate=False)
+    assert np.array_equal(coord.weights, again.weights)
+    side, side_again = coord.side.state_dict(), again.side.state_dict()
+    assert all(np.array_equal(side[k], side_again[k]) and np.isfinite(side[k]).all() for k in side)
+    print(type(coord.side).__name__, type(coord.rule).__name__, ",".join(sorted(coord.pool.payload_keys)) or "-",
+          "torch" in sys.modules, any(m in sys.modules for m in ("fedtune.algorithms.client", "fedtune.models")))
+'''
+
+
+def test_the_coordinator_keeps_fediirs_and_fishrs_statistics_without_torch():
+    jobs = [json.dumps({"cfg": FederatedRunConfig.from_dict({**values, "backend": "local"}).to_dict(), "shapes": shapes})
+            for values, shapes, _ in STAT_JOBS]
+    out = subprocess.run([sys.executable, "-c", STAT_CHILD], input="\n".join(jobs) + "\n", capture_output=True,
+                         text=True, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[:-1] == [f"{expected} False False" for _, _, expected in STAT_JOBS]

@@ -21,6 +21,7 @@ import time
 import pytest
 
 from fedtune.config import FederatedRunConfig
+from fedtune.spaces.model import strip_switches
 
 
 def searcher(tmp_path, sampler, *, num_samples=None, name="d"):
@@ -56,12 +57,12 @@ def test_a_replayed_proposal_is_told_duplicate_and_the_sampler_asked_again(tmp_p
     trials = again._ot_study.get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING]
     dup = trials[1]
-    a_id = FederatedRunConfig.from_dict({**fixed, **a}).trial_id()
+    a_id = FederatedRunConfig.from_dict(strip_switches({**fixed, **a})).trial_id()
     assert dup.params == trials[0].params  # the replayed draw
     assert dup.user_attrs["fedtune_status"] == "duplicate" and dup.user_attrs["duplicate_of"] == a_id
     assert dup.user_attrs["duplicate_of_number"] == 0 and "fedtune_trial_id" not in dup.user_attrs
     assert trials[2].user_attrs["tune_trial_id"] == "b"
-    assert trials[2].user_attrs["fedtune_trial_id"] == FederatedRunConfig.from_dict({**fixed, **b}).trial_id() != a_id
+    assert trials[2].user_attrs["fedtune_trial_id"] == FederatedRunConfig.from_dict(strip_switches({**fixed, **b})).trial_id() != a_id
     # the trial Tune runs is the one asked last: its results are told there
     finish(again, "b", 0.7)
     assert again._ot_study.get_trials()[2].state == TrialState.COMPLETE and again._ot_study.get_trials()[2].value == 0.7
@@ -95,11 +96,11 @@ def test_a_space_with_nothing_new_ends_the_search_with_a_note(tmp_path, monkeypa
     from fedtune.tune.optuna_search import EXHAUSTED, ended_early
 
     monkeypatch.setattr(optuna_search, "MAX_DUPLICATE_ASKS", 4)
-    point = {"local_lr": 0.05, "local_momentum": 0.9, "weight_decay": 0.0, "global_lr": 1.0}
+    point = {"local_lr": 0.05, "local_momentum": 0.9, "weight_decay": 0.0, "global_lr": 1.0, "server_optimizer": "sgd"}
     with pytest.warns(optuna.exceptions.ExperimentalWarning):  # PartialFixedSampler: "experimental" since 2.4
         one_point = optuna.samplers.PartialFixedSampler(point, optuna.samplers.RandomSampler(seed=0))
     s, _ = searcher(tmp_path, one_point, num_samples=5)
-    assert s.suggest("a") == point | {"algorithm": "fedavg", "local_optimizer": "sgd"}  # fixed in the space
+    assert strip_switches(s.suggest("a")) == point | {"algorithm": "fedavg", "local_optimizer": "sgd"}  # fixed in the space
     finish(s, "a")
     assert s.suggest("b") == "FINISHED"
 

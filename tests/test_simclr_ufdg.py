@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, resolve
+from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_SIDES, resolve
 from fedtune.algorithms.client import ClientContext
 from fedtune.algorithms.simclr import (
     GalaSimCLR,
@@ -246,7 +246,7 @@ def test_simclr_ufdg_run_reports_probe_accuracies(tmp_path):
 
 
 def test_fedgala_in_ufdg_runs_gated_simclr(tmp_path):
-    assert CLIENT_METHODS["gala-simclr"] is GalaSimCLR and GalaSimCLR.needs_global_move
+    assert CLIENT_METHODS["gala-simclr"] is GalaSimCLR and "gala-simclr" in SERVER_SIDES
     cfg = ufdg_cfg(tmp_path, algorithm="fedgala", gala_tau=0.0, rounds=2, local_steps=3)
     assert resolve(cfg).client_method is GalaSimCLR
     res = run(cfg, progress=False)

@@ -15,16 +15,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedtune  # noqa: E402
 from fedtune import algorithms  # noqa: E402
-from fedtune.algorithms import Preset  # noqa: E402
+from fedtune.algorithms import SERVER_OPTIMIZERS, Preset  # noqa: E402
 from fedtune.algorithms.base import HParam  # noqa: E402
 from fedtune.algorithms.client import SGD  # noqa: E402
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 from fedtune.spaces import lookup  # noqa: E402
 from fedtune.spaces.lookup import SPACES_DIR, load_space  # noqa: E402
-from fedtune.spaces.model import strip_switches  # noqa: E402
+from fedtune.spaces.model import OMITTED, strip_switches  # noqa: E402
 
 SPACE_FILES = sorted(SPACES_DIR.glob("*.yaml"))
+PAPER_SETUP = Path(__file__).resolve().parents[1] / "examples" / "paper-setup"
+# Every space file: search_spaces/ and the paper setup's (its run preset is not a space).
+EVERY_SPACE_FILE = SPACE_FILES + sorted(p for p in PAPER_SETUP.glob("*.yaml") if p.name != "pacs-resnet18.yaml")
 REQUIRED = ("fedavg", "fedprox", "fedsam", "fedomg", "fedda", "fedgp", "fedgala", "gfm")
 # Compute-budget fields a study's base configuration sets, the same for every algorithm.
 BUDGET_FIELDS = {"local_epochs", "local_steps", "batch_size"}
@@ -100,7 +103,8 @@ def test_shipped_space_loads_validates_and_covers_every_hparam(path):
     # Every tunable hyperparameter is in the file (fixed or sampled), budget fields excepted.
     resolved = algorithms.resolve(cfg)
     tunable = set(resolved.hparam_specs()) | {
-        f.name for f in dataclasses.fields(FederatedRunConfig) if f.metadata.get("hp")}
+        f.name for f in dataclasses.fields(FederatedRunConfig) if f.metadata.get("hp")} | {
+        h.name for opt in SERVER_OPTIMIZERS for h in SERVER_OPTIMIZERS[opt].hparams}
     assert set(space.params) == tunable - BUDGET_FIELDS
     # Every sampled parameter's default lies in its range; fixed values are what a run uses.
     for p in space.params.values():
@@ -274,6 +278,10 @@ def test_ray_optuna_search_merges_suggestions_and_constants(toy, tmp_path):
 # --------------------------------------------------------------------------- bad input
 
 
+OPT_HEAD = ("algorithm: fedavg\nparams:\n  server_optimizer: {distribution: categorical, "
+            "choices: [sgd, avgm, adam, yogi, adagrad], default: sgd}\n")
+
+
 @pytest.mark.parametrize("text, key, problem", [
     ("algorithm: toy\nparamz: {}\n", "paramz", "unknown key 'paramz' at the top level; did you mean 'params'?"),
     ("algorithm: toy\nparams:\n  toy_kappa: {distribution: uniform, lo: 0.0, high: 1.0, default: 0.5}\n",
@@ -336,6 +344,21 @@ def test_ray_optuna_search_merges_suggestions_and_constants(toy, tmp_path):
     (("algorithm: toy\nswitches:\n  mode: {choices: [a, b], default: c}\nparams:\n"
       "  toy_beta: {distribution: uniform, low: 0.0, high: 1.0, default: 0.5, when: {mode: a}}\n"),
      "switches.mode.default", "'c' is not among the choices"),
+    # server optimiser hyperparameters: only where server_optimizer takes an optimiser that uses them
+    (f"{OPT_HEAD}  server_momentum: {{distribution: fixed, value: 0.9, when: {{server_optimizer: [avgm, adam]}}}}\n",
+     "params.server_momentum.when.server_optimizer", "server_optimizer 'adam' does not use 'server_momentum'; "
+                                                     "allowed: avgm"),
+    (f"{OPT_HEAD}  server_beta1: {{distribution: fixed, value: 0.9}}\n",
+     "params.server_beta1", "server_optimizer 'sgd' does not use 'server_beta1'; allowed: adam, yogi"),
+    ("algorithm: fedavg\nparams:\n  server_tau: {distribution: fixed, value: 0.001}\n",
+     "params.server_tau", "add server_optimizer to this file and condition it: when: {server_optimizer: [adam, yogi, "
+                          "adagrad]}"),
+    (f"{OPT_HEAD}  server_tau: {{distribution: fixed, value: 0.001, when: {{server_optimizer: adam}}, otherwise: 0.1}}\n",
+     "params.server_tau.otherwise", "'server_tau' is left out where its condition fails"),
+    (f"{OPT_HEAD}  server_beta2: {{distribution: uniform, low: 0.9, high: 1.5, default: 0.99, "
+     "when: {server_optimizer: adam}}\n", "params.server_beta2.high", "high 1.5 is not allowed for 'server_beta2'"),
+    (f"{OPT_HEAD}  server_tau: {{distribution: fixed, value: 0.001, when: {{server_optimizer: rmsprop}}}}\n",
+     "params.server_tau.when.server_optimizer", "condition value 'rmsprop' is not allowed for 'server_optimizer'"),
     # the file as a whole
     ("algorithm: nope\nparams:\n  local_lr: {distribution: fixed, value: 0.1}\n",
      "algorithm", "'nope' is unknown"),
@@ -418,3 +441,151 @@ def test_huge_values_and_names_in_a_space_file_are_shown_cut_short(tmp_path):
                  f"algorithm: fedavg\nparams:\n  local_lr: {{distribution: fixed, value: {long}}}\n"):
         msg = error_of(write(tmp_path, text))
         assert len(msg) < 600, msg[:800]
+
+
+# --------------------------------------------------------------------------- the server optimisers
+OPTIMIZER_HPARAMS = {opt: {h.name for h in SERVER_OPTIMIZERS[opt].hparams} for opt in SERVER_OPTIMIZERS}
+OPT_NAMES = {"server_optimizer"}.union(*OPTIMIZER_HPARAMS.values())
+
+
+def _without_the_optimizer_block(path: Path):
+    """The space as it was before the server optimisers: the file with their parameters removed."""
+    import yaml
+
+    from fedtune.spaces.yaml_files import build_space
+
+    doc = yaml.safe_load(path.read_text())
+    doc["params"] = {k: v for k, v in doc["params"].items() if k not in OPT_NAMES}
+    return build_space(doc, str(path), None)
+
+
+@pytest.mark.parametrize("path", EVERY_SPACE_FILE, ids=[f"{p.parent.name}/{p.stem}" for p in EVERY_SPACE_FILE])
+def test_every_space_offers_the_server_optimizers_and_its_defaults_run_as_before(path):
+    space, before = load_space(str(path)), _without_the_optimizer_block(path)
+    so = space.params["server_optimizer"]
+    assert (so.distribution, so.choices, so.default, so.when) == ("categorical", tuple(SERVER_OPTIMIZERS), "sgd", {})
+    for name in OPT_NAMES - {"server_optimizer"}:  # each conditioned on exactly the optimisers that use it
+        users = {opt for opt, names in OPTIMIZER_HPARAMS.items() if name in names}
+        assert set(space.params[name].when) == {"server_optimizer"}, name
+        assert set(space.params[name].when["server_optimizer"]) == users, name
+        assert space.params[name].fallback is OMITTED
+    # Reddi et al. 2021 fix beta1 = 0.9, beta2 = 0.99
+    assert (space.params["server_beta1"].value, space.params["server_beta2"].value) == (0.9, 0.99)
+    assert space.defaults() == {**before.defaults(), "server_optimizer": "sgd"}
+    assert space.default_point() == {**before.default_point(), "server_optimizer": "sgd"}
+    cfg = FederatedRunConfig.from_dict(strip_switches(space.defaults()))
+    assert cfg.server_optimizer == "sgd" and not set(cfg.params) & OPT_NAMES
+    assert cfg.trial_id() == FederatedRunConfig.from_dict(strip_switches(before.defaults())).trial_id()
+
+
+def _check_optimizer_keys(config: dict) -> str:
+    """A sampled configuration carries exactly its optimiser's hyperparameters; returns the optimiser."""
+    opt = config["server_optimizer"]
+    assert {k for k in config if k in OPT_NAMES} - {"server_optimizer"} == OPTIMIZER_HPARAMS[opt], config
+    if opt in ("adam", "yogi"):
+        assert (config["server_beta1"], config["server_beta2"]) == (0.9, 0.99)
+    if opt in ("adam", "yogi", "adagrad"):
+        assert 1e-9 <= config["server_tau"] <= 0.1
+    if opt == "avgm":
+        assert config["server_momentum"] in (0.9, 0.97, 0.99)
+    cfg = FederatedRunConfig.from_dict(config)
+    assert cfg.server_optimizer == opt and set(cfg.params) & OPT_NAMES == OPTIMIZER_HPARAMS[opt]
+    return opt
+
+
+def test_ray_param_space_samples_only_the_chosen_optimizers_hyperparameters():
+    from ray.tune.search.variant_generator import generate_variants
+
+    space = load_space("fedavg").tune_space()
+    np.random.seed(1)
+    configs = [v["config"] for _ in range(150) for _, v in generate_variants({"config": space})]
+    seen = set()
+    for raw in configs:
+        config = strip_switches(raw)
+        seen.add(_check_optimizer_keys(config))
+        # the raw config marks the others as left out, never with a value a run would refuse
+        assert all(raw[k] is OMITTED for k in OPT_NAMES if k not in config)
+        assert "server_momentum" not in config or config["server_optimizer"] == "avgm"
+    assert seen == set(SERVER_OPTIMIZERS)
+    # Ray pickles and copies trial configs: the marker stays the one strip_switches removes
+    import copy
+    import pickle
+
+    assert pickle.loads(pickle.dumps(OMITTED)) is OMITTED and copy.deepcopy(OMITTED) is OMITTED
+
+
+def test_optuna_define_by_run_asks_only_the_chosen_optimizers_hyperparameters():
+    import optuna
+
+    space = load_space("fedprox")
+    point = space.default_point()
+    # FixedTrial raises for any parameter it does not hold: sgd asks none of the optimisers' knobs
+    constants = space.optuna_define_by_run(optuna.trial.FixedTrial(point))
+    assert not set(constants) & OPT_NAMES
+    adam = {**point, "server_optimizer": "adam", "server_tau": 1e-4, "server_adam_bias_correction": True}
+    constants = space.optuna_define_by_run(optuna.trial.FixedTrial(adam))
+    assert {k: constants[k] for k in set(constants) & OPT_NAMES} == {"server_beta1": 0.9, "server_beta2": 0.99}
+    assert _check_optimizer_keys({**adam, **constants}) == "adam"
+    with pytest.raises(ValueError, match="server_momentum"):  # avgm asks for its momentum
+        space.optuna_define_by_run(optuna.trial.FixedTrial({**point, "server_optimizer": "avgm"}))
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(40):
+        trial = study.ask()
+        constants = space.optuna_define_by_run(trial)
+        opt = _check_optimizer_keys({**trial.params, **constants})
+        sampled = {h.name for h in SERVER_OPTIMIZERS[opt].hparams if space.params[h.name].sampled}
+        assert set(trial.params) & OPT_NAMES == {"server_optimizer"} | sampled
+        seen.add(opt)
+        study.tell(trial, 0.0)
+    assert seen == set(SERVER_OPTIMIZERS)
+
+
+def test_a_when_naming_an_optimizer_that_does_not_use_the_parameter_is_one_line(tmp_path):
+    path = write(tmp_path, OPT_HEAD + "  server_beta1: {distribution: fixed, value: 0.9, "
+                                      "when: {server_optimizer: [adam, yogi, adagrad]}}\n")
+    assert error_of(path) == (f"{path}: params.server_beta1.when.server_optimizer: server_optimizer 'adagrad' does "
+                              "not use 'server_beta1'; allowed: adam, yogi")
+
+
+def test_a_pinned_server_optimizer_drops_the_other_optimizers_hyperparameters(tmp_path):
+    block = ("  server_beta1: {distribution: fixed, value: 0.9, when: {server_optimizer: [adam, yogi]}}\n"
+             "  server_tau: {distribution: loguniform, low: 1.0e-9, high: 0.1, default: 1.0e-3, "
+             "when: {server_optimizer: [adam, yogi, adagrad]}}\n")
+    pinned = load_space(write(tmp_path, "algorithm: fedavg\nparams:\n  server_optimizer: {distribution: fixed, "
+                                        "value: sgd}\n" + block))
+    assert set(pinned.params) == {"server_optimizer"}  # never sampled: not parameters of the space
+    assert pinned.defaults() == {"algorithm": "fedavg", "server_optimizer": "sgd"}
+    adam = load_space(write(tmp_path, "algorithm: fedavg\nparams:\n  server_optimizer: {distribution: fixed, "
+                                      "value: adam}\n" + block))
+    assert adam.defaults() == {"algorithm": "fedavg", "server_optimizer": "adam", "server_beta1": 0.9,
+                               "server_tau": 1e-3}
+    FederatedRunConfig.from_dict(adam.defaults())
+    bad = write(tmp_path, "algorithm: fedavg\nparams:\n  server_optimizer: {distribution: fixed, value: sgd}\n"
+                          "  server_tau: {distribution: fixed, value: 0.001}\n")
+    assert error_of(bad) == (f"{bad}: params.server_tau: server_optimizer 'sgd' does not use 'server_tau'; "
+                             "allowed: adam, yogi, adagrad")
+
+
+def test_knobs_own_fixes_the_server_optimizer_at_sgd_for_every_method(tmp_path):
+    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.plan import plan_study
+    from fedtune.tune.study_start import knob_summary, say_knobs, snapshot_spaces
+
+    o = SweepOptions(algorithms=["fedavg", "fedprox"], rounds=2, num_samples=2, output=str(tmp_path), name="own",
+                     overrides={"local_steps": 1}, report=False, knobs="own")
+    _, plan = snapshot_spaces(o, plan_study(o))
+    for algorithm in ("fedavg", "fedprox"):
+        space = load_space(plan.study_dir / "spaces" / f"{algorithm}.yaml")
+        assert space.params["server_optimizer"].initial == "sgd" and not space.params["server_optimizer"].sampled
+        assert not set(space.params) & (OPT_NAMES - {"server_optimizer"})
+    knobs = knob_summary(plan)
+    assert knobs["searched"] == {"fedavg": [], "fedprox": ["prox_mu"]}
+    assert knobs["shared_fixed"]["server_optimizer"] == {"value": "sgd", "algorithms": ["fedavg", "fedprox"]}
+    lines: list[str] = []
+    say_knobs(type("Console", (), {"print": lambda self, text, **kw: lines.append(text)})(), knobs)
+    fixed = next(line for line in lines if line.startswith("fixed for every method"))
+    assert "server_optimizer=sgd" in fixed.split(": ", 1)[1].split(", ")
+    assert not any(name in fixed for name in OPT_NAMES - {"server_optimizer"})

@@ -201,8 +201,14 @@ def test_searcher_tells_pruned_fail_and_complete_with_intermediate_values(tmp_pa
     assert nan.intermediate_values == {1: 0.4}
     assert boom.state == TrialState.FAIL and boom.user_attrs["fedtune_status"] == "failed"
     # the Optuna record names the Arrow store's trial and holds the full configuration
-    cfg = FederatedRunConfig.from_dict({**fixed, **configs["full"]})
+    from fedtune.spaces.model import strip_switches
+    from fedtune.tune.trainable import driver_validated
+
+    cfg = FederatedRunConfig.from_dict(strip_switches({**fixed, **configs["full"]}))
     assert full.user_attrs["fedtune_trial_id"] == cfg.trial_id()
+    # the suggestion carries the driver's validated form: the trial actor rebuilds cfg without validating
+    assert driver_validated({**fixed, **configs["full"]}) == FederatedRunConfig.from_dict(
+        {**strip_switches({**fixed, **configs["full"]}), "backend": "ray"})
     assert full.user_attrs["config"]["local_lr"] == configs["full"]["local_lr"] == full.params["local_lr"]
 
 

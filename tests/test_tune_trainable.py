@@ -21,6 +21,7 @@ from fedtune.results.store import load
 from fedtune.runtime.driver import FederatedRun, run
 from fedtune.errors import ResourceError
 from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
+from fedtune.spaces.model import strip_switches
 from fedtune.tune.callback import ArrowCallback
 from fedtune.tune.trainable import (
     FedtuneTrainable,
@@ -312,7 +313,8 @@ def test_tuner_example_stores_every_round_once_with_trial_statuses(ray_session, 
     # Every trial, on reused actors or not, computed what a fresh in-process run computes.
     for result in grid:
         m = result.metrics
-        ref = run(FederatedRunConfig.from_dict({**result.config, "backend": "local", "output": str(tmp_path / "ref")}),
+        config = strip_switches(result.config)  # Tune's config: switches, left-out parameters, the driver's key
+        ref = run(FederatedRunConfig.from_dict({**config, "backend": "local", "output": str(tmp_path / "ref")}),
                   progress=False).rows
         stored = rounds[rounds["trial_id"] == m["fedtune_trial_id"]].sort_values("round").to_dict("records")
         assert [key(r) for r in stored] == [key(r) for r in ref]
@@ -323,3 +325,51 @@ def test_tuner_example_stores_every_round_once_with_trial_statuses(ray_session, 
             pg["state"] != "REMOVED" for pg in ray_session.util.placement_group_table().values()):
         time.sleep(0.5)
     assert all(pg["state"] == "REMOVED" for pg in ray_session.util.placement_group_table().values())
+
+
+# ------------------------------------------------------------------ configs the sweep driver validated
+_DRIVER_CHILD = r'''
+import json, sys
+from fedtune.tune.trainable import driver_validated
+from fedtune.runtime.driver import FederatedRun
+config = json.loads(sys.stdin.read())
+cfg = driver_validated(config)
+run = FederatedRun(cfg, setting_checked=True)  # what the trial actor builds before its actors start
+print(json.dumps({"torch": "torch" in sys.modules, "params": cfg.params, "backend": cfg.backend,
+                  "client_method": run.resolved.client_method_name}))
+'''
+
+
+def test_a_driver_validated_trial_config_is_rebuilt_without_importing_torch():
+    import json
+    import subprocess
+    import sys
+
+    from fedtune.tune.trainable import trial_run_config, with_validated_config
+
+    flat = {"algorithm": "fedgala", "gala_tau": 0.1, "rounds": 3, "model": "mlp", "global_lr": 1}
+    config = with_validated_config(flat)
+    assert trial_run_config(config) == trial_run_config(flat)  # the same config as validating it here
+    out = subprocess.run([sys.executable, "-c", _DRIVER_CHILD], input=json.dumps(config), capture_output=True,
+                         text=True, check=True).stdout
+    assert json.loads(out) == {"torch": False, "params": {"gala_tau": 0.1}, "backend": "ray", "client_method": "gala"}
+
+
+@pytest.mark.parametrize("change", [{"gala_tau": 7.0}, {"rounds": 0}, {"gala_tau": None}, {"prox_mu": 0.1},
+                                    {"seed": 3}])
+def test_a_config_that_disagrees_with_its_validated_form_is_validated_again(change):
+    from fedtune.errors import ConfigError
+    from fedtune.spaces.model import VALIDATED_KEY
+    from fedtune.tune.trainable import driver_validated, trial_run_config, with_validated_config
+
+    config = {**with_validated_config({"algorithm": "fedgala", "gala_tau": 0.1, "rounds": 3}), **change}
+    config = {k: v for k, v in config.items() if v is not None}
+    assert driver_validated(config) is None
+    if change in ({"gala_tau": 7.0}, {"rounds": 0}, {"prox_mu": 0.1}):  # out of range / not fedgala's: refused here
+        with pytest.raises(ConfigError):
+            trial_run_config(config)
+    else:
+        cfg = trial_run_config(config)
+        assert cfg == trial_run_config({k: v for k, v in config.items() if k != VALIDATED_KEY})
+    forged = {"rounds": 3, VALIDATED_KEY: "not json"}
+    assert driver_validated(forged) is None and trial_run_config(forged).rounds == 3

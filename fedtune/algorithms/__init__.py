@@ -102,6 +102,12 @@ CLIENT_METHODS = Registry("client method", {
     "gfm": "fedtune.algorithms.gfm:GFM",
     "gca": "fedtune.algorithms.gfm:GCA",
     "gala": "fedtune.algorithms.gala_client:GalaClient",
+    "fedsr": "fedtune.algorithms.fedsr:FedSR",
+    "scaffold": "fedtune.algorithms.scaffold:Scaffold",
+    "feddyn": "fedtune.algorithms.feddyn:FedDyn",
+    "moon": "fedtune.algorithms.moon:MOON",
+    "fediir": "fedtune.algorithms.fediir:FedIIR",
+    "fishr": "fedtune.algorithms.fishr:Fishr",
 })
 SERVER_RULES = Registry("server rule", {
     "fedavg": "fedtune.algorithms.server:FedAvg",
@@ -110,6 +116,29 @@ SERVER_RULES = Registry("server rule", {
     "target_only": "fedtune.algorithms.fedgp:TargetOnly",
     "gala": "fedtune.algorithms.gala:Gala",
     "fedomg": "fedtune.algorithms.fedomg:FedOMG",
+    "fedga": "fedtune.algorithms.fedga:FedGA",
+})
+
+# The server side of a client method that keeps state on the server (FedGaLA's last global move,
+# Scaffold's server control variate, FedDyn's h, FedIIR's mean gradient, Fishr's mean variance): keyed by the client
+# method's name, NumPy only (fedtune.algorithms.server_side). A client method without one has none.
+SERVER_SIDES = Registry("client method's server side", {
+    "scaffold": "fedtune.algorithms.scaffold_server:ScaffoldServer",
+    "feddyn": "fedtune.algorithms.feddyn_server:FedDynServer",
+    "gala": "fedtune.algorithms.gala_move:GlobalMove",
+    "gala-simclr": "fedtune.algorithms.gala_move:SimclrGlobalMove",
+    "fediir": "fedtune.algorithms.fediir_server:FedIIRServer",
+    "fishr": "fedtune.algorithms.fishr_server:FishrServer",
+})
+
+# Server optimisers on the step of any server rule (fedtune.algorithms.server_optimizer, NumPy
+# only): the config's ``server_optimizer``; ``sgd`` is the rule's own step.
+SERVER_OPTIMIZERS = Registry("server optimizer", {
+    "sgd": "fedtune.algorithms.server_optimizer:ServerOptimizer",
+    "avgm": "fedtune.algorithms.server_optimizer:FedAvgM",
+    "adam": "fedtune.algorithms.server_optimizer:FedAdam",
+    "yogi": "fedtune.algorithms.server_optimizer:FedYogi",
+    "adagrad": "fedtune.algorithms.server_optimizer:FedAdagrad",
 })
 
 # The client's local optimisers (fedtune.algorithms.optim) and compute precisions
@@ -149,6 +178,19 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("simclr", "simclr", "fedavg", ("ufdg",), "FedAvg of SimCLR encoders (unsupervised), linear-probe evaluation"),
     Preset("fedgala", "gala", "gala", ("fdg", "fl"), "FedGaLA (Pourpanah et al.): locally gated SGD (gala_tau, gala_gate descent|literal) + global alignment at FedAvg scale (gala_iters, gala_mix, gala_weights per-tensor|whole)",
            unsupervised_client_method="gala-simclr"),
+    Preset("fedsr", "fedsr", "fedavg", ("fdg", "fl"), "FedSR (Nguyen et al.): probabilistic representation z, CE + fedsr_l2r E‖z‖² + fedsr_cmi KL(p(z|x) ‖ r(z|y)) (fedsr_z_dim), FedAvg"),
+    Preset("fedsam-omg", "sam", "fedomg", ("fdg", "fl"), "FedSAM+OMG (FedOMG paper's combination): SAM local steps (sam_rho) under FedOMG's matching gradient",
+           own_shared=("global_lr",)),
+    Preset("fedsr-omg", "fedsr", "fedomg", ("fdg", "fl"), "FedSR+OMG (FedOMG paper's combination)",
+           own_shared=("global_lr",)),
+    Preset("fedga", "sgd", "fedga", ("fdg", "fl"), "FedGA (Zhang et al.): local SGD, aggregation weights moved each round towards the clients with larger validation generalization gaps (fedga_step, fedga_decay, fedga_center, fedga_metric, fedga_init)"),
+    Preset("scaffold", "scaffold", "fedavg", ("fdg", "fl"), "SCAFFOLD (Karimireddy et al.): local steps on g − c_i + c (control variates, option II), server c += |S|/N mean Δc_i, FedAvg (global_lr = η_g)"),
+    Preset("feddyn", "feddyn", "fedavg", ("fdg", "fl"), "FedDyn (Acar et al.): local loss − ⟨∇L_k(θ_k^(t−1)), θ⟩ + feddyn_alpha/2 ‖θ − θ_global‖², server θ = mean − h/α (feddyn_mean rule|uniform)"),
+    Preset("moon", "moon", "fedavg", ("fdg", "fl"), "MOON (Li et al.): CE + moon_mu · model-contrastive loss on the encoder features (z towards the global model's, away from the client's previous model's; moon_temperature), FedAvg"),
+    Preset("fediir", "fediir", "fedavg", ("fdg", "fl"), "FedIIR (Guo et al.): CE + fediir_penalty ‖∇_classifier CE − ḡ‖², ḡ the server's EMA (fediir_ema) of the clients' mean classifier gradient, FedAvg"),
+    Preset("fediir-omg", "fediir", "fedomg", ("fdg", "fl"), "FedIIR+OMG (FedOMG paper's combination)",
+           own_shared=("global_lr",)),
+    Preset("fishr", "fishr", "fedavg", ("fdg", "fl"), "Fishr (Ramé et al.; federated as FedOMG Eq. 4): CE + fishr_penalty ‖Var[per-example classifier gradients] − clients' mean‖² (fishr_ema, fishr_anneal_iters, fishr_distance), FedAvg"),
 )}
 
 
@@ -257,7 +299,8 @@ def all_hparams() -> dict[str, tuple[str, HParam]]:
     components may share a hyperparameter (GFM and SAM share ``sam_rho``) only with one spec.
     Imports every component (client methods: torch)."""
     out: dict[str, tuple[str, HParam]] = {}
-    for kind, registry in (("client method", CLIENT_METHODS), ("server rule", SERVER_RULES)):
+    for kind, registry in (("client method", CLIENT_METHODS), ("server rule", SERVER_RULES),
+                           ("server optimizer", SERVER_OPTIMIZERS)):
         for comp in registry.values():
             for h in comp.hparams:
                 owner = f"{kind} {comp.name}"

@@ -203,9 +203,6 @@ class ClientMethod:
     # True: every backward pass of the method goes through :func:`descend`, so ``precision: fp16``
     # (its gradient scaler) works; False (SAM's two gradients, GFM's augmenter): fp16 is refused.
     scales_fp16_gradients: ClassVar[bool] = True
-    # True: the runtime puts the last global move θ^t − θ^(t−1) (float32 [num_params]) in
-    # ``ctx.payload["global_move"]`` from the second round on (FedGaLA's local alignment).
-    needs_global_move: ClassVar[bool] = False
 
     def __init__(self, cfg: Any):
         """Build the method for the validated config ``cfg``; a subclass reads its hyperparameters
@@ -227,9 +224,13 @@ class ClientMethod:
 
     def start_round(self, ctx: ClientContext) -> LocalSGD:
         """Put ``ctx.model`` in training mode and return the round's optimiser over it (with the
-        round's gradient scaler when ``precision`` is fp16)."""
+        round's gradient scaler when ``precision`` is fp16). The FDA target client trains at
+        ``local_lr · target_lr_scale`` (seed 002's target learning rate, 1/5 of the sources')."""
         ctx.model.train()
         opt = self.make_optimizer(ctx.model)
+        scale = float(getattr(self.cfg, "target_lr_scale", 1.0))
+        if ctx.role == "target" and scale != 1.0:
+            opt.lr = opt.lr * scale
         opt.scaler = ctx.scaler
         return opt
 

@@ -49,7 +49,8 @@ Choices where the paper, the authors' code and the spec leave room (all document
   FedGaLA before its gate. ``s_i`` is source ``i``'s mean raw per-batch step in the same units,
   ``(lr_T/lr_S) · mean_b(−lr_S ∇_b^i)`` (``extras["mean_step_update"]``; C.3: "one model update
   per source client ... divided by the number of batches", aligned "using the learning rate
-  ratio"; fedtune's sources and target share ``local_lr``, so the ratio is 1). With plain SGD
+  ratio"; the sources train at ``local_lr``, the target at ``local_lr · target_lr_scale``, and the
+  worker records every client's steps at the target's rate). With plain SGD and ``target_lr_scale`` 1
   (no momentum, no decay) ``Σ_b t_b = Δ_T`` and ``s_i = Δ_i/steps_i`` exactly, the earlier
   definition. ``σ̂²`` (the variance of the target's mean step) and ``d̂_i²`` are on one scale;
   β is scale-free. The combination itself still uses the actual displacements ``Δ_T``, ``Δ̃_i``.
@@ -244,7 +245,8 @@ def align_source_magnitude(source_updates: np.ndarray, steps_source: Any, steps_
     ``steps_S`` steps at ``lr_S`` moved about ``(lr_S·steps_S)/(lr_T·steps_T)`` times as far as
     the target would along the same per-step direction (the authors scale by the learning-rate
     ratio, the epoch ratio and the batches-per-epoch ratio, i.e. the step ratio). In fedtune
-    sources and target share ``local_lr``, so the factor is ``steps_T/steps_S``.
+    the sources train at ``local_lr`` and the target at ``local_lr · target_lr_scale`` (default 1:
+    the factor is then ``steps_T/steps_S``).
 
     Returns an array of ``source_updates``' dtype (``out`` may be ``source_updates`` itself).
 
@@ -299,7 +301,7 @@ class _TargetSourceRule(ServerRule):
 
     Hyperparameters: ``gp_beta`` (a number in [0, 1], default 0.5, or ``"auto"``) and
     ``gp_align`` (default true: scale each ``Δ_i`` by ``(lr_T/lr_S)·(steps_T/steps_S)``,
-    :func:`align_source_magnitude`; fedtune's sources and target share ``local_lr``, so the
+    :func:`align_source_magnitude`; with ``target_lr_scale`` 1 sources and target share ``local_lr``, so the
     factor is ``steps_T/steps_S``). With ``gp_beta = "auto"`` the target client records its
     raw per-batch steps ``t_b = −lr·∇_b`` (``extras["step_updates"]``), each source its mean raw
     step ``s_i`` (``extras["mean_step_update"]``), and β_i is re-estimated every round
@@ -377,10 +379,11 @@ class _TargetSourceRule(ServerRule):
         alphas = w / w.sum() if w.sum() > 0 else np.full(len(src), 1.0 / len(src))
         steps_t = int(info.steps[t])
         steps_s = [int(info.steps[u]) for u in src]
-        lr = float(self.cfg.local_lr)  # fedtune trains sources and target with the same local_lr
+        lr = float(self.cfg.local_lr)  # the sources' rate; the target's is local_lr·target_lr_scale
+        lr_t = lr * float(getattr(self.cfg, "target_lr_scale", 1.0))
         sources = updates[src]  # a copy (fancy indexing): safe to scale in place
         if self.align:
-            align_source_magnitude(sources, steps_s, steps_t, lr_source=lr, lr_target=lr, out=sources)
+            align_source_magnitude(sources, steps_s, steps_t, lr_source=lr, lr_target=lr_t, out=sources)
         ids = [info.client_ids[u] for u in src]
         if self.auto:
             step_updates = extras[t].get("step_updates") if extras and extras[t] else None
@@ -398,7 +401,7 @@ class _TargetSourceRule(ServerRule):
                                  f"per-batch step −local_lr·∇_b; the worker records it when the rule's "
                                  f"wants_target_steps_for(cfg) is true); missing for clients {missing}")
             # s_i = (lr_T/lr_S) · mean_b(−lr_S ∇_b^i) = the source's mean raw step at the target's
-            # learning rate; fedtune's sources and target share local_lr, so the ratio is 1.
+            # learning rate: the worker records every client's steps at lr_T (target_lr_scale).
             source_steps = np.stack([np.asarray(extras[u]["mean_step_update"], np.float32) for u in src])
             est = auto_beta_estimates(step_updates, source_steps, threads=self.threads)
             betas = est.beta_gp if self.projection else est.beta_da

@@ -142,8 +142,33 @@ def estimates_from_products(trace: float, cross: np.ndarray, b: int) -> AutoBeta
     ``q_bi = ⟨c_b, s_i⟩ = ⟨c_b, e_i⟩ + ⟨c_b, t̄⟩``:
 
     * ``d̂_i² = ‖s_i − t̄‖² − σ̂²`` (= the definition, since ``(1/B) Σ_b ‖s_i − t_b‖² = ‖s_i − t̄‖² + trace/B``);
-    * ``τd̂_i² = ‖r̄‖² − Σ_b ‖r_b − r̄‖² / (B (B−1))`` with ``‖r̄‖² = ‖t̄‖² − ⟨t̄, s_i⟩²/S_i`` and
-      ``Σ_b ‖r_b − r̄‖² = trace − Σ_b q_bi² / S_i`` (the same identity for the ``r_b``).
+    * ``τd̂_i² = ‖r̄‖² − Σ_b ‖r_b − r̄‖² / (B (B−1))`` with ``Σ_b ‖r_b − r̄‖² = trace − Σ_b q_bi² / S_i``
+      (the same identity for the ``r_b``) and ``‖r̄‖²`` from the residual form below.
+
+    ``‖r̄‖²`` without cancellation. ``r̄ = t̄ − ⟨t̄, u_i⟩ u_i``, so ``‖r̄‖² = ‖t̄‖² − ⟨t̄, s_i⟩²/S_i``.
+    Written so, it is the difference of two numbers of size ``‖t̄‖²``: with a common part of the
+    steps a million times their spread, ``‖t̄‖²`` is 1e12 times ``‖r̄‖²`` and float64 keeps ~4
+    digits of the result. Put it over one denominator, ``(‖t̄‖² S_i − ⟨t̄, s_i⟩²)/S_i``, and use
+    ``s_i = t̄ + e_i`` (``S_i = ‖e_i‖² + 2⟨e_i, t̄⟩ + ‖t̄‖²``, ``⟨t̄, s_i⟩ = ⟨e_i, t̄⟩ + ‖t̄‖²``):
+    the terms ``‖t̄‖⁴`` and ``2‖t̄‖²⟨e_i, t̄⟩`` cancel *algebraically*, leaving
+
+        ``‖r̄‖² = (‖t̄‖² ‖e_i‖² − ⟨t̄, e_i⟩²) / S_i``,
+
+    the Gram determinant of ``(t̄, e_i)`` (= ``‖t̄‖² ‖e_i⊥‖²``, ``e_i⊥`` the part of ``e_i``
+    orthogonal to ``t̄``) over ``S_i``. Its two terms are of size ``‖t̄‖² ‖e_i‖²`` and their
+    difference is ``‖t̄‖² ‖e_i⊥‖²``: they cancel only as far as ``e_i`` itself is parallel to
+    ``t̄`` (relative error ~``ε/sin²∠(t̄, e_i)``), whatever the size of the common part. The
+    numerator is clipped at 0 (a Gram determinant; rounding can leave it a hair below).
+
+    Each form is exact where the other loses digits, so the estimators pick by the angle: the
+    projection form ``‖t̄‖² − ⟨t̄, s_i⟩²/S_i`` when ``cos²∠(t̄, s_i) ≤ 1/2`` (its subtraction then
+    loses at most one bit), the Gram form when ``t̄`` and ``s_i`` are nearly parallel (a large
+    common part). The Gram form alone fails the other way: a source step far shorter than
+    ``t̄`` makes ``e_i ≈ −t̄`` parallel to ``t̄`` and ``S_i`` a difference of ``‖t̄‖²``-sized
+    terms, both rounding noise (a zero source step gave τd̂² = −47.5 instead of 16.3 in
+    tests/test_server_passes.py). ``S_i`` itself is still a sum of three terms that cancel when
+    ``s_i`` is far shorter than ``t̄``; the projection form then divides a square of the same
+    rounding noise by it and stays within ``ε‖t̄‖²`` of ``‖t̄‖²``.
     """
     n = cross.shape[1] - 1
     per_batch_var = trace / (b - 1)  # σ̂²(D̂_T,B): the variance of one step
@@ -157,7 +182,12 @@ def estimates_from_products(trace: float, cross: np.ndarray, b: int) -> AutoBeta
         s_sq = float(e_sq[i] + 2.0 * e_mean[i] + mean_sq)
         if s_sq > 0:
             q = cross[:b, i] + cross[:b, n]  # ⟨c_b, s_i⟩
-            mean_resid = mean_sq - (float(e_mean[i]) + mean_sq) ** 2 / s_sq
+            ts = float(e_mean[i]) + mean_sq  # ⟨t̄, s_i⟩
+            if ts * ts <= 0.5 * mean_sq * s_sq:  # t̄, s_i far from parallel (cos² ≤ 1/2): the projection keeps its digits
+                mean_resid = mean_sq - ts * ts / s_sq
+            else:  # nearly parallel (a common part much larger than the noise): the Gram form, no ‖t̄‖²-sized difference
+                gram = mean_sq * float(e_sq[i]) - float(e_mean[i]) ** 2  # ‖t̄‖²‖e_i‖² − ⟨t̄, e_i⟩²
+                mean_resid = max(gram, 0.0) / s_sq
             spread = trace - float(np.dot(q, q)) / s_sq
         else:  # u_i = 0: r_b = t_b
             mean_resid, spread = mean_sq, trace

@@ -14,7 +14,16 @@ The paper (§3 "Local gradient alignment"): for every batch and every layer, the
 ``r^(l)``. ``gala_gate`` chooses the sign: ``literal`` (the paper's formula and the authors'
 code: ``cos(+∇^(l), r^(l)) ≥ τ``; their Fig. 3(b) skip rates come from it) or ``descent``
 (fedtune's default, the stated intent: ``cos(−∇^(l), r^(l)) > τ``, a step is kept when it moves
-the tensor the way the federation last moved it). The reference ``r`` is the last global move
+the tensor the way the federation last moved it).
+
+The tie ``cos = τ``: the paper says both. Alg. 1 (App. B) line 19 steps if ``cos > τ``, and §5 reads
+``τ = 0`` as "keep all gradients with positive cosine similarity"; §3.3's text discards the
+gradients whose similarity is "less than" ``τ`` (keep ``≥``), and so does the authors' code
+(``if sim < local_threshold: param.grad = None``). ``literal`` is the gate for reproducing their
+numbers, so it takes the code's ``≥``; ``descent`` is fedtune's own reading and takes Alg. 1's
+strict ``>``. The tie is not a measure-zero event: a zero gradient, or one orthogonal to ``r``,
+has cosine exactly 0, the default ``τ``, and then ``literal`` counts the tensor as stepping (its
+momentum and weight decay still act) while ``descent`` skips it. The reference ``r`` is the last global move
 ``θ^t − θ^(t−1)``, which the runtime sends from round 2 on (the paper's round 3 in its
 indexing); before it exists nothing is gated. ``gala_skipped`` (the fraction of skipped
 tensor-steps) is recorded for both signs.
@@ -32,7 +41,7 @@ Edge cases (documented choices):
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -76,7 +85,9 @@ class GatedSGD(LocalSGD):
     step is gated per parameter tensor against its reference ``r^(l)`` (FedGaLA's local
     alignment): ``gate="descent"`` steps tensor ``l`` only if ``cos(−∇^(l), r^(l)) > tau``;
     ``gate="literal"`` (the paper's formula and the authors' code) only if
-    ``cos(+∇^(l), r^(l)) >= tau``.
+    ``cos(+∇^(l), r^(l)) >= tau``. At a tie ``cos == tau`` (e.g. a zero or orthogonal gradient at
+    ``tau = 0``) ``literal`` steps, as the authors' code does, and ``descent`` does not, as Alg. 1's
+    strict ``>`` (the module docstring says why).
 
     ``reference`` lists one tensor per entry of ``params`` (all of them, frozen ones included:
     the list is aligned before ``requires_grad`` filtering), or ``None`` = no reference yet = no
@@ -197,7 +208,6 @@ class GatedClientMixin:
     The loss and the loop stay the wrapped method's; only the optimiser step is gated.
     """
 
-    needs_global_move: ClassVar[bool] = True
     _gala_ctx: ClientContext | None = None
     _gala_opts: list
 
@@ -235,7 +245,6 @@ class GalaClient(GatedClientMixin, SGD):
     description = ("FedGaLA local alignment: local SGD where a tensor steps only if its batch gradient agrees with the "
                    "last global move (gala_gate: descent cos(−∇, r) > gala_tau, or literal cos(+∇, r) >= gala_tau)")
     hparams = (GALA_TAU, GALA_GATE)
-    needs_global_move = True
 
 
 __all__ = ["GALA_GATE", "GALA_TAU", "GalaClient", "GatedAdam", "GatedClientMixin", "GatedSGD", "gated_sgd_for",

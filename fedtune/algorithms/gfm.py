@@ -100,9 +100,15 @@ def _module_seed(*parts: int) -> int:
 class Augmenter(nn.Module):
     """TeachAugment's (Suzuki, 2022) colour + geometry augmenter, as GFM uses it (App. D.2).
 
-    ``Augmenter(in_channels, color_scale=0.2, geometry_scale=0.125, noise_dim=64, hidden=128)``.
-    Sizes: TeachAugment's colour width 128; its noise dimension 128 (≈0.69M parameters) is
-    halved to 64 (≈0.18M for RGB), nearer the ≈0.25M the GFM paper reports for its augmenter.
+    ``Augmenter(in_channels, color_scale=0.2, geometry_scale=0.125, noise_dim=128, hidden=128)``.
+    Sizes: TeachAugment's (colour width 128, noise dimension 128, noise MLPs 128→512→512): 0.68M
+    parameters for RGB, which the GFM paper keeps ("other hyperparameters ... kept the same as
+    (Suzuki, 2022)", App. D). Its Table 7 reports space in units of the model size ``M``: GFM's
+    local space is 2.25M against FedSAM's M with ResNet-18, i.e. the frozen global copy (M) and
+    0.25·M ≈ 2.8 million numbers for the augmenter (0.12·M with ResNet-50, ≈23.9·M with the
+    Digits-DG ConvNet: the same ≈2.8 million), not 0.25 million parameters; what beyond the
+    augmenter's parameters that count includes (Adam moments, gradients, the replay buffer) the
+    paper does not say.
     ``forward(x, noise)`` maps normalised images ``x`` ``[B, C, H, W]`` to augmented ones:
 
     * value range: the triangle wave expects ``[0, 1]``, fedtune's images are normalised
@@ -126,12 +132,15 @@ class Augmenter(nn.Module):
     the bilinear sampling at pixel centres). Left out of TeachAugment, by choice: batch norm
     and dropout in the hidden layers (a client with a single example still trains on a batch of
     one), the class-label context input, the stochastic "random apply" gates, the colour
-    regulariser and the replay buffer of past augmenters. Plain torch ops only (no torchvision:
-    its import costs ~2 s).
+    regulariser and the replay buffer of past augmenters (TeachAugment's ``sampling_freq`` and
+    ``n_chunk``: the GFM paper's "sampling augmentation frequency 10" and "4 data splits", App. D,
+    which in TeachAugment store a copy of φ every 10 epochs and augment each quarter of a batch
+    with a copy drawn from that buffer; docs/methods.md §4.3 lists them as departures). Plain torch ops only (no
+    torchvision: its import costs ~2 s).
     """
 
     def __init__(self, in_channels: int, color_scale: float = 0.2, geometry_scale: float = 0.125,
-                 noise_dim: int = 64, hidden: int = 128, generator: torch.Generator | None = None):
+                 noise_dim: int = 128, hidden: int = 128, generator: torch.Generator | None = None):
         super().__init__()
         self.in_channels, self.noise_dim = int(in_channels), int(noise_dim)
         self.color_scale, self.geometry_scale = float(color_scale), float(geometry_scale)
@@ -207,7 +216,7 @@ class Augmenter(nn.Module):
 
 
 def new_augmenter(in_channels: int, *, color_scale: float = 0.2, geometry_scale: float = 0.125,
-                  noise_dim: int = 64, hidden: int = 128, generator: torch.Generator | None = None) -> Augmenter:
+                  noise_dim: int = 128, hidden: int = 128, generator: torch.Generator | None = None) -> Augmenter:
     """An identity-initialised :class:`Augmenter` (``generator`` seeds its hidden layers)."""
     return Augmenter(in_channels, color_scale=color_scale, geometry_scale=geometry_scale,
                               noise_dim=noise_dim, hidden=hidden, generator=generator)

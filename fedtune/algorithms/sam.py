@@ -4,8 +4,11 @@
 ``ε = ρ ∇L(θ) / ‖∇L(θ)‖`` (one global norm over all trainable parameters), the gradient at
 ``θ + ε``, and a step *from* ``θ`` with the local optimiser (:class:`LocalSGD`: momentum and
 weight decay exactly as ``sgd``; weight decay acts on ``θ``, not on ``θ + ε``).
-``diag.sam_sharpness`` is the round's mean of ``L(θ + ε) − L(θ)`` on the batch (a one-sample
-estimate of the flatness ``F_ρ`` of docs/methods.md §6, free because SAM evaluates both losses).
+``diag.sam_sharpness`` is the round's mean of ``L(θ + ε) − L(θ)`` on the batch: SAM's own
+sharpness, the worst-case loss rise over the ball ``‖δ‖ ≤ ρ`` in its first-order solution
+``δ = ε`` (Foret et al. 2021), free because SAM evaluates both losses. It is not the GFM
+paper's flatness ``F_ρ`` (Cha et al.: the *mean* rise over random directions on the sphere,
+docs/methods.md §6); the worst case bounds that mean from above, usually by far.
 FedProx, the other regularised local SGD, is :mod:`fedtune.algorithms.prox`.
 
 Batch-norm running statistics in SAM: the first forward pass (at ``θ``) updates them as in plain

@@ -62,6 +62,10 @@ class ServerRule:
     # raw step −local_lr·∇_b on each of its B local batches; every source returns
     # extras["mean_step_update"], float32 [num_params], the mean of its raw per-batch steps.
     wants_target_steps: ClassVar[bool] = False
+    # FedGA: every participant also returns the validation loss and accuracy of the global model it
+    # received and of its trained model (extras "ga_loss_global", "ga_loss_local", "ga_acc_global",
+    # "ga_acc_local", float64 [1]; eval mode, un-augmented; NaN for an empty split).
+    wants_generalization_gap: ClassVar[bool] = False
     # This rule's default for the run's ``global_lr`` field when the user leaves it unset.
     default_global_lr: ClassVar[float] = 1.0
 

@@ -220,4 +220,3 @@ class GalaSimCLR(GatedClientMixin, SimCLR):
                    "move) > gala_tau (gala_gate=descent) or cos(+∇, r) >= gala_tau (literal); NT-Xent loss, projector MLP, "
                    "linear-probe evaluation")
     hparams = (*SimCLR.hparams, GALA_TAU, GALA_GATE)
-    needs_global_move = True

@@ -7,6 +7,14 @@ Settings (``SETTINGS``):
   ``round(val_fraction * n)`` examples (at least 1 when ``val_fraction > 0`` and n >= 2, at most
   n - 1) as validation, the rest as train. ``target_test`` is the target domain minus its
   oracle slice (below).
+  With ``domain_heterogeneity`` lambda set (not None), the source domains are instead spread over
+  ``num_clients`` clients ``"client-<i>"`` by Bai et al.'s (ICLR 2024) heterogeneity split
+  (:mod:`fedtune.data.heterogeneity`: lambda = 0 every client holds the source-domain proportions,
+  lambda = 1 each client one domain when ``num_clients >= len(sources)``); every domain is shuffled
+  (the same per-domain stream as above) and cut consecutively in client order. A client's
+  ``domain`` is its one domain, None when it holds several; its validation split is
+  ``_n_val(n, val_fraction)`` examples stratified by domain. ``clients_per_domain`` must stay 1,
+  every client needs :data:`MIN_CLIENT_EXAMPLES`. The fda target client comes on top.
 * ``fda`` - as fdg plus one client ``"target"`` (role "target", last in ``clients``) holding
   ``max(1, round(target_fraction * n_target))`` target examples (stratified by class, drawn
   from outside the oracle slice); of these, ``round(val_fraction * k)`` (at least 1 when
@@ -41,10 +49,11 @@ import math
 
 import numpy as np
 
-from fedtune.errors import DataError, shown
+from fedtune.errors import ConfigError, DataError, shown
 
 from ._util import as_index, rng_for
 from .base import ClientSpec, DatasetInfo, FederatedPlan, Pieces
+from .heterogeneity import heterogeneity_counts
 
 SETTINGS: tuple[str, ...] = ("fdg", "fl", "fda", "ufdg")
 MIN_CLIENT_EXAMPLES = 4
@@ -135,9 +144,56 @@ def _source_clients(
     return clients
 
 
+def _check_heterogeneity(value, setting: str, clients_per_domain: int) -> float | None:
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+    if not (ok and math.isfinite(float(value)) and 0 <= float(value) <= 1):
+        raise ConfigError(f"field 'domain_heterogeneity': {shown(value, 40)} is out of range; allowed: "
+                          ">= 0 and <= 1, or null (clients_per_domain clients per source domain)")
+    if setting == "fl":
+        raise ConfigError("field 'domain_heterogeneity': setting 'fl' pools every domain (Dirichlet label skew); "
+                          "allowed in fdg, fda, ufdg, or null")
+    if clients_per_domain != 1:
+        raise ConfigError(f"fields 'domain_heterogeneity' and 'clients_per_domain': domain_heterogeneity spreads the "
+                          f"source domains over num_clients clients; set clients_per_domain to 1, not "
+                          f"{clients_per_domain} (or domain_heterogeneity to null)")
+    return float(value)
+
+
+def _hetero_clients(labels: dict[str, np.ndarray], sources: list[str], num_clients: int,
+                    heterogeneity: float, val_fraction: float, seed: int) -> list[ClientSpec]:
+    sizes = [len(labels[d]) for d in sources]
+    counts = heterogeneity_counts(sizes, num_clients, heterogeneity)  # (clients, domains)
+    small = np.flatnonzero(counts.sum(axis=1) < MIN_CLIENT_EXAMPLES)
+    if len(small):
+        s = int(small[0])
+        raise ConfigError(
+            f"field 'num_clients': {num_clients} clients with domain_heterogeneity={heterogeneity} leave client {s} "
+            f"{int(counts[s].sum())} examples of the {sum(sizes)} in source domains {', '.join(sources)}; "
+            f"allowed: every client at least {MIN_CLIENT_EXAMPLES} (lower num_clients)")
+    cuts = {d: np.split(rng_for(seed, "source", d).permutation(len(labels[d])),
+                        np.cumsum(counts[:-1, di])) for di, d in enumerate(sources)}
+    clients: list[ClientSpec] = []
+    for i in range(num_clients):
+        held = [(di, d) for di, d in enumerate(sources) if counts[i, di]]
+        share = np.concatenate([cuts[d][i] for _, d in held])
+        dom = np.concatenate([np.full(counts[i, di], di, np.int64) for di, _ in held])
+        nv = _n_val(len(share), val_fraction)
+        is_val = np.zeros(len(share), bool)
+        if nv:  # stratified by domain: the validation split keeps the client's domain mix
+            is_val[_stratified_take(dom, nv, rng_for(seed, "hetero-val", i))] = True
+        train = {d: _sorted(share[(dom == di) & ~is_val]) for di, d in held}
+        val = {d: _sorted(share[(dom == di) & is_val]) for di, d in held}
+        clients.append(ClientSpec(
+            client_id=i, name=f"client-{i}", role="source", domain=held[0][1] if len(held) == 1 else None,
+            train={d: v for d, v in train.items() if len(v)}, val={d: v for d, v in val.items() if len(v)}))
+    return clients
+
+
 def _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fraction,
                target_fraction, probe_fraction, participation, seed, oracle_fraction=0.0,
-               data_seed=0) -> FederatedPlan:
+               data_seed=0, heterogeneity=None, num_clients=0) -> FederatedPlan:
     if len(info.domains) < 2:
         raise DataError(
             f"setting {setting!r} holds one domain out, but dataset {info.name!r} has only "
@@ -147,7 +203,10 @@ def _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fra
         raise DataError(f"target_domain {shown(target)} is not a domain of {info.name!r}; choose one "
                         f"of: {', '.join(info.domains)}")
     sources = [d for d in info.domains if d != target]
-    clients = _source_clients(info, labels, sources, clients_per_domain, val_fraction, seed)
+    if heterogeneity is None:
+        clients = _source_clients(info, labels, sources, clients_per_domain, val_fraction, seed)
+    else:
+        clients = _hetero_clients(labels, sources, num_clients, heterogeneity, val_fraction, seed)
     n_t = len(labels[target])
     all_t = np.arange(n_t, dtype=np.int64)
     probe: Pieces = {}
@@ -271,11 +330,13 @@ def make_plan(
     seed: int = 0,
     oracle_fraction: float = 0.2,
     data_seed: int = 0,
+    domain_heterogeneity: float | None = None,
 ) -> FederatedPlan:
     """Partition ``labels`` (domain -> int64 labels, canonical order) for ``setting``.
 
     ``oracle_fraction`` / ``data_seed``: the oracle slice of the target domain (see the module
-    docstring; ignored in fl)."""
+    docstring; ignored in fl). ``domain_heterogeneity``: None, or lambda in [0, 1] to spread the
+    source domains over ``num_clients`` clients (fdg/fda/ufdg; module docstring)."""
     if setting not in SETTINGS:
         raise DataError(f"setting {setting!r} is unknown; choose one of: {', '.join(SETTINGS)}")
     clients_per_domain = _check_int("clients_per_domain", clients_per_domain, 1)
@@ -295,13 +356,14 @@ def make_plan(
     if setting == "fl" and val_fraction + test_fraction >= 1:
         raise DataError(f"val_fraction + test_fraction must be < 1 in setting 'fl', got "
                         f"{val_fraction} + {test_fraction}")
+    heterogeneity = _check_heterogeneity(domain_heterogeneity, setting, clients_per_domain)
     labels = _check_labels(info, labels)
     if setting == "fl":
         return _plan_fl(info, labels, num_clients, float(dirichlet_alpha), val_fraction,
                         test_fraction, participation, seed)
     return _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fraction,
                       target_fraction, probe_fraction, participation, seed, oracle_fraction,
-                      data_seed)
+                      data_seed, heterogeneity, num_clients)
 
 
 def sample_participants(num_clients: int, participation: float, seed: int,

@@ -43,6 +43,9 @@ _TV_DESC = {
 _ENTRIES: tuple[DatasetEntry, ...] = (
     DatasetEntry("rotated-digits", "sklearn 8x8 digits upsampled to 28x28, 6 rotation domains "
                  "(0..75 degrees); embedded, no data root needed", False),
+    DatasetEntry("colored-digits", "sklearn 8x8 digits upsampled to 28x28, DomainBed's ColoredMNIST: binary label "
+                 "digit<5 with 25% label noise, 2 colour channels agreeing with the label 90/80/10% in domains "
+                 "+90%/+80%/-90%; embedded, no data root needed", False),
     DatasetEntry("rect4", "FedOMG's Rect-4 toy: 4 domains of 2-D points, global boundary y=0, "
                  "noisy local boundaries; no data root needed", False),
     DatasetEntry("folder", "any image tree DATA_ROOT/<domain>/<class>/<image>", True),
@@ -51,7 +54,7 @@ _ENTRIES: tuple[DatasetEntry, ...] = (
 )
 _BY_NAME = {e.name: e for e in _ENTRIES}
 
-_FIXED_SIZE = {"rotated-digits": 28, "mnist": 28, "fashion-mnist": 28, "emnist": 28,
+_FIXED_SIZE = {"rotated-digits": 28, "colored-digits": 28, "mnist": 28, "fashion-mnist": 28, "emnist": 28,
                "cifar10": 32, "cifar100": 32}
 
 
@@ -112,7 +115,7 @@ def get_dataset(
 
     ``root`` is the data root (``--data-root``) for datasets that need one; ``image_size``
     only applies to image-folder datasets (default 64) and must otherwise be None or the
-    dataset's native size; ``data_seed`` seeds synthetic/split datasets (rotated-digits, rect4);
+    dataset's native size; ``data_seed`` seeds synthetic/split datasets (rotated-digits, colored-digits, rect4);
     ``cache_dir`` is where image-folder datasets keep their decoded-image cache
     (:mod:`fedtune.data.cache`; default ``$FEDTUNE_CACHE_DIR`` or the user's cache folder).
     """
@@ -136,6 +139,10 @@ def get_dataset(
         from .digits import RotatedDigits
 
         return RotatedDigits(data_seed=data_seed)
+    if n == "colored-digits":
+        from .colored_digits import ColoredDigits
+
+        return ColoredDigits(data_seed=data_seed)
     if n == "rect4":
         from .rect4 import Rect4
 

@@ -1,10 +1,12 @@
 """The checkpoint of a federated run: what :meth:`~fedtune.runtime.driver.FederatedRun.get_state`
 returns, written to a directory and read back. Plain NumPy and JSON files: no pickle is ever loaded.
 
-A checkpoint directory holds ``weights.npy`` (the global weights, float32), ``global_move.npy``
-(the last global move, if any), ``arrays.npz`` (every array of the server rule's and the clients'
-state) and ``fedtune_state.json`` (the round, the rule and client state trees with their arrays
-referenced by key, and ``meta``). Each file is written atomically
+A checkpoint directory holds ``weights.npy`` (the global weights, float32), ``arrays.npz`` (every
+array of the server rule's, the client method's server side's and the clients' state) and
+``fedtune_state.json`` (the round, the rule, server-side and client state trees with their
+arrays referenced by key, and ``meta``). A checkpoint written before server sides existed may
+hold FedGaLA's last global move in ``global_move.npy``; it is read back as ``global_move`` (the
+coordinator hands it to FedGaLA's server side). Each file is written atomically
 (:func:`fedtune.results.atomic.atomic_write`), ``fedtune_state.json`` last. Server-rule and client
 state must consist of arrays, tensors, numbers, strings, lists, tuples and dicts; anything else
 (e.g. a live ``nn.Module``) fails the checkpoint with a TypeError naming where it sits.
@@ -87,17 +89,17 @@ def _write_binary(path: Path, save: Callable[[BinaryIO], Any]) -> None:
 def write_checkpoint(directory: str | os.PathLike[str], state: Mapping[str, Any],
                      meta: Mapping[str, Any] | None = None) -> Path:
     """Write :meth:`FederatedRun.get_state`'s output to ``directory``: ``weights.npy`` (float32),
-    ``global_move.npy`` (if any), ``arrays.npz`` (the arrays of the rule and client state) and
-    ``fedtune_state.json`` (round, rule and client state trees, ``meta``).
+    ``arrays.npz`` (the arrays of the rule, server-side and client state) and
+    ``fedtune_state.json`` (round, rule, server-side and client state trees, ``meta``).
 
     >>> import tempfile
     >>> d = tempfile.mkdtemp()
-    >>> state = {"round": 2, "weights": np.ones(3, np.float32), "global_move": None,
+    >>> state = {"round": 2, "weights": np.ones(3, np.float32), "side": {"move": np.zeros(3, np.float32)},
     ...          "rule": {"momentum": np.zeros(3), "steps": 2}, "clients": {0: {"seen": (1, 2)}}}
     >>> _ = write_checkpoint(d, state)
     >>> back = read_checkpoint(d)
-    >>> back["round"], back["rule"]["steps"], back["clients"], back["weights"].dtype
-    (2, 2, {0: {'seen': (1, 2)}}, dtype('float32'))
+    >>> back["round"], back["rule"]["steps"], back["clients"], back["weights"].dtype, back["side"]["move"].shape
+    (2, 2, {0: {'seen': (1, 2)}}, dtype('float32'), (3,))
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -105,14 +107,13 @@ def write_checkpoint(directory: str | os.PathLike[str], state: Mapping[str, Any]
     doc = {
         "format": CHECKPOINT_FORMAT, "round": int(state["round"]),
         "rule": _encode(state.get("rule") or {}, arrays, "rule"),
+        "side": _encode(state.get("side"), arrays, "side"),
+        "optimizer": _encode(state.get("optimizer"), arrays, "optimizer"),
         "clients": _encode(state.get("clients") or {}, arrays, "clients"),
         "meta": _encode(dict(meta or {}), arrays, "meta"),
     }
     weights = np.asarray(state["weights"], dtype=np.float32)
     _write_binary(directory / WEIGHTS_FILE, lambda f: np.save(f, weights))
-    if state.get("global_move") is not None:
-        move = np.asarray(state["global_move"], dtype=np.float32)
-        _write_binary(directory / MOVE_FILE, lambda f: np.save(f, move))
     _write_binary(directory / ARRAYS_FILE, lambda f: np.savez(f, **arrays))
     atomic_write_text(directory / STATE_FILE, json.dumps(doc))  # last: the checkpoint is complete
     return directory
@@ -135,6 +136,8 @@ def read_checkpoint(directory: str | os.PathLike[str]) -> dict[str, Any]:
         "weights": np.load(directory / WEIGHTS_FILE, allow_pickle=False),
         "global_move": np.load(move, allow_pickle=False) if move.is_file() else None,
         "rule": _decode(doc["rule"], arrays),
+        "side": _decode(doc.get("side"), arrays),
+        "optimizer": _decode(doc.get("optimizer"), arrays),
         "clients": _decode(doc["clients"], arrays),
         "meta": _decode(doc["meta"], arrays),
     }

@@ -28,8 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.blocked import subtract_rows
+from fedtune.algorithms.blocked import one_blas_thread, subtract_rows
+from fedtune.algorithms import SERVER_OPTIMIZERS
 from fedtune.algorithms.server import RoundInfo
+from fedtune.algorithms.server_side import server_side_of
 from fedtune.data.base import FederatedPlan
 from fedtune.results.status import DIVERGED, OK
 from fedtune.runtime.common import torch_threads
@@ -83,11 +85,10 @@ class Coordinator:
     and scored on the odd positions of each source client's validation split (a fixed,
     seed-independent split)."""
 
-    def __init__(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any], *,
-                 needs_global_move: bool):
-        """``needs_global_move``: the run's client method wants the last global move
-        (:attr:`~fedtune.algorithms.client.ClientMethod.needs_global_move`), told by the driver so
-        that the coordinator never imports the client method (nor torch)."""
+    def __init__(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any]):
+        """The server rule and, where the client method keeps state on the server, its
+        :class:`~fedtune.algorithms.server_side.ServerSide` (looked up by name: the client method,
+        and torch, are never imported here)."""
         from fedtune.config import FederatedRunConfig
 
         self.cfg = cfg = FederatedRunConfig.from_validated(cfg_dict)
@@ -100,8 +101,8 @@ class Coordinator:
         weights, self.layout, self.num_model_params = self.pool.initial_state()
         self.weights = np.array(weights, dtype=np.float32)  # own, writable copy
         self.rule = cfg.resolved.server_rule(cfg, self.layout)  # NumPy only: the client method stays unimported
-        self.needs_global_move = bool(needs_global_move)
-        self.global_move: np.ndarray | None = None  # θ^t − θ^(t−1), kept only when a client method needs it
+        self.side = server_side_of(cfg, self.layout, plan.num_clients)
+        self.optimizer = SERVER_OPTIMIZERS[cfg.server_optimizer](cfg, self.rule.global_lr)
         self.shards = eval_shards(plan)  # target-test shards, then ufdg's target-probe shards
         self._publish()
 
@@ -167,8 +168,13 @@ class Coordinator:
         participants = sample_participants(self.plan.num_clients, self.plan.participation, self.cfg.seed, round)
         t0 = time.perf_counter()
         payload = dict(self.rule.payload(round))
-        if self.needs_global_move and self.global_move is not None:
-            payload["global_move"] = self.global_move
+        if self.side is not None:
+            side = self.side.payload(round)
+            clash = sorted(set(side) & set(payload))
+            if clash:
+                raise RuntimeError(f"payload keys {clash} are sent by both the server rule {self.rule.name} and "
+                                   f"the client method {self.side.name}'s server side")
+            payload.update(side)
         replies, skipped = self.pool.fit(self.weights_ref, self.pool.publish(payload) if payload else {},
                                          round, participants.tolist())
         return FitRound(replies, skipped, time.perf_counter() - t0)
@@ -189,9 +195,6 @@ class Coordinator:
         new, diagnostics = self._server_rule_step(round, fit, n, p)
         if not np.isfinite(new).all():
             return train_loss, DIVERGED, diagnostics
-        if self.needs_global_move:
-            P = self.layout.num_params
-            self.global_move = new[:P] - self.weights[:P]
         self.weights = new
         return train_loss, OK, diagnostics
 
@@ -206,12 +209,20 @@ class Coordinator:
         updates = subtract_rows(states, theta, self._update_buffer(len(fit.order), P), threads=self.rule.threads)
         info = RoundInfo(tuple(fit.order), tuple(self.plan.clients[c].role for c in fit.order),
                          tuple(int(s) for s in fit.of("steps")), tuple(int(x) for x in n))
-        result = self.rule.aggregate(theta, updates, p, extras=fit.of("extras"), round=round, info=info)
+        extras = fit.of("extras")
+        result = self.rule.aggregate(theta, updates, p, extras=extras, round=round, info=info)
+        # one BLAS thread: the optimiser's and server side's sums and norms give the same bits on
+        # every backend (a multi-threaded BLAS sums in another order in another process)
+        with one_blas_thread():
+            params, side_diagnostics = self.optimizer.step(theta, result.params, round), {}
+            if self.side is not None:
+                params, side_diagnostics = self.side.update(theta, params, updates, p, extras=extras, round=round,
+                                                            info=info)
         new = np.empty_like(self.weights)
-        new[:P] = result.params
+        new[:P] = params
         if self.layout.size > P:
             new[P:] = self.rule.aggregate_buffers(self.weights[P:], np.stack([s[P:] for s in states]), p, info=info)
-        diagnostics = {f"diag.{key}": value for key, value in result.diagnostics.items()}
+        diagnostics = {f"diag.{key}": value for key, value in {**result.diagnostics, **side_diagnostics}.items()}
         diagnostics.update(client_metric_means(p, fit.of("metrics")))
         return new, diagnostics
 
@@ -242,10 +253,12 @@ class Coordinator:
     # --- Tune support: checkpoints and actor reuse (fedtune.tune.trainable) -------------------
     def get_state(self) -> dict[str, Any]:
         """The server side of a checkpoint: global weights (float32), the server rule's
-        ``state_dict()`` and the last global move (None unless a client method needs it).
+        ``state_dict()``, the client method's server side's (None when it has none) and the
+        server optimizer's (its name and moments).
         Participant sampling and client seeds derive from (seed, round), so no RNG state."""
         return {"weights": self.weights.copy(), "rule": self.rule.state_dict(),
-                "global_move": None if self.global_move is None else self.global_move.copy()}
+                "side": None if self.side is None else self.side.state_dict(),
+                "optimizer": {"name": self.optimizer.name, "state": self.optimizer.state_dict()}}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Load :meth:`get_state`'s output and publish the weights for the next round."""
@@ -253,14 +266,26 @@ class Coordinator:
         if weights.shape != self.weights.shape:
             raise ValueError(f"checkpoint holds {weights.size} weights but this run's model has "
                              f"{self.weights.size}: it belongs to another model or dataset")
+        side = state.get("side")
+        if side is None and state.get("global_move") is not None:  # a checkpoint written before server sides
+            side = {"global_move": state["global_move"]}
+        if (side is None) != (self.side is None):
+            raise ValueError(f"checkpoint {'has no' if side is None else 'holds a'} client-method server side but "
+                             f"this run's client method {self.cfg.resolved.client_method_name} "
+                             f"{'keeps' if self.side is not None else 'keeps no'} server state: it belongs to "
+                             "another algorithm")
+        optimizer = state.get("optimizer") or {"name": "sgd", "state": {}}  # written before server optimizers: sgd
+        if optimizer["name"] != self.optimizer.name:
+            raise ValueError(f"checkpoint was written with server_optimizer {optimizer['name']}, this run uses "
+                             f"{self.optimizer.name}: it belongs to another configuration")
         self.weights = weights
+        self.optimizer.load_state_dict(optimizer["state"])
         self.rule.load_state_dict(state["rule"])
-        move = state.get("global_move")
-        self.global_move = None if move is None else np.array(move, dtype=np.float32)
+        if self.side is not None:
+            self.side.load_state_dict(side)
         self._publish()
 
-    def reconfigure(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any], *,
-                    needs_global_move: bool) -> None:
+    def reconfigure(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any]) -> None:
         """Start over as the coordinator of another run on already re-configured client actors
         (Tune ``reuse_actors``): the constructor again, without shutting the pool's actors down."""
-        self.__init__(cfg_dict, plan, pool_spec, needs_global_move=needs_global_move)
+        self.__init__(cfg_dict, plan, pool_spec)

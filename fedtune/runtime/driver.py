@@ -30,18 +30,21 @@ from fedtune.errors import ResourceError
 from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 
 
-def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
-    """The data partition of a run, from labels only (no pixels decoded, no torch)."""
+def build_plan(cfg: FederatedRunConfig, *, setting_checked: bool = False) -> FederatedPlan:
+    """The data partition of a run, from labels only (no pixels decoded, no torch). Checks that
+    the algorithm runs in the setting (which imports the client method, and torch) unless
+    ``setting_checked``: a trial whose config the sweep driver validated and planned
+    (:func:`fedtune.tune.trainable.driver_validated`)."""
     from fedtune.errors import ConfigError
 
     dataset = get_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size, data_seed=cfg.data_seed)
     info = dataset.info
     setting = cfg.setting or info.default_setting
     resolved = cfg.resolved
-    if setting not in resolved.settings:
+    if not setting_checked and setting not in resolved.settings:
         raise ConfigError(
-            f"field 'setting': algorithm '{cfg.algorithm}' (client method {resolved.client_method.name}, server rule "
-            f"{resolved.server_rule.name}) does not run in setting '{setting}'; allowed: {', '.join(resolved.settings)}")
+            f"field 'setting': algorithm '{cfg.algorithm}' (client method {resolved.client_method_name}, server rule "
+            f"{resolved.server_rule_name}) does not run in setting '{setting}'; allowed: {', '.join(resolved.settings)}")
     model = cfg.model or info.default_model
     if model in ("cnn", "resnet18") and not info.is_image:
         raise ConfigError(f"field 'model': '{model}' needs image input but dataset '{cfg.dataset}' gives vectors of "
@@ -56,7 +59,8 @@ def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
                      dirichlet_alpha=cfg.dirichlet_alpha, participation=cfg.participation,
                      target_fraction=cfg.target_fraction, val_fraction=cfg.val_fraction,
                      test_fraction=cfg.test_fraction, probe_fraction=cfg.probe_fraction, seed=cfg.seed,
-                     oracle_fraction=cfg.oracle_fraction, data_seed=cfg.data_seed)
+                     oracle_fraction=cfg.oracle_fraction, data_seed=cfg.data_seed,
+                     domain_heterogeneity=cfg.domain_heterogeneity)
 
 
 class FederatedRun:
@@ -68,10 +72,11 @@ class FederatedRun:
     and every client actor in it.
     """
 
-    def __init__(self, cfg: FederatedRunConfig, *, placement_group=None, resources: ResourcePlan | None = None):
-
+    def __init__(self, cfg: FederatedRunConfig, *, placement_group=None, resources: ResourcePlan | None = None,
+                 setting_checked: bool = False):
+        """``setting_checked``: see :func:`build_plan`."""
         self.cfg = cfg
-        self.plan = build_plan(cfg)
+        self.plan = build_plan(cfg, setting_checked=setting_checked)
         self.resolved = cfg.resolved
         self.setting = self.plan.setting
         self.resources = resources
@@ -85,8 +90,7 @@ class FederatedRun:
         if self.cfg.backend == "local":
             from fedtune.runtime.coordinator import Coordinator
 
-            self.coordinator = Coordinator(self.cfg.to_dict(), self.plan, {"kind": "local"},
-                                           needs_global_move=self.resolved.client_method.needs_global_move)
+            self.coordinator = Coordinator(self.cfg.to_dict(), self.plan, {"kind": "local"})
             self._call = lambda name, *a: getattr(self.coordinator, name)(*a)
             return
         import ray
@@ -122,8 +126,7 @@ class FederatedRun:
         coord_cls = ray.remote(max_restarts=0)(Coordinator)
         self.coordinator = coord_cls.options(num_cpus=res.coordinator_cpus, num_gpus=res.coordinator_gpus,
                                              scheduling_strategy=strategy).remote(
-            cfg_dict, self.plan, factory.pool_spec(actors),
-            needs_global_move=self.resolved.client_method.needs_global_move)
+            cfg_dict, self.plan, factory.pool_spec(actors))
         self._call = lambda name, *a: ray_get(getattr(self.coordinator, name).remote(*a))
 
     def describe(self) -> dict[str, Any]:
@@ -143,7 +146,7 @@ class FederatedRun:
     # --- Tune support: checkpoints and actor reuse (fedtune.tune.trainable) -----------------------
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue after round ``self.round`` with the same results: the
-        coordinator's state (weights, server-rule state, last global move) and every client's
+        coordinator's state (weights, server-rule state, the client method's server-side state) and every client's
         persistent ``ctx.state``. Sampling and seeds derive from (seed, round): no RNG state."""
         state = dict(self._call("get_state"))
         state["round"] = self.round
@@ -159,7 +162,7 @@ class FederatedRun:
     def set_state(self, state: dict[str, Any]) -> None:
         """Load :meth:`get_state`'s output into this started run; the next :meth:`step` runs
         round ``state["round"] + 1``."""
-        self._call("set_state", {k: state.get(k) for k in ("weights", "rule", "global_move")})
+        self._call("set_state", {k: state.get(k) for k in ("weights", "rule", "side", "optimizer", "global_move")})
         clients = state.get("clients") or {}
         if self.cfg.backend == "ray":
             import ray
@@ -169,7 +172,8 @@ class FederatedRun:
             self.coordinator.pool.worker.set_client_state(clients)
         self.round = int(state["round"])
 
-    def reconfigure(self, cfg: FederatedRunConfig, resources: ResourcePlan | None = None) -> bool:
+    def reconfigure(self, cfg: FederatedRunConfig, resources: ResourcePlan | None = None, *,
+                    setting_checked: bool = False) -> bool:
         """Turn this started run into a fresh run of ``cfg`` (Tune ``reuse_actors``).
 
         ``resources`` is the new run's layout: by default, in a placement group given to this run,
@@ -182,7 +186,7 @@ class FederatedRun:
         what a fresh ``FederatedRun(cfg)`` would.
         """
 
-        plan = build_plan(cfg)
+        plan = build_plan(cfg, setting_checked=setting_checked)
         if resources is None:
             if not self._own_pg:
                 resources = self.resources
@@ -202,9 +206,7 @@ class FederatedRun:
                 actors = self.client_handles()  # the live ones (a restarted actor has a new handle)
                 ray.get([a.reconfigure.remote(cfg_dict, [plan.clients[c] for c in factory.assignment[w]], w,
                                               factory.shards[w]) for w, a in enumerate(actors)])
-                ray.get(self.coordinator.reconfigure.remote(
-                    cfg_dict, plan, factory.pool_spec(actors),
-                    needs_global_move=cfg.resolved.client_method.needs_global_move))
+                ray.get(self.coordinator.reconfigure.remote(cfg_dict, plan, factory.pool_spec(actors)))
             except RayActorError:
                 keep = False  # an actor died meanwhile: start over below
         if keep:
@@ -299,7 +301,7 @@ def round_row(cfg: FederatedRunConfig, run: FederatedRun, trial_id: str, result)
     """One row of the rounds table: identity, hyperparameters (hp.*), metrics, status."""
     row: dict[str, Any] = {
         "study": cfg.name, "trial_id": trial_id, "algorithm": cfg.algorithm,
-        "client_method": run.resolved.client_method.name, "server_rule": run.resolved.server_rule.name,
+        "client_method": run.resolved.client_method_name, "server_rule": run.resolved.server_rule_name,
         "dataset": cfg.dataset, "setting": run.setting,
         "target_domain": ",".join(run.plan.target_domains) or None, "seed": cfg.seed,
         "round": result.round, "status": result.status,

@@ -31,13 +31,14 @@ from fedtune.runtime.messages import EvalReply, FeatureSet, FitReply, TargetShar
 
 
 def model_head_kwargs(client_method: Any, cfg: Any) -> dict[str, Any]:
-    """``build_model`` keywords for a run's client method: ``{}`` (the classifier) for supervised
-    methods; for unsupervised ones the method's ``model_head(cfg)`` (SimCLR: the projector head
-    of width ``simclr_proj_dim``), or the projector at its default width if it declares none."""
-    if client_method.supervised:
-        return {}
+    """``build_model`` keywords for a run's client method: the method's ``model_head(cfg)`` when it
+    declares one (SimCLR: the projector head of width ``simclr_proj_dim``; FedSR: the probabilistic
+    head of width ``fedsr_z_dim``); otherwise ``{}`` (the classifier) for supervised methods and the
+    projector at its default width for unsupervised ones."""
     head = getattr(client_method, "model_head", None)
-    return dict(head(cfg)) if head is not None else {"head": "projector"}
+    if head is not None:
+        return dict(head(cfg))
+    return {} if client_method.supervised else {"head": "projector"}
 
 
 def encode_split(model: Any, examples: Any, batch_size: int, precision: str = "fp32") -> FeatureSet:
@@ -120,6 +121,8 @@ class ClientWorker:
         self.record_target_steps = resolved.server_rule.wants_target_steps_for(self.cfg)
         if self.record_target_steps:
             self._check_recorded_steps()
+        # FedGA: each participant's validation loss/accuracy of the received and the trained model
+        self.gap_losses = bool(resolved.server_rule.wants_generalization_gap)
         self.client_state: dict[int, dict[str, Any]] = {s.client_id: {} for s in specs}
         # Wall-clock stamps (time.time()) of this worker's start-up, for start-up diagnostics.
         self.startup = {"init_start": t_init, "torch_ready": t_torch, "ready": time.time()}
@@ -190,6 +193,9 @@ class ClientWorker:
             spec = self.specs[cid]
             self._load(weights)
             reply.io_s += time.perf_counter() - t0
+            bs, val = self.cfg.eval_batch_size, self.data[cid]["val"]
+            # before seeding: evaluation draws no random numbers either way
+            received = evaluate(self.model, val, bs, self.precision) if self.gap_losses else None
             seed = derive_seed(self.cfg.seed, cid, round)
             torch.manual_seed(seed)
             gen = torch.Generator().manual_seed(seed)
@@ -199,12 +205,21 @@ class ClientWorker:
                                 state=self.client_state[cid], augment=self.augment, precision=self.precision,
                                 scaler=grad_scaler(self.device, self.precision))
             recorder = None
-            if self.record_target_steps:  # auto-β: raw per-batch steps −local_lr·∇_b (docs/methods.md §2)
-                recorder = ctx.record_step = _StepRecorder(self.model, self.layout, self.cfg.local_lr,
+            if self.record_target_steps:  # auto-β: raw per-batch steps −lr_T·∇_b (docs/methods.md §2)
+                # every client's steps at the target's learning rate lr_T = local_lr·target_lr_scale: a
+                # source's mean is then s_i = (lr_T/lr_S)·mean_b(−lr_S ∇_b), on the target's scale (C.3)
+                scale = float(getattr(self.cfg, "target_lr_scale", 1.0))
+                lr_t = self.cfg.local_lr if scale == 1.0 else self.cfg.local_lr * scale
+                recorder = ctx.record_step = _StepRecorder(self.model, self.layout, lr_t,
                                                            keep_rows=spec.role == "target")
             out = self.method.train(ctx)
             if recorder is not None:
                 out.extras = {**out.extras, **recorder.extras()}
+            if received is not None:  # FedGA's generalization gap (docs/methods.md §13)
+                trained = evaluate(self.model, val, bs, self.precision)
+                out.extras = {**out.extras, **{key: np.array([value], np.float64) for key, value in (
+                    ("ga_loss_global", received.loss), ("ga_loss_local", trained.loss),
+                    ("ga_acc_global", received.acc), ("ga_acc_local", trained.acc))}}
             t_out = time.perf_counter()
             get_flat(self.model, self.layout, out=states[row])
             reply.io_s += time.perf_counter() - t_out

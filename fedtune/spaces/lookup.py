@@ -28,7 +28,11 @@ Every parameter may also carry ``help`` (free text) and a condition: ``when`` ma
 or an unconditional ``categorical``/``fixed`` parameter of the same file, to one allowed
 value or a list of them (all entries must hold). When the condition fails the parameter
 takes ``otherwise`` if given, else the algorithm's own default, so every sampled
-configuration names every parameter of the file.
+configuration names every parameter of the file; except a server optimiser's hyperparameter
+(``server_beta1`` ...), which has no value without its optimiser: it is left out
+(:data:`~fedtune.spaces.model.OMITTED`), and its ``when`` on ``server_optimizer`` may list only
+optimisers that use it. A condition on a ``fixed`` parameter may name values it does not take
+(a pinned knob): it never holds.
 
 Switches are *not* hyperparameters of a run: they appear in sampled configurations under
 the key ``switch.<name>`` (:data:`~fedtune.spaces.model.SWITCH_PREFIX`) so that Optuna can learn
@@ -36,8 +40,8 @@ from them, and :func:`~fedtune.spaces.model.strip_switches` removes them before 
 becomes a :class:`~fedtune.config.FederatedRunConfig`. A switch no condition uses is an error.
 
 Names a file may tune: the ``hp=True`` fields of :class:`~fedtune.config.FederatedRunConfig`
-(``local_lr``, ``global_lr``, ...) and the hyperparameters (``HParam``) of the algorithm's
-client method and server rule. Every value a file can produce (range ends, defaults,
+(``local_lr``, ``global_lr``, ``server_optimizer``, ...), the hyperparameters (``HParam``) of the
+algorithm's client method and server rule, and those of the server optimisers. Every value a file can produce (range ends, defaults,
 choices, fixed values, ``otherwise``) is checked by building a ``FederatedRunConfig`` with it, so
 the allowed ranges are exactly the ones a run enforces. All errors are
 :class:`~fedtune.errors.ConfigError` naming the file, the key and the problem, raised

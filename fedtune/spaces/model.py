@@ -21,7 +21,9 @@ from typing import Any
 
 __all__ = [
     "DISTRIBUTIONS",
+    "OMITTED",
     "SWITCH_PREFIX",
+    "VALIDATED_KEY",
     "ParamSpec",
     "SearchSpace",
     "Switch",
@@ -34,6 +36,37 @@ DISTRIBUTIONS: tuple[str, ...] = ("uniform", "loguniform", "int", "categorical",
 
 SWITCH_PREFIX = "switch."
 """Sampled configurations carry switch ``x`` under the key ``switch.x``."""
+
+VALIDATED_KEY = "fedtune.validated_config"
+"""A trial configuration the sweep driver has validated carries, under this key, the JSON of the
+validated :meth:`~fedtune.config.FederatedRunConfig.to_dict`: the trial actor then rebuilds it
+without importing every client method (and torch) again
+(:func:`fedtune.tune.trainable.trial_run_config`). Like the switches, it is not a field of a run."""
+
+
+class _Omitted:
+    """The type of :data:`OMITTED` (one instance; pickles and copies as that instance)."""
+
+    _one: _Omitted | None = None
+
+    def __new__(cls) -> _Omitted:
+        if cls._one is None:
+            cls._one = super().__new__(cls)
+        return cls._one
+
+    def __repr__(self) -> str:
+        return "<left out>"
+
+    def __reduce__(self) -> str:
+        return "OMITTED"
+
+
+OMITTED = _Omitted()
+"""The fallback of a conditional parameter that has no value of its own when its condition
+fails: a server optimiser's hyperparameter (``server_beta1`` ...) whose optimiser was not
+chosen, which a run refuses. It is left out of :meth:`SearchSpace.defaults` and of the Optuna
+define-by-run constants; Ray's ``tune.sample_from`` must return a value, so there the key
+carries this marker and :func:`strip_switches` removes it."""
 
 
 def value_in(value: Any, allowed: tuple[Any, ...]) -> bool:
@@ -67,7 +100,7 @@ class ParamSpec:
 
     ``when`` maps a switch or parameter name to the tuple of values under which this
     parameter is sampled; ``fallback`` is what it takes otherwise (``otherwise`` from the
-    file, else the algorithm's default).
+    file, else the algorithm's default, else :data:`OMITTED`: left out).
     """
 
     name: str
@@ -201,6 +234,8 @@ class SearchSpace:
         context = {s.name: s.default for s in self.switches.values()}
         for p in self._ordered():
             value = p.initial if p.holds(context) else p.fallback
+            if value is OMITTED:
+                continue
             out[p.name] = value
             context[p.name] = value
         return out
@@ -249,7 +284,7 @@ class SearchSpace:
 
         Suggests every switch (as ``switch.<name>``) and every sampled parameter whose
         condition holds; returns the constants: ``algorithm`` etc., ``fixed`` values and the
-        fallback of each parameter whose condition fails. OptunaSearch merges the suggested
+        fallback of each parameter whose condition fails (none for one left out, :data:`OMITTED`). OptunaSearch merges the suggested
         values with this returned dict into the trial's config (Ray 2.60's contract: the
         function returns ``None`` or a dict of constants).
         """
@@ -259,8 +294,9 @@ class SearchSpace:
             context[s.name] = trial.suggest_categorical(s.key, list(s.choices))
         for p in self._ordered():
             if not p.holds(context):
-                constants[p.name] = p.fallback
-                context[p.name] = p.fallback
+                if p.fallback is not OMITTED:
+                    constants[p.name] = p.fallback
+                    context[p.name] = p.fallback
                 continue
             value = p.suggest(trial)
             context[p.name] = value
@@ -271,9 +307,11 @@ class SearchSpace:
 
 
 def strip_switches(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` without its ``switch.*`` keys (what a :class:`~fedtune.config.FederatedRunConfig` accepts).
+    """``config`` without its ``switch.*`` keys, the driver's :data:`VALIDATED_KEY` and the
+    parameters left out (:data:`OMITTED`): what a :class:`~fedtune.config.FederatedRunConfig` accepts.
 
-    >>> strip_switches({"switch.mode": "a", "local_lr": 0.1})
+    >>> strip_switches({"switch.mode": "a", "local_lr": 0.1, VALIDATED_KEY: "{}", "server_beta1": OMITTED})
     {'local_lr': 0.1}
     """
-    return {k: v for k, v in config.items() if not (isinstance(k, str) and k.startswith(SWITCH_PREFIX))}
+    return {k: v for k, v in config.items()
+            if not (isinstance(k, str) and (k.startswith(SWITCH_PREFIX) or k == VALIDATED_KEY)) and v is not OMITTED}

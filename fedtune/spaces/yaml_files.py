@@ -7,7 +7,12 @@ algorithm it names: every key, every distribution and whether it fits the hyperp
 kind, every number, and every value the file can produce (range ends, defaults, choices,
 fixed values, ``otherwise``), by building a :class:`~fedtune.config.FederatedRunConfig` with it.
 Conditions must refer to a switch or to an unconditional ``categorical``/``fixed``
-parameter, and every switch must be used. Every problem is a
+parameter, and every switch must be used. A server optimiser's hyperparameter (``server_beta1``
+...) is tunable in every space, but only where ``server_optimizer`` takes values that use it:
+conditioned ``when: {server_optimizer: [...]}`` on those, and left out (:data:`OMITTED`) of a
+configuration whose optimiser does not. A condition on a ``fixed`` parameter may name values
+it does not take (a knob pinned by ``--knobs own`` or a benchmark): it never holds, and a
+parameter that would then be left out is dropped from the space. Every problem is a
 :class:`~fedtune.errors.ConfigError` worded ``<file>: <key>: <problem>``.
 
 >>> build_space({"algorithm": "fedavg", "params": {"local_lr": {"distribution": "fixed", "value": 0.1}}},
@@ -35,7 +40,7 @@ import yaml
 from fedtune import yaml_safe
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError, clipped, shown
-from fedtune.spaces.model import DISTRIBUTIONS, ParamSpec, SearchSpace, Switch, value_in
+from fedtune.spaces.model import DISTRIBUTIONS, OMITTED, ParamSpec, SearchSpace, Switch, value_in
 
 __all__ = ["build_space", "read_space_file"]
 
@@ -129,7 +134,7 @@ class _Algorithm:
     """What an algorithm allows: its tunable names, their kinds, defaults and a value check."""
 
     def __init__(self, src: str, constants: dict[str, Any]) -> None:
-        from fedtune.algorithms import all_hparams
+        from fedtune.algorithms import SERVER_OPTIMIZERS, all_hparams
 
         self.src = src
         self.constants = constants
@@ -148,6 +153,13 @@ class _Algorithm:
         for name, spec in self.specs.items():
             self.kinds[name] = spec.kind
             self.defaults[name] = spec.default
+        # The server optimisers' hyperparameters -> the optimisers that use them (registry order);
+        # tunable with every algorithm, without a default here: left out where not used.
+        self.optimizer_users: dict[str, tuple[str, ...]] = {}
+        for opt in SERVER_OPTIMIZERS:
+            for h in SERVER_OPTIMIZERS[opt].hparams:
+                self.optimizer_users[h.name] = (*self.optimizer_users.get(h.name, ()), opt)
+                self.kinds[h.name] = h.kind
 
     def describe(self) -> str:
         r = self.resolved
@@ -171,11 +183,14 @@ class _Algorithm:
 
     def check_value(self, name: str, key: str, value: Any, what: str) -> Any:
         """The canonical value a run would use, or ConfigError naming file/key/problem."""
+        # A server optimiser's hyperparameter is checked with the first optimiser that uses it.
+        users = self.optimizer_users.get(name)
+        with_optimizer = {"server_optimizer": users[0]} if users else {}
         try:
-            cfg = FederatedRunConfig.from_dict({**self.constants, name: value})
+            cfg = FederatedRunConfig.from_dict({**self.constants, **with_optimizer, name: value})
         except ConfigError as exc:
             raise _err(self.src, key, f"{what} {shown(value)} is not allowed for {_q(name)}: {exc}") from None
-        return cfg.params[name] if name in self.specs else getattr(cfg, name)
+        return cfg.params[name] if name in self.specs or users else getattr(cfg, name)
 
 
 MAX_CHOICES = 1000
@@ -293,11 +308,41 @@ def _resolve_conditions(src: str, algo: _Algorithm, switches: dict[str, Switch],
         for ref, allowed in p.when.items():
             when[ref] = _condition(src, algo, switches, params, f"params.{name}.when.{ref}", ref, list(allowed))
             used.add(ref)
+        never = any(params[ref].distribution == "fixed" and not value_in(params[ref].value, allowed)
+                    for ref, allowed in when.items() if ref in params)
+        if never and p.fallback is OMITTED:
+            continue  # its condition never holds and it is left out: not a parameter of this space
         resolved[name] = dataclasses.replace(p, when=when)
     for name in switches:
         if name not in used:
             raise _err(src, f"switches.{name}", "no parameter's 'when' uses this switch")
+    _check_optimizer_params(src, algo, params, resolved)
     return resolved
+
+
+def _check_optimizer_params(src: str, algo: _Algorithm, params: dict[str, ParamSpec],
+                            resolved: dict[str, ParamSpec]) -> None:
+    """Every server optimiser's hyperparameter of the space is sampled only with optimisers that
+    use it: its ``when`` lists only those, or (unconditioned on the optimiser) every value the
+    file's ``server_optimizer`` takes is one."""
+    so = params.get("server_optimizer")
+    for name, p in resolved.items():
+        users = algo.optimizer_users.get(name)
+        if users is None:
+            continue
+        if "server_optimizer" in p.when:
+            key, values = f"params.{name}.when.server_optimizer", p.when["server_optimizer"]
+        elif so is not None:
+            values = so.choices if so.distribution == "categorical" else (so.value,)
+            key, values = f"params.{name}", (*values, so.fallback) if so.when else values
+        else:
+            raise _err(src, f"params.{name}", f"{_q(name)} is a hyperparameter of server_optimizer "
+                                              f"{', '.join(users)}; add server_optimizer to this file and "
+                                              f"condition it: when: {{server_optimizer: [{', '.join(users)}]}}")
+        for v in values:
+            if v not in users:
+                raise _err(src, key, f"server_optimizer {shown(v)} does not use {_q(name)}; allowed: "
+                                     f"{', '.join(users)}")
 
 
 def _condition(src: str, algo: _Algorithm, switches: dict[str, Switch], params: dict[str, ParamSpec], key: str,
@@ -318,6 +363,8 @@ def _condition(src: str, algo: _Algorithm, switches: dict[str, Switch], params: 
         raise _err(src, key, f"{_q(ref)} is neither a switch nor a parameter of this file; "
                              f"conditions may use: {', '.join(known) or 'nothing (declare a switch)'}")
     for v, c in zip(values, canon):
+        if params.get(ref) is not None and params[ref].distribution == "fixed":
+            continue  # checked above (check_value); a pinned knob's other values: never holds
         if not value_in(c, tuple(options)):
             raise _err(src, key, f"{shown(v)} is never taken by {_q(ref)}; its values: {shown(list(options))}")
     return tuple(canon)
@@ -368,9 +415,12 @@ def _build_param(src: str, algo: _Algorithm, name: str, body: Any) -> ParamSpec:
     if "otherwise" in body:
         if when is None:
             raise _err(src, f"{key}.otherwise", "'otherwise' needs a 'when' condition")
+        if name in algo.optimizer_users:
+            raise _err(src, f"{key}.otherwise", f"{_q(name)} is left out where its condition fails (a run whose "
+                                                f"server_optimizer does not use it refuses it); remove 'otherwise'")
         spec["fallback"] = algo.check_value(name, f"{key}.otherwise", body["otherwise"], "otherwise")
     else:
-        spec["fallback"] = algo.defaults[name]
+        spec["fallback"] = OMITTED if name in algo.optimizer_users else algo.defaults[name]
     return ParamSpec(**spec)
 
 

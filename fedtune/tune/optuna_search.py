@@ -297,7 +297,8 @@ class FedtuneOptunaSearch(OptunaSearch):
         ``fedtune_exhausted`` says so). The search also ends once ``num_samples`` trials of its
         Optuna study have run or are running here (:meth:`spent`), so a driver restarted from an
         older snapshot does not run more trials than were asked for."""
-        from fedtune.spaces.model import strip_switches
+        from fedtune.spaces.model import VALIDATED_KEY, strip_switches
+        from fedtune.tune.trainable import validated_form
 
         budget = getattr(self, "fedtune_num_samples", None)
         for _ in range(MAX_DUPLICATE_ASKS):
@@ -310,11 +311,12 @@ class FedtuneOptunaSearch(OptunaSearch):
             ot_trial = self._ot_trials[trial_id]
             config = strip_switches(params)
             full = {**self.fedtune_fixed, **config}
+            checked: FederatedRunConfig | None = None
             try:
-                fedtune_id: str | None = FederatedRunConfig.from_dict(full, source="sampled configuration").trial_id()
+                checked = FederatedRunConfig.from_dict(full, source="sampled configuration")
             except ConfigError as exc:  # the trial will fail on it and be told FAIL
-                fedtune_id = None
                 ot_trial.set_user_attr("config_error", str(exc))
+            fedtune_id = None if checked is None else checked.trial_id()
             if fedtune_id is not None and fedtune_id in spent:
                 self._tell_duplicate(trial_id, fedtune_id, spent[fedtune_id])
                 continue
@@ -322,6 +324,8 @@ class FedtuneOptunaSearch(OptunaSearch):
             if fedtune_id is not None:
                 ot_trial.set_user_attr("fedtune_trial_id", fedtune_id)
             ot_trial.set_user_attr("config", json.loads(json.dumps(full, sort_keys=True, default=str)))
+            if checked is not None:  # the trial actor rebuilds it without validating (importing torch) again
+                config[VALIDATED_KEY] = validated_form(checked)
             return config
         message = (f"{EXHAUSTED}: the sampler proposed {MAX_DUPLICATE_ASKS} configurations in a row that "
                    f"had already run; the search ends after {len(self.spent())} distinct trials")
