@@ -29,12 +29,7 @@ from fedtune.runtime.driver import FederatedRun
 from fedtune.runtime.examples import TensorExamples
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _cfg(**values) -> FederatedRunConfig:

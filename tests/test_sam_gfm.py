@@ -27,14 +27,7 @@ from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny tensors: one intra-op thread is faster, and far faster on busy cores (no OpenMP spinning).
-    The local backend's worker sets the same (client_cpus=1 -> 1 thread)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _cfg(**values) -> FederatedRunConfig:

@@ -26,12 +26,7 @@ from fedtune.runtime.examples import TensorExamples
 D, C = 3, 2  # the tiny linear model: 3 inputs, 2 classes (8 parameters: W [2, 3], b [2])
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _cfg(**values) -> FederatedRunConfig:
