@@ -14,15 +14,8 @@ from fedtune.algorithms.fedsr import PRIOR_STATE_KEYS, FedSR
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.layout import FlatLayout
-from fedtune.models import (
-    EVAL_NOISE_SEED,
-    ProbabilisticHead,
-    build_model,
-    check_model_size,
-    encode,
-    probabilistic_head,
-    recording_draws,
-)
+from fedtune.model_heads import EVAL_NOISE_SEED, ProbabilisticHead, probabilistic_head, recording_draws
+from fedtune.models import build_model, check_model_size, encode
 from fedtune.runtime.examples import TensorExamples
 from fedtune.runtime.worker import model_head_kwargs
 

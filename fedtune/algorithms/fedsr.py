@@ -1,6 +1,6 @@
 """FedSR client method (Nguyen, Torr, Lim, NeurIPS 2022): a simple probabilistic representation.
 
-The model ends in FedSR's probabilistic head (:class:`fedtune.models.ProbabilisticHead`, built by
+The model ends in FedSR's probabilistic head (:class:`fedtune.model_heads.ProbabilisticHead`, built by
 the runtime from :meth:`FedSR.model_head`): ``p(z|x) = N(mu(x), diag sigma(x)²)`` with
 ``sigma = softplus(·)``, one reparameterised sample ``z`` per example, a linear classifier on ``z``.
 Each local step minimises, on a batch ``(x_i, y_i)_{i=1..B}``::
@@ -44,7 +44,7 @@ from torch.nn import functional as F
 
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
-from fedtune.models import ProbabilisticHead, probabilistic_head, recording_draws
+from fedtune.model_heads import ProbabilisticHead, probabilistic_head, recording_draws
 
 FEDSR_Z_DIM = HParam("fedsr_z_dim", 512, "FedSR representation width z_dim (the head outputs 2*z_dim: mean and "
                      "scale); the authors use the backbone's feature width (512 for resnet18)", kind="int", lo=1,
@@ -80,7 +80,7 @@ def cmi_term(mu: torch.Tensor, sigma: torch.Tensor, y: torch.Tensor, head: Proba
     """The CMI bound of a batch: ``mean_i Σ_j KL(N(C·mu_ij, (C·sigma_ij)²) ‖ N(r_mu[y_i]_j,
     softplus(r_sigma)[y_i]_j²))`` with the prior and ``C`` (``z_scale``) of ``head``.
 
-    >>> from fedtune.models import ProbabilisticHead
+    >>> from fedtune.model_heads import ProbabilisticHead
     >>> h = ProbabilisticHead(2, 2, 3)   # prior N(0, softplus(1)^2), C = 1
     >>> s = F.softplus(torch.tensor(1.0))
     >>> kl = cmi_term(torch.zeros(1, 2), s.expand(1, 2), torch.tensor([0]), h)
@@ -115,7 +115,7 @@ class FedSR(ClientMethod):
     def objective(self, model: torch.nn.Module, draws: list, x: torch.Tensor,
                   y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, float]:
         """``(objective, cross-entropy, L2R, CMI)`` of one batch (one forward pass of ``model``
-        in training mode inside :func:`~fedtune.models.recording_draws`, whose list is ``draws``)."""
+        in training mode inside :func:`~fedtune.model_heads.recording_draws`, whose list is ``draws``)."""
         logits = model(x)
         z, mu, sigma = draws.pop()
         ce = F.cross_entropy(logits, y)
