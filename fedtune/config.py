@@ -281,6 +281,12 @@ class FederatedRunConfig:
                               "fp32, bf16")
 
     @property
+    def target_lr(self) -> float:
+        """The FDA target client's learning rate: ``local_lr · target_lr_scale`` (exactly
+        ``local_lr`` at the default scale 1)."""
+        return float(self.local_lr) * float(self.target_lr_scale)
+
+    @property
     def effective_augment(self) -> str:
         """The training augmentation the run uses: ``augment``, else ``domainbed`` for image-folder
         datasets and ``none`` for the others."""

@@ -228,9 +228,8 @@ class ClientMethod:
         ``local_lr · target_lr_scale`` (seed 002's target learning rate, 1/5 of the sources')."""
         ctx.model.train()
         opt = self.make_optimizer(ctx.model)
-        scale = float(getattr(self.cfg, "target_lr_scale", 1.0))
-        if ctx.role == "target" and scale != 1.0:
-            opt.lr = opt.lr * scale
+        if ctx.role == "target":  # × 1.0 at the default scale: the same bits
+            opt.lr = opt.lr * float(self.cfg.target_lr_scale)
         opt.scaler = ctx.scaler
         return opt
 

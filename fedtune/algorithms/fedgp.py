@@ -380,7 +380,7 @@ class _TargetSourceRule(ServerRule):
         steps_t = int(info.steps[t])
         steps_s = [int(info.steps[u]) for u in src]
         lr = float(self.cfg.local_lr)  # the sources' rate; the target's is local_lr·target_lr_scale
-        lr_t = lr * float(getattr(self.cfg, "target_lr_scale", 1.0))
+        lr_t = self.cfg.target_lr
         sources = updates[src]  # a copy (fancy indexing): safe to scale in place
         if self.align:
             align_source_magnitude(sources, steps_s, steps_t, lr_source=lr, lr_target=lr_t, out=sources)

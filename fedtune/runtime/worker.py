@@ -208,8 +208,7 @@ class ClientWorker:
             if self.record_target_steps:  # auto-β: raw per-batch steps −lr_T·∇_b (docs/methods.md §2)
                 # every client's steps at the target's learning rate lr_T = local_lr·target_lr_scale: a
                 # source's mean is then s_i = (lr_T/lr_S)·mean_b(−lr_S ∇_b), on the target's scale (C.3)
-                scale = float(getattr(self.cfg, "target_lr_scale", 1.0))
-                lr_t = self.cfg.local_lr if scale == 1.0 else self.cfg.local_lr * scale
+                lr_t = self.cfg.target_lr
                 recorder = ctx.record_step = _StepRecorder(self.model, self.layout, lr_t,
                                                            keep_rows=spec.role == "target")
             out = self.method.train(ctx)
