@@ -177,93 +177,28 @@ def test_the_coordinator_runs_every_server_rule_without_torch():
 
 # ------------------------------------------------------- client methods' server sides without torch
 # The fake pool of CHILD (its definitions, not its loop), whose clients also send the extras a
-# server side reads (SIDE_EXTRAS: float32 [num_params] each); three rounds, then the coordinator's
-# state (the side's included) is restored into a fresh coordinator that runs the same fourth round.
-SIDE_EXTRAS = {"scaffold": ("scaffold_delta_c",), "feddyn": ()}
-SIDE_CONFIGS = [
-    {"algorithm": "scaffold", "num_clients": 4},
-    {"algorithm": "fedomg", "client_method": "scaffold"},  # Scaffold's clients under FedOMG's rule
-    {"algorithm": "feddyn", "feddyn_alpha": 0.1},
-    {"algorithm": "feddyn", "feddyn_mean": "uniform"},
-    {"algorithm": "fedomg", "client_method": "feddyn"},
+# server side reads (random positive values of the shapes their clients send; None: float32
+# [num_params]); three rounds, then the coordinator's state (the side's included) is restored into
+# a fresh coordinator that runs the same fourth round. Each job's expected line: the side's class,
+# the rule's class and the payload keys the clients received.
+SCAFFOLD_EXTRAS = {"scaffold_delta_c": None}
+FEDIIR_EXTRAS = {"fediir_grad_sum": [5], "fediir_batches": []}
+SIDE_JOBS = [
+    ({"algorithm": "scaffold", "num_clients": 4}, SCAFFOLD_EXTRAS, "ScaffoldServer FedAvg scaffold_c"),
+    # Scaffold's clients under FedOMG's rule
+    ({"algorithm": "fedomg", "client_method": "scaffold"}, SCAFFOLD_EXTRAS, "ScaffoldServer FedOMG scaffold_c"),
+    ({"algorithm": "feddyn", "feddyn_alpha": 0.1}, {}, "FedDynServer FedAvg -"),
+    ({"algorithm": "feddyn", "feddyn_mean": "uniform"}, {}, "FedDynServer FedAvg -"),
+    ({"algorithm": "fedomg", "client_method": "feddyn"}, {}, "FedDynServer FedOMG -"),
+    ({"algorithm": "fediir"}, FEDIIR_EXTRAS, "FedIIRServer FedAvg fediir_grad_mean"),
+    ({"algorithm": "fediir-omg"}, FEDIIR_EXTRAS, "FedIIRServer FedOMG fediir_grad_mean"),
+    ({"algorithm": "fishr"}, {"fishr_variance": [5]}, "FishrServer FedAvg fishr_mean_variance"),
 ]
 
 SIDE_CHILD = CHILD.split("\nfor line in sys.stdin:")[0] + r'''
 
 
 class SidePool(FakePool):
-    def __init__(self, plan, steps, keys):
-        super().__init__(plan, steps)
-        self.keys, self.payload_keys = keys, set()
-
-    def fit(self, weights, payload, round, client_ids):
-        self.payload_keys |= set(payload)
-        replies, skipped = super().fit(weights, payload, round, client_ids)
-        for extra in replies[0].extras:
-            extra.update({k: self.rng.standard_normal(LAYOUT.num_params).astype(np.float32) for k in self.keys})
-        return replies, skipped
-
-
-for line in sys.stdin:
-    job = json.loads(line)
-    clients = tuple(ClientSpec(c, f"c{c}", "source", "d", {"d": np.arange(10 + c)}) for c in range(4))
-    plan = FederatedPlan(job["cfg"]["setting"], clients, ("d",), ("t",), {})
-
-    class Coordinator(coordinator.Coordinator):
-        def _make_pool(self, spec):
-            return SidePool(self.plan, 3, job["keys"])
-
-    coord = Coordinator(job["cfg"], plan, {"kind": "fake"})
-    for r in (1, 2, 3):
-        assert coord.run_round(r, evaluate=False).status == "ok"
-    state = coord.get_state()
-    again = Coordinator(job["cfg"], plan, {"kind": "fake"})
-    again.set_state(state)
-    again.pool.rng = np.random.default_rng(7)
-    coord.pool.rng = np.random.default_rng(7)
-    coord.run_round(4, evaluate=False)
-    again.run_round(4, evaluate=False)
-    assert np.isfinite(coord.weights).all() and np.array_equal(coord.weights, again.weights)
-    side, side_again = coord.side.state_dict(), again.side.state_dict()
-    assert all(np.abs(v).max() > 0 for v in side.values()), side
-    assert side.keys() == side_again.keys() and all(np.array_equal(side[k], side_again[k]) for k in side)
-    print(type(coord.side).__name__, type(coord.rule).__name__, ",".join(sorted(coord.pool.payload_keys)) or "-",
-          "torch" in sys.modules, any(m in sys.modules for m in ("fedtune.algorithms.client", "fedtune.models")))
-'''
-
-
-def test_the_coordinator_runs_the_client_methods_server_sides_without_torch():
-    jobs = []
-    for values in SIDE_CONFIGS:
-        cfg = FederatedRunConfig.from_dict({**values, "backend": "local", "coordinator_cpus": 2})
-        name = cfg.resolved.client_method_name
-        jobs.append(json.dumps({"cfg": cfg.to_dict(), "keys": SIDE_EXTRAS[name]}))
-    assert set(SIDE_EXTRAS) <= set(SERVER_SIDES)
-    out = subprocess.run([sys.executable, "-c", SIDE_CHILD], input="\n".join(jobs) + "\n", capture_output=True,
-                         text=True, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = [line.split() for line in out.stdout.split("\n")[:-1]]
-    assert [line[:3] for line in lines] == [["ScaffoldServer", "FedAvg", "scaffold_c"],
-                                            ["ScaffoldServer", "FedOMG", "scaffold_c"],
-                                            ["FedDynServer", "FedAvg", "-"], ["FedDynServer", "FedAvg", "-"],
-                                            ["FedDynServer", "FedOMG", "-"]]
-    assert all(line[3:] == ["False", "False"] for line in lines), lines
-
-
-# ------------------------------------------------- FedIIR's and Fishr's server sides without torch
-# The fake pool of CHILD, whose clients also send FedIIR's or Fishr's report (random, of the shapes
-# their clients send); three rounds, then the coordinator's state is restored into a fresh one that
-# runs the same fourth round. The statistic is then in the payload the clients receive.
-STAT_JOBS = [
-    ({"algorithm": "fediir"}, {"fediir_grad_sum": [5], "fediir_batches": []}, "FedIIRServer FedAvg fediir_grad_mean"),
-    ({"algorithm": "fediir-omg"}, {"fediir_grad_sum": [5], "fediir_batches": []}, "FedIIRServer FedOMG fediir_grad_mean"),
-    ({"algorithm": "fishr"}, {"fishr_variance": [5]}, "FishrServer FedAvg fishr_mean_variance"),
-]
-
-STAT_CHILD = CHILD.split("\nfor line in sys.stdin:")[0] + r'''
-
-
-class StatPool(FakePool):
     def __init__(self, plan, steps, shapes):
         super().__init__(plan, steps)
         self.shapes, self.payload_keys = shapes, set()
@@ -272,7 +207,8 @@ class StatPool(FakePool):
         self.payload_keys |= set(payload)
         replies, skipped = super().fit(weights, payload, round, client_ids)
         for extra in replies[0].extras:
-            extra.update({k: np.abs(self.rng.standard_normal(s)) + 1 for k, s in self.shapes.items()})
+            extra.update({k: (np.abs(self.rng.standard_normal(LAYOUT.num_params if s is None else s)) + 1).astype(
+                np.float32) for k, s in self.shapes.items()})
         return replies, skipped
 
 
@@ -283,7 +219,7 @@ for line in sys.stdin:
 
     class Coordinator(coordinator.Coordinator):
         def _make_pool(self, spec):
-            return StatPool(self.plan, 3, job["shapes"])
+            return SidePool(self.plan, 3, job["shapes"])
 
     coord = Coordinator(job["cfg"], plan, {"kind": "fake"})
     for r in (1, 2, 3):
@@ -293,18 +229,21 @@ for line in sys.stdin:
     again.pool.rng, coord.pool.rng = np.random.default_rng(7), np.random.default_rng(7)
     coord.run_round(4, evaluate=False)
     again.run_round(4, evaluate=False)
-    assert np.array_equal(coord.weights, again.weights)
+    assert np.isfinite(coord.weights).all() and np.array_equal(coord.weights, again.weights)
     side, side_again = coord.side.state_dict(), again.side.state_dict()
-    assert all(np.array_equal(side[k], side_again[k]) and np.isfinite(side[k]).all() for k in side)
+    assert all(np.isfinite(v).all() and np.abs(v).max() > 0 for v in side.values()), side
+    assert side.keys() == side_again.keys() and all(np.array_equal(side[k], side_again[k]) for k in side)
     print(type(coord.side).__name__, type(coord.rule).__name__, ",".join(sorted(coord.pool.payload_keys)) or "-",
           "torch" in sys.modules, any(m in sys.modules for m in ("fedtune.algorithms.client", "fedtune.models")))
 '''
 
 
-def test_the_coordinator_keeps_fediirs_and_fishrs_statistics_without_torch():
-    jobs = [json.dumps({"cfg": FederatedRunConfig.from_dict({**values, "backend": "local"}).to_dict(), "shapes": shapes})
-            for values, shapes, _ in STAT_JOBS]
-    out = subprocess.run([sys.executable, "-c", STAT_CHILD], input="\n".join(jobs) + "\n", capture_output=True,
+def test_the_coordinator_runs_the_client_methods_server_sides_without_torch():
+    jobs = [json.dumps({"cfg": FederatedRunConfig.from_dict({**values, "backend": "local", "coordinator_cpus": 2})
+                        .to_dict(), "shapes": shapes}) for values, shapes, _ in SIDE_JOBS]
+    covered = {FederatedRunConfig.from_dict(values).resolved.client_method_name for values, _, _ in SIDE_JOBS}
+    assert covered | {"gala", "gala-simclr"} == set(SERVER_SIDES)  # FedGaLA's: test_the_coordinator_runs_every_server_rule
+    out = subprocess.run([sys.executable, "-c", SIDE_CHILD], input="\n".join(jobs) + "\n", capture_output=True,
                          text=True, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[:-1] == [f"{expected} False False" for _, _, expected in STAT_JOBS]
+    assert out.stdout.split("\n")[:-1] == [f"{expected} False False" for _, _, expected in SIDE_JOBS]
