@@ -23,7 +23,8 @@ a unique cluster name, and the untracked-but-ignored folders of this checkout ke
 
 Isolation from the shared machine: ``ray stop`` runs only as the throwaway user (a root process named
 ``raylet`` started by the test checks it survives), the user's ``RAY_TMPDIR`` and the launcher's are
-private temp dirs, nothing is installed into the system Python. If this machine's Python lies below
+private temp dirs, nothing is installed into the system Python. Run from a venv (as CI runs), the
+box's packages are this venv's, on ``PYTHONPATH`` (fedtune's own editable install left out). If this machine's Python lies below
 a directory other users cannot enter (pyenv under /root), a read-only bind mount of its prefix lets
 the user run it. Teardown (also on failure): the user's processes, the sshd, the SSH control-master
 processes of this cluster, the mount, the user, the temp dir.
@@ -108,8 +109,6 @@ def _skip_reason() -> str | None:
     for tool in ("ssh", "ssh-keygen", "rsync", "useradd", "userdel"):
         if shutil.which(tool) is None:
             return f"`{tool}` is not installed on this machine {env} (.ci/run installs openssh-server and rsync)"
-    if sys.prefix != sys.base_prefix:
-        return f"runs from a venv; the throwaway user needs this machine's base Python {env}"
     return None
 
 
@@ -211,6 +210,26 @@ def _control_dir(cluster_name: str) -> str:
     """Where Ray's SSH runner keeps this cluster's control-master sockets (command_runner.py)."""
     return "/tmp/ray_ssh_{}/{}".format(hashlib.sha256(getuser().encode()).hexdigest()[:10],
                                        hashlib.sha256(cluster_name.encode()).hexdigest()[:10])
+
+
+def _venv_packages_without_fedtune(tmp: Path) -> Path:
+    """A folder of links to this venv's installed packages, fedtune's own editable install left out.
+
+    The box's venv is built ``--system-site-packages`` on the base Python, which in a venv run (CI
+    makes a fresh venv) holds none of fedtune's dependencies; on ``PYTHONPATH`` this folder gives
+    them to the box as its system packages would, while the box's own ``pip install -e ~/fedtune``
+    stays the fedtune it imports (this venv's ``__editable__`` finder is not linked: its module
+    name is the same as the box's and would shadow it)."""
+    site = next(Path(p) for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages"))
+    out = tmp / "venv-packages"
+    out.mkdir(mode=0o755)
+    for entry in site.iterdir():
+        if entry.name.startswith(("__editable__", "fedtune-", "fedtune.")) or entry.suffix == ".pth":
+            continue
+        (out / entry.name).symlink_to(entry)
+    if not _traversable_by_others(site):
+        pytest.skip(f"this venv ({sys.prefix}) is not reachable by another user (environment, not a missing feature)")
+    return out
 
 
 def _traversable_by_others(path: Path) -> bool:
@@ -319,6 +338,8 @@ def box():
         rt.mkdir()
         os.chown(rt, uid, gid)
         lines += [f"export PATH={prefix / 'bin'}:$PATH", f"export RAY_TMPDIR={rt}", "export RAY_USAGE_STATS_ENABLED=0"]
+        if sys.prefix != sys.base_prefix:  # run from a venv (CI's): the box's "system" packages are this venv's
+            lines.append(f"export PYTHONPATH={_venv_packages_without_fedtune(tmp)}")
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(_root_pip_env().items())]
         _write_user_env(home, lines, uid, gid)
 
