@@ -9,8 +9,10 @@ change, then compare::
     python benchmarks/same_rows.py --out /tmp/before.json          # on the old commit
     python benchmarks/same_rows.py --out /tmp/after.json --compare /tmp/before.json
 
-The comparison prints each run as ``same`` or ``DIFFERENT`` (with the first differing column) and
-exits 1 when any differs.
+The comparison prints each run as ``same`` or ``DIFFERENT`` (with the first differing columns) and
+exits 1 when any differs. A run whose rows only gained columns (a new hyperparameter's ``hp.*``
+column, at the value the old code computed with) and kept every old column's values is ``same``,
+with the new columns named.
 """
 
 from __future__ import annotations
@@ -54,6 +56,21 @@ RUNS: list[tuple[str, dict]] = [
     ("prox+gala", {"algorithm": "fedprox", "server_rule": "gala"}),
     ("rect4-mlp", {"algorithm": "fedomg", "dataset": "rect4", "model": "mlp"}),
     ("adam-fedavg", {"algorithm": "fedavg", "local_optimizer": "adam", "local_lr": 0.001}),
+    # the seeds' baselines and the server optimisers (issue 20/21 rows)
+    ("fedsr", {"algorithm": "fedsr"}),
+    ("fedsr-omg", {"algorithm": "fedsr-omg"}),
+    ("fediir", {"algorithm": "fediir"}),
+    ("fishr", {"algorithm": "fishr"}),
+    ("fishr-anneal4", {"algorithm": "fishr", "fishr_anneal_iters": 4}),
+    ("moon", {"algorithm": "moon"}),
+    ("scaffold", {"algorithm": "scaffold"}),
+    ("feddyn", {"algorithm": "feddyn"}),
+    ("feddyn-uniform-adam", {"algorithm": "feddyn", "feddyn_mean": "uniform", "server_optimizer": "adam"}),
+    ("fedga", {"algorithm": "fedga"}),
+    ("fedga-authors", {"algorithm": "fedga", "fedga_decay": "authors", "rounds": 3}),
+    ("fedavg-adam-small-lr", {"algorithm": "fedavg", "server_optimizer": "adam", "global_lr": 0.01}),
+    ("fedavg-avgm", {"algorithm": "fedavg", "server_optimizer": "avgm", "global_lr": 0.5}),
+    ("fedomg-yogi", {"algorithm": "fedomg", "server_optimizer": "yogi", "global_lr": 0.05}),
 ]
 RAY_RUNS = ("fedomg-exact", "fedgp-auto", "fedgala", "gfm")
 BASE = {"rounds": 2, "local_steps": 2, "batch_size": 16, "backend": "local", "seed": 3}
@@ -94,7 +111,8 @@ def run_all(out: Path, only: set[str] | None) -> dict[str, dict[str, str]]:
                 results[name] = {"status": res.status, **digest(res.rows)}
                 print(f"{name:28s} {res.status}", flush=True)
         if not only or "sweep" in only:
-            cmd = [sys.executable, "-m", "fedtune", "sweep", "--algorithm", "fedomg", "--algorithm", "fedgala", "--num-samples", "3",
+            cmd = [sys.executable, "-m", "fedtune", "sweep", "--algorithm", "fedavg", "--algorithm", "fedomg", "--algorithm", "fedgala",
+                   "--num-samples", "3",
                    "--rounds", "2", "--output", tmp, "--name", "sw", "--no-report", "--max-concurrent", "1",
                    "--set", "backend=local", "--set", "local_steps=2", "--set", "model=mlp"]
             subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -120,7 +138,13 @@ def compare(now: dict, before: dict) -> int:
             print(f"DIFFERENT  {name}: only in {'before' if a is None else 'after'}")
             continue
         cols = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-        print(f"DIFFERENT  {name}: columns {', '.join(cols[:6])}")
+        added = [k for k in cols if k not in b]
+        changed = [k for k in cols if k in b]
+        if not changed:  # the same values in every column the old rows had; only new columns beside them
+            bad -= 1
+            print(f"same       {name} (+ new columns: {', '.join(added)})")
+            continue
+        print(f"DIFFERENT  {name}: columns {', '.join(changed[:6])}" + (f" (+ new: {', '.join(added)})" if added else ""))
     print(f"{len(set(now) | set(before)) - bad} same, {bad} different")
     return 1 if bad else 0
 

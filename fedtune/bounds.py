@@ -31,7 +31,7 @@ from fedtune.errors import ConfigError, shown
 @dataclass(frozen=True)
 class Bounds:
     """Allowed values: one of ``choices`` (when given), and for a number ``lo <= v <= hi``
-    (``lo < v`` when ``lo_open``), finite. ``None`` is accepted as "unset" by every check: a field
+    (``lo < v`` when ``lo_open``, ``v < hi`` when ``hi_open``), finite. ``None`` is accepted as "unset" by every check: a field
     that may not be unset says so in its type."""
 
     lo: float | None = None
@@ -39,6 +39,7 @@ class Bounds:
     lo_open: bool = False
     choices: tuple[Any, ...] = ()
     note: str = ""  # said after the range: "-1: unlimited"
+    hi_open: bool = False  # hi excluded: server_beta1 < 1
 
     def text(self) -> str:
         """The allowed range as the error messages print it: ``>= 0 and <= 1``, ``> 0``."""
@@ -46,7 +47,8 @@ class Bounds:
         if self.lo is not None:
             parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
         if self.hi is not None:
-            parts.append(f"<= {self.hi:g}" if isinstance(self.hi, float) else f"<= {self.hi}")
+            op = "<" if self.hi_open else "<="
+            parts.append(f"{op} {self.hi:g}" if isinstance(self.hi, float) else f"{op} {self.hi}")
         return " and ".join(parts) + (f" ({self.note})" if self.note else "")
 
     def check(self, where: str, value: Any, *, extra_choices: bool = False) -> Any:
@@ -64,6 +66,7 @@ class Bounds:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{where}: {shown(value)} is not a finite number")
             below = self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo)
-            if below or (self.hi is not None and value > self.hi):
+            above = self.hi is not None and (value >= self.hi if self.hi_open else value > self.hi)
+            if below or above:
                 raise ConfigError(f"{where}: {shown(value)} is out of range; allowed: {self.text()}")
         return value

@@ -1,4 +1,4 @@
-"""The ``fedtune`` command line: every subcommand's parser and handler (``run``, ``datasets``,
+"""The ``fedtune`` command line: every subcommand's parser and handler (``run``, ``partition``, ``datasets``,
 ``algorithms``, ``fields``, ``sweep``, ``report``). Heavy modules are imported by the handler that
 needs them, so ``fedtune --help`` and bad flags answer at once."""
 
@@ -45,22 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one federated training run (one trial)",
                          description="Run one federated run and store every round in OUTPUT/STUDY/. "
                                      "Precedence: defaults < --config FILE < flags < --set.")
-    run.add_argument("--config", metavar="FILE.yaml", help="YAML mapping of config fields")
-    run.add_argument("--algorithm", help="named algorithm (see `fedtune algorithms`); default fedavg")
-    run.add_argument("--dataset", help="dataset (see `fedtune datasets`); default rotated-digits (embedded)")
-    run.add_argument("--data-root", metavar="DIR", help="directory holding the dataset's files")
-    run.add_argument("--target-domain", metavar="NAME", help="held-out target domain")
-    run.add_argument("--rounds", type=int, metavar="N", help="federated rounds")
-    run.add_argument("--seed", type=int, metavar="S", help="seed")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="set any config field, e.g. --set client_gpus=0.25 --set local_epochs=2 "
-                          "(see `fedtune fields`)")
-    run.add_argument("--output", metavar="DIR", help="results directory (default fedtune_results)")
-    run.add_argument("--name", metavar="STUDY", help="study name: results go to OUTPUT/STUDY (default 'default')")
-    run.add_argument("--backend", choices=["ray", "local"], help="ray actors (default) or local in-process")
-    run.add_argument("--address", metavar="ADDR", help="Ray cluster to join ('auto' for the running one)")
+    add_run_config_arguments(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--verbose", action="store_true", help="show Ray's logs and actor output")
+    partition = sub.add_parser(
+        "partition", help="show a run's federated split (clients x domains) without training",
+        description="Build the data plan `fedtune run` would build (the same options) and print how many "
+                    "training examples of each domain each client holds; nothing trains, Ray is not started.")
+    add_run_config_arguments(partition)
+    partition.add_argument("--json", action="store_true", help="print one JSON object (train and val counts)")
 
     sub.add_parser("datasets", help="list datasets")
     sub.add_parser("algorithms", help="list algorithms, client methods and server rules")
@@ -79,6 +72,24 @@ def build_parser() -> argparse.ArgumentParser:
                              "oracle); default: STUDY_DIR/study.json's, else val")
     report.add_argument("--no-plots", action="store_true", help="skip the PNG plots and Optuna importances")
     return parser
+
+
+def add_run_config_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that make a run's config (``fedtune run`` and ``fedtune partition``)."""
+    p.add_argument("--config", metavar="FILE.yaml", help="YAML mapping of config fields")
+    p.add_argument("--algorithm", help="named algorithm (see `fedtune algorithms`); default fedavg")
+    p.add_argument("--dataset", help="dataset (see `fedtune datasets`); default rotated-digits (embedded)")
+    p.add_argument("--data-root", metavar="DIR", help="directory holding the dataset's files")
+    p.add_argument("--target-domain", metavar="NAME", help="held-out target domain")
+    p.add_argument("--rounds", type=int, metavar="N", help="federated rounds")
+    p.add_argument("--seed", type=int, metavar="S", help="seed")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="set any config field, e.g. --set client_gpus=0.25 --set local_epochs=2 "
+                        "(see `fedtune fields`)")
+    p.add_argument("--output", metavar="DIR", help="results directory (default fedtune_results)")
+    p.add_argument("--name", metavar="STUDY", help="study name: results go to OUTPUT/STUDY (default 'default')")
+    p.add_argument("--backend", choices=["ray", "local"], help="ray actors (default) or local in-process")
+    p.add_argument("--address", metavar="ADDR", help="Ray cluster to join ('auto' for the running one)")
 
 
 def config_from_args(args: argparse.Namespace) -> FederatedRunConfig:
@@ -133,6 +144,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"results: {result.rounds_path}")
     print(f"trials:  {StudyDir(result.study_dir).trials}")
     return 0 if result.status == status.COMPLETED else 3
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    """``fedtune partition``: the plan ``fedtune run`` would train on, as client x domain counts."""
+    import json
+
+    from fedtune.data.partition_table import partition_json, partition_lines
+    from fedtune.runtime.driver import build_plan
+
+    cfg = config_from_args(args)
+    plan = build_plan(cfg)
+    if args.json:
+        print(json.dumps(partition_json(plan, cfg.dataset, cfg.domain_homogeneity)))
+    else:
+        print("\n".join(partition_lines(plan, cfg.dataset, cfg.domain_homogeneity)))
+    return 0
 
 
 def cmd_datasets() -> int:
@@ -277,16 +304,6 @@ def add_sweep_parser(sub: Any) -> Any:
     return p
 
 
-_RESUME_FIXED = ("spaces", "algorithms", "dataset", "data_root", "target_domain", "rounds", "num_samples", "seeds",
-                 "max_concurrent", "scheduler", "sampler", "metric", "selection", "trial_seeds", "grace_period",
-                 "reduction_factor", "sampler_seed", "knobs", "set", "config", "loggers", "optuna_storage",
-                 "max_failures", "storage_path", "scale_up_timeout")
-"""Options (argparse dests) a study keeps from its start: given with ``--resume``, they are refused
-(each defaults to None on the command line, so "given" is exact)."""
-_RESUME_ALLOWED = ("--name", "--output", "--address", "--verbose", "--no-report")
-"""What ``--resume`` does take: where the study is and how this driver runs and ends."""
-
-
 def options_from_args(args: Any) -> SweepOptions:
     """:class:`~fedtune.tune.options.SweepOptions` from parsed ``fedtune sweep`` arguments."""
     from fedtune.tune.options import SweepOptions
@@ -294,13 +311,6 @@ def options_from_args(args: Any) -> SweepOptions:
     metric = None
     if args.metric:
         metric = [m.strip() for m in str(args.metric).split(",") if m.strip()]
-    if args.resume:
-        given = [f"--{k.replace('_', '-')}" for k in _RESUME_FIXED
-                 if getattr(args, k, None) not in (None, [], False)]
-        if given:
-            raise ConfigError(f"--resume continues a study with its saved options; {', '.join(given)} cannot "
-                              f"change them (allowed with --resume: {', '.join(_RESUME_ALLOWED)})")
-
     def given(name: str) -> Any:  # the flag's value, else SweepOptions' default
         value = getattr(args, name)
         return getattr(SweepOptions, name) if value is None else value
@@ -323,6 +333,10 @@ def options_from_args(args: Any) -> SweepOptions:
         opts.scale_up_timeout_s = args.scale_up_timeout
     if args.config:
         opts = with_config_file(opts, args.config)
+    if args.resume:
+        from fedtune.tune.resume import RESUME_FIXED, check_resume_flags
+
+        check_resume_flags({k: getattr(args, k, None) for k in RESUME_FIXED}, opts)
     return opts
 
 
@@ -443,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         with sigterm_as_interrupt():
             if args.command == "run":
                 return cmd_run(args)
+            if args.command == "partition":
+                return cmd_partition(args)
             if args.command == "datasets":
                 return cmd_datasets()
             if args.command == "algorithms":

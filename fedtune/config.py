@@ -31,6 +31,7 @@ import yaml
 from fedtune import yaml_safe
 from fedtune.algorithms import LOCAL_OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS
 from fedtune.bounds import Bounds
+from fedtune.data.heterogeneity import ROUNDINGS
 from fedtune.errors import ConfigError, clipped, shown
 
 if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
@@ -51,6 +52,7 @@ SETTINGS = ("fdg", "fl", "fda", "ufdg")
 BACKENDS = ("ray", "local")
 AUGMENTS = ("none", "domainbed")  # fedtune.runtime.augment.make_augment
 FAILURE_POLICIES = ("retry", "skip", "fail")
+CACHE_KEYS = ("stat", "content")  # fedtune.data.cache.KEY_MODES
 
 
 @dataclass
@@ -68,8 +70,9 @@ class FederatedRunConfig:
     setting: str | None = _f(None, "fdg (leave-one-domain-out), fl (Dirichlet label skew), fda (adds a target client), ufdg (unsupervised); default: the dataset's", choices=SETTINGS)
     target_domain: str | None = _f(None, "held-out target domain (fdg/fda/ufdg); default: the dataset's first domain")
     clients_per_domain: int = _f(1, "clients per source domain (fdg/fda/ufdg)", lo=1)
-    num_clients: int = _f(10, "number of clients in the fl setting, and of source clients in fdg/fda/ufdg when domain_heterogeneity is set (the fda target client comes on top)", lo=1)
-    domain_heterogeneity: float | None = _f(None, "fdg/fda/ufdg: spread the source domains over num_clients clients with heterogeneity lambda (Bai et al., ICLR 2024): 0 = every client holds the source-domain proportions, 1 = each client one domain; null: clients_per_domain clients per source domain", lo=0.0, hi=1.0)
+    num_clients: int = _f(10, "number of clients in the fl setting, and of source clients in fdg/fda/ufdg when domain_homogeneity is set (the fda target client comes on top)", lo=1)
+    domain_homogeneity: float | None = _f(None, "fdg/fda/ufdg: spread the source domains over num_clients clients with Bai et al.'s (ICLR 2024) lambda, their code's iid: 1 = homogeneous (every client holds the source-domain proportions), 0.1 = heterogeneous, 0 = each client one domain; null: clients_per_domain clients per source domain (`fedtune partition` shows the split)", lo=0.0, hi=1.0)
+    domain_homogeneity_rounding: str = _f("authors", "domain_homogeneity's counts: authors (NonIIDSplitter's: truncate, each domain's leftover examples to the first clients) or largest-remainder (exact; lambda 0 is then exactly one domain per client)", choices=ROUNDINGS)
     dirichlet_alpha: float = _f(0.5, "Dirichlet concentration of the fl label skew (smaller = more skew)", lo=0.0, lo_open=True)
     participation: float = _f(1.0, "fraction of clients sampled each round", lo=0.0, hi=1.0, lo_open=True)
     target_fraction: float = _f(0.05, "fda: fraction of the target domain given to the target client as labelled data", lo=0.0, hi=1.0, lo_open=True)
@@ -81,8 +84,10 @@ class FederatedRunConfig:
     mlp_hidden: list[int] = _f(None, "hidden layer widths of the mlp model ([] = linear model)", factory=lambda: [256, 256])
     weights: str = _f("none", "torchvision models: pretrained weights, none, DEFAULT or an enum name such as IMAGENET1K_V1 (read from $TORCH_HOME/hub/checkpoints); the classifier is replaced for the dataset's classes")
     pretrained_path: str | None = _f(None, "local checkpoint to start from (torch.load weights_only=True; a plain, 'module.'-prefixed or {'state_dict'|'model': ...} state dict whose backbone keys all match; only the classifier may differ)")
-    augment: str = _f("auto", "training augmentation applied per batch on the client's device: none, domainbed (DomainBed's crop, flip, colour jitter, greyscale), auto (domainbed for image-folder datasets, none otherwise)", choices=("auto", *AUGMENTS))
+    augment: str = _f("auto", "training augmentation applied per batch on the client's device: none, domainbed (DomainBed's crop, flip, colour jitter, greyscale), auto (domainbed for DomainBed's own datasets pacs, vlcs, office-home, terra-incognita, domain-net; none for the others, a generic folder included: a flip or crop may change what a folder's label means)", choices=("auto", *AUGMENTS))
     cache_dir: str | None = _f(None, "image-folder datasets: folder of the decoded-image cache (default: $FEDTUNE_CACHE_DIR, else ~/.cache/fedtune/images)")
+    cache_key: str = _f("stat", "image-folder datasets: what the cache key holds of each image file: stat (path, size, modification time: cheap; misses an image rewritten in place with both kept) or content (its bytes hashed: every file read once per process)", choices=CACHE_KEYS)
+    cache_wait_s: float = _f(600.0, "image-folder datasets: seconds to wait for another process's build of the same image cache while it makes no progress (a suspended or hung builder), then stop with an error naming it", lo=0.0, lo_open=True)
 
     # --- training ------------------------------------------------------------------------
     rounds: int = _f(10, "federated rounds", lo=1)
@@ -95,7 +100,7 @@ class FederatedRunConfig:
     local_momentum: float = _f(0.9, "client SGD momentum (optimizer state is reset every round; unused by adam)", lo=0.0, hi=1.0, hp=True)
     weight_decay: float = _f(0.0, "client weight decay", lo=0.0, hp=True)
     global_lr: float | None = _f(None, "server learning rate: theta <- theta + global_lr * aggregate(updates); unset: the server rule's default (fedavg 1.0, fedomg 0.05)", lo=0.0, lo_open=True, hp=True)
-    server_optimizer: str = _f("sgd", "server optimiser on the server rule's step d (any rule): sgd (theta + global_lr d, the rule as it is), avgm (FedAvgM: server_momentum), adam (FedAdam: server_beta1, server_beta2, server_tau, server_adam_bias_correction), yogi (FedYogi), adagrad (FedAdagrad: server_tau); global_lr is its learning rate; its state is checkpointed", choices=tuple(SERVER_OPTIMIZERS), hp=True)
+    server_optimizer: str = _f("sgd", "server optimiser on the server rule's step d (any rule): sgd (theta + global_lr d, the rule as it is), avgm (FedAvgM: server_momentum), adam (FedAdam: server_beta1, server_beta2, server_tau, server_v_start, server_adam_bias_correction), yogi (FedYogi), adagrad (FedAdagrad: server_tau, server_v_start); global_lr is its learning rate; its state is checkpointed", choices=tuple(SERVER_OPTIMIZERS), hp=True)
     eval_batch_size: int = _f(256, "batch size of evaluation", lo=1)
     eval_every: int = _f(1, "evaluate every N rounds (and always the last round); other rounds have no accuracy columns", lo=1)
     seed: int = _f(0, "seed of partitions, client sampling, initialisation and data order (32 bits: the "
@@ -149,6 +154,9 @@ class FederatedRunConfig:
                 params.update(value)
             elif key in component:
                 params[key] = value
+            elif key in RENAMED_FIELDS:
+                if value is not None:  # null means the clients_per_domain split under both names: old studies read
+                    raise ConfigError(f"{source}: {renamed_field_message(key, value)}")
             elif key not in known:
                 raise ConfigError(_unknown_key_message(key, list(known) + list(component), source))
             else:
@@ -231,8 +239,12 @@ class FederatedRunConfig:
             raise ConfigError(
                 f"fields 'val_fraction' + 'test_fraction' = {self.val_fraction + self.test_fraction} leave no "
                 "training data; allowed: a sum below 0.95")
-        if "/" in self.name or self.name.strip() in ("", ".", ".."):
-            raise ConfigError(f"field 'name': {shown(self.name)} is not a valid study name; allowed: a folder name without '/'")
+        from fedtune.results.study_dir import NAME_RULE, check_path_text, name_problem
+
+        if name_problem(self.name) is not None:  # a name too long, '/', NUL: before any folder is made
+            raise ConfigError(f"field 'name': {shown(self.name, 60)} is not a valid study name "
+                              f"({name_problem(self.name)}); allowed: {NAME_RULE}")
+        check_path_text(self.output, "field 'output'")
         self._validate_model_and_data()
         # Names that need a registry are checked here too, so bad input fails before anything starts.
         from fedtune.algorithms import all_hparams
@@ -240,6 +252,8 @@ class FederatedRunConfig:
         resolved = self.resolved
         specs = {**resolved.hparam_specs(), **{h.name: h for h in SERVER_OPTIMIZERS[self.server_optimizer].hparams}}
         owners = all_hparams()
+        for key, value in resolved.preset_defaults().items():  # the algorithm's own defaults (fedsr: uniform mean)
+            self.params.setdefault(key, value)
         for key, value in list(self.params.items()):
             if key not in owners:
                 raise ConfigError(_unknown_key_message(key, self.field_names() + list(owners), "params"))
@@ -270,8 +284,11 @@ class FederatedRunConfig:
             if self.model in (None, "cnn", "mlp"):
                 raise ConfigError(f"field 'weights': {shown(self.weights)} needs a torchvision model; set model (for "
                                   f"example model=resnet18 or resnet50), got model={self.model or 'the dataset default'}")
-            from fedtune.models import ensure_weights_file
+            from fedtune.model_check import check_replaceable_head
+            from fedtune.models import ensure_weights_file, resolve_weights
 
+            resolve_weights(self.model, self.weights)  # the weight set's name, then the head, then the file
+            check_replaceable_head(self.model)
             ensure_weights_file(self.model, self.weights)
         if self.augment == "domainbed" and not is_image_folder(self.dataset):
             raise ConfigError(f"field 'augment': domainbed applies to image-folder datasets (folder, "
@@ -288,13 +305,14 @@ class FederatedRunConfig:
 
     @property
     def effective_augment(self) -> str:
-        """The training augmentation the run uses: ``augment``, else ``domainbed`` for image-folder
-        datasets and ``none`` for the others."""
+        """The training augmentation the run uses: ``augment``, else ``domainbed`` for DomainBed's own
+        datasets (DomainBed augments those) and ``none`` for the others: a generic folder may hold
+        digits or text, whose labels a flip or crop can change, and DomainBed's digit sets are not augmented."""
         if self.augment != "auto":
             return self.augment
-        from fedtune.data.registry import is_image_folder
+        from fedtune.data.registry import is_domainbed
 
-        return "domainbed" if is_image_folder(self.dataset) else "none"
+        return "domainbed" if is_domainbed(self.dataset) else "none"
 
     def hyperparameters(self) -> dict[str, Any]:
         """The tunable fields (``hp.<name>`` columns of the results), plus the rule's and method's own."""
@@ -308,8 +326,10 @@ class FederatedRunConfig:
         """A stable id of what this run computes: equal configs (up to output/naming/backends) share it."""
         ignore = {"backend", "address", "eval_every", "eval_batch_size", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
                   "placement_timeout_s", "on_client_failure", "client_cpus", "client_gpus",
-                  "coordinator_cpus", "coordinator_gpus", "checkpoint_every", "cache_dir"}
+                  "coordinator_cpus", "coordinator_gpus", "checkpoint_every", "cache_dir", "cache_key", "cache_wait_s"}
         values = {**self.to_dict(), "augment": self.effective_augment}  # what ran, not "auto"
+        values["params"] = {k: v for k, v in values["params"].items()
+                            if not (k in _PARAMS_HASHED_WHEN_SET and v == _PARAMS_HASHED_WHEN_SET[k])}
         payload = {k: v for k, v in sorted(values.items())
                    if k not in ignore and not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])}
         digest = hashlib.sha1(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:10]
@@ -318,10 +338,29 @@ class FederatedRunConfig:
 
 # Fields added after studies were first written: left out of trial_id while at these values, so the
 # trial ids of earlier studies (which ran with exactly these) stay the same. ``augment`` is hashed as
-# the augmentation that runs: image-folder runs now augment by default, so their ids change.
+# the augmentation that runs: DomainBed's datasets augment by default, so their ids change.
 _HASHED_WHEN_SET = {"weights": "none", "augment": "none", "local_optimizer": "sgd", "precision": "fp32",
                     "channels_last": True, "cudnn_benchmark": True, "server_optimizer": "sgd",
-                    "domain_heterogeneity": None, "target_lr_scale": 1.0}
+                    "domain_homogeneity": None, "domain_homogeneity_rounding": "authors", "target_lr_scale": 1.0}
+# The same for hyperparameters added later (in ``params``), at the value every earlier run computed with:
+# the example-weighted model mean, and Reddi et al.'s v start. A shipped space that now names them fixed
+# at these values keeps its trial ids.
+_PARAMS_HASHED_WHEN_SET = {"client_weighting": "examples", "server_v_start": "tau_squared"}
+
+
+# Old field names, refused with a message saying what changed (a null value still reads: the default).
+RENAMED_FIELDS = {"domain_heterogeneity": "domain_homogeneity"}
+
+
+def renamed_field_message(name: str, value: Any = None) -> str:
+    """Why the old field ``name`` (a key of :data:`RENAMED_FIELDS`) is refused, and what to write instead."""
+    flipped = ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
+        flipped = f": set domain_homogeneity = 1 - {shown(value, 40)} = {1 - float(value):g}"
+    elif value is not None:
+        flipped = f": set domain_homogeneity = 1 - {shown(value, 40)}"
+    return (f"field '{name}' was renamed {RENAMED_FIELDS[name]} and its direction flipped to Bai et "
+            f"al.'s lambda (1 = homogeneous, 0 = one domain per client; new = 1 - old){flipped}")
 
 def describe_fields() -> list[tuple[str, str, str]]:
     """(name, default, help) of every field: the reference table in docs and `--help`."""

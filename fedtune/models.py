@@ -16,9 +16,10 @@ computes with the default batch-norm momentum.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ from torch import nn
 from fedtune.errors import ConfigError, shown
 from fedtune.layout import FlatLayout
 from fedtune.model_heads import ProbabilisticHead, projector_mlp
+from fedtune.weight_files import checkpoint_state_dict, published_file
 
 
 
@@ -51,6 +53,8 @@ class FedAvgCNN(nn.Module):
 
 BUILTIN_MODELS = ("cnn", "mlp")
 WEIGHT_FREE = "none"
+AUX_LOGIT_MODELS = ("googlenet", "inception_v3")
+"""torchvision models built with ``aux_logits=False`` (their training forward returns one tensor)."""
 
 
 def torchvision_models() -> list[str]:
@@ -94,44 +98,12 @@ def resolve_weights(model: str, weights: str):
     return enum[weights]
 
 
-def weights_file(member) -> Path:
-    """Where torchvision reads ``member``'s file: ``$TORCH_HOME/hub/checkpoints/<file name>``."""
-    from urllib.parse import urlparse
-
-    import torch.hub
-
-    return Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(member.url).path).name
-
-
 def ensure_weights_file(model: str, weights: str, download_timeout_s: float = 20.0) -> Path:
     """The local file of torchvision's ``weights`` for ``model``: found in
-    ``$TORCH_HOME/hub/checkpoints``, else downloaded there (torch.hub, hash checked), else one
-    ConfigError line naming the file, the folder and ``pretrained_path``."""
-    member = resolve_weights(model, weights)
-    path = weights_file(member)
-    if path.is_file():
-        return path
-    import socket
-
-    import torch.hub
-
-    import contextlib
-    import io
-
-    old = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(download_timeout_s)
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):  # torch.hub's "Downloading: ..." line
-            torch.hub.load_state_dict_from_url(member.url, progress=False, check_hash=True, weights_only=True)
-    except Exception as exc:  # offline, a proxy, a bad hash: say what to do instead
-        reason = str(getattr(exc, "reason", "") or exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise ConfigError(
-            f"field 'weights': {model} {member.name} needs the file {path.name} in {path.parent} (not there, and "
-            f"downloading {member.url} failed: {reason}); copy the file there (or set TORCH_HOME), or give a local "
-            "checkpoint as pretrained_path") from None
-    finally:
-        socket.setdefaulttimeout(old)
-    return path
+    ``$TORCH_HOME/hub/checkpoints`` (SHA-256 checked against its name), else downloaded there
+    (torch.hub, hash checked), else one ConfigError line naming the file, the folder and
+    ``pretrained_path`` (:func:`fedtune.weight_files.published_file`)."""
+    return published_file(resolve_weights(model, weights), model, download_timeout_s)
 
 
 def _torchvision_model(name: str, input_shape: tuple[int, ...], num_classes: int, weights: str | None) -> nn.Module:
@@ -140,8 +112,10 @@ def _torchvision_model(name: str, input_shape: tuple[int, ...], num_classes: int
         raise ConfigError(f"field 'model': {name} needs image input, dataset gives shape {input_shape}; use mlp")
     from torchvision.models import get_model
 
+    # googlenet / inception_v3: no auxiliary classifiers (training would return a tuple of logits)
+    extra = {"aux_logits": False} if name in AUX_LOGIT_MODELS else {}
     if weights in (None, WEIGHT_FREE):
-        model = get_model(name, weights=None, num_classes=num_classes)
+        model = get_model(name, weights=None, num_classes=num_classes, **extra)
     else:
         if input_shape[0] != 3:
             raise ConfigError(f"field 'weights': {name}'s pretrained weights take RGB input, dataset gives "
@@ -152,10 +126,12 @@ def _torchvision_model(name: str, input_shape: tuple[int, ...], num_classes: int
         except Exception as exc:
             raise ConfigError(f"field 'weights': {path} is not a plain state dict (torch.load with weights_only=True "
                               f"refused it: {type(exc).__name__}); delete it and fetch torchvision's file again") from None
-        model = get_model(name, weights=resolve_weights(name, weights))  # torchvision loads it, strictly
-        parent, key = _head_owner(model)
-        old = _child(parent, key)
-        _set_child(parent, key, nn.Linear(old.in_features, num_classes))
+        try:
+            model = get_model(name, weights=resolve_weights(name, weights), **extra)  # torchvision loads it, strictly
+        except RuntimeError as exc:  # a state dict of another architecture: torchvision's key list
+            raise ConfigError(f"field 'weights': {path} does not hold {name}'s weights (torchvision's strict load "
+                              f"refused it: {str(exc).splitlines()[0][:120]}); delete it and fetch torchvision's "
+                              "file again") from None
     if input_shape[0] != 3:  # grey input: the first convolution takes input_shape[0] channels
         conv_name, conv = next((n, m) for n, m in model.named_modules() if isinstance(m, nn.Conv2d))
         parent_name, _, key = conv_name.rpartition(".")
@@ -175,9 +151,12 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
     (``torchvision.models.get_model``: resnet18, resnet50, convnext_tiny, efficientnet_b0, ...;
     grey input replaces the first convolution). ``weights`` (torchvision models): ``none``,
     ``DEFAULT`` or an enum member name such as ``IMAGENET1K_V1``; torchvision's weights are read
-    from ``$TORCH_HOME/hub/checkpoints`` (:func:`ensure_weights_file`), then the classifier is
-    replaced by a fresh ``num_classes`` one. ``pretrained_path``: a local checkpoint
-    (:func:`load_checkpoint`: strict on every backbone key).
+    from ``$TORCH_HOME/hub/checkpoints`` (:func:`ensure_weights_file`, SHA-256 checked against the
+    file name), then the classifier is replaced by a fresh ``num_classes`` one. ``pretrained_path``:
+    a local checkpoint (:func:`load_checkpoint`: strict on every backbone key). With pretrained
+    weights by either route, every new head module (classifier, projector, probabilistic head) is
+    drawn from one seed drawn from torch's global RNG, so the same file by either route and the
+    same seed give the same model bit for bit (docs/methods.md §5.9).
 
     ``head="classifier"`` (supervised runs) ends in a ``num_classes`` linear classifier.
     ``head="projector"`` (unsupervised runs, e.g. SimCLR) builds exactly the same model (same
@@ -211,6 +190,50 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
             raise ConfigError("fields 'weights' and 'pretrained_path': give one of them, not both")
         if name in BUILTIN_MODELS:
             resolve_weights(name, weights)  # raises: cnn/mlp have no pretrained weights
+    pretrained = weights not in (None, WEIGHT_FREE) or bool(pretrained_path)
+    # Pretrained weights (either route): the new head is drawn from one seed taken from torch's global
+    # RNG, whatever the backbone's construction drew, and the global RNG moves by that one draw only.
+    head_seed = int(torch.randint(0, 2**62, (), device="cpu")) if pretrained else None
+    with _rng_seeded(head_seed):
+        model = _body(name, input_shape, num_classes, mlp_hidden, weights)
+        head_loaded = load_checkpoint(model, pretrained_path) if pretrained_path else False
+        if head_seed is not None:
+            torch.random.default_generator.manual_seed(head_seed)
+            if not head_loaded:
+                require_linear_head(model, name)
+                _fresh_classifier(model, num_classes)
+        if head == "projector":
+            _replace_head(model, int(proj_dim))
+        elif head == "probabilistic":
+            parent, key = _head_owner(model)
+            old = _child(parent, key)
+            new = ProbabilisticHead(old.in_features, int(z_dim), num_classes, int(eval_samples))
+            _set_child(parent, key, new.to(old.weight.device))
+    return model
+
+
+@contextlib.contextmanager
+def _rng_seeded(seed: int | None) -> Iterator[None]:
+    """Within the block torch's CPU generator starts from ``seed`` and is put back afterwards
+    (nothing changes when ``seed`` is None)."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)
+        yield
+
+
+def _fresh_classifier(model: nn.Module, num_classes: int) -> None:
+    """Replace the model's last linear layer by a new ``num_classes`` one (drawn from the CPU RNG)."""
+    parent, key = _head_owner(model)
+    old = _child(parent, key)
+    _set_child(parent, key, nn.Linear(old.in_features, num_classes, device=old.weight.device))
+
+
+def _body(name: str, input_shape: tuple[int, ...], num_classes: int, mlp_hidden: list[int] | None,
+          weights: str | None) -> nn.Module:
+    """The model ``name`` with a ``num_classes`` classifier, torchvision's ``weights`` loaded."""
     if name == "mlp":
         layers: list[nn.Module] = [nn.Flatten()]
         width = int(np.prod(input_shape))
@@ -218,74 +241,36 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
             layers += [nn.Linear(width, h), nn.ReLU(inplace=True)]
             width = h
         layers.append(nn.Linear(width, num_classes))
-        model: nn.Module = nn.Sequential(*layers)
-    elif name == "cnn":
+        return nn.Sequential(*layers)
+    if name == "cnn":
         if len(input_shape) != 3:
             raise ConfigError(f"field 'model': cnn needs image input, dataset gives shape {input_shape}; use mlp")
         c, h, w = input_shape
         if h != w or h < 8:
             raise ConfigError(f"field 'model': cnn needs square images of side >= 8, got {h}x{w}")
-        model = FedAvgCNN(c, h, num_classes)
-    else:
-        model = _torchvision_model(name, input_shape, num_classes, weights)
-    if pretrained_path:
-        load_checkpoint(model, pretrained_path)
-    if head == "projector":
-        _replace_head(model, int(proj_dim))
-    elif head == "probabilistic":
-        parent, key = _head_owner(model)
-        old = _child(parent, key)
-        new = ProbabilisticHead(old.in_features, int(z_dim), num_classes, int(eval_samples))
-        _set_child(parent, key, new.to(old.weight.device))
-    return model
+        return FedAvgCNN(c, h, num_classes)
+    return _torchvision_model(name, input_shape, num_classes, weights)
 
 
 HEADS = ("classifier", "projector", "probabilistic")
-
-
-def _unwrap_checkpoint(state: object, path: Path) -> dict:
-    """A checkpoint's state dict: ``{"state_dict": ...}`` / ``{"model": ...}`` wrappers removed (any
-    depth), then a ``module.`` prefix (DataParallel / DDP) on every key removed."""
-    for _ in range(4):
-        if isinstance(state, dict) and not any(isinstance(v, torch.Tensor) for v in state.values()):
-            inner = next((state[k] for k in ("state_dict", "model") if isinstance(state.get(k), dict)), None)
-            if inner is None:
-                break
-            state = inner
-    if not isinstance(state, dict) or not state:
-        raise ConfigError(f"field 'pretrained_path': '{path}' holds a {type(state).__name__}, not a state_dict "
-                          "(nor one wrapped as {'state_dict': ...} or {'model': ...})")
-    tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
-    if len(tensors) != len(state):
-        other = [k for k in state if k not in tensors][:5]
-        raise ConfigError(f"field 'pretrained_path': '{path}' is not a state_dict: entries {', '.join(map(str, other))} "
-                          "are not tensors")
-    if all(str(k).startswith("module.") for k in tensors):
-        tensors = {k[len("module."):]: v for k, v in tensors.items()}
-    return tensors
 
 
 def _key_list(keys: list[str]) -> str:
     return ", ".join(keys[:6]) + (f" (and {len(keys) - 6} more)" if len(keys) > 6 else "")
 
 
-def load_checkpoint(model: nn.Module, pretrained_path: str | Path) -> None:
+def load_checkpoint(model: nn.Module, pretrained_path: str | Path) -> bool:
     """Load a local checkpoint into ``model``, strictly on the backbone.
 
     Read with ``torch.load(..., weights_only=True)``; accepts a plain state dict, one wrapped as
     ``{"state_dict": ...}`` or ``{"model": ...}``, and ``module.``-prefixed keys. Every key of the
     model except its classifier must be in the checkpoint with the same shape, and the checkpoint
     may hold nothing else; the classifier is loaded when its shapes match (same class count) and
-    left as built otherwise. Anything else is refused, naming the keys."""
+    left as built otherwise. Anything else is refused, naming the keys. Returns whether the
+    classifier was loaded."""
     path = Path(pretrained_path)
-    if not path.is_file():
-        raise ConfigError(f"field 'pretrained_path': '{path}' does not exist")
-    try:
-        raw = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # not a torch file, or it holds objects weights_only refuses
-        raise ConfigError(f"field 'pretrained_path': '{path}' is not a loadable state_dict "
-                          f"(torch.load with weights_only=True): {type(exc).__name__}") from None
-    state = _unwrap_checkpoint(raw, path)
+    state = checkpoint_state_dict(path)
+    require_linear_head(model, type(model).__name__)
     own = model.state_dict()
     parent, key = _head_owner(model)
     head_name = next(n for n, m in model.named_modules() if m is _child(parent, key))
@@ -307,6 +292,7 @@ def load_checkpoint(model: nn.Module, pretrained_path: str | Path) -> None:
                           f"the classifier {head_name} may differ): {'; '.join(problems)}")
     load = {k: v for k, v in state.items() if not is_head(k) or v.shape == own[k].shape}
     model.load_state_dict(load, strict=False)
+    return any(is_head(k) for k in load)
 
 
 def prepare_for_device(model: nn.Module, device: torch.device | str, channels_last: bool = False) -> nn.Module:
@@ -344,6 +330,25 @@ def _head_owner(model: nn.Module) -> tuple[nn.Module, str]:
         raise TypeError(f"no linear head on a {type(model).__name__}: fedtune replaces a classifier's last nn.Linear")
     parent_name, _, key = found.rpartition(".")
     return (model.get_submodule(parent_name) if parent_name else model), key
+
+
+def has_linear_head(model: nn.Module) -> bool:
+    """Whether ``model`` has a head fedtune can replace or read (a last ``nn.Linear``, or a
+    projector / probabilistic head that replaced it); squeezenet's convolutional classifier is not."""
+    try:
+        _head_owner(model)
+    except TypeError:
+        return False
+    return True
+
+
+def require_linear_head(model: nn.Module, name: str) -> None:
+    """A ConfigError line unless ``model`` (named ``name``) has a linear classifier for pretrained
+    weights to leave out and replace."""
+    if not has_linear_head(model):
+        raise ConfigError(f"field 'model': {name} has no linear classifier (nn.Linear) to replace for the dataset's "
+                          "classes; allowed with weights or pretrained_path: a model with a linear classifier "
+                          "(resnet18, resnet50, convnext_tiny, ...)")
 
 
 def _replace_head(model: nn.Module, proj_dim: int) -> None:

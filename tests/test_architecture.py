@@ -232,7 +232,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedtune.errors", "fedtune.bounds", "fedtune.yaml_safe", "fedtune.results.atomic", "fedtune.results.study_dir",
      "fedtune.results.status"),
     ("fedtune.data", "fedtune.layout"),
-    ("fedtune.algorithms", "fedtune.models", "fedtune.model_heads"),
+    ("fedtune.algorithms", "fedtune.models", "fedtune.model_heads", "fedtune.model_check", "fedtune.weight_files"),
     ("fedtune.config",),
     ("fedtune.results",),
     ("fedtune.runtime",),

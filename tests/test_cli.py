@@ -193,3 +193,52 @@ def test_model_that_does_not_fit_the_dataset(tmp_path, capsys):
     err = _error(capsys, ["run", "--backend", "local", "--dataset", "rect4", "--set", "model=cnn",
                           "--output", str(tmp_path), "--no-progress"])
     assert "field 'model'" in err and "'cnn' needs image input" in err and "allowed here: mlp" in err
+
+
+@pytest.mark.parametrize("cmd", ["run", "sweep"])
+@pytest.mark.parametrize("flag, value, words", [
+    ("--name", "x" * 300, "300 bytes long"), ("--name", "a/b", "path separators"), ("--name", "a\0b", "NUL"),
+    ("--output", "out/" + "y" * 300, "300 bytes long"), ("--output", "out\0put", "NUL")])
+def test_a_study_name_or_output_no_file_system_takes_is_one_line_up_front(tmp_path, capsys, monkeypatch, cmd, flag,
+                                                                          value, words):
+    """A 300-character study name was a 'File name too long' traceback from run and sweep."""
+    monkeypatch.chdir(tmp_path)
+    base = (["run", "--backend", "local", "--dataset", "rect4", "--rounds", "1", "--no-progress"] if cmd == "run"
+            else ["sweep", "--algorithm", "fedavg", "--rounds", "1", "--num-samples", "1", "--no-report"])
+    extra = [flag, value] + (["--output", str(tmp_path)] if flag == "--name" else ["--name", "ok"])
+    err = _error(capsys, [*base, *extra])
+    assert words in err and flag.lstrip("-") in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing was made
+
+
+def test_a_study_name_of_200_bytes_still_runs(tmp_path):
+    assert _run(tmp_path, "--name", "n" * 200, rounds=1) == 0
+    assert (tmp_path / ("n" * 200) / "trials.parquet").is_file()
+
+
+def test_a_wrong_address_is_one_line_at_once(tmp_path, capsys, monkeypatch):
+    """A wrong --address printed about 10 lines of Ray warnings over 20 s before the one-line error."""
+    import time
+
+    from fedtune.runtime import cluster, driver
+
+    spent = []
+
+    def timed(*args, **kwargs):
+        t0 = time.time()
+        try:
+            return cluster.connect_ray(*args, **kwargs)
+        finally:
+            spent.append(time.time() - t0)
+
+    monkeypatch.setattr(driver, "connect_ray", timed)
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # an earlier test's Ray in this process is not joined
+    assert main(["run", "--backend", "ray", "--address", "127.0.0.1:1", "--dataset", "rect4", "--rounds", "1",
+                 "--output", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    errors = [ln for ln in err.splitlines() if "error" in ln.lower() or "warn" in ln.lower()]
+    assert len(errors) == 1 and errors[0].startswith("fedtune: error: could not join the Ray cluster"), err
+    assert "127.0.0.1:1" in err and "nothing answers" in err and "Traceback" not in err, err
+    assert len(spent) == 1 and spent[0] < 8, spent  # Ray's own retries took about 20 s

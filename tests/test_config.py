@@ -302,6 +302,26 @@ def test_trial_id_ignores_runtime_and_naming(change):
     assert base.replace(**change).trial_id() == base.trial_id()
 
 
+@pytest.mark.parametrize("later, other", [
+    ({"client_weighting": "examples"}, {"client_weighting": "uniform"}),
+    ({"server_optimizer": "adam", "server_v_start": "tau_squared"}, {"server_optimizer": "adam", "server_v_start": "zero"}),
+])
+def test_a_later_hyperparameter_at_the_value_earlier_runs_computed_with_keeps_the_trial_id(later, other):
+    # Shipped spaces name these fixed at their old behaviour: studies written before keep their ids,
+    # while the other value (a different computation) gets another id.
+    base = {"dataset": "rect4", "rounds": 3, **{k: v for k, v in later.items() if k == "server_optimizer"}}
+    unset = FederatedRunConfig.from_dict(base).trial_id()
+    assert FederatedRunConfig.from_dict({**base, **later}).trial_id() == unset
+    assert FederatedRunConfig.from_dict({**base, **other}).trial_id() != unset
+
+
+def test_fedsr_runs_its_authors_uniform_mean_by_default_under_another_id_than_before():
+    fedsr = FederatedRunConfig.from_dict({"algorithm": "fedsr"})
+    as_before = FederatedRunConfig.from_dict({"algorithm": "fedsr", "client_weighting": "examples"})
+    assert fedsr.params["client_weighting"] == "uniform"
+    assert fedsr.trial_id() != as_before.trial_id()
+
+
 def test_hyperparameters_contents():
     cfg = FederatedRunConfig.from_dict({"local_lr": 0.3, "local_steps": 5, "batch_size": 16})
     hp = cfg.hyperparameters()

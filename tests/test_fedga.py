@@ -55,7 +55,8 @@ def reference_weights(a, gaps, step, t, rounds, *, center=True, decay="linear"):
     centred = [g - mean for g in gaps]
     largest = max(abs(c) for c in centred)
     normal = [c / largest for c in centred] if largest > 0 else [0.0] * k
-    factor = {"linear": 1.0 - t / rounds, "authors": 1.0 - (t - 2) / rounds, "none": 1.0}[decay]
+    comm = max(rounds - 1, 1)  # the authors' --comm for a run of ``rounds`` rounds (used by "authors" only)
+    factor = {"linear": 1.0 - t / rounds, "authors": 1.0 - (t - 2) / comm, "none": 1.0}[decay]
     d = step / k * max(factor, 0.0)
     moved = [min(max(w + d * g, 0.0), 1.0) for w, g in zip(a, normal)]
     total = sum(moved)
@@ -101,13 +102,42 @@ def test_the_decay_schedules():
     R = 5
     np.testing.assert_allclose([decayed_step(0.2, t, R) for t in range(1, 6)], [0.16, 0.12, 0.08, 0.04, 0.0],
                                rtol=0, atol=1e-15)
-    # the authors' step_size − (i − 1) · step_size / comm with i = t − 1: starts above 0.2
+    # the authors' step_size − (i − 1) · step_size / comm with i = t − 1 over their comm + 1 = R rounds
+    # (comm = 4): starts above 0.2
     np.testing.assert_allclose([decayed_step(0.2, t, R, "authors") for t in range(1, 6)],
-                               [0.24, 0.2, 0.16, 0.12, 0.08], rtol=0, atol=1e-15)
+                               [0.25, 0.2, 0.15, 0.1, 0.05], rtol=0, atol=1e-15)
+    assert decayed_step(0.2, 1, 1, "authors") == 0.2  # one round (their comm = 0 divides by zero): undecayed
     assert [decayed_step(0.2, t, R, "none") for t in range(1, 6)] == [0.2] * 5
     assert decayed_step(0.2, 7, R) == 0.0  # never negative
     with pytest.raises(ValueError, match="decay"):
         decayed_step(0.2, 1, R, "cosine")
+
+
+def authors_weights_per_round(gaps_per_round, step_size, comm):
+    """The authors' ``train_pacs_GA.py`` loop re-implemented in plain floats: rounds ``i = 0..comm``
+    aggregate with ``weight_dict`` (1/3 each at the start), then ``refine_weight_dict_by_GA`` with
+    ``step_size − (i − 1) · step_size / comm`` (``weight_adjust.py``: × 1/3, raw gaps ÷ max |gap|,
+    clip to [0, 1], renormalise). Returns the weights each round aggregated with."""
+    weights, used = [1 / 3] * 3, []
+    for i in range(comm + 1):
+        used.append(list(weights))
+        step = (step_size - (i - 1) * (step_size / comm)) * (1.0 / 3.0)
+        largest = max(abs(g) for g in gaps_per_round[i])
+        moved = [min(max(w + g / largest * step, 0.0), 1.0) for w, g in zip(weights, gaps_per_round[i])]
+        weights = [w / sum(moved) for w in moved]
+    return used
+
+
+def test_authors_decay_matches_the_authors_loop_when_rounds_equals_the_rounds_they_train():
+    rounds = 6  # the authors' --comm 5 trains rounds 0..5
+    cfg = _cfg(rounds=rounds, fedga_step=0.6, fedga_decay="authors", fedga_center=False)
+    history = _run_rounds(FedGA(cfg, None), rounds, seed=3)
+    # the gap of round t: the aggregate's loss (received in round t + 1) minus round t's local loss
+    gaps = [[history[t]["losses"][c][0] - history[t - 1]["losses"][c][1] for c in range(3)]
+            for t in range(1, rounds)] + [[1.0, 2.0, 3.0]]  # the last round's gaps are never used
+    expected = authors_weights_per_round(gaps, 0.6, rounds - 1)
+    np.testing.assert_allclose([h["q"] for h in history], expected, rtol=0, atol=1e-13)
+    assert not np.allclose(expected[-1], 1 / 3)  # the weights did move
 
 
 # ------------------------------------------------------------------------ the rule

@@ -18,7 +18,7 @@ from fedtune.algorithms.client import ClientContext, batches
 from fedtune.algorithms.fediir import FedIIR, round_gradient_sum
 from fedtune.algorithms.fediir_server import BATCHES_KEY, GRAD_SUM_KEY, FedIIRServer
 from fedtune.algorithms.fediir_server import MEAN_KEY as FEDIIR_MEAN_KEY
-from fedtune.algorithms.fishr import STATE_KEY, Fishr, gradient_variance
+from fedtune.algorithms.fishr import STATE_KEY, Fishr, gradient_variance, iterations_behind
 from fedtune.algorithms.fishr_server import MEAN_KEY as FISHR_MEAN_KEY
 from fedtune.algorithms.fishr_server import VARIANCE_KEY, FishrServer
 from fedtune.algorithms.server import RoundInfo
@@ -227,7 +227,7 @@ def test_fishr_step_matches_a_float64_reference_of_the_penalty_and_its_gradient(
 def test_fishr_warm_up_trains_like_sgd_and_resets_the_optimiser_when_the_penalty_starts():
     v_bar = np.full(K, 0.05, np.float32)
     base = {**SGD_STEP, "local_steps": 2, "local_momentum": 0.9}
-    # Warm-up all round long (iterations 2, 3 < 10): the steps of sgd, bit for bit; the average still runs.
+    # Warm-up all round long (round 1: iterations 0, 1 < 10): the steps of sgd, bit for bit; the average still runs.
     cfg = _cfg(algorithm="fishr", fishr_penalty=50.0, fishr_anneal_iters=10, **base)
     sgd_cfg = _cfg(**base)
     m_fishr, m_sgd, state = _model(), _model(), {}
@@ -235,11 +235,11 @@ def test_fishr_warm_up_trains_like_sgd_and_resets_the_optimiser_when_the_penalty
     CLIENT_METHODS["sgd"](sgd_cfg).train(_ctx(m_sgd, X, Y, sgd_cfg))
     assert all(torch.equal(a, b) for a, b in zip(m_fishr.parameters(), m_sgd.parameters()))
     assert out.metrics["fishr_penalty_term"] == 0.0 and STATE_KEY in state and VARIANCE_KEY in out.extras
-    # The switch at iteration 3 (round 1, step 1 of 2) rebuilds the optimiser: no momentum carried over.
+    # The switch at iteration 3 (round 2, step 1 of 2) rebuilds the optimiser: no momentum carried over.
     cfg3 = _cfg(algorithm="fishr", fishr_penalty=50.0, fishr_anneal_iters=3, **base)
     m3 = _model()
     theta = _flat(m3)
-    out3 = Fishr(cfg3).train(_ctx(m3, X, Y, cfg3, payload={FISHR_MEAN_KEY: v_bar}, state={}))
+    out3 = Fishr(cfg3).train(_ctx(m3, X, Y, cfg3, payload={FISHR_MEAN_KEY: v_bar}, state={}, round=2))
     first = _numeric_gradient(lambda t: _ce(_forward(t, X.numpy())[1], Y.numpy()), theta)
     mid = theta - 0.1 * first
     v1 = 0.05 * _variance(theta, X.numpy(), Y.numpy())  # the state after step 1 (ema 0.95, from 0)
@@ -247,6 +247,28 @@ def test_fishr_warm_up_trains_like_sgd_and_resets_the_optimiser_when_the_penalty
                                                           0.95, 50.0, "mean"), mid)
     np.testing.assert_allclose(_flat(m3), mid - 0.1 * second, rtol=1e-6, atol=1e-9)  # no 0.9 * first in it
     assert out3.metrics["fishr_penalty_term"] > 0
+
+
+@pytest.mark.parametrize("anneal,first_penalised_round", [(6, 3), (4, 2)])
+def test_fishr_penalty_starts_at_the_round_whose_received_model_has_anneal_iters_behind_it(anneal,
+                                                                                          first_penalised_round):
+    # Rounds start at 1 and take S = 3 steps: the model received in round r has (r - 1) * 3 iterations
+    # behind it (§9.4), so step s of round r is iteration (r - 1) * 3 + s. anneal = 6: rounds 1 and 2
+    # are plain CE, round 3 is penalised from its first step; anneal = 4: round 2 from its second step.
+    assert [iterations_behind(r, 3) for r in (1, 2, 3)] == [0, 3, 6]
+    v_bar = np.full(K, 0.05, np.float32)
+    base = {**SGD_STEP, "local_steps": 3, "local_momentum": 0.0}
+    cfg = _cfg(algorithm="fishr", fishr_penalty=50.0, fishr_anneal_iters=anneal, **base)
+    sgd_cfg = _cfg(**base)
+    for r in range(1, first_penalised_round + 1):
+        m_fishr, m_sgd = _model(), _model()
+        out = Fishr(cfg).train(_ctx(m_fishr, X, Y, cfg, payload={FISHR_MEAN_KEY: v_bar}, state={}, round=r))
+        CLIENT_METHODS["sgd"](sgd_cfg).train(_ctx(m_sgd, X, Y, sgd_cfg, round=r))
+        same = all(torch.equal(a, b) for a, b in zip(m_fishr.parameters(), m_sgd.parameters()))
+        if r < first_penalised_round:  # (r − 1)·3 + 2 < anneal: the warm-up, the steps of sgd bit for bit
+            assert same and out.metrics["fishr_penalty_term"] == 0.0, r
+        else:
+            assert not same and out.metrics["fishr_penalty_term"] > 0.0, r
 
 
 # ---------------------------------------------------------------------------------------- server sides
@@ -381,5 +403,7 @@ def test_fp16_is_refused_and_the_defaults_are_the_authors(algorithm):
     with pytest.raises(ConfigError, match="fp16"):
         _cfg(algorithm=algorithm, precision="fp16")
     hp = _cfg(algorithm=algorithm).resolved.hyperparameters(_cfg(algorithm=algorithm))
-    assert hp == ({"fediir_penalty": 1e-3, "fediir_ema": 0.95} if algorithm == "fediir" else
-                  {"fishr_penalty": 1000.0, "fishr_ema": 0.95, "fishr_anneal_iters": 1500, "fishr_distance": "mean"})
+    fediir = {"fediir_penalty": 1e-3, "fediir_ema": 0.95, "client_weighting": "uniform"}  # the authors' plain mean
+    fishr = {"fishr_penalty": 1000.0, "fishr_ema": 0.95, "fishr_anneal_iters": 1500, "fishr_distance": "mean",
+             "client_weighting": "examples"}
+    assert hp == (fediir if algorithm == "fediir" else fishr)

@@ -1,4 +1,5 @@
-"""Domain heterogeneity lambda (Bai, Bagchi & Inouye, ICLR 2024): source domains over num_clients clients."""
+"""Domain homogeneity lambda (Bai, Bagchi & Inouye, ICLR 2024; their code's ``iid``): source domains over
+num_clients clients. lambda = 1 homogeneous, 0 one domain per client (their Figure 1)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import pytest
 import fedtune.data.partition as partition
 from fedtune.config import FederatedRunConfig
 from fedtune.data.base import FederatedPlan
-from fedtune.data.heterogeneity import heterogeneity_counts
+from fedtune.data.heterogeneity import homogeneity_counts
 from fedtune.data.partition import make_plan
 from fedtune.data.registry import get_dataset
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, shown
 from fedtune.runtime.driver import build_plan
 
 
@@ -30,7 +31,7 @@ RECT4 = _data("rect4")  # 4 domains of 500
 def _plan(data, lam, num_clients, setting="fdg", target="0", **kw) -> FederatedPlan:
     info, labels = data
     return make_plan(info, labels, setting=setting, target_domain=target, num_clients=num_clients,
-                     domain_heterogeneity=lam, **kw)
+                     domain_homogeneity=lam, **kw)
 
 
 def _held(plan) -> np.ndarray:
@@ -66,11 +67,99 @@ def _assert_disjoint_complete(plan, labels):
         np.testing.assert_array_equal(np.sort(allidx), np.arange(len(y)))
 
 
+def _noniid_splitter_counts(sizes, num_shards, iid):
+    """The authors' ``NonIIDSplitter.split`` (inouye-lab/FedDG_Benchmark, src/splitter.py), its counts
+    part restated line for line in float64, ``iid`` = lambda. One change: ``argsort(kind="stable")``,
+    the order their pinned numpy 1.24 gives for up to 16 domains (see the module under test)."""
+    num_examples_per_domain = np.asarray(sizes, dtype=np.int64)
+    num_domains = len(num_examples_per_domain)
+    if num_domains <= num_shards:
+        main_shards_per_domain = np.ones(num_domains, dtype=np.int64)
+        while np.sum(main_shards_per_domain) < num_shards:
+            ratio = num_examples_per_domain.astype(float) / main_shards_per_domain.astype(float)
+            main_shards_per_domain[np.argmax(ratio)] += 1
+        main_domain_per_shards = []
+        for i, num_shard in enumerate(main_shards_per_domain):
+            main_domain_per_shards += [i] * int(num_shard)
+        main_ratio = np.array([1 / u for u in main_shards_per_domain])
+        rows = []
+        for main_domain in main_domain_per_shards:
+            onehot = np.zeros(num_domains)
+            onehot[main_domain] = 1
+            rows.append(num_examples_per_domain * (main_ratio * onehot * (1 - iid) + 1 / num_shards * iid))
+        floating = np.array(rows)
+        truncated = floating.astype(int)
+        diff = np.rint(np.sum(floating - truncated, axis=0)).astype(int)
+        mask = np.zeros((num_shards, num_domains))
+        for col in range(num_domains):
+            mask[0:diff[col], col] = 1
+        return np.rint(truncated + mask).astype(int)
+    shards_0 = np.zeros((num_shards, num_domains))
+    for idx in np.argsort(num_examples_per_domain, kind="stable")[::-1]:
+        amin = np.argmin(np.sum(shards_0, axis=1))
+        shards_0[amin, idx] = num_examples_per_domain[idx]
+    shards_1 = np.zeros((num_shards, num_domains))
+    for shard in shards_1:
+        shard += num_examples_per_domain / num_shards
+    final = np.floor(shards_1 * iid + shards_0 * (1 - iid)).astype(int)
+    for i, diff in enumerate((num_examples_per_domain - np.sum(final, axis=0)).astype(int)):
+        for d in range(diff):
+            final[d, i] += 1
+    return final
+
+
+# ----------------------------------------------------------------------------- the authors' counts
+@pytest.mark.parametrize("lam", [0.0, 0.1, 0.5, 1.0])
+def test_tied_domain_sizes_pack_as_the_authors_reversed_argsort(lam):
+    # the issue's case: sizes (40, 60, 60, 80, 40), 3 clients; reversed stable argsort 3, 2, 1, 4, 0:
+    # 3 -> client 0, 2 -> 1, 1 -> 2, 4 -> 1 (60 < 80), 0 -> 2 (60 < 80, 100): {3}, {2, 4}, {0, 1}
+    sizes = [40, 60, 60, 80, 40]
+    counts = homogeneity_counts(sizes, 3, lam)
+    np.testing.assert_array_equal(counts, _noniid_splitter_counts(sizes, 3, lam))
+    if lam == 0.0:
+        np.testing.assert_array_equal(counts, [[0, 0, 0, 80, 0], [0, 0, 60, 0, 40], [40, 60, 0, 0, 0]])
+
+
+def _random_cases(count, seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        d = int(rng.integers(1, 8))
+        sizes = rng.integers(1, 60, size=d)
+        if d > 1:  # force ties
+            sizes[rng.integers(0, d)] = sizes[rng.integers(0, d)]
+        yield sizes.tolist(), int(rng.integers(1, 10)), float(rng.choice([0.0, 0.1, 0.25, 1 / 3, 0.5, 0.7, 0.9, 1.0]))
+
+
+def test_authors_rounding_equals_the_authors_counts_on_random_tied_cases():
+    for sizes, n, lam in _random_cases(600, 11):
+        np.testing.assert_array_equal(homogeneity_counts(sizes, n, lam, "authors"),
+                                      _noniid_splitter_counts(sizes, n, lam), err_msg=f"{sizes} {n} {lam}")
+
+
+def test_authors_rounding_gives_leftovers_to_the_first_clients_largest_remainder_does_not():
+    # 300 and 299 examples, 4 clients, lambda 0: main clients 0, 1 (domain 0) and 2, 3 (domain 1);
+    # 299 / 2 truncates to 149 twice, the one left over goes to client 0, whose domain is the other
+    authors = homogeneity_counts([300, 299], 4, 0.0, "authors")
+    np.testing.assert_array_equal(authors, [[150, 1], [150, 0], [0, 149], [0, 149]])
+    exact = homogeneity_counts([300, 299], 4, 0.0, "largest-remainder")
+    np.testing.assert_array_equal(exact, [[150, 0], [150, 0], [0, 150], [0, 149]])
+
+
+@pytest.mark.parametrize("rounding", ["authors", "largest-remainder"])
+def test_plan_holds_the_counts(rounding):
+    info, labels = DIGITS
+    plan = _plan(DIGITS, 0.1, 7, domain_homogeneity_rounding=rounding)
+    sizes = [len(labels[d]) for d in plan.source_domains]
+    np.testing.assert_array_equal(_held(plan), homogeneity_counts(sizes, 7, 0.1, rounding))
+    if rounding == "authors":
+        np.testing.assert_array_equal(_held(plan), _noniid_splitter_counts(sizes, 7, 0.1))
+
+
 # ----------------------------------------------------------------------------- the two ends
 @pytest.mark.parametrize("data,target,n", [(DIGITS, "0", 5), (DIGITS, "0", 7), (DIGITS, "30", 12), (RECT4, "d2", 3),
                                            (RECT4, "d0", 8)])
-def test_lambda_one_gives_each_client_one_domain_spread_evenly(data, target, n):
-    plan = _plan(data, 1.0, n, target=target)
+def test_lambda_zero_gives_each_client_one_domain_spread_evenly(data, target, n):
+    plan = _plan(data, 0.0, n, target=target, domain_homogeneity_rounding="largest-remainder")
     held = _held(plan)
     sizes = [len(data[1][d]) for d in plan.source_domains]
     assert held.shape == (n, len(sizes))
@@ -91,8 +180,9 @@ def _held_one(c, plan):
     return [len(c.train.get(d, ())) + len(c.val.get(d, ())) for d in plan.source_domains]
 
 
-def test_lambda_one_hand_counted_on_rotated_digits():
-    plan = _plan(DIGITS, 1.0, 7)  # sources 15, 30 (300 each), 45, 60, 75 (299 each)
+@pytest.mark.parametrize("rounding", ["authors", "largest-remainder"])
+def test_lambda_zero_hand_counted_on_rotated_digits(rounding):
+    plan = _plan(DIGITS, 0.0, 7, domain_homogeneity_rounding=rounding)  # sources 15, 30 (300), 45, 60, 75 (299)
     assert plan.source_domains == ("15", "30", "45", "60", "75")
     expected = np.array([[150, 0, 0, 0, 0], [150, 0, 0, 0, 0], [0, 150, 0, 0, 0], [0, 150, 0, 0, 0],
                          [0, 0, 299, 0, 0], [0, 0, 0, 299, 0], [0, 0, 0, 0, 299]])
@@ -100,10 +190,11 @@ def test_lambda_one_hand_counted_on_rotated_digits():
     assert [c.domain for c in plan.clients] == ["15", "15", "30", "30", "45", "60", "75"]
 
 
+@pytest.mark.parametrize("rounding", ["authors", "largest-remainder"])
 @pytest.mark.parametrize("data,target,n", [(DIGITS, "0", 5), (DIGITS, "45", 7), (DIGITS, "0", 13), (RECT4, "d0", 3),
                                            (RECT4, "d1", 7), (RECT4, "d3", 2)])
-def test_lambda_zero_gives_every_client_the_domain_proportions(data, target, n):
-    plan = _plan(data, 0.0, n, target=target)
+def test_lambda_one_gives_every_client_the_domain_proportions(data, target, n, rounding):
+    plan = _plan(data, 1.0, n, target=target, domain_homogeneity_rounding=rounding)
     held = _held(plan)
     sizes = np.array([len(data[1][d]) for d in plan.source_domains])
     # exact counts: floor(n_d / N) each, the first n_d mod N clients one more
@@ -114,13 +205,21 @@ def test_lambda_zero_gives_every_client_the_domain_proportions(data, target, n):
     assert all(c.domain is None for c in plan.clients)
 
 
-def test_fewer_clients_than_domains_packs_whole_domains_at_lambda_one():
+def test_fewer_clients_than_domains_packs_whole_domains_at_lambda_zero():
     info, labels = DIGITS
-    plan = make_plan(info, labels, setting="fdg", target_domain="0", num_clients=2, domain_heterogeneity=1.0)
+    plan = make_plan(info, labels, setting="fdg", target_domain="0", num_clients=2, domain_homogeneity=0.0)
     held = _held(plan)
-    # largest first, each to the emptiest client: 15 -> 0, 30 -> 1, 45 -> 0, 60 -> 1, 75 -> 0
-    np.testing.assert_array_equal(held, [[300, 0, 299, 0, 299], [0, 300, 0, 299, 0]])
+    # reversed stable argsort of (300, 300, 299, 299, 299): 30, 15, 75, 60, 45; each to the emptiest
+    # client (ties: the lower): 30 -> 0, 15 -> 1, 75 -> 0, 60 -> 1, 45 -> 0
+    np.testing.assert_array_equal(held, [[0, 300, 299, 0, 299], [300, 0, 0, 299, 0]])
     assert [c.domain for c in plan.clients] == [None, None]
+
+
+def test_the_papers_heterogeneous_lambda_keeps_clients_mostly_on_one_domain():
+    # Figure 1: lambda = 0.1 is "heterogeneous": a main client holds 0.9 n_d / m_d + 0.1 n_d / N of
+    # its domain, so at least 90 % of a client's examples come from its main domain here
+    held = _held(_plan(DIGITS, 0.1, 5))
+    assert (held.max(axis=1) / held.sum(axis=1) > 0.9).all(), held
 
 
 # ----------------------------------------------------------------------------- in between
@@ -129,15 +228,16 @@ def _reference_float_counts(sizes, n, lam):
     main = np.repeat(np.arange(len(sizes)), m)
     onehot = (main[:, None] == np.arange(len(sizes))[None, :]).astype(np.float64)
     sizes = np.asarray(sizes, np.float64)
-    return sizes * (lam * onehot / np.asarray(m, np.float64) + (1 - lam) / n)
+    return sizes * ((1 - lam) * onehot / np.asarray(m, np.float64) + lam / n)
 
 
-@pytest.mark.parametrize("lam", [0.1, 0.25, 0.5, 0.8, 0.999])
-def test_intermediate_counts_are_the_authors_mix_rounded_per_domain(lam):
+@pytest.mark.parametrize("rounding", ["authors", "largest-remainder"])
+@pytest.mark.parametrize("lam", [0.001, 0.2, 0.5, 0.75, 0.9])
+def test_intermediate_counts_are_the_authors_mix_rounded_per_domain(lam, rounding):
     sizes = [300, 300, 299, 299, 299]
-    counts = heterogeneity_counts(sizes, 7, lam)
+    counts = homogeneity_counts(sizes, 7, lam, rounding)
     exact = _reference_float_counts(sizes, 7, lam)
-    assert np.abs(counts - exact).max() < 1
+    assert np.abs(counts - exact).max() < 1 + (rounding == "authors")  # authors: a leftover on a truncated entry
     np.testing.assert_array_equal(counts.sum(axis=0), sizes)
 
 
@@ -150,11 +250,11 @@ def _mixing(plan) -> float:
 
 
 @pytest.mark.parametrize("data,n", [(DIGITS, 7), (DIGITS, 3), (RECT4, 6)])
-def test_heterogeneity_measure_rises_monotonically_with_lambda(data, n):
+def test_heterogeneity_measure_falls_monotonically_with_lambda(data, n):
     lams = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     tv = [_mixing(_plan(data, lam, n, target=data[0].domains[0])) for lam in lams]
-    assert tv[0] < 0.01
-    assert all(a < b for a, b in zip(tv, tv[1:])), tv
+    assert tv[-1] < 0.01
+    assert all(a > b for a, b in zip(tv, tv[1:])), tv
 
 
 # ----------------------------------------------------------------------------- bookkeeping
@@ -190,27 +290,29 @@ def test_plan_is_deterministic_and_follows_the_seed():
     assert any(not np.array_equal(x.train[d], y.train[d]) for x, y in zip(a.clients, c.clients) for d in x.train)
 
 
-def test_null_heterogeneity_keeps_the_clients_per_domain_split():
+def test_null_homogeneity_keeps_the_clients_per_domain_split():
     info, labels = DIGITS
     old = make_plan(info, labels, setting="fdg", target_domain="0", clients_per_domain=2, num_clients=3)
     assert [c.name for c in old.clients] == [f"{d}#{k}" for d in old.source_domains for k in (0, 1)]
     cfg = FederatedRunConfig.from_dict({"dataset": "rect4"})
-    assert cfg.domain_heterogeneity is None
-    assert cfg.trial_id() != FederatedRunConfig.from_dict({"dataset": "rect4", "domain_heterogeneity": 1.0}).trial_id()
+    assert cfg.domain_homogeneity is None
+    assert cfg.trial_id() != FederatedRunConfig.from_dict({"dataset": "rect4", "domain_homogeneity": 1.0}).trial_id()
 
 
 # ----------------------------------------------------------------------------- errors
 @pytest.mark.parametrize("kw,match", [
-    ({"domain_heterogeneity": 1.5}, r"field 'domain_heterogeneity': 1.5 is out of range; allowed: >= 0 and <= 1"),
-    ({"domain_heterogeneity": -0.1}, r"field 'domain_heterogeneity': -0.1 is out of range"),
-    ({"domain_heterogeneity": math.nan}, r"field 'domain_heterogeneity': nan"),
-    ({"domain_heterogeneity": True}, r"field 'domain_heterogeneity': True is out of range"),
-    ({"domain_heterogeneity": 0.5, "clients_per_domain": 2},
-     r"fields 'domain_heterogeneity' and 'clients_per_domain': .* set clients_per_domain to 1, not 2"),
-    ({"domain_heterogeneity": 0.5, "setting": "fl"}, r"field 'domain_heterogeneity': setting 'fl' pools every domain"),
+    ({"domain_homogeneity": 1.5}, r"field 'domain_homogeneity': 1.5 is out of range; allowed: >= 0 and <= 1"),
+    ({"domain_homogeneity": -0.1}, r"field 'domain_homogeneity': -0.1 is out of range"),
+    ({"domain_homogeneity": math.nan}, r"field 'domain_homogeneity': nan"),
+    ({"domain_homogeneity": True}, r"field 'domain_homogeneity': True is out of range"),
+    ({"domain_homogeneity": 0.5, "clients_per_domain": 2},
+     r"fields 'domain_homogeneity' and 'clients_per_domain': .* set clients_per_domain to 1, not 2"),
+    ({"domain_homogeneity": 0.5, "setting": "fl"}, r"field 'domain_homogeneity': setting 'fl' pools every domain"),
     # 3 sources of 500, 400 clients: 134 + 133 + 133 clients; 500 = 134 * 3 + 98, so client 98 gets 3
-    ({"domain_heterogeneity": 1.0, "num_clients": 400},
-     r"field 'num_clients': 400 clients with domain_heterogeneity=1.0 leave client 98 3 examples .* at least 4"),
+    ({"domain_homogeneity": 0.0, "num_clients": 400, "domain_homogeneity_rounding": "largest-remainder"},
+     r"field 'num_clients': 400 clients with domain_homogeneity=0.0 leave client 98 3 examples .* at least 4"),
+    ({"domain_homogeneity": 0.5, "domain_homogeneity_rounding": "nearest"},
+     r"field 'domain_homogeneity_rounding': 'nearest' is not allowed; allowed: authors, largest-remainder"),
 ])
 def test_bad_values_are_one_line_config_errors(kw, match):
     info, labels = RECT4
@@ -220,13 +322,43 @@ def test_bad_values_are_one_line_config_errors(kw, match):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("value,flipped", [(0.1, " = 0.9"), (1, " = 0"), (2.5, ""), ("x", "")])
+def test_the_old_name_is_refused_in_one_line_saying_what_changed(value, flipped):
+    with pytest.raises(ConfigError) as e:
+        FederatedRunConfig.from_dict({"dataset": "rect4", "domain_heterogeneity": value}, source="my.yaml")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("my.yaml: field 'domain_heterogeneity' was renamed domain_homogeneity")
+    assert "direction flipped" in msg and msg.endswith(f"set domain_homogeneity = 1 - {shown(value, 40)}{flipped}")
+
+
+def test_the_old_name_with_null_still_reads_and_keeps_trial_ids():
+    # studies saved before the rename hold domain_heterogeneity: null in every trial's config
+    old = FederatedRunConfig.from_dict({"dataset": "rect4", "domain_heterogeneity": None})
+    new = FederatedRunConfig.from_dict({"dataset": "rect4"})
+    assert old == new and old.domain_homogeneity is None
+    payload = {k: v for k, v in new.to_dict().items() if not k.startswith("domain_homogeneity")}
+    assert new.trial_id() == FederatedRunConfig.from_dict(payload).trial_id()
+
+
+def test_old_name_in_a_yaml_config_and_set_is_refused(tmp_path, capsys):
+    from fedtune.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("dataset: rect4\ndomain_heterogeneity: 0.25\n")
+    with pytest.raises(ConfigError, match=rf"{path}: field 'domain_heterogeneity' was renamed .* = 0.75$"):
+        FederatedRunConfig.from_yaml(path)
+    assert main(["partition", "--set", "domain_heterogeneity=0.1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "command line: field 'domain_heterogeneity' was renamed" in err
+
+
 def test_config_bounds_and_build_plan_errors():
-    with pytest.raises(ConfigError, match=r"field 'domain_heterogeneity': 2.0 is out of range; allowed: >= 0 and <= 1"):
-        FederatedRunConfig.from_dict({"dataset": "rect4", "domain_heterogeneity": 2})
-    cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "domain_heterogeneity": 0.5, "clients_per_domain": 3})
+    with pytest.raises(ConfigError, match=r"field 'domain_homogeneity': 2.0 is out of range; allowed: >= 0 and <= 1"):
+        FederatedRunConfig.from_dict({"dataset": "rect4", "domain_homogeneity": 2})
+    cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "domain_homogeneity": 0.5, "clients_per_domain": 3})
     with pytest.raises(ConfigError, match="clients_per_domain to 1, not 3"):
         build_plan(cfg)
-    plan = build_plan(FederatedRunConfig.from_dict({"dataset": "rect4", "domain_heterogeneity": 0.5, "num_clients": 5}))
+    plan = build_plan(FederatedRunConfig.from_dict({"dataset": "rect4", "domain_homogeneity": 0.5, "num_clients": 5}))
     assert plan.num_clients == 5 and plan.source_domains == ("d1", "d2", "d3")
 
 
@@ -245,7 +377,7 @@ def test_two_round_local_run_with_partial_participation_samples_the_new_clients(
     monkeypatch.setattr(partition, "sample_participants", spy)
     base = {"dataset": "rotated-digits", "setting": "fdg", "rounds": 2, "local_steps": 2, "batch_size": 16,
             "model": "mlp", "mlp_hidden": [16], "backend": "local", "num_clients": 8, "participation": 0.5}
-    result = run(FederatedRunConfig.from_dict({**base, "domain_heterogeneity": 0.5, "output": str(tmp_path / "a"),
+    result = run(FederatedRunConfig.from_dict({**base, "domain_homogeneity": 0.5, "output": str(tmp_path / "a"),
                                                "name": "het"}), progress=False)
     assert result.status == "completed" and len(result.rows) == 2
     assert [c[:2] for c in calls] == [(8, 0.5), (8, 0.5)], "participation samples among the 8 new clients"
@@ -254,7 +386,18 @@ def test_two_round_local_run_with_partial_participation_samples_the_new_clients(
         assert row["num_participants"] == 4
         for key in ("train_loss", "val_acc", "target_acc"):
             assert math.isfinite(row[key]), key
-    # the partition matters: the same run with lambda = 1 (one domain per client) trains differently
-    other = run(FederatedRunConfig.from_dict({**base, "domain_heterogeneity": 1.0, "output": str(tmp_path / "b"),
+    # the partition matters: the same run with lambda = 0 (one domain per client) trains differently
+    other = run(FederatedRunConfig.from_dict({**base, "domain_homogeneity": 0.0, "output": str(tmp_path / "b"),
                                               "name": "sep"}), progress=False)
     assert other.rows[-1]["train_loss"] != result.rows[-1]["train_loss"]
+
+
+def test_old_name_in_a_search_space_is_refused_in_one_line(tmp_path):
+    from fedtune.spaces.lookup import load_space
+
+    path = tmp_path / "space.yaml"
+    path.write_text("algorithm: fedavg\nparams:\n  domain_heterogeneity: {distribution: fixed, value: 0.1}\n")
+    with pytest.raises(ConfigError, match=r"params.domain_heterogeneity: field 'domain_heterogeneity' was renamed "
+                                          r"domain_homogeneity and its direction flipped") as e:
+        load_space(path)
+    assert "\n" not in str(e.value)

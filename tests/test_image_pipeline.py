@@ -273,12 +273,19 @@ def metrics_of(result) -> list[tuple]:
             if r["trial_id"] == result.trial_id]
 
 
-def test_augment_defaults_to_domainbed_on_image_folders_and_none_elsewhere(tmp_path):
+def test_augment_auto_is_domainbed_on_domainbed_datasets_only(tmp_path):
+    """Issue 27 defect 8: auto is DomainBed's augmentation on pacs/vlcs/... only, none on a generic
+    folder (a flip may change a folder's labels) and elsewhere; the trial id names what ran."""
     root = image_tree(tmp_path / "ds", per_class=2)
-    assert folder_cfg(tmp_path, root).effective_augment == "domainbed"
-    # the trial id names what ran: auto on an image folder is domainbed, on the digits it is none
-    assert folder_cfg(tmp_path, root).trial_id() == folder_cfg(tmp_path, root, augment="domainbed").trial_id()
-    assert folder_cfg(tmp_path, root).trial_id() != folder_cfg(tmp_path, root, augment="none").trial_id()
+    assert folder_cfg(tmp_path, root).effective_augment == "none"
+    assert folder_cfg(tmp_path, root, augment="domainbed").effective_augment == "domainbed"  # still allowed
+    assert folder_cfg(tmp_path, root).trial_id() == folder_cfg(tmp_path, root, augment="none").trial_id()
+    assert folder_cfg(tmp_path, root).trial_id() != folder_cfg(tmp_path, root, augment="domainbed").trial_id()
+    pacs = folder_cfg(tmp_path, root, dataset="pacs")
+    assert pacs.effective_augment == "domainbed"
+    assert pacs.trial_id() == folder_cfg(tmp_path, root, dataset="pacs", augment="domainbed").trial_id()
+    assert {FederatedRunConfig.from_dict({"dataset": d, "data_root": "x"}).effective_augment
+            for d in ("vlcs", "office-home", "terra_incognita", "domain-net")} == {"domainbed"}
     assert FederatedRunConfig.from_dict({}).trial_id() == FederatedRunConfig.from_dict({"augment": "none"}).trial_id()
     assert FederatedRunConfig.from_dict({}).effective_augment == "none"
     with pytest.raises(ConfigError, match="field 'augment': domainbed applies to image-folder datasets"):
@@ -441,15 +448,21 @@ def test_a_sweep_of_several_trials_decodes_every_image_once(ray_session, tmp_pat
 def test_the_paper_setup_preset_and_its_spaces_validate(tmp_path, monkeypatch):
     from torchvision.models import ResNet18_Weights
 
-    from fedtune.models import weights_file
+    from fedtune.weight_files import weights_file
     from fedtune.spaces.lookup import load_space
 
+    import hashlib
+
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    path = weights_file(ResNet18_Weights.IMAGENET1K_V1)
+    body, member = b"placeholder", ResNet18_Weights.IMAGENET1K_V1  # validation checks the file is there and its
+    monkeypatch.setattr(member.value, "url",  # SHA-256 prefix is its name's: the name is made to say this one's
+                        member.url.replace("f37072fd", hashlib.sha256(body).hexdigest()[:8]))
+    path = weights_file(member)
     path.parent.mkdir(parents=True)
-    path.write_bytes(b"placeholder")  # validation only checks that the file is there
+    path.write_bytes(body)
     root = tmp_path / "data"
-    image_tree(root / "PACS", domains=("art_painting", "cartoon", "photo", "sketch"), per_class=1)
+    image_tree(root / "PACS", domains=("art_painting", "cartoon", "photo", "sketch"), per_class=1,
+               classes=("dog", "elephant", "giraffe", "guitar", "horse", "house", "person"), size=8)
     preset = ROOT / "examples" / "paper-setup" / "pacs-resnet18.yaml"
     cfg = FederatedRunConfig.from_yaml(preset, {"data_root": str(root)})
     assert (cfg.model, cfg.weights, cfg.image_size, cfg.effective_augment) == ("resnet18", "IMAGENET1K_V1", 224, "domainbed")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.layout import FlatLayout
 from fedtune.models import build_model, count_parameters, encode, get_flat, set_flat
@@ -199,9 +200,11 @@ def test_pretrained_path_loads_matching_tensors(tmp_path):
     assert torch.equal(s_loaded["conv1.weight"], s_src["conv1.weight"])
     assert torch.equal(s_loaded["layer4.1.bn2.running_var"], s_src["layer4.1.bn2.running_var"])
     assert not torch.equal(s_fresh["conv1.weight"], s_src["conv1.weight"])
-    # the classifier has another shape: ours is kept
+    # the classifier has another shape: a new one, drawn from the seed alone (same seed, same head)
     assert s_loaded["fc.weight"].shape == (7, 512)
-    assert torch.equal(s_loaded["fc.weight"], s_fresh["fc.weight"])
+    torch.manual_seed(4)
+    again = build_model("resnet18", input_shape=(3, 32, 32), num_classes=7, pretrained_path=str(path)).state_dict()
+    assert torch.equal(s_loaded["fc.weight"], again["fc.weight"]) and torch.equal(s_loaded["fc.bias"], again["fc.bias"])
 
 
 def test_pretrained_path_missing_file(tmp_path):
@@ -304,27 +307,41 @@ def test_torchvision_models_by_name(name, features):
     assert encode(model, x).shape == (2, features)
 
 
-def _fake_weights_file(torch_home, member) -> dict:
-    """A random state dict of ``member``'s architecture (1000 classes) under torchvision's file name."""
+def _random_state(member) -> dict:
+    """A random state dict of ``member``'s architecture (1000 classes)."""
     from torchvision.models import get_model
-
-    from fedtune.models import weights_file
 
     torch.manual_seed(123)
     state = get_model(member.__class__.__name__.replace("_Weights", "").lower(), weights=None).state_dict()
-    state = {k: (torch.randn_like(v) if v.is_floating_point() else v) for k, v in state.items()}
+    return {k: (torch.randn_like(v) if v.is_floating_point() else v) for k, v in state.items()}
+
+
+def _published_weights_file(torch_home, member, monkeypatch, state=None) -> tuple[dict, object]:
+    """``state`` (default: a random state dict of ``member``'s architecture) saved in
+    ``$TORCH_HOME/hub/checkpoints`` under a torchvision-style name whose hash prefix is the file's
+    own SHA-256 (``member``'s URL patched to that name, for fedtune and torchvision alike)."""
+    import hashlib
+
+    from fedtune.weight_files import weights_file
+
+    state = _random_state(member) if state is None else state
+    staging = torch_home / "staging.pth"
+    torch.save(state, staging)
+    digest = hashlib.sha256(staging.read_bytes()).hexdigest()[:8]
+    url = member.url
+    monkeypatch.setattr(member.value, "url", url[:url.rindex("-") + 1] + digest + ".pth")
     path = weights_file(member)
-    assert str(path).startswith(str(torch_home))
-    path.parent.mkdir(parents=True)
-    torch.save(state, path)
-    return state
+    assert str(path).startswith(str(torch_home)) and path.name.endswith(f"-{digest}.pth")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging.rename(path)
+    return state, path
 
 
 def test_torchvision_weights_load_bit_for_bit_from_torch_home(tmp_path, monkeypatch):
     from torchvision.models import ResNet18_Weights
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    state = _fake_weights_file(tmp_path, ResNet18_Weights.IMAGENET1K_V1)
+    state, _ = _published_weights_file(tmp_path, ResNet18_Weights.IMAGENET1K_V1, monkeypatch)
     torch.manual_seed(0)
     model = build_model("resnet18", input_shape=(3, 64, 64), num_classes=7, weights="IMAGENET1K_V1")
     got = model.state_dict()
@@ -361,11 +378,146 @@ def test_weights_errors(tmp_path):
 def test_a_weights_file_holding_objects_is_refused_before_torchvision_unpickles_it(tmp_path, monkeypatch):
     from torchvision.models import ResNet18_Weights
 
-    from fedtune.models import weights_file
+    from fedtune.weight_files import weights_file
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    path = weights_file(ResNet18_Weights.IMAGENET1K_V1)
-    path.parent.mkdir(parents=True)
-    torch.save({"conv1.weight": argparse.Namespace(a=1)}, path)
-    with pytest.raises(ConfigError, match="field 'weights': .*resnet18-f37072fd.pth is not a plain state dict"):
+    _, path = _published_weights_file(tmp_path, ResNet18_Weights.IMAGENET1K_V1, monkeypatch,
+                                      state={"conv1.weight": argparse.Namespace(a=1)})
+    assert path == weights_file(ResNet18_Weights.IMAGENET1K_V1)
+    with pytest.raises(ConfigError, match=f"field 'weights': .*{path.name} is not a plain state dict"):
         build_model("resnet18", input_shape=(3, 32, 32), num_classes=2, weights="IMAGENET1K_V1")
+
+
+# ------------------------------------ torchvision's published file: its name's SHA-256 prefix
+def test_a_hub_file_whose_hash_does_not_match_its_name_is_refused(tmp_path, monkeypatch):
+    from torchvision.models import ResNet18_Weights
+
+    from fedtune.weight_files import weights_file
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    path = weights_file(ResNet18_Weights.IMAGENET1K_V1)  # resnet18-f37072fd.pth, torchvision's own name
+    path.parent.mkdir(parents=True)
+    torch.save(_random_state(ResNet18_Weights.IMAGENET1K_V1), path)  # loads, but is not torchvision's file
+    with pytest.raises(ConfigError) as info:
+        build_model("resnet18", input_shape=(3, 32, 32), num_classes=7, weights="IMAGENET1K_V1")
+    msg = str(info.value)
+    assert "\n" not in msg and "is not torchvision's published resnet18 IMAGENET1K_V1 file" in msg
+    assert "the name says f37072fd" in msg and "pretrained_path" in msg
+    with pytest.raises(ConfigError, match="not torchvision's published"):  # the config refuses it before launch
+        FederatedRunConfig.from_dict({"dataset": "rotated-digits", "model": "resnet18", "weights": "IMAGENET1K_V1"})
+
+
+def test_check_published_hash_compares_the_streamed_sha256_with_the_name(tmp_path):
+    import hashlib
+
+    from fedtune.weight_files import check_published_hash
+
+    body = bytes(range(256)) * 5000  # > 1 MiB: read in blocks
+    digest = hashlib.sha256(body).hexdigest()
+    for name, ok in [(f"m-{digest[:8]}.pth", True), (f"m-{digest[:12]}.pth", True), ("m-0badc0de.pth", False),
+                     ("plain.pth", True)]:  # a name without a hash prefix is not checked
+        path = tmp_path / name
+        path.write_bytes(body)
+        if ok:
+            check_published_hash(path, "m", "V1")
+        else:
+            with pytest.raises(ConfigError, match=f"SHA-256 starts {digest[:8]}, the name says 0badc0de"):
+                check_published_hash(path, "m", "V1")
+
+
+def test_a_hub_file_of_another_architecture_is_one_line(tmp_path, monkeypatch):
+    from torchvision.models import ResNet18_Weights, ResNet34_Weights
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    _published_weights_file(tmp_path, ResNet18_Weights.IMAGENET1K_V1, monkeypatch,
+                            state=_random_state(ResNet34_Weights.IMAGENET1K_V1))
+    with pytest.raises(ConfigError) as info:
+        build_model("resnet18", input_shape=(3, 32, 32), num_classes=7, weights="IMAGENET1K_V1")
+    assert "\n" not in str(info.value) and "does not hold resnet18's weights" in str(info.value)
+
+
+# ------------------------------------------- the same weights by two routes: the seed decides the head
+@pytest.mark.parametrize("head", [{}, {"head": "projector", "proj_dim": 6}])
+def test_weights_and_pretrained_path_give_the_same_model_for_a_seed(tmp_path, monkeypatch, head):
+    from torchvision.models import MobileNet_V3_Small_Weights
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    _, path = _published_weights_file(tmp_path, MobileNet_V3_Small_Weights.IMAGENET1K_V1, monkeypatch)
+    built, after = {}, {}
+    for route, seed in [("weights", 0), ("path", 0), ("weights", 1), ("path", 1)]:
+        torch.manual_seed(seed)
+        kw = {"weights": "IMAGENET1K_V1"} if route == "weights" else {"pretrained_path": str(path)}
+        built[route, seed] = build_model("mobilenet_v3_small", input_shape=(3, 32, 32), num_classes=7, **kw, **head).state_dict()
+        after[route, seed] = torch.rand(3)  # the global RNG moves by the same draws on both routes
+    for seed in (0, 1):
+        a, b = built["weights", seed], built["path", seed]
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), seed
+        assert torch.equal(after["weights", seed], after["path", seed])
+    head_keys = [k for k in built["path", 0] if k.startswith("classifier.3.")]
+    assert head_keys and all(not torch.equal(built["path", 0][k], built["path", 1][k])
+                             for k in head_keys if k.endswith("weight"))
+    assert torch.equal(built["path", 0]["features.0.0.weight"], built["path", 1]["features.0.0.weight"])
+
+
+# ------------------------------------------------------------ model problems found before launch
+def test_a_model_too_big_for_the_input_is_refused_before_launch():
+    from fedtune.runtime.driver import build_plan
+
+    cfg = FederatedRunConfig.from_dict({"dataset": "rotated-digits", "model": "alexnet", "rounds": 1})
+    with pytest.raises(ConfigError) as info:
+        build_plan(cfg)
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith("field 'model': alexnet does not run on 1x28x28 images")
+    assert "allowed: image_size >= 63 (field 'image_size')" in msg
+
+
+@pytest.mark.parametrize("name,side,allowed", [("alexnet", 8, "image_size >= 63"), ("vit_b_16", 32, "image_size 224"),
+                                               ("alexnet", 64, None), ("squeezenet1_0", 32, None)])
+def test_check_model_runs_names_the_sides_that_run(name, side, allowed):
+    from fedtune.model_check import check_model_runs
+
+    if allowed is None:
+        check_model_runs(name, (3, side, side), 5, {})
+        return
+    with pytest.raises(ConfigError, match=f"field 'model': {name} does not run on 3x{side}x{side} .*allowed: {allowed} "):
+        check_model_runs(name, (3, side, side), 5, {})
+
+
+def test_squeezenet_with_weights_is_refused_before_the_file_is_requested(tmp_path, monkeypatch):
+    from fedtune.model_check import check_model_runs
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr("torch.hub.load_state_dict_from_url", lambda *a, **k: pytest.fail("weights requested"))
+    with pytest.raises(ConfigError, match="field 'model': squeezenet1_0 has no linear classifier .*resnet18"):
+        FederatedRunConfig.from_dict({"dataset": "rotated-digits", "model": "squeezenet1_0", "weights": "DEFAULT"})
+    for head in ({"head": "projector"}, {"head": "probabilistic", "z_dim": 4}):
+        with pytest.raises(ConfigError, match="squeezenet1_0 has no linear classifier"):
+            check_model_runs("squeezenet1_0", (3, 64, 64), 5, head)
+    ckpt = tmp_path / "sq.pt"
+    torch.save(build_model("squeezenet1_0", input_shape=(3, 64, 64), num_classes=5).state_dict(), ckpt)
+    with pytest.raises(ConfigError, match="squeezenet1_0 has no linear classifier"):
+        check_model_runs("squeezenet1_0", (3, 64, 64), 5, {}, pretrained_path=str(ckpt))
+
+
+def test_a_mismatched_checkpoint_is_refused_before_launch_on_the_meta_device(tmp_path):
+    from fedtune.model_check import check_model_runs
+
+    good, bad = tmp_path / "good.pt", tmp_path / "bad.pt"
+    torch.save(build_model("mobilenet_v3_small", input_shape=(3, 64, 64), num_classes=10).state_dict(), good)
+    torch.save({"weight": torch.zeros(2)}, bad)
+    check_model_runs("mobilenet_v3_small", (3, 64, 64), 5, {}, pretrained_path=str(good))
+    with pytest.raises(ConfigError, match="field 'pretrained_path'.*does not match the model's backbone"):
+        check_model_runs("mobilenet_v3_small", (3, 64, 64), 5, {}, pretrained_path=str(bad))
+
+
+def test_pretrained_path_naming_a_directory(tmp_path):
+    with pytest.raises(ConfigError, match=r"field 'pretrained_path': '.*' is a directory; allowed: a checkpoint file"):
+        build_model("mlp", input_shape=(2,), num_classes=2, pretrained_path=str(tmp_path))
+
+
+@pytest.mark.parametrize("name,side", [("googlenet", 32), ("inception_v3", 75)])
+def test_auxiliary_classifier_models_train_to_one_tensor_of_logits(name, side):
+    with torch.device("meta"):
+        model = build_model(name, input_shape=(3, side, side), num_classes=5).train()
+        out = model(torch.empty(2, 3, side, side))
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 5)

@@ -9,14 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_SIDES
-from fedtune.algorithms.aggregate import fedavg_step, fedavg_weights
+from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_OPTIMIZERS, SERVER_SIDES
+from fedtune.algorithms.aggregate import fedavg_step, fedavg_weights, weighted_sum
 from fedtune.algorithms.client import ClientContext
 from fedtune.algorithms.feddyn import STATE_KEY as DYN_KEY, DynamicRegulariser
 from fedtune.algorithms.feddyn_server import feddyn_correct, feddyn_h_update
 from fedtune.algorithms.scaffold import STATE_KEY as CV_KEY
 from fedtune.algorithms.scaffold_server import SCAFFOLD_C, SCAFFOLD_DELTA_C, scaffold_control_update
-from fedtune.algorithms.server import RoundInfo
+from fedtune.algorithms.server import AggregateResult, RoundInfo
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.layout import FlatLayout
@@ -98,10 +98,11 @@ def _np(x, y):
 
 
 # ------------------------------------------------------------ an in-process federation (the harness)
-def _federate(cfg, clients, schedule, *, num_clients):
+def _federate(cfg, clients, schedule, *, num_clients, optimizer=None):
     """What the coordinator does, in process: each round's participants train the linear model
-    from the global weights with the server side's payload; FedAvg (example weights) then the
-    server side's update. Returns the global weights, the side and the clients' states per round."""
+    from the global weights with the server side's payload; FedAvg (example weights), the server
+    side's proposal (FedDyn's uniform mean), the server ``optimizer`` (None: sgd), then the server
+    side's update. Returns the global weights, the side and the clients' states per round."""
     theta = _flat(_linear(seed=1))
     side = SERVER_SIDES[cfg.resolved.client_method_name](cfg, FlatLayout.of(_linear()), num_clients)
     method = CLIENT_METHODS[cfg.resolved.client_method_name](cfg)
@@ -118,8 +119,10 @@ def _federate(cfg, clients, schedule, *, num_clients):
             extras.append(out.extras)
             n.append(len(y))
         updates, p = np.stack(rows), fedavg_weights(np.array(n))
-        new = fedavg_step(theta, updates, p, cfg.effective_global_lr)
+        rule = AggregateResult(fedavg_step(theta, updates, p, cfg.effective_global_lr), {}, weighted_sum(updates, p))
         info = RoundInfo(tuple(participants), ("source",) * len(n), (cfg.local_steps,) * len(n), tuple(n))
+        step = side.proposal(theta, rule, updates, info=info)  # feddyn_mean uniform: the paper's mean
+        new = step.params if optimizer is None else optimizer.step(theta, step.params, step.direction, rnd)
         theta, _ = side.update(theta, new, updates, p, extras=extras, round=rnd, info=info)
         history.append((theta.copy(), {c: {k: v.clone() for k, v in s.items()} for c, s in states.items()}))
     return history, side
@@ -300,6 +303,45 @@ def test_feddyn_three_rounds_with_partial_participation_match_algorithm_1(mean):
             np.testing.assert_allclose(states[cid].get(DYN_KEY, torch.zeros(len(theta))).numpy(), grads[cid],
                                        rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(side.h, h, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("mean", ["uniform", "rule"])
+def test_feddyns_mean_is_the_step_the_server_optimizer_takes_as_in_algorithm_2(mean):
+    # FedAdam (Reddi et al., Algorithm 2) on FedDyn's mean, then θ = result − h/α: the uniform mean
+    # used to replace the optimiser's result (adam, avgm and sgd gave the same weights)
+    lr, K, alpha, eta, tau, b1, b2 = 0.2, 2, 0.1, 0.1, 1e-3, 0.9, 0.99
+    cfg = _cfg(algorithm="feddyn", setting="fl", feddyn_alpha=alpha, feddyn_mean=mean, local_steps=K, batch_size=64,
+               local_lr=lr, local_momentum=0.0, server_optimizer="adam", server_tau=tau, global_lr=eta)
+    history, _ = _federate(cfg, CLIENTS, SCHEDULE, num_clients=3, optimizer=SERVER_OPTIMIZERS["adam"](cfg, eta))
+    theta = _flat(_linear(seed=1)).astype(np.float64)
+    h, grads = np.zeros_like(theta), {cid: np.zeros_like(theta) for cid in CLIENTS}
+    m, v = np.zeros_like(theta), np.full_like(theta, tau ** 2)
+    for (got, _), participants in zip(history, SCHEDULE):
+        models, n = [], []
+        for cid in participants:
+            th, grads[cid] = feddyn_client_ref(theta.astype(np.float32), grads[cid], *_np(*CLIENTS[cid]), lr, K, alpha)
+            models.append(th)
+            n.append(len(CLIENTS[cid][1]))
+        h = h - alpha / 3 * np.sum([th - theta for th in models], axis=0)
+        delta = np.average([th - theta for th in models], axis=0, weights=None if mean == "uniform" else n)
+        m, v = b1 * m + (1 - b1) * delta, b2 * v + (1 - b2) * delta ** 2
+        theta = theta + eta * m / (np.sqrt(v) + tau) - h / alpha
+        np.testing.assert_allclose(got, theta, rtol=1e-5, atol=1e-5)
+
+
+def test_feddyn_uniform_mean_applies_the_server_optimizer_end_to_end(tmp_path):
+    base = {"dataset": "rect4", "model": "mlp", "setting": "fl", "num_clients": 4, "participation": 0.5,
+            "local_steps": 2, "rounds": 3, "backend": "local", "eval_every": 3, "algorithm": "feddyn",
+            "feddyn_alpha": 0.1, "feddyn_mean": "uniform", "global_lr": 0.05}
+    weights = {}
+    for name in ("sgd", "avgm", "adam"):
+        with FederatedRun(FederatedRunConfig.from_dict({**base, "server_optimizer": name,
+                                                        "output": str(tmp_path / name)})) as fr:
+            rows = [fr.step() for _ in range(3)]
+            assert all(r.status == "ok" for r in rows)
+            weights[name] = fr.coordinator.weights.copy()
+    assert not np.array_equal(weights["sgd"], weights["avgm"]) and not np.array_equal(weights["sgd"], weights["adam"])
+    assert not np.array_equal(weights["avgm"], weights["adam"])
 
 
 def test_feddyn_alpha_zero_is_bit_identical_to_fedavg_over_three_rounds(tmp_path):

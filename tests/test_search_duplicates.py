@@ -100,7 +100,7 @@ def test_a_space_with_nothing_new_ends_the_search_with_a_note(tmp_path, monkeypa
     with pytest.warns(optuna.exceptions.ExperimentalWarning):  # PartialFixedSampler: "experimental" since 2.4
         one_point = optuna.samplers.PartialFixedSampler(point, optuna.samplers.RandomSampler(seed=0))
     s, _ = searcher(tmp_path, one_point, num_samples=5)
-    assert strip_switches(s.suggest("a")) == point | {"algorithm": "fedavg", "local_optimizer": "sgd"}  # fixed in the space
+    assert strip_switches(s.suggest("a")) == point | {"algorithm": "fedavg", "local_optimizer": "sgd", "client_weighting": "examples"}  # fixed in the space
     finish(s, "a")
     assert s.suggest("b") == "FINISHED"
 

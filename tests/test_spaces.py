@@ -524,7 +524,8 @@ def test_optuna_define_by_run_asks_only_the_chosen_optimizers_hyperparameters():
     assert not set(constants) & OPT_NAMES
     adam = {**point, "server_optimizer": "adam", "server_tau": 1e-4, "server_adam_bias_correction": True}
     constants = space.optuna_define_by_run(optuna.trial.FixedTrial(adam))
-    assert {k: constants[k] for k in set(constants) & OPT_NAMES} == {"server_beta1": 0.9, "server_beta2": 0.99}
+    assert {k: constants[k] for k in set(constants) & OPT_NAMES} == {"server_beta1": 0.9, "server_beta2": 0.99,
+                                                                     "server_v_start": "tau_squared"}
     assert _check_optimizer_keys({**adam, **constants}) == "adam"
     with pytest.raises(ValueError, match="server_momentum"):  # avgm asks for its momentum
         space.optuna_define_by_run(optuna.trial.FixedTrial({**point, "server_optimizer": "avgm"}))

@@ -130,6 +130,74 @@ def test_resume_with_the_optuna_storage_deleted_says_so_and_changes_nothing(fini
     assert storage is None and "optuna.db is missing" in notes[0]
 
 
+def _orphan_with_rounds(study_dir: Path, optuna_state: str) -> str:
+    """The state two SIGKILLs leave: a trial Optuna asked (left RUNNING, or already closed FAIL as
+    orphaned) that Tune's snapshot never held, with its first round on disk and no trials.parquet
+    row. Returns its trial id."""
+    import optuna
+
+    from fedtune.results.store import ResultsStore, load
+    from fedtune.results.study_dir import read_study, write_study
+    from fedtune.tune.plan import optuna_storage_url
+    from fedtune.tune.trainable import trial_run_config
+
+    data = read_study(study_dir)
+    key = next(k for k in data["searches"] if not k.endswith(" seeds"))
+    study = optuna.load_study(study_name=data["searches"][key]["optuna_study"], storage=optuna_storage_url(study_dir))
+    config = dict(study.trials[0].user_attrs["config"], local_lr=0.0123)
+    trial_id = trial_run_config(config).trial_id()
+    first = study.trials[0].user_attrs["fedtune_trial_id"]
+    rows = [dict(r, trial_id=trial_id) for r in load(study_dir / "rounds" / f"{first}.parquet").to_pylist()
+            if r["round"] == 1]
+    ResultsStore(study_dir.parent, study_dir.name).write_rounds(trial_id, rows)
+    asked = study.ask()
+    asked.set_user_attr("fedtune_trial_id", trial_id)
+    asked.set_user_attr("config", config)
+    if optuna_state == "orphaned":  # a driver after it closed it: the search ended
+        asked.set_user_attr("fedtune_status", "orphaned")
+        study.tell(asked, state=optuna.trial.TrialState.FAIL)
+    else:  # the search is unfinished: the resumed driver restores it, and closes the trial at its end
+        data["searches"][key]["status"] = "running"
+        write_study(study_dir, data)
+    return trial_id
+
+
+@pytest.mark.parametrize("optuna_state", ["orphaned", "running"])
+def test_a_trial_no_driver_continued_gets_a_row_and_the_four_records_agree(finished_study, tmp_path,
+                                                                           optuna_state):
+    """Two SIGKILLs (the first with a trial's rounds on disk, the second while its resume ran) left a
+    trial with a round file, no trials.parquet row and Optuna holding it RUNNING or FAIL/orphaned:
+    --resume records it as interrupted, and Optuna, trials.parquet, the round files and the report
+    name the same trials."""
+    import optuna
+
+    from fedtune.reports.report import make_report
+    from fedtune.results.store import load
+    from fedtune.results.study_dir import read_study
+    from fedtune.tune.plan import optuna_storage_url
+
+    study_dir = copy_study(finished_study, tmp_path)
+    orphan = _orphan_with_rounds(study_dir, optuna_state)
+
+    result = run_sweep(SweepOptions(output=str(tmp_path), name="done", report=False), resume=True)
+
+    rows = {r["trial_id"]: r for r in load(study_dir, "trials").to_pylist()}
+    assert rows[orphan]["status"] == "interrupted" and rows[orphan]["rounds_done"] == 1
+    assert any(orphan in w and "not continued" in w for w in result.warnings), result.warnings
+    round_files = {p.stem for p in (study_dir / "rounds").glob("*.parquet")}
+    report = make_report(study_dir, plots=False, write=False)
+    assert set(rows) == round_files == set(report.trials["trial_id"]) and len(rows) == 4
+    assert report.trials["has_trial_row"].all()
+    seeds = set(read_study(study_dir)["searches"]["fedavg seeds"]["trial_ids"][1:])  # --seeds re-runs: not Optuna's
+    trials = optuna.load_study(study_name=read_study(study_dir)["searches"]["fedavg"]["optuna_study"],
+                               storage=optuna_storage_url(study_dir)).trials
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    told = {t.user_attrs["fedtune_trial_id"]: (t.state.name, t.user_attrs.get("fedtune_status")) for t in trials}
+    assert set(told) == set(rows) - seeds
+    assert told[orphan] == ("FAIL", "orphaned")
+    assert all(told[t] == ("COMPLETE", "completed") and rows[t]["status"] == "completed" for t in told if t != orphan)
+
+
 # ------------------------------------------------------------------------------------------------
 # SIGTERM in every phase: exit 130 and the --resume line, whatever the phase.
 PHASE_DRIVER = textwrap.dedent("""
@@ -217,6 +285,27 @@ def test_flags_left_out_still_take_their_defaults():
     assert (opts.seeds, opts.sampler) == (3, "random")
 
 
+def test_resume_accepts_the_studys_own_options_given_again_and_refuses_a_changed_one(tmp_path):
+    """--resume with the options the study was started with said they "cannot change"."""
+    from fedtune.cli import build_parser, options_from_args
+    from fedtune.results.study_dir import write_study
+
+    space = tmp_path / "fedavg.yaml"
+    space.write_text((Path(__file__).parents[1] / "search_spaces" / "fedavg.yaml").read_text())
+    (tmp_path / "s" / "spaces").mkdir(parents=True)
+    (tmp_path / "s" / "spaces" / "fedavg.yaml").write_text(space.read_text())
+    saved = SweepOptions(spaces=["spaces/fedavg.yaml"], num_samples=4, sampler="random", seeds=2,
+                         overrides={"rounds": 2}, output=str(tmp_path), name="s")
+    write_study(tmp_path / "s", {"options": saved.to_json(), "started_at": "2024-01-01T00:00:00"})
+    base = ["sweep", "--resume", "--output", str(tmp_path), "--name", "s"]
+    same = ["--num-samples", "4", "--sampler", "random", "--seeds", "2", "--set", "rounds=2", str(space)]
+    opts = options_from_args(build_parser().parse_args(base + same))
+    assert (opts.name, opts.num_samples) == ("s", 4)
+    with pytest.raises(ConfigError) as err:
+        options_from_args(build_parser().parse_args(base + ["--num-samples", "5", "--sampler", "random"]))
+    assert "--num-samples cannot change them" in str(err.value) and "--sampler" not in str(err.value).split(";")[1]
+
+
 def test_an_interrupt_before_the_study_starts_has_no_resume_line(tmp_path, monkeypatch):
     import fedtune.tune.sweep as sweep_module
 
@@ -260,6 +349,36 @@ def test_the_wait_line_speaks_of_an_autoscaler_only_where_there_is_one(monkeypat
     said = View.console.export_text()
     assert ("autoscaler (" in said) == autoscaler and ("no autoscaler" in said) != autoscaler, said
     assert ("no autoscaler" in str(err.value)) != autoscaler and "--resume" in str(err.value)
+
+
+def test_on_a_ray_fedtune_started_a_waiting_trial_blames_nothing_else(monkeypatch):
+    """Every sweep on fedtune's own Ray printed that "something else on this Ray holds" the CPUs
+    while its first trial's actors started: nothing else runs there."""
+    import threading
+
+    from rich.console import Console
+
+    from fedtune.tune import scale_up
+    from fedtune.tune.active import ACTIVE
+
+    class View:
+        console = Console(record=True, width=400)
+        rows: dict = {}
+        lock = threading.Lock()
+
+    class Trial:
+        status, placement_group_factory = "PENDING", None
+
+    monkeypatch.setitem(ACTIVE, "view", View())
+    monkeypatch.setitem(ACTIVE, "autoscaler", False)
+    monkeypatch.setitem(ACTIVE, "own_ray", True)
+    watch = scale_up.ScaleUpWatch("fedavg", timeout_s=30.0, clock=iter([0.0, 12.0, 31.0]).__next__)
+    watch.on_step_begin(0, [Trial()])
+    watch.on_step_begin(1, [Trial()])
+    assert View.console.export_text().strip() == ""
+    with pytest.raises(scale_up.ScaleUpTimeout) as err:
+        watch.on_step_begin(2, [Trial()])
+    assert "something else" not in str(err.value) and "fedtune started" in str(err.value)
 
 
 # ------------------------------------------------------------------------------------------------

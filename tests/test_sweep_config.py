@@ -61,7 +61,8 @@ def test_bad_config_files_name_the_file_and_the_field(tmp_path, text, words):
 def test_config_cli_errors_exit_2_and_resume_refuses_config_and_logger(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         sweep_opts(tmp_path, "--config", str(tmp_path / "missing.yaml"))
-    for extra in (["--config", "x.yaml"], ["--logger", "csv"]):
+    (tmp_path / "x.yaml").write_text("rounds: 2\n")
+    for extra in (["--config", str(tmp_path / "x.yaml")], ["--logger", "csv"]):  # no study to compare with
         with pytest.raises(ConfigError, match="--resume continues a study with its saved options"):
             sweep_opts(tmp_path, "--resume", *extra)
     (tmp_path / "bad.yaml").write_text("local_lr: 0.1\n")

@@ -54,7 +54,8 @@ def _rows(n: int, trial: str = "t") -> list[dict]:
 def _one_line(capsys) -> str:
     err = capsys.readouterr().err
     assert "Traceback" not in err, err
-    (line,) = err.strip().splitlines()
+    # the run's first note (which augmentation runs) comes before anything is written; the error is one line
+    (line,) = [ln for ln in err.strip().splitlines() if not ln.startswith("fedtune: augmentation: ")]
     return line
 
 

@@ -162,6 +162,11 @@ class Preset:
     unsupervised_client_method: str | None = None
     # Shared fields this algorithm's paper tunes as its own (FedOMG: its server step scales d, η_g).
     own_shared: tuple[str, ...] = ()
+    # This algorithm's defaults for hyperparameters of its client method or server rule, where its
+    # authors' code differs from the component's default (FedSR, FedIIR: the uniform mean of the
+    # models, ``client_weighting: uniform``). A run of the preset whose pair declares the name and
+    # leaves it unset gets this value in its ``params`` (:meth:`Resolved.preset_defaults`).
+    defaults: tuple[tuple[str, Any], ...] = ()
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
@@ -178,7 +183,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("simclr", "simclr", "fedavg", ("ufdg",), "FedAvg of SimCLR encoders (unsupervised), linear-probe evaluation"),
     Preset("fedgala", "gala", "gala", ("fdg", "fl"), "FedGaLA (Pourpanah et al.): locally gated SGD (gala_tau, gala_gate descent|literal) + global alignment at FedAvg scale (gala_iters, gala_mix, gala_weights per-tensor|whole)",
            unsupervised_client_method="gala-simclr"),
-    Preset("fedsr", "fedsr", "fedavg", ("fdg", "fl"), "FedSR (Nguyen et al.): probabilistic representation z, CE + fedsr_l2r E‖z‖² + fedsr_cmi KL(p(z|x) ‖ r(z|y)) (fedsr_z_dim), FedAvg"),
+    Preset("fedsr", "fedsr", "fedavg", ("fdg", "fl"), "FedSR (Nguyen et al.): probabilistic representation z, CE + fedsr_l2r E‖z‖² + fedsr_cmi KL(p(z|x) ‖ r(z|y)) (fedsr_z_dim), FedAvg's uniform mean (the authors')",
+           defaults=(("client_weighting", "uniform"),)),
     Preset("fedsam-omg", "sam", "fedomg", ("fdg", "fl"), "FedSAM+OMG (FedOMG paper's combination): SAM local steps (sam_rho) under FedOMG's matching gradient",
            own_shared=("global_lr",)),
     Preset("fedsr-omg", "fedsr", "fedomg", ("fdg", "fl"), "FedSR+OMG (FedOMG paper's combination)",
@@ -187,7 +193,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("scaffold", "scaffold", "fedavg", ("fdg", "fl"), "SCAFFOLD (Karimireddy et al.): local steps on g − c_i + c (control variates, option II), server c += |S|/N mean Δc_i, FedAvg (global_lr = η_g)"),
     Preset("feddyn", "feddyn", "fedavg", ("fdg", "fl"), "FedDyn (Acar et al.): local loss − ⟨∇L_k(θ_k^(t−1)), θ⟩ + feddyn_alpha/2 ‖θ − θ_global‖², server θ = mean − h/α (feddyn_mean rule|uniform)"),
     Preset("moon", "moon", "fedavg", ("fdg", "fl"), "MOON (Li et al.): CE + moon_mu · model-contrastive loss on the encoder features (z towards the global model's, away from the client's previous model's; moon_temperature), FedAvg"),
-    Preset("fediir", "fediir", "fedavg", ("fdg", "fl"), "FedIIR (Guo et al.): CE + fediir_penalty ‖∇_classifier CE − ḡ‖², ḡ the server's EMA (fediir_ema) of the clients' mean classifier gradient, FedAvg"),
+    Preset("fediir", "fediir", "fedavg", ("fdg", "fl"), "FedIIR (Guo et al.): CE + fediir_penalty ‖∇_classifier CE − ḡ‖², ḡ the server's EMA (fediir_ema) of the clients' mean classifier gradient, FedAvg's uniform mean (the authors')",
+           defaults=(("client_weighting", "uniform"),)),
     Preset("fediir-omg", "fediir", "fedomg", ("fdg", "fl"), "FedIIR+OMG (FedOMG paper's combination)",
            own_shared=("global_lr",)),
     Preset("fishr", "fishr", "fedavg", ("fdg", "fl"), "Fishr (Ramé et al.; federated as FedOMG Eq. 4): CE + fishr_penalty ‖Var[per-example classifier gradients] − clients' mean‖² (fishr_ema, fishr_anneal_iters, fishr_distance), FedAvg"),
@@ -202,7 +209,7 @@ def own_knobs(algorithm: str) -> tuple[str, ...]:
     only these and fixes the rest at one value for every method.
 
     >>> own_knobs("fedavg"), own_knobs("fedprox"), own_knobs("fedomg")
-    ((), ('prox_mu',), ('omg_kappa', 'omg_solver', 'omg_rescale', 'global_lr'))
+    (('client_weighting',), ('prox_mu', 'client_weighting'), ('omg_kappa', 'omg_solver', 'omg_rescale', 'global_lr'))
     """
     p = PRESETS[algorithm]
     names: list[str] = []
@@ -242,6 +249,19 @@ class Resolved:
 
     def hparam_specs(self) -> dict[str, HParam]:
         return {h.name: h for h in (*self.client_method.hparams, *self.server_rule.hparams)}
+
+    def preset_defaults(self) -> dict[str, Any]:
+        """The algorithm's own defaults (:attr:`Preset.defaults`) for the hyperparameters this pair
+        declares: a run of the preset that leaves one unset runs this value (the config puts it in
+        its ``params``); one the pair does not declare (an overridden rule) is left out.
+
+        >>> Resolved("fedsr", "fedsr", "fedavg").preset_defaults()
+        {'client_weighting': 'uniform'}
+        >>> Resolved("fedsr", "fedsr", "fedomg").preset_defaults()   # FedOMG weighs by examples, as its authors
+        {}
+        """
+        specs = self.hparam_specs()
+        return {name: value for name, value in PRESETS[self.algorithm].defaults if name in specs}
 
     def hyperparameters(self, cfg: Any) -> dict[str, Any]:
         """Every hyperparameter of the pair: its value in ``cfg`` (set, else the default)."""

@@ -67,6 +67,25 @@ def fedavg_weights(num_examples: np.ndarray) -> np.ndarray:
     return n / n.sum()
 
 
+WEIGHTINGS = ("examples", "uniform")
+
+
+def mean_weights(weights: np.ndarray, weighting: str) -> np.ndarray:
+    """The weights of a rule's mean over its ``U`` participants (float64): ``examples`` keeps the
+    example weights ``p_u`` (:func:`fedavg_weights`); ``uniform`` gives ``1/U`` each, the plain mean
+    of FedSR's and FedIIR's authors (docs/methods.md §7.4, §8.5).
+
+    >>> mean_weights(np.array([0.25, 0.75]), "uniform"), mean_weights(np.array([0.25, 0.75]), "examples")
+    (array([0.5, 0.5]), array([0.25, 0.75]))
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    if weighting == "examples":
+        return weights
+    if weighting == "uniform":
+        return np.full(weights.shape, 1.0 / len(weights))
+    raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+
+
 def fedavg_step(params: np.ndarray, updates: np.ndarray, weights: np.ndarray, global_lr: float = 1.0, *,
                 threads: int = 1) -> np.ndarray:
     """FedAvg with a server learning rate: ``θ + η_g · Σ_u p_u Δ_u`` (float32).
@@ -81,6 +100,19 @@ def fedavg_step(params: np.ndarray, updates: np.ndarray, weights: np.ndarray, gl
         raise ValueError(f"params {np.shape(params)} and updates {np.shape(updates)} disagree on the parameter count")
     return combine(updates, weights, np.asarray(params), float(global_lr), np.empty(updates.shape[1], np.float32),
                    threads=threads)
+
+
+def server_step(params: np.ndarray, direction: np.ndarray, global_lr: float) -> np.ndarray:
+    """A server rule's new parameters ``θ + η·d`` (float32) from its float64 direction ``d``, with
+    the arithmetic of :func:`combine` (``η·d`` in float64, ``+ θ``, one rounding to float32): for
+    ``d = Σ p_u Δ_u`` (:func:`weighted_sum`) the bits of :func:`fedavg_step`. Every rule hands
+    ``d`` to the server optimiser beside these parameters (:class:`~fedtune.algorithms.server.AggregateResult`).
+
+    >>> server_step(np.ones(2, np.float32), np.array([1.0, -2.0]), 0.5)
+    array([1.5, 0. ], dtype=float32)
+    """
+    return (np.asarray(params, dtype=np.float64) + float(global_lr) * np.asarray(direction, dtype=np.float64)
+            ).astype(np.float32)
 
 
 def fedavg_buffers(client_buffers: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -109,5 +141,5 @@ def tensor_slices(slices: Sequence[Any] | None, size: int) -> list[slice]:
     return out
 
 
-__all__ = ["BLOCK", "check_updates", "combine", "fedavg_buffers", "fedavg_step", "fedavg_weights",
-           "tensor_slices", "weighted_sum"]
+__all__ = ["BLOCK", "WEIGHTINGS", "check_updates", "combine", "fedavg_buffers", "fedavg_step", "fedavg_weights",
+           "mean_weights", "server_step", "tensor_slices", "weighted_sum"]

@@ -17,7 +17,8 @@ class HParam(Generic[T]):
 
     ``kind`` is ``float``, ``int``, ``bool`` or ``choice`` (``choices`` lists the values;
     ``float_or_choice`` accepts a number in range or one of ``choices``, e.g. β = 0.5 or "auto").
-    ``lo_open=True`` makes ``lo`` exclusive (``sam_rho > 0``). ``variant=True`` marks a choice
+    ``lo_open=True`` makes ``lo`` exclusive (``sam_rho > 0``), ``hi_open=True`` makes ``hi``
+    exclusive (``server_beta1 < 1``). ``variant=True`` marks a choice
     between a paper and its authors' code that changes results (FedGaLA's gate sign, FedOMG's
     solver, ...): every report says which value ran.
 
@@ -43,10 +44,11 @@ class HParam(Generic[T]):
     choices: tuple[Any, ...] = ()
     variant: bool = False
     lo_open: bool = False
+    hi_open: bool = False
 
     @property
     def bounds(self) -> Bounds:
-        return Bounds(lo=self.lo, hi=self.hi, lo_open=self.lo_open, choices=self.choices)
+        return Bounds(lo=self.lo, hi=self.hi, lo_open=self.lo_open, choices=self.choices, hi_open=self.hi_open)
 
     def check(self, value: Any, owner: str) -> T:
         """``value`` converted to this hyperparameter's kind, or a ConfigError naming the field and

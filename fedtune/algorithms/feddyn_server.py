@@ -11,7 +11,10 @@ from ``θ^(t−1)`` (their models ``θ_k^t``):
 result (``feddyn_mean: rule``, the default: FedAvg's example-weighted mean with ``global_lr``,
 or any other rule's step, so FedDyn's clients compose with FedOMG), or the paper's unweighted mean
 of the participants' models (``feddyn_mean: uniform``, FedAvg only, with ``global_lr`` as
-``θ^(t−1) + η_g (1/|P_t|) Σ Δ_k``: ``η_g = 1`` is the paper's line). The two differ only when the
+``θ^(t−1) + η_g (1/|P_t|) Σ Δ_k``: ``η_g = 1`` is the paper's line). Either mean is the step the
+run's ``server_optimizer`` takes (:meth:`FedDynServer.proposal`: the uniform mean replaces the
+rule's before the optimiser, with its direction ``(1/|P_t|) Σ Δ_k``), and ``−h/α`` corrects the
+optimiser's result. The two differ only when the
 participants hold different numbers of examples. ``α = 0`` skips ``h`` altogether (``h/α`` is
 taken as 0): with ``feddyn_mean: rule`` the round is exactly the server rule's. The sum over
 ``P_t`` in ``h`` is unweighted in the paper and the authors' code alike. ``h`` is float64.
@@ -23,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.aggregate import fedavg_step, weighted_sum
+from fedtune.algorithms.aggregate import server_step, weighted_sum
 from fedtune.algorithms.base import HParam
+from fedtune.algorithms.server import AggregateResult
 from fedtune.algorithms.server_side import ServerSide
 
 FEDDYN_ALPHA = HParam("feddyn_alpha", 0.01,
@@ -79,11 +83,15 @@ class FedDynServer(ServerSide):
     def threads(self) -> int:
         return max(1, int(getattr(self.cfg, "coordinator_cpus", 0) or 0))
 
+    def proposal(self, old, result, updates, *, info):
+        if self.mean != "uniform":
+            return result
+        # the paper's (1/|P|) Σ θ_k at FedAvg's server step: fedavg_step's bits with uniform weights
+        rows = updates.shape[0]
+        d = weighted_sum(updates, np.full(rows, 1.0 / rows), threads=self.threads)
+        return AggregateResult(server_step(old, d, self.cfg.effective_global_lr), result.diagnostics, d)
+
     def update(self, old, new, updates, weights, *, extras, round, info):
-        if self.mean == "uniform":  # the paper's (1/|P|) Σ θ_k, at FedAvg's server step
-            rows = updates.shape[0]
-            new = fedavg_step(old, updates, np.full(rows, 1.0 / rows), self.cfg.effective_global_lr,
-                              threads=self.threads)
         if self.alpha == 0.0:
             return new, {}
         self.h = feddyn_h_update(self.h, updates, self.alpha, self.num_clients, threads=self.threads)

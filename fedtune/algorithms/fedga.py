@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.aggregate import fedavg_buffers, fedavg_step
+from fedtune.algorithms.aggregate import fedavg_buffers, server_step, weighted_sum
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.server import AggregateResult, ServerRule
 from fedtune.errors import ConfigError
@@ -107,11 +107,13 @@ def normalized_gaps(gaps: np.ndarray, center: bool = True) -> np.ndarray:
 
 def decayed_step(step: float, t: int, rounds: int, decay: str = "linear") -> float:
     """The step ``d_t`` of the adjustment made from round ``t``'s gaps (``t`` = 1, ..., ``R`` =
-    ``rounds``): ``linear``: ``d (1 − t/R)`` (the paper); ``authors``: ``d (1 − (t − 2)/R)`` (the
-    authors' scripts: ``step_size − (i − 1) · step_size / comm`` with their 0-based round
-    ``i = t − 1``); ``none``: ``d``. Never below 0.
+    ``rounds``): ``linear``: ``d (1 − t/R)`` (the paper); ``authors``: ``d (1 − (t − 2)/(R − 1))``
+    (the authors' scripts: ``step_size − (i − 1) · step_size / comm`` with their 0-based round
+    ``i = t − 1`` over the ``comm + 1`` rounds they train, so ``comm = R − 1``; with ``R = 1``, where
+    their ``comm = 0`` divides by zero and no adjustment is ever used, ``d``); ``none``: ``d``.
+    Never below 0.
 
-    >>> decayed_step(0.3, 1, 4), decayed_step(0.3, 1, 4, "authors"), decayed_step(0.3, 4, 4, "none")
+    >>> decayed_step(0.3, 1, 4), decayed_step(0.3, 1, 5, "authors"), decayed_step(0.3, 4, 4, "none")
     (0.22499999999999998, 0.375, 0.3)
     """
     if decay == "none":
@@ -119,7 +121,8 @@ def decayed_step(step: float, t: int, rounds: int, decay: str = "linear") -> flo
     if decay == "linear":
         return max(0.0, float(step) * (1.0 - t / rounds))
     if decay == "authors":
-        return max(0.0, float(step) * (1.0 - (t - 2) / rounds))
+        comm = rounds - 1  # the authors' --comm: they train rounds i = 0, ..., comm
+        return float(step) if comm < 1 else max(0.0, float(step) * (1.0 - (t - 2) / comm))
     raise ValueError(f"decay must be one of {DECAYS}, got {decay!r}")
 
 
@@ -163,7 +166,7 @@ FEDGA_STEP = HParam("fedga_step", 0.2, "FedGA step size in units of the uniform 
                     "--step_size, default 0.2, times their 1/3 for 3 source domains); 0 = fixed weights",
                     "float", lo=0.0, hi=1.0)
 FEDGA_DECAY = HParam("fedga_decay", "linear", "FedGA step decay over the R rounds: linear d(1 - t/R) (the paper), "
-                     "authors (their scripts' d(1 - (t-2)/R), starting above d), none", "choice",
+                     "authors (their scripts' d(1 - (t-2)/(R-1)), R = their --comm + 1 rounds trained), none", "choice",
                      choices=DECAYS, variant=True)
 FEDGA_CENTER = HParam("fedga_center", True, "FedGA: subtract the mean gap before dividing by the largest |gap| "
                       "(the paper; the authors' code divides the raw gaps)", "bool", variant=True)
@@ -271,12 +274,13 @@ class FedGA(ServerRule):
         diag = self.adjust(round, ids, inputs)
         q = aggregation_weights(np.array([self.scores[c] for c in ids], np.float64))
         self._q = q
-        new = fedavg_step(params, updates, q, self.global_lr, threads=self.threads)
+        d = weighted_sum(updates, q, threads=self.threads)  # fedavg_step's sum with q: the same bits
+        new = server_step(params, d, self.global_lr)
         for cid, row in zip(ids, inputs):
             self.last[cid] = (int(round), float(row[1]), float(row[3]))
         for cid, w in zip(ids, q):
             diag[f"fedga_weight.{cid}"] = float(w)
-        return AggregateResult(new, diag)
+        return AggregateResult(new, diag, d)
 
     def aggregate_buffers(self, buffers, client_buffers, weights, *, info):
         return fedavg_buffers(client_buffers, weights if self._q is None else self._q)

@@ -69,7 +69,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedtune.algorithms.aggregate import BLOCK, tensor_slices
+from fedtune.algorithms.aggregate import BLOCK, server_step, tensor_slices
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
 from fedtune.algorithms.server import AggregateResult, RoundInfo, ServerRule
@@ -271,8 +271,13 @@ def _target_row(info: RoundInfo) -> int | None:
     return rows[0] if rows else None
 
 
-def _step(params: np.ndarray, update: np.ndarray, global_lr: float) -> np.ndarray:
-    return (params.astype(F64) + float(global_lr) * np.asarray(update, F64)).astype(np.float32)
+def _step(params: np.ndarray, update: np.ndarray, global_lr: float, diag: dict[str, float]) -> AggregateResult:
+    """``θ + global_lr · update`` and the direction ``update`` (a float64 copy: a target row is the
+    coordinator's scratch); no update (the target missed the round): ``θ`` and a zero direction."""
+    if update is None:
+        return AggregateResult(np.array(params, np.float32), diag, np.zeros(np.shape(params), F64))
+    d = np.array(update, F64)
+    return AggregateResult(server_step(params, d, global_lr), diag, d)
 
 
 class TargetOnly(ServerRule):
@@ -287,8 +292,8 @@ class TargetOnly(ServerRule):
     def aggregate(self, params, updates, weights, *, extras, round, info):
         t = _target_row(info)
         if t is None:
-            return AggregateResult(np.array(params, np.float32), {"target_missing": 1.0})
-        return AggregateResult(_step(params, updates[t], self.global_lr), {"target_missing": 0.0})
+            return _step(params, None, self.global_lr, {"target_missing": 1.0})
+        return _step(params, updates[t], self.global_lr, {"target_missing": 0.0})
 
     def aggregate_buffers(self, buffers, client_buffers, weights, *, info):
         """The target's batch-norm statistics, exactly (unchanged without the target)."""
@@ -369,12 +374,12 @@ class _TargetSourceRule(ServerRule):
     def aggregate(self, params, updates, weights, *, extras, round, info):
         t = _target_row(info)
         if t is None:
-            return AggregateResult(np.array(params, np.float32), {"target_missing": 1.0})
+            return _step(params, None, self.global_lr, {"target_missing": 1.0})
         src = [u for u, r in enumerate(info.roles) if r == "source"]
         diag: dict[str, float] = {"target_missing": 0.0, "gp_target_steps": float(info.steps[t])}
         self._buffer_mix = (info.client_ids, src, None, None)
         if not src:
-            return AggregateResult(_step(params, updates[t], self.global_lr), diag)
+            return _step(params, updates[t], self.global_lr, diag)
         w = np.asarray(weights, F64)[src]
         alphas = w / w.sum() if w.sum() > 0 else np.full(len(src), 1.0 / len(src))
         steps_t = int(info.steps[t])
@@ -420,7 +425,7 @@ class _TargetSourceRule(ServerRule):
             diag[f"gp_beta.{cid}"] = float(betas[k])
         if self.projection:
             diag["gp_clipped_frac"] = float(comb.clipped.mean()) if comb.clipped.size else 0.0
-        return AggregateResult(_step(params, comb.update, self.global_lr), diag)
+        return _step(params, comb.update, self.global_lr, diag)
 
 
 class FedDA(_TargetSourceRule):

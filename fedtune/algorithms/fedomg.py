@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.aggregate import check_updates, combine
+from fedtune.algorithms.aggregate import check_updates, combine, server_step
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.blocked import gram_pass, weighted_rows
 from fedtune.algorithms.fedomg_solvers import SOLVERS, OMGSolution, cosines, omg_solution
@@ -72,8 +72,9 @@ def gram_matrix(updates: np.ndarray, block_elems: int | None = None, threads: in
 @dataclass
 class FedOMGStep:
     """One FedOMG server step: ``out`` (the direction ``d``, float64, or the new parameters
-    ``params + global_lr · d``, float32), the Gram matrix, the solution, and the time split:
-    ``gram_s`` (the one pass that builds ``G`` and ``g_FL``), ``solve_s``, ``combine_s``."""
+    ``params + global_lr · d``, float32), the Gram matrix, the solution, the time split:
+    ``gram_s`` (the one pass that builds ``G`` and ``g_FL``), ``solve_s``, ``combine_s``; and
+    ``direction``, ``d`` in float64 either way (the server optimiser's input)."""
 
     out: np.ndarray
     gram: np.ndarray
@@ -81,6 +82,7 @@ class FedOMGStep:
     gram_s: float
     solve_s: float
     combine_s: float
+    direction: np.ndarray
 
 
 def fedomg_step(updates: np.ndarray, weights: np.ndarray, kappa: float, *, solver: str = "exact",
@@ -106,17 +108,17 @@ def fedomg_step(updates: np.ndarray, weights: np.ndarray, kappa: float, *, solve
     sol = omg_solution(G, weights, kappa, solver, rescale)
     t2 = time.perf_counter()
     factor = 1.0 / (1.0 + float(kappa) ** 2) if rescale else 1.0
-    base = None if params is None else np.asarray(params)
-    scale = factor if params is None else float(global_lr) * factor
-    out = np.empty(m, np.float64 if params is None else np.float32)
+    raw = np.empty(m, np.float64)  # g_FL + λ Σ γ_u Δ_u, before the factor
     if sol.lam == 0.0:
-        combine(updates, weights, base, scale, out, threads=threads)
+        combine(updates, weights, None, 1.0, raw, threads=threads)
     else:
         support = np.flatnonzero(sol.gamma > 0)
-        weighted_rows(updates, sol.lam * sol.gamma[support], out, base=base, scale=scale, offset=g_fl,
-                      rows=support, threads=threads)
+        weighted_rows(updates, sol.lam * sol.gamma[support], raw, offset=g_fl, rows=support, threads=threads)
+    direction = raw if factor == 1.0 else factor * raw
+    # θ + (η·factor)·raw: combine's order (scale, then base), the bits of one fused pass
+    out = direction if params is None else server_step(params, raw, float(global_lr) * factor)
     t3 = time.perf_counter()
-    return FedOMGStep(out, G, sol, t1 - t0, t2 - t1, t3 - t2)
+    return FedOMGStep(out, G, sol, t1 - t0, t2 - t1, t3 - t2, direction)
 
 
 def fedomg_direction(updates: np.ndarray, weights: np.ndarray, kappa: float, solver: str = "exact",
@@ -186,4 +188,4 @@ class FedOMG(ServerRule):
         for cid, g, c in zip(info.client_ids, sol.gamma, cos):
             diag[f"omg_gamma.{cid}"] = float(g)
             diag[f"omg_cos.{cid}"] = float(c)
-        return AggregateResult(step.out, diag)
+        return AggregateResult(step.out, diag, step.direction)

@@ -24,11 +24,11 @@ mean``, Fishr's code, ``l2_between_dicts``) or ``Σ_k`` (``sum``, the ``‖·‖
 Fishr's paper). ``fishr_ema = 0`` is Eq. 4 without smoothing.
 
 Warm-up (Fishr's ``penalty_anneal_iters``): the penalty weight is 0 before iteration
-``fishr_anneal_iters``, where step ``s`` of round ``r`` is iteration ``r · S + s`` (``S`` the
-client's steps per round: the local steps the received model has behind it); at the switch (when
-``fishr_anneal_iters > 0``) the local optimiser is rebuilt, as Fishr resets Adam. The variance and
-its moving average are computed at every step, the penalty off included. In round 0 there is no
-``v̄`` yet and no penalty.
+``fishr_anneal_iters``, where step ``s`` (from 0) of round ``r`` (rounds start at 1) is iteration
+``(r − 1) · S + s``, ``S`` the client's steps per round: the received model has ``(r − 1) · S``
+iterations behind it; at the switch (when ``fishr_anneal_iters > 0``) the local optimiser is
+rebuilt, as Fishr resets Adam. The variance and its moving average are computed at every step, the
+penalty off included. In round 1 there is no ``v̄`` yet and no penalty.
 
 The client returns its last ``v_u`` (``extras["fishr_variance"]``). ``fishr_penalty = 0`` computes
 none of this: plain ``sgd``, bit for bit. The reported training loss is the cross-entropy; the
@@ -55,14 +55,25 @@ FISHR_PENALTY = HParam("fishr_penalty", 1000.0, "Fishr penalty weight lambda on 
                        "gradient variance and the clients' mean (Fishr's default 1000, searched 10^U(1, 4))", lo=0.0)
 FISHR_EMA = HParam("fishr_ema", 0.95, "Fishr moving-average factor of each client's gradient variance (0: none, "
                    "FedOMG's Eq. 4)", lo=0.0, hi=0.999)
-FISHR_ANNEAL_ITERS = HParam("fishr_anneal_iters", 1500, "Fishr warm-up: no penalty before this iteration (round * "
-                            "local steps per round + step), then the local optimiser is reset", kind="int", lo=0)
+FISHR_ANNEAL_ITERS = HParam("fishr_anneal_iters", 1500, "Fishr warm-up: no penalty before this iteration ((round - 1) "
+                            "* local steps per round + step, rounds from 1), then the local optimiser is reset",
+                            kind="int", lo=0)
 FISHR_DISTANCE = HParam("fishr_distance", "mean", "Fishr distance between variances: mean = mean over the classifier's "
                         "parameters of the squared difference (Fishr's code), sum = squared norm (FedOMG Eq. 4, Fishr's "
                         "paper)", kind="choice", choices=("mean", "sum"), variant=True)
 
 STATE_KEY = "fishr.ema"
 """``ctx.state`` entry: the client's moving-average state ``s`` (float64 NumPy [K])."""
+
+
+def iterations_behind(round: int, steps_per_round: int) -> int:
+    """The optimiser steps the model received in ``round`` (from 1) has behind it, ``(round − 1) · S``:
+    the iteration count of the round's first step (docs/methods.md §9.4).
+
+    >>> iterations_behind(1, 3), iterations_behind(2, 3)
+    (0, 3)
+    """
+    return max(int(round) - 1, 0) * int(steps_per_round)
 
 
 def gradient_variance(z: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, bias: bool) -> torch.Tensor:
@@ -118,8 +129,8 @@ class Fishr(ClientMethod):
         prev = ctx.state.get(STATE_KEY)
         run = {"state": torch.zeros(size, dtype=dtype, device=ctx.device) if prev is None else
                torch.as_tensor(np.asarray(prev), dtype=dtype, device=ctx.device),
-               "opt": self.start_round(ctx), "v": None, "penalty": 0.0, "counted": 0, "it": ctx.round *
-               local_steps(ctx.num_examples, self.cfg)}
+               "opt": self.start_round(ctx), "v": None, "penalty": 0.0, "counted": 0,
+               "it": iterations_behind(ctx.round, local_steps(ctx.num_examples, self.cfg))}
 
         def step(x: torch.Tensor, y: torch.Tensor) -> float:
             it, run["it"] = run["it"], run["it"] + 1
@@ -153,4 +164,4 @@ class Fishr(ClientMethod):
 
 
 __all__ = ["FISHR_ANNEAL_ITERS", "FISHR_DISTANCE", "FISHR_EMA", "FISHR_PENALTY", "Fishr", "STATE_KEY",
-           "gradient_variance", "smoothed", "variance_distance"]
+           "gradient_variance", "iterations_behind", "smoothed", "variance_distance"]

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.aggregate import BLOCK, check_updates, combine, fedavg_step, tensor_slices, weighted_sum
+from fedtune.algorithms.aggregate import BLOCK, check_updates, combine, server_step, tensor_slices, weighted_sum
 from fedtune.algorithms.base import HParam
 from fedtune.algorithms.server import AggregateResult, ServerRule
 
@@ -151,6 +151,35 @@ def gala_global_weights(updates: np.ndarray, weights: np.ndarray, iters: int = 3
     return np.stack(ws), np.concatenate(parts)
 
 
+def gala_direction(updates: np.ndarray, weights: np.ndarray, *, iters: int = 3, mix: float = 1.0,
+                   slices: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``gala`` server direction ``d = Σ_u c_u Δ_u`` per tensor, ``c_u = mix · w_u + (1 − mix) · p_u``:
+    ``(d float64 [P], w, cos)`` (see :func:`gala_step`, which steps ``θ + global_lr · d``).
+
+    >>> d, w, cos = gala_direction(np.array([[2., 0.], [0., 2.]], np.float32), np.array([.5, .5]), iters=1)
+    >>> d.tolist(), w.tolist()
+    ([1.0, 1.0], [0.5, 0.5])
+    """
+    updates, weights = _check_inputs(updates, weights, iters)
+    if not 0.0 <= mix <= 1.0:
+        raise ValueError(f"mix must be in [0, 1], got {mix!r}")
+
+    def coefficients(w: np.ndarray) -> np.ndarray:
+        return weights if np.array_equal(w, weights) else weights * (1.0 - mix) + mix * w
+
+    if slices is None:
+        w, cos = _alignment_weights(updates, weights, iters)
+        return weighted_sum(updates, coefficients(w)), w, cos
+    d = np.empty(updates.shape[1], np.float64)
+    ws, coss = [], []
+    for sl in tensor_slices(slices, updates.shape[1]):
+        w, cos = _alignment_weights(updates[:, sl], weights, iters)
+        combine(updates[:, sl], coefficients(w), None, 1.0, d[sl])
+        ws.append(w)
+        coss.append(cos)
+    return d, np.stack(ws), np.stack(coss)
+
+
 def gala_step(params: np.ndarray, updates: np.ndarray, weights: np.ndarray, *, iters: int = 3, mix: float = 1.0,
               global_lr: float = 1.0, slices: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``gala`` server update: ``(new params float32 [P], w, cos)`` (``w``/``cos`` ``[U]``
@@ -161,34 +190,19 @@ def gala_step(params: np.ndarray, updates: np.ndarray, weights: np.ndarray, *, i
     and share one server learning rate. ``mix = 0``, or equal alignments (then ``w = p``), give
     exactly (bit for bit) :func:`fedavg_step` at ``η``; ``mix = 1`` is ``θ + η a`` (the paper's
     ``Θ + g`` at ``η = 1``). The paper's Eq. 41 mixes with the unweighted client mean; fedtune
-    mixes with its FedAvg (example-weighted).
+    mixes with its FedAvg (example-weighted). The direction is :func:`gala_direction`'s, the step
+    :func:`~fedtune.algorithms.aggregate.server_step`'s (fedavg_step's arithmetic).
 
     >>> new, w, cos = gala_step(np.zeros(2, np.float32), np.array([[2., 0.], [0., 2.]], np.float32),
     ...                         np.array([.5, .5]), iters=1, mix=0.5)
     >>> new.tolist(), w.tolist()   # equal alignments: FedAvg's (1, 1) whatever the mix
     ([1.0, 1.0], [0.5, 0.5])
     """
-    updates, weights = _check_inputs(updates, weights, iters)
-    if not 0.0 <= mix <= 1.0:
-        raise ValueError(f"mix must be in [0, 1], got {mix!r}")
     params = np.asarray(params)
-    if params.shape != (updates.shape[1],):
-        raise ValueError(f"params {params.shape} and updates {updates.shape} disagree on the parameter count")
-
-    def coefficients(w: np.ndarray) -> np.ndarray:
-        return weights if np.array_equal(w, weights) else weights * (1.0 - mix) + mix * w
-
-    if slices is None:
-        w, cos = _alignment_weights(updates, weights, iters)
-        return fedavg_step(params, updates, coefficients(w), global_lr), w, cos
-    out = np.empty(updates.shape[1], np.float32)
-    ws, coss = [], []
-    for sl in tensor_slices(slices, updates.shape[1]):
-        w, cos = _alignment_weights(updates[:, sl], weights, iters)
-        combine(updates[:, sl], coefficients(w), params[sl], float(global_lr), out[sl])
-        ws.append(w)
-        coss.append(cos)
-    return out, np.stack(ws), np.stack(coss)
+    if params.shape != (np.shape(updates)[-1],):
+        raise ValueError(f"params {params.shape} and updates {np.shape(updates)} disagree on the parameter count")
+    d, w, cos = gala_direction(updates, weights, iters=iters, mix=mix, slices=slices)
+    return server_step(params, d, global_lr), w, cos
 
 
 class Gala(ServerRule):
@@ -224,12 +238,12 @@ class Gala(ServerRule):
             if not slices:
                 raise ValueError("gala_weights='per-tensor' needs the model's layout (its parameter tensors); "
                                  "use gala_weights='whole' for a bare vector")
-        new, w, _ = gala_step(params, updates, weights, iters=self.iters, mix=self.mix, global_lr=self.global_lr,
-                              slices=slices)
+        d, w, _ = gala_direction(updates, weights, iters=self.iters, mix=self.mix, slices=slices)
         if per_tensor:
             sizes = np.array([sl.stop - sl.start for _, sl in slices], np.float64)
             w = (sizes / sizes.sum()) @ w
-        return AggregateResult(new, {f"gala_w.{cid}": float(x) for cid, x in zip(info.client_ids, w)})
+        return AggregateResult(server_step(params, d, self.global_lr),
+                               {f"gala_w.{cid}": float(x) for cid, x in zip(info.client_ids, w)}, d)
 
 
-__all__ = ["GALA_ITERS", "GALA_MIX", "GALA_WEIGHTS", "Gala", "gala_global_weights", "gala_step"]
+__all__ = ["GALA_ITERS", "GALA_MIX", "GALA_WEIGHTS", "Gala", "gala_direction", "gala_global_weights", "gala_step"]

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fedtune.algorithms.aggregate import fedavg_buffers, fedavg_step
+from fedtune.algorithms.aggregate import WEIGHTINGS, fedavg_buffers, mean_weights, server_step, weighted_sum
 from fedtune.algorithms.base import HParam
 
 
@@ -41,8 +41,14 @@ class RoundInfo:
 
 @dataclass
 class AggregateResult:
+    """A rule's round: ``params = θ + η·d`` rounded to float32 (what ``server_optimizer: sgd``
+    keeps, bit for bit), and ``direction``, the rule's ``d`` itself in float64, which an adaptive
+    server optimiser steps along (never ``(params − θ)/η``: at small ``η`` that difference of
+    float32 weights loses ``d`` below half an ulp of ``θ``, docs/methods.md §14)."""
+
     params: np.ndarray  # new global parameters, float32 [num_params]
     diagnostics: dict[str, Any]  # becomes diag.<name> columns
+    direction: np.ndarray | None = None  # the rule's direction d, float64 [num_params] (None: no server optimiser)
 
 
 class ServerRule:
@@ -116,6 +122,9 @@ class ServerRule:
         it is the coordinator's scratch buffer, valid during this call only: copy what you keep.
         ``weights`` are the FedAvg weights ``p_u``; ``extras[u]`` the arrays client ``u``'s method
         returned (e.g. per-batch displacements); ``info`` who sent each row (ids, roles, steps).
+        A rule whose step is ``θ + η·d`` returns ``d`` (float64) as ``direction`` beside the
+        parameters (:func:`~fedtune.algorithms.aggregate.server_step` forms them from it); without it
+        only ``server_optimizer: sgd`` can run.
         """
         raise NotImplementedError
 
@@ -137,9 +146,28 @@ class ServerRule:
         pass
 
 
+CLIENT_WEIGHTING = HParam("client_weighting", "examples",
+                          "FedAvg's mean of the participants' models and batch-norm buffers: examples = weights "
+                          "n_u / sum n (McMahan et al.); uniform = 1/U each (FedSR's and FedIIR's authors, the "
+                          "default of the presets fedsr and fediir)", kind="choice", choices=WEIGHTINGS, variant=True)
+
+
 class FedAvg(ServerRule):
+    """``θ ← θ + global_lr · Σ_u w_u Δ_u``, ``w`` the example weights ``p_u`` or ``1/U``
+    (``client_weighting``; docs/methods.md §7.4, §8.5); the buffers are averaged with the same ``w``."""
+
     name = "fedavg"
-    description = "FedAvg: θ ← θ + global_lr · Σ p_u Δ_u"
+    description = "FedAvg: θ ← θ + global_lr · Σ w_u Δ_u, w_u = p_u or 1/U (client_weighting)"
+    hparams = (CLIENT_WEIGHTING,)
+
+    def __init__(self, cfg: Any, layout: Any):
+        super().__init__(cfg, layout)
+        self.weighting = CLIENT_WEIGHTING.of(cfg)
+
+    def aggregate_buffers(self, buffers, client_buffers, weights, *, info):
+        return fedavg_buffers(client_buffers, mean_weights(weights, self.weighting))
 
     def aggregate(self, params, updates, weights, *, extras, round, info):
-        return AggregateResult(fedavg_step(params, updates, weights, self.global_lr, threads=self.threads), {})
+        weights = mean_weights(weights, self.weighting)
+        d = weighted_sum(updates, weights, threads=self.threads)  # fedavg_step's sum: the same bits
+        return AggregateResult(server_step(params, d, self.global_lr), {}, d)

@@ -7,9 +7,12 @@ momentum or adaptive step. fedtune applies it to the step that the run's server 
 whatever the rule is (FedAvg, FedOMG's matching direction, FedGaLA's aligned mean, FedDA/FedGP's
 combination), so ``server_optimizer`` composes with every rule:
 
-* ``Δ = (θ_rule − θ) / η`` with ``θ_rule`` the rule's new parameters and ``η`` the run's
-  ``global_lr`` (each rule takes its step as ``θ + η · d``, so ``Δ`` is the rule's direction
-  ``d``; for FedAvg the weighted mean of the client displacements, Flower's ``delta_t``);
+* ``Δ = d``, the rule's direction (each rule takes its step as ``θ_rule = θ + η · d`` with ``η``
+  the run's ``global_lr``, and hands ``d`` over in float64 as ``AggregateResult.direction``; for
+  FedAvg the weighted mean of the client displacements, Flower's ``delta_t``). Never recovered as
+  ``(θ_rule − θ)/η`` from the float32 weights: a component with ``|η d| < ulp(θ)/2`` would be lost
+  and the rest carry ``ulp/η`` of noise (θ = 0.3, η = 0.01, d = 1e-6: a 1.2e-8 move instead of
+  Algorithm 2's 0.0099);
 * ``sgd`` (default): ``θ ← θ_rule`` unchanged, bit for bit today's rule;
 * ``avgm``: ``v ← μ v + Δ``, ``θ ← θ + η v`` (Flower's FedAvgM with ``server_momentum`` μ;
   ``v`` starts at 0, so round 1 is ``θ + η Δ``);
@@ -19,12 +22,15 @@ combination), so ``server_optimizer`` composes with every rule:
   momentum; Flower's passes β₁ = 0, the same);
 
 elementwise, over the parameters only (batch-norm buffers follow the rule's
-``aggregate_buffers``). ``m`` starts at 0 and ``v`` at ``τ²`` (Reddi et al.'s Algorithm 2:
-``v₋₁ ≥ τ²``; Flower starts ``v`` at 0, which differs by ``τ²``, below float64's resolution next
-to any ``Δ²`` at the default τ). State and arithmetic are float64; the new parameters are cast
-to float32. Reddi et al.'s Algorithm 2 has no bias correction; Flower's FedAdam (not its
-FedYogi or FedAdagrad) scales η by ``√(1 − β₂^(t+1)) / (1 − β₁^(t+1))`` at round t, which
-changes the early rounds: ``server_adam_bias_correction: true`` runs Flower's form.
+``aggregate_buffers``). ``m`` starts at 0 and ``v`` at ``τ²`` (``server_v_start: tau_squared``,
+Reddi et al.'s Algorithm 2: ``v₋₁ ≥ τ²``) or at 0 (``server_v_start: zero``, Flower's FedAdam,
+FedYogi and FedAdagrad): not a rounding matter where ``Δ²`` is near ``τ²`` (τ = 1e-3, Δ = 1e-3:
+FedAdam's first step is 0.050 η from ``τ²``, 0.091 η from 0). State and arithmetic are float64;
+the new parameters are cast to float32. β₁, β₂ are in [0, 1) as in Algorithm 2 (β₁ = 1 never
+moves, β₂ = 1 keeps ``v`` at its start). Reddi et al.'s Algorithm 2 has no bias correction;
+Flower's FedAdam (not its FedYogi or FedAdagrad) scales η by ``√(1 − β₂^(t+1)) / (1 − β₁^(t+1))``
+at round t, which changes the early rounds: ``server_adam_bias_correction: true`` runs Flower's
+form.
 
 Written here rather than reusing Flower's strategies because fedtune's server rules are not
 Flower strategies and the coordinator must stay NumPy only (Flower would bring its whole
@@ -36,7 +42,8 @@ tests/test_server_optimizer.py.
 >>> cfg = SimpleNamespace(params={})
 >>> opt = FedAdam(cfg, global_lr=0.1)
 >>> theta = np.zeros(2, np.float32)
->>> opt.step(theta, np.array([0.1, -0.2], np.float32), round=1)   # Δ = (1, −2): m = (.1, −.2), v ≈ (.01, .04)
+>>> d = np.array([1.0, -2.0])                       # the rule's direction: θ_rule = θ + 0.1 d
+>>> opt.step(theta, (theta + 0.1 * d).astype(np.float32), d, round=1)   # m = (.1, −.2), v ≈ (.01, .04)
 array([ 0.1, -0.1], dtype=float32)
 """
 
@@ -50,21 +57,28 @@ from fedtune.algorithms.base import HParam
 
 SERVER_MOMENTUM = HParam("server_momentum", 0.9, "server_optimizer avgm: server momentum mu (v <- mu v + delta)",
                          lo=0.0, hi=1.0)
-SERVER_BETA1 = HParam("server_beta1", 0.9, "server_optimizer adam/yogi: first-moment decay beta1", lo=0.0, hi=1.0)
-SERVER_BETA2 = HParam("server_beta2", 0.99, "server_optimizer adam/yogi: second-moment decay beta2", lo=0.0, hi=1.0)
+SERVER_BETA1 = HParam("server_beta1", 0.9, "server_optimizer adam/yogi: first-moment decay beta1 in [0, 1) (1: m "
+                      "stays 0, the model never moves)", lo=0.0, hi=1.0, hi_open=True)
+SERVER_BETA2 = HParam("server_beta2", 0.99, "server_optimizer adam/yogi: second-moment decay beta2 in [0, 1) (1: v "
+                      "stays at its start, the step m / (2 tau) explodes)", lo=0.0, hi=1.0, hi_open=True)
 SERVER_TAU = HParam("server_tau", 1e-9, "server_optimizer adam/yogi/adagrad: adaptivity tau in m / (sqrt(v) + tau) "
                     "(Flower's default 1e-9; Reddi et al. tune it over 1e-10..1)", lo=0.0, lo_open=True)
 SERVER_ADAM_BIAS_CORRECTION = HParam(
     "server_adam_bias_correction", False, "server_optimizer adam: false = Reddi et al.'s Algorithm 2 (no bias "
     "correction), true = Flower's FedAdam (eta * sqrt(1 - beta2^(t+1)) / (1 - beta1^(t+1)) at round t)",
     kind="bool", variant=True)
+SERVER_V_START = HParam(
+    "server_v_start", "tau_squared", "server_optimizer adam/yogi/adagrad: the second moment's start, tau_squared = "
+    "Reddi et al.'s Algorithm 2 (v_-1 = tau^2), zero = Flower's FedAdam/FedYogi/FedAdagrad (v starts at 0)",
+    kind="choice", choices=("tau_squared", "zero"), variant=True)
 
 
 class ServerOptimizer:
     """``sgd``: the server rule's step as it is (the base class of the others).
 
-    ``step(theta, proposed, round)`` gets the round's starting parameters and the rule's new
-    ones (float32 ``[num_params]``) and returns the parameters the round ends with."""
+    ``step(theta, proposed, direction, round)`` gets the round's starting parameters, the rule's
+    new ones (float32 ``[num_params]``, ``θ + η d`` rounded) and its direction ``d`` (float64, or
+    None from a rule that gives none) and returns the parameters the round ends with."""
 
     name: ClassVar[str] = "sgd"
     description: ClassVar[str] = "the server rule's own step: theta + global_lr * d (today's rule)"
@@ -74,7 +88,7 @@ class ServerOptimizer:
         self.cfg = cfg
         self.lr = float(global_lr)
 
-    def step(self, theta: np.ndarray, proposed: np.ndarray, round: int) -> np.ndarray:
+    def step(self, theta: np.ndarray, proposed: np.ndarray, direction: np.ndarray | None, round: int) -> np.ndarray:
         return proposed
 
     def state_dict(self) -> dict[str, Any]:
@@ -85,18 +99,24 @@ class ServerOptimizer:
 
 
 class _Stateful(ServerOptimizer):
-    """The optimisers that keep moments: ``Δ`` from the rule's step, float64 state, float32 out."""
+    """The optimisers that keep moments: ``Δ = d``, the rule's float64 direction; float64 state,
+    ``θ + η · adapted(Δ)`` in float64, float32 out. The rule's float32 proposal is not used."""
 
     def __init__(self, cfg: Any, global_lr: float):
         super().__init__(cfg, global_lr)
         self.moments: dict[str, np.ndarray] = {}
 
-    def step(self, theta: np.ndarray, proposed: np.ndarray, round: int) -> np.ndarray:
-        base = np.asarray(theta, dtype=np.float64)
-        delta = (np.asarray(proposed, dtype=np.float64) - base) / self.lr
-        return (base + self.lr * self.direction(delta, round)).astype(np.float32)
+    def step(self, theta: np.ndarray, proposed: np.ndarray, direction: np.ndarray | None, round: int) -> np.ndarray:
+        if direction is None:
+            raise ValueError(f"server_optimizer {self.name} needs the server rule's direction d "
+                             "(AggregateResult.direction); this rule gives none: use server_optimizer sgd")
+        delta = np.asarray(direction, dtype=np.float64)
+        if delta.shape != np.shape(theta):
+            raise ValueError(f"direction {delta.shape} and parameters {np.shape(theta)} disagree")
+        return (np.asarray(theta, dtype=np.float64) + self.lr * self.adapted(delta, round)).astype(np.float32)
 
-    def direction(self, delta: np.ndarray, round: int) -> np.ndarray:
+    def adapted(self, delta: np.ndarray, round: int) -> np.ndarray:
+        """The direction the optimiser steps along, ``θ + η · adapted(Δ)``, its moments updated."""
         raise NotImplementedError
 
     def _moment(self, key: str, like: np.ndarray, start: float = 0.0) -> np.ndarray:
@@ -120,7 +140,7 @@ class FedAvgM(_Stateful):
         super().__init__(cfg, global_lr)
         self.momentum = float(SERVER_MOMENTUM.of(cfg))
 
-    def direction(self, delta, round):
+    def adapted(self, delta, round):
         v = self._moment("v", delta)
         v *= self.momentum
         v += delta
@@ -130,22 +150,23 @@ class FedAvgM(_Stateful):
 class FedAdam(_Stateful):
     name = "adam"
     description = "FedAdam (Reddi et al. 2021): m, v moments of delta, theta <- theta + global_lr m / (sqrt(v) + tau)"
-    hparams = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU, SERVER_ADAM_BIAS_CORRECTION)
+    hparams = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU, SERVER_V_START, SERVER_ADAM_BIAS_CORRECTION)
 
     def __init__(self, cfg: Any, global_lr: float):
         super().__init__(cfg, global_lr)
         self.beta1 = float(SERVER_BETA1.of(cfg))
         self.beta2 = float(SERVER_BETA2.of(cfg))
         self.tau = float(SERVER_TAU.of(cfg))
+        self.v_start = self.tau ** 2 if SERVER_V_START.of(cfg) == "tau_squared" else 0.0
         self.bias_correction = bool(SERVER_ADAM_BIAS_CORRECTION.of(cfg))
 
     def second_moment(self, v: np.ndarray, squared: np.ndarray) -> None:
         v *= self.beta2
         v += (1.0 - self.beta2) * squared
 
-    def direction(self, delta, round):
+    def adapted(self, delta, round):
         m = self._moment("m", delta)
-        v = self._moment("v", delta, self.tau ** 2)
+        v = self._moment("v", delta, self.v_start)
         m *= self.beta1
         m += (1.0 - self.beta1) * delta
         self.second_moment(v, delta * delta)
@@ -158,7 +179,7 @@ class FedAdam(_Stateful):
 class FedYogi(FedAdam):
     name = "yogi"
     description = "FedYogi (Reddi et al. 2021): as FedAdam with v <- v - (1 - beta2) delta^2 sign(v - delta^2)"
-    hparams = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU)
+    hparams = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU, SERVER_V_START)
 
     def second_moment(self, v: np.ndarray, squared: np.ndarray) -> None:
         v -= (1.0 - self.beta2) * squared * np.sign(v - squared)
@@ -167,17 +188,18 @@ class FedYogi(FedAdam):
 class FedAdagrad(_Stateful):
     name = "adagrad"
     description = "FedAdagrad (Reddi et al. 2021): v <- v + delta^2, theta <- theta + global_lr delta / (sqrt(v) + tau)"
-    hparams = (SERVER_TAU,)
+    hparams = (SERVER_TAU, SERVER_V_START)
 
     def __init__(self, cfg: Any, global_lr: float):
         super().__init__(cfg, global_lr)
         self.tau = float(SERVER_TAU.of(cfg))
+        self.v_start = self.tau ** 2 if SERVER_V_START.of(cfg) == "tau_squared" else 0.0
 
-    def direction(self, delta, round):
-        v = self._moment("v", delta, self.tau ** 2)
+    def adapted(self, delta, round):
+        v = self._moment("v", delta, self.v_start)
         v += delta * delta
         return delta / (np.sqrt(v) + self.tau)
 
 
 __all__ = ["FedAdagrad", "FedAdam", "FedAvgM", "FedYogi", "SERVER_ADAM_BIAS_CORRECTION", "SERVER_BETA1",
-           "SERVER_BETA2", "SERVER_MOMENTUM", "SERVER_TAU", "ServerOptimizer"]
+           "SERVER_BETA2", "SERVER_MOMENTUM", "SERVER_TAU", "SERVER_V_START", "ServerOptimizer"]

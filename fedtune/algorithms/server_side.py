@@ -11,11 +11,12 @@ each round:
 
 1. merges :meth:`ServerSide.payload` into the broadcast payload (keys must not clash with the
    server rule's payload);
-2. after the server rule's ``aggregate`` produced the new parameters, calls
-   :meth:`ServerSide.update` with the old and new parameters, the updates, the weights and the
-   clients' extras: the side updates its state from the extras and returns the parameters the
-   round ends with (unchanged for every method but FedDyn, whose server model is the mean of the
-   clients' models minus ``h/α``).
+2. after the server rule's ``aggregate``, lets :meth:`ServerSide.proposal` replace the rule's
+   result the server optimiser steps from (FedDyn's ``feddyn_mean: uniform``; everyone else keeps
+   the rule's), and after the server optimiser's step calls :meth:`ServerSide.update` with the old
+   and new parameters, the updates, the weights and the clients' extras: the side updates its
+   state from the extras and returns the parameters the round ends with (unchanged for every
+   method but FedDyn, whose server model is the mean of the clients' models minus ``h/α``).
 
 Server sides are NumPy only, like server rules: the coordinator never imports torch. Their
 state is in the coordinator's checkpoint (:meth:`ServerSide.state_dict`).
@@ -28,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedtune.algorithms import SERVER_SIDES
-from fedtune.algorithms.server import RoundInfo
+from fedtune.algorithms.server import AggregateResult, RoundInfo
 
 
 class ServerSide:
@@ -49,13 +50,21 @@ class ServerSide:
         """Arrays sent to every participant with the weights of round ``round``."""
         return {}
 
+    def proposal(self, old: np.ndarray, result: AggregateResult, updates: np.ndarray, *,
+                 info: RoundInfo) -> AggregateResult:
+        """The round's step the server optimiser takes (``params`` and its float64 ``direction``),
+        from the server rule's ``result``: the rule's own by default. ``old`` are the round's
+        starting parameters, ``updates`` the rows ``θ_u − θ`` as the rule saw them."""
+        return result
+
     def update(self, old: np.ndarray, new: np.ndarray, updates: np.ndarray, weights: np.ndarray, *,
                extras: list[dict[str, np.ndarray]], round: int,
                info: RoundInfo) -> tuple[np.ndarray, dict[str, Any]]:
         """After the server rule's ``aggregate``: update this side's state from the round and return
         ``(parameters the round ends with, diagnostics)``.
 
-        ``old`` are the round's starting parameters θ, ``new`` the server rule's result,
+        ``old`` are the round's starting parameters θ, ``new`` the server optimiser's result (the
+        step of :meth:`proposal`, through ``server_optimizer``),
         ``updates``/``weights``/``extras``/``info`` as the rule saw them (``updates`` is a scratch
         buffer valid during this call only). The default changes nothing."""
         return new, {}

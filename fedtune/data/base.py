@@ -101,7 +101,7 @@ class ClientSpec:
     client_id: int
     name: str  # human-readable: "photo#0", "client-17", "target"
     role: str  # "source" | "target" (the FDA target client)
-    domain: str | None  # its domain in fdg/fda/ufdg; None when it mixes domains (fl, domain_heterogeneity)
+    domain: str | None  # its domain in fdg/fda/ufdg; None when it mixes domains (fl, domain_homogeneity)
     train: Pieces
     val: Pieces = field(default_factory=dict)
     test: Pieces = field(default_factory=dict)  # fl only: this client's share of the test data

@@ -26,7 +26,8 @@ import numpy as np
 from fedtune.errors import DataError
 
 from .base import DatasetInfo, DomainDataset
-from .cache import ImageMap, cache_entry, cached_images, resolve_cache_dir
+from .cache import CacheEntry, ImageMap, cache_entry, cached_images, resolve_cache_dir
+from .cache_lock import DEFAULT_WAIT_S
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
 DEFAULT_IMAGE_SIZE = 64
@@ -43,25 +44,44 @@ def _scandir(path: Path) -> list[os.DirEntry]:
                         "readable by the user running fedtune") from None
 
 
+def _entry_kind(e: os.DirEntry) -> str:
+    """``dir``, ``file`` or ``other`` (following symbolic links); a link that loops or points nowhere is
+    a DataError naming it (a loop would otherwise be an ``ELOOP`` traceback, a dangling link a silently
+    smaller dataset)."""
+    try:
+        if e.is_dir():
+            return "dir"
+        if e.is_file():
+            return "file"
+        broken = e.is_symlink()
+        problem = "is a symbolic link to nothing (its target does not exist)"
+    except OSError as err:
+        broken, problem = True, f"cannot be read: {err.strerror or err}"
+    if broken:
+        raise DataError(f"{str(e.path)!r} {problem}; fix or remove it (the dataset's folders must hold "
+                        f"readable folders and image files)")
+    return "other"
+
+
 def _subdirs(path: Path) -> list[str]:
-    return sorted(
-        e.name for e in _scandir(path) if e.is_dir() and not e.name.startswith(".")
-    )
+    return sorted(e.name for e in _scandir(path) if not e.name.startswith(".") and _entry_kind(e) == "dir")
 
 
 def _images(path: Path) -> list[str]:
     return sorted(
         e.name
         for e in _scandir(path)
-        if e.is_file()
-        and not e.name.startswith(".")
+        if not e.name.startswith(".")
         and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS
+        and _entry_kind(e) == "file"
     )
 
 
 def decode_image(path: Path, size: int, out: np.ndarray) -> None:
     """Decode ``path`` into ``out`` (a ``(size, size, 3)`` uint8 view): PIL, RGB, bilinear resize
-    (JPEG draft mode first: fast down-scaling, a no-op otherwise), or a :class:`DataError`."""
+    (JPEG draft mode first: fast down-scaling, a no-op otherwise), or one :class:`DataError` naming
+    the file, whatever PIL raised (a truncated or unknown file, an image above PIL's pixel limit,
+    ``Image.MAX_IMAGE_PIXELS``, which guards against decompression bombs)."""
     from PIL import Image
 
     try:
@@ -70,9 +90,14 @@ def decode_image(path: Path, size: int, out: np.ndarray) -> None:
             im = im.convert("RGB")
             if im.size != (size, size):
                 im = im.resize((size, size), Image.BILINEAR)
-            out[...] = np.asarray(im, dtype=np.uint8)
-    except OSError as e:
-        raise DataError(f"cannot decode image {str(path)!r}: {e}") from None
+            pixels = np.asarray(im, dtype=np.uint8)
+    except Image.DecompressionBombError as e:
+        raise DataError(f"cannot decode image {str(path)!r}: {e} (PIL refuses images above "
+                        f"Image.MAX_IMAGE_PIXELS = {Image.MAX_IMAGE_PIXELS} pixels); shrink or remove it") from None
+    except (OSError, SyntaxError, ValueError, EOFError, MemoryError, IndexError, TypeError, KeyError) as e:
+        # what PIL's decoders raise for damaged files (SyntaxError: "broken PNG file", ...)
+        raise DataError(f"cannot decode image {str(path)!r}: {type(e).__name__}: {e}") from None
+    out[...] = pixels
 
 
 class ImageFolderDataset(DomainDataset):
@@ -86,9 +111,12 @@ class ImageFolderDataset(DomainDataset):
         image_size: int | None = None,
         layout_hint: str | None = None,
         cache_dir: str | os.PathLike | None = None,
+        cache_key: str = "stat",
+        cache_wait_s: float = DEFAULT_WAIT_S,
     ):
         self.root = Path(root)
         self.cache_dir = resolve_cache_dir(cache_dir)
+        self.cache_key, self.cache_wait_s = cache_key, float(cache_wait_s)
         self._pixels: dict[str, ImageMap] = {}
         self.image_size = DEFAULT_IMAGE_SIZE if image_size is None else int(image_size)
         if self.image_size < 1:
@@ -161,15 +189,21 @@ class ImageFolderDataset(DomainDataset):
         self.check_domain(domain)
         if domain not in self._pixels:
             files, s, base = self._files[domain], self.image_size, self.root / domain
-            entry = cache_entry(self.cache_dir, dataset=self.info.name, domain=domain, root=base,
-                                files=files, image_size=s)
-            self._pixels[domain] = cached_images(entry, lambda i, out: decode_image(base / files[i], s, out))
+            self._pixels[domain] = cached_images(self.cache_entry(domain),
+                                                 lambda i, out: decode_image(base / files[i], s, out),
+                                                 wait_s=self.cache_wait_s)
         return self._pixels[domain]
+
+    def cache_entry(self, domain: str) -> CacheEntry:
+        """Where ``domain``'s decoded images live in the cache (its key read from the files now)."""
+        self.check_domain(domain)
+        return cache_entry(self.cache_dir, dataset=self.info.name, domain=domain, root=self.root / domain,
+                           files=self._files[domain], image_size=self.image_size, key_mode=self.cache_key)
 
     def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         self.check_domain(domain)
         idx = self.check_indices(domain, indices, len(self._files[domain]))
-        out = np.asarray(self.pixels(domain).array[idx], dtype=np.float32)
+        out = self.pixels(domain).read(idx).astype(np.float32)
         out /= 255.0
         out -= IMAGENET_MEAN
         out /= IMAGENET_STD

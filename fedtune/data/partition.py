@@ -7,10 +7,10 @@ Settings (``SETTINGS``):
   ``round(val_fraction * n)`` examples (at least 1 when ``val_fraction > 0`` and n >= 2, at most
   n - 1) as validation, the rest as train. ``target_test`` is the target domain minus its
   oracle slice (below).
-  With ``domain_heterogeneity`` lambda set (not None), the source domains are instead spread over
+  With ``domain_homogeneity`` lambda set (not None), the source domains are instead spread over
   ``num_clients`` clients ``"client-<i>"`` by Bai et al.'s (ICLR 2024) heterogeneity split
-  (:mod:`fedtune.data.heterogeneity`: lambda = 0 every client holds the source-domain proportions,
-  lambda = 1 each client one domain when ``num_clients >= len(sources)``); every domain is shuffled
+  (:mod:`fedtune.data.heterogeneity`: lambda = 1 every client holds the source-domain proportions,
+  lambda = 0 each client one domain when ``num_clients >= len(sources)``); every domain is shuffled
   (the same per-domain stream as above) and cut consecutively in client order. A client's
   ``domain`` is its one domain, None when it holds several; its validation split is
   ``_n_val(n, val_fraction)`` examples stratified by domain. ``clients_per_domain`` must stay 1,
@@ -53,7 +53,7 @@ from fedtune.errors import ConfigError, DataError, shown
 
 from ._util import as_index, rng_for
 from .base import ClientSpec, DatasetInfo, FederatedPlan, Pieces
-from .heterogeneity import heterogeneity_counts
+from .heterogeneity import ROUNDINGS, homogeneity_counts
 
 SETTINGS: tuple[str, ...] = ("fdg", "fl", "fda", "ufdg")
 MIN_CLIENT_EXAMPLES = 4
@@ -144,32 +144,35 @@ def _source_clients(
     return clients
 
 
-def _check_heterogeneity(value, setting: str, clients_per_domain: int) -> float | None:
+def _check_homogeneity(value, rounding, setting: str, clients_per_domain: int) -> float | None:
+    if rounding not in ROUNDINGS:
+        raise ConfigError(f"field 'domain_homogeneity_rounding': {shown(rounding, 40)} is not allowed; allowed: "
+                          f"{', '.join(ROUNDINGS)}")
     if value is None:
         return None
     ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
     if not (ok and math.isfinite(float(value)) and 0 <= float(value) <= 1):
-        raise ConfigError(f"field 'domain_heterogeneity': {shown(value, 40)} is out of range; allowed: "
+        raise ConfigError(f"field 'domain_homogeneity': {shown(value, 40)} is out of range; allowed: "
                           ">= 0 and <= 1, or null (clients_per_domain clients per source domain)")
     if setting == "fl":
-        raise ConfigError("field 'domain_heterogeneity': setting 'fl' pools every domain (Dirichlet label skew); "
+        raise ConfigError("field 'domain_homogeneity': setting 'fl' pools every domain (Dirichlet label skew); "
                           "allowed in fdg, fda, ufdg, or null")
     if clients_per_domain != 1:
-        raise ConfigError(f"fields 'domain_heterogeneity' and 'clients_per_domain': domain_heterogeneity spreads the "
+        raise ConfigError(f"fields 'domain_homogeneity' and 'clients_per_domain': domain_homogeneity spreads the "
                           f"source domains over num_clients clients; set clients_per_domain to 1, not "
-                          f"{clients_per_domain} (or domain_heterogeneity to null)")
+                          f"{clients_per_domain} (or domain_homogeneity to null)")
     return float(value)
 
 
-def _hetero_clients(labels: dict[str, np.ndarray], sources: list[str], num_clients: int,
-                    heterogeneity: float, val_fraction: float, seed: int) -> list[ClientSpec]:
+def _homogeneity_clients(labels: dict[str, np.ndarray], sources: list[str], num_clients: int,
+                         homogeneity: float, rounding: str, val_fraction: float, seed: int) -> list[ClientSpec]:
     sizes = [len(labels[d]) for d in sources]
-    counts = heterogeneity_counts(sizes, num_clients, heterogeneity)  # (clients, domains)
+    counts = homogeneity_counts(sizes, num_clients, homogeneity, rounding)  # (clients, domains)
     small = np.flatnonzero(counts.sum(axis=1) < MIN_CLIENT_EXAMPLES)
     if len(small):
         s = int(small[0])
         raise ConfigError(
-            f"field 'num_clients': {num_clients} clients with domain_heterogeneity={heterogeneity} leave client {s} "
+            f"field 'num_clients': {num_clients} clients with domain_homogeneity={homogeneity} leave client {s} "
             f"{int(counts[s].sum())} examples of the {sum(sizes)} in source domains {', '.join(sources)}; "
             f"allowed: every client at least {MIN_CLIENT_EXAMPLES} (lower num_clients)")
     cuts = {d: np.split(rng_for(seed, "source", d).permutation(len(labels[d])),
@@ -193,7 +196,7 @@ def _hetero_clients(labels: dict[str, np.ndarray], sources: list[str], num_clien
 
 def _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fraction,
                target_fraction, probe_fraction, participation, seed, oracle_fraction=0.0,
-               data_seed=0, heterogeneity=None, num_clients=0) -> FederatedPlan:
+               data_seed=0, homogeneity=None, num_clients=0, rounding="authors") -> FederatedPlan:
     if len(info.domains) < 2:
         raise DataError(
             f"setting {setting!r} holds one domain out, but dataset {info.name!r} has only "
@@ -203,10 +206,10 @@ def _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fra
         raise DataError(f"target_domain {shown(target)} is not a domain of {info.name!r}; choose one "
                         f"of: {', '.join(info.domains)}")
     sources = [d for d in info.domains if d != target]
-    if heterogeneity is None:
+    if homogeneity is None:
         clients = _source_clients(info, labels, sources, clients_per_domain, val_fraction, seed)
     else:
-        clients = _hetero_clients(labels, sources, num_clients, heterogeneity, val_fraction, seed)
+        clients = _homogeneity_clients(labels, sources, num_clients, homogeneity, rounding, val_fraction, seed)
     n_t = len(labels[target])
     all_t = np.arange(n_t, dtype=np.int64)
     probe: Pieces = {}
@@ -330,13 +333,15 @@ def make_plan(
     seed: int = 0,
     oracle_fraction: float = 0.2,
     data_seed: int = 0,
-    domain_heterogeneity: float | None = None,
+    domain_homogeneity: float | None = None,
+    domain_homogeneity_rounding: str = "authors",
 ) -> FederatedPlan:
     """Partition ``labels`` (domain -> int64 labels, canonical order) for ``setting``.
 
     ``oracle_fraction`` / ``data_seed``: the oracle slice of the target domain (see the module
-    docstring; ignored in fl). ``domain_heterogeneity``: None, or lambda in [0, 1] to spread the
-    source domains over ``num_clients`` clients (fdg/fda/ufdg; module docstring)."""
+    docstring; ignored in fl). ``domain_homogeneity``: None, or lambda in [0, 1] to spread the
+    source domains over ``num_clients`` clients (fdg/fda/ufdg; module docstring), counts rounded as
+    ``domain_homogeneity_rounding`` says (:data:`fedtune.data.heterogeneity.ROUNDINGS`)."""
     if setting not in SETTINGS:
         raise DataError(f"setting {setting!r} is unknown; choose one of: {', '.join(SETTINGS)}")
     clients_per_domain = _check_int("clients_per_domain", clients_per_domain, 1)
@@ -356,14 +361,14 @@ def make_plan(
     if setting == "fl" and val_fraction + test_fraction >= 1:
         raise DataError(f"val_fraction + test_fraction must be < 1 in setting 'fl', got "
                         f"{val_fraction} + {test_fraction}")
-    heterogeneity = _check_heterogeneity(domain_heterogeneity, setting, clients_per_domain)
+    homogeneity = _check_homogeneity(domain_homogeneity, domain_homogeneity_rounding, setting, clients_per_domain)
     labels = _check_labels(info, labels)
     if setting == "fl":
         return _plan_fl(info, labels, num_clients, float(dirichlet_alpha), val_fraction,
                         test_fraction, participation, seed)
     return _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fraction,
                       target_fraction, probe_fraction, participation, seed, oracle_fraction,
-                      data_seed, heterogeneity, num_clients)
+                      data_seed, homogeneity, num_clients, domain_homogeneity_rounding)
 
 
 def sample_participants(num_clients: int, participation: float, seed: int,

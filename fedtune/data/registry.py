@@ -32,6 +32,15 @@ DOMAINBED: dict[str, tuple[str, str]] = {
     "domain-net": ("domain_net", "DomainNet: 6 domains, 345 classes"),
 }
 
+# What DomainBed's download script lays out: each dataset's domain folders and its number of classes.
+DOMAINBED_LAYOUT: dict[str, tuple[tuple[str, ...], int]] = {
+    "pacs": (("art_painting", "cartoon", "photo", "sketch"), 7),
+    "vlcs": (("Caltech101", "LabelMe", "SUN09", "VOC2007"), 5),
+    "office-home": (("Art", "Clipart", "Product", "Real World"), 65),
+    "terra-incognita": (("location_100", "location_38", "location_43", "location_46"), 10),
+    "domain-net": (("clipart", "infograph", "painting", "quickdraw", "real", "sketch"), 345),
+}
+
 _TV_DESC = {
     "mnist": "MNIST (torchvision), one domain: 60k train + 10k test, 10 classes",
     "fashion-mnist": "Fashion-MNIST (torchvision), one domain: 60k train + 10k test, 10 classes",
@@ -71,9 +80,36 @@ def _entry(name: str) -> DatasetEntry:
     return _BY_NAME[key]
 
 
+def is_domainbed(name: str) -> bool:
+    """Whether ``name`` is one of DomainBed's own image datasets (what ``augment: auto`` augments).
+
+    >>> is_domainbed("PACS"), is_domainbed("folder")
+    (True, False)
+    """
+    return str(name).strip().lower().replace("_", "-") in DOMAINBED
+
+
+def _check_domainbed_layout(name: str, path: Path, info: DatasetInfo) -> None:
+    """A DomainBed dataset with a domain folder missing, one it does not have, or another number of
+    classes is one DataError (it would run as a different benchmark, silently)."""
+    domains, num_classes = DOMAINBED_LAYOUT[name]
+    missing = [d for d in domains if d not in info.domains]
+    extra = [d for d in info.domains if d not in domains]
+    allowed = (f"{DOMAINBED[name][0]} has the domain folders {', '.join(domains)} and {num_classes} classes; "
+               f"to run other folders, use dataset 'folder'")
+    if missing or extra:
+        found = "; ".join(part for part in (
+            f"missing: {', '.join(missing)}" if missing else "",
+            f"not {DOMAINBED[name][0]}'s: {', '.join(shown(d) for d in extra)}" if extra else "") if part)
+        raise DataError(f"dataset {name!r}: the domain folders of {str(path)!r} do not match ({found}); {allowed}")
+    if info.num_classes != num_classes:
+        raise DataError(f"dataset {name!r}: {str(path)!r} has {info.num_classes} classes with images "
+                        f"({shown(list(info.classes))}), expected {num_classes}; {allowed}")
+
+
 def is_image_folder(name: str) -> bool:
     """Whether ``name`` is an image-folder dataset (``folder`` or a DomainBed one): what the
-    decoded-image cache and DomainBed's augmentation apply to.
+    decoded-image cache applies to, and DomainBed's augmentation may (``augment: domainbed``).
 
     >>> is_image_folder("PACS"), is_image_folder("office_home"), is_image_folder("rotated-digits")
     (True, True, False)
@@ -110,6 +146,8 @@ def get_dataset(
     image_size: int | None = None,
     data_seed: int = 0,
     cache_dir: str | os.PathLike | None = None,
+    cache_key: str = "stat",
+    cache_wait_s: float | None = None,
 ) -> DomainDataset:
     """Build the dataset ``name`` (see :func:`list_datasets`).
 
@@ -117,7 +155,10 @@ def get_dataset(
     only applies to image-folder datasets (default 64) and must otherwise be None or the
     dataset's native size; ``data_seed`` seeds synthetic/split datasets (rotated-digits, colored-digits, rect4);
     ``cache_dir`` is where image-folder datasets keep their decoded-image cache
-    (:mod:`fedtune.data.cache`; default ``$FEDTUNE_CACHE_DIR`` or the user's cache folder).
+    (:mod:`fedtune.data.cache`; default ``$FEDTUNE_CACHE_DIR`` or the user's cache folder),
+    ``cache_key`` its key (``stat`` or ``content``) and ``cache_wait_s`` how long a process waits
+    for another's build of it that makes no progress. A DomainBed dataset must have its domain
+    folders and number of classes (:data:`DOMAINBED_LAYOUT`).
     """
     entry = _entry(name)
     n = entry.name
@@ -151,8 +192,10 @@ def get_dataset(
         from .folder import ImageFolderDataset
 
         base = Path(root)  # type: ignore[arg-type]
+        cache = {"cache_dir": cache_dir, "cache_key": cache_key,
+                 **({} if cache_wait_s is None else {"cache_wait_s": cache_wait_s})}
         if n == "folder":
-            return ImageFolderDataset(base, name="folder", image_size=image_size, cache_dir=cache_dir)
+            return ImageFolderDataset(base, name="folder", image_size=image_size, **cache)
         sub = DOMAINBED[n][0]
         path = base / sub
         if not path.is_dir() and base.name == sub and base.is_dir():
@@ -160,8 +203,10 @@ def get_dataset(
         if not path.is_dir():
             raise DataError(f"dataset {n!r}: {str(path)!r} does not exist; data_root "
                             f"(--data-root DIR) must hold {_layout(n)}")
-        return ImageFolderDataset(path, name=n, image_size=image_size, cache_dir=cache_dir,
-                                  layout_hint=f"{path}/<domain>/<class>/<image>")
+        dataset = ImageFolderDataset(path, name=n, image_size=image_size, **cache,
+                                     layout_hint=f"{path}/<domain>/<class>/<image>")
+        _check_domainbed_layout(n, path, dataset.info)
+        return dataset
     from .tvsets import TorchvisionDataset
 
     return TorchvisionDataset(n, root)  # type: ignore[arg-type]

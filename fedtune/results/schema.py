@@ -53,7 +53,7 @@ _ROUND_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("wall_s", pa.float64(), "Wall-clock seconds of the round."),
     ("client_s", pa.float64(), "Wall seconds of the round's fit phase (broadcast, client training on all actors, updates back)."),
     ("server_s", pa.float64(), "Seconds spent in server aggregation during the round."),
-    ("status", pa.string(), f"Round status: `{st.OK}`, or `{st.DIVERGED}` on the round whose loss or weights turned NaN/Inf."),
+    ("status", pa.string(), f"Round status: `{st.OK}`, or `{st.DIVERGED}` on the round whose loss or weights turned NaN/Inf or whose loss exploded (over 1000 times the first round's, floored at 1)."),
     ("num_participants", pa.int64(), "Clients that took part in the round."),
     ("skipped_clients", pa.int64(), "Sampled clients that were skipped (failed, straggled)."),
     ("bytes_moved", pa.int64(), "Float32 weight bytes moved through the object store: one broadcast read by each actor plus one state per participant."),
@@ -62,7 +62,7 @@ _ROUND_COLUMNS: list[tuple[str, pa.DataType, str]] = [
 
 _TRIAL_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     *_IDENTITY,
-    ("status", pa.string(), f"Trial status: `{st.COMPLETED}`, `{st.DIVERGED}` (NaN/Inf loss or weights), `{st.FAILED}` (an error; see `error`), `{st.INTERRUPTED}` (Ctrl-C or SIGTERM); sweeps add `{st.PRUNED}`."),
+    ("status", pa.string(), f"Trial status: `{st.COMPLETED}`, `{st.DIVERGED}` (NaN/Inf loss or weights, or an exploded loss), `{st.FAILED}` (an error; see `error`), `{st.INTERRUPTED}` (Ctrl-C or SIGTERM); sweeps add `{st.PRUNED}`."),
     ("rounds_done", pa.int64(), "Number of rounds recorded."),
     ("final_val_acc", pa.float64(), "`val_acc` of the last round that has one."),
     ("final_target_acc", pa.float64(), "`target_acc` of the last round that has one."),

@@ -3,7 +3,8 @@
 One owner for these strings; every writer and reader imports them from here.
 
 Round status (``rounds`` table, column ``status``):
-  ``ok``; ``diverged`` on the round whose loss or weights turned NaN/Inf.
+  ``ok``; ``diverged`` on the round whose loss or weights turned NaN/Inf, or whose training loss
+  exploded (over 1000 times the first round's, floored at 1: ``fedtune.runtime.coordinator.loss_exploded``).
 Trial status (``trials`` table, column ``status``):
   ``running`` (written when a trial starts), ``completed`` (ran all its rounds), ``diverged``
   (its last round diverged), ``pruned`` (a scheduler stopped it early), ``failed`` (it raised;

@@ -61,44 +61,20 @@ from fedtune.results.study_dir import (
     STUDY_FILE,
     TRIALS_FILE,
     StudyDir,
+    check_name,
+    check_path_text,
     read_study,
 )
 
-__all__ = ["NAME_RULE", "LOCK_TIMEOUT_S", "TEMP_MIN_AGE_S", "ResultsStore", "TrialsLockTimeout", "check_name",
+__all__ = ["LOCK_TIMEOUT_S", "TEMP_MIN_AGE_S", "ResultsStore", "TrialsLockTimeout",
            "check_output_dir", "check_writable", "check_study_dir", "is_study_dir", "load", "corrupt_files",
            "quarantine", "clean_stray_temp_files"]
-
-NAME_RULE = "a non-empty folder name without '/', '\\' or NUL that does not start with '.'"
-"""What a study name or trial id may be (one path component, not hidden)."""
 
 LOCK_TIMEOUT_S = 300.0
 """How long a writer of ``trials.parquet`` waits for the study's lock before giving up."""
 
 
 # --------------------------------------------------------------------------- names
-
-
-def check_name(value: object, field: str) -> str:
-    """Return ``value`` if it is usable as a single path component, else raise ConfigError (a
-    ValueError) naming :data:`NAME_RULE`.
-
-    >>> check_name("study-1", "name")
-    'study-1'
-    >>> check_name(".hidden", "name")
-    Traceback (most recent call last):
-    ...
-    fedtune.errors.ConfigError: invalid name '.hidden': name must not start with '.'; allowed: a non-empty folder name without '/', '\\' or NUL that does not start with '.'
-    """
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"invalid {field} {value!r}: allowed: {NAME_RULE}")
-    bad = [s for s in ("/", "\\", os.sep, os.altsep, "\0") if s and s in value]
-    if bad:
-        raise ConfigError(
-            f"invalid {field} {value!r}: {field} must not contain path separators or NUL; allowed: {NAME_RULE}"
-        )
-    if value.startswith("."):
-        raise ConfigError(f"invalid {field} {value!r}: {field} must not start with '.'; allowed: {NAME_RULE}")
-    return value
 
 
 def _create_probe(folder: Path) -> None:
@@ -130,7 +106,9 @@ def check_output_dir(output: str | os.PathLike[str], option: str = "field 'outpu
     created and removed in the study folder ``output/study`` and its ``rounds/`` where they exist,
     else in the nearest folder of ``output`` (or ``output/study``) that exists. ``option`` names the
     option or field in the message. Returns ``Path(output)``."""
-    path = Path(output)
+    path = check_path_text(output, option)  # NUL, a name too long: before any file-system call
+    if study is not None:
+        check_name(study, "name")
     for p in (path, *path.parents):
         if p.exists() and not p.is_dir():
             where = "is" if p == path else f"lies under '{p}', which is"
@@ -162,7 +140,7 @@ def check_study_dir(path: str | os.PathLike[str], what: str = "study folder") ->
     missing, a file, a folder without a study's files (an output folder holding studies is named
     as such, with its studies), or one whose only study file is a ``study.json`` that is not a
     sweep's. Returns ``Path(path)``."""
-    p = Path(path)
+    p = check_path_text(path, what)
     made_by = (f"a study folder is OUTPUT/STUDY as fedtune sweep ({STUDY_FILE}) or fedtune run "
                f"({ROUNDS_DIR}/, {TRIALS_FILE}) writes it")
     if not p.exists():
@@ -222,7 +200,7 @@ class ResultsStore:
     >>> ResultsStore("/tmp", "a/b")
     Traceback (most recent call last):
     ...
-    fedtune.errors.ConfigError: invalid name 'a/b': name must not contain path separators or NUL; allowed: a non-empty folder name without '/', '\\' or NUL that does not start with '.'
+    fedtune.errors.ConfigError: invalid name 'a/b': name must not contain path separators or NUL; allowed: a non-empty folder name of at most 200 bytes without '/', '\\' or NUL that does not start with '.'
     """
 
     def __init__(self, output: str | os.PathLike[str], study: str, *, lock_timeout_s: float = LOCK_TIMEOUT_S) -> None:

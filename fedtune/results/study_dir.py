@@ -32,12 +32,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, shown
 from fedtune.results.atomic import atomic_write_text
 
 __all__ = ["STUDY_FILE", "OPTUNA_FILE", "TUNE_DIR", "SPACES_DIR", "TRIALS_FILE", "LOCK_FILE", "DRIVER_LOCK_FILE", "DRIVER_FILE", "ROUNDS_DIR",
            "REPORT_FILE", "PLOTS_DIR", "CORRUPT_SUFFIX", "StudyDir", "read_study", "read_study_if_any",
-           "write_study", "latest_study", "studies_in"]
+           "write_study", "latest_study", "studies_in", "NAME_MAX_BYTES", "NAME_RULE", "PATH_PART_MAX_BYTES",
+           "check_name", "check_path_text", "name_problem"]
 
 STUDY_FILE = "study.json"
 OPTUNA_FILE = "optuna.db"
@@ -51,6 +52,76 @@ ROUNDS_DIR = "rounds"
 REPORT_FILE = "report.md"
 PLOTS_DIR = "plots"
 CORRUPT_SUFFIX = ".corrupt"
+
+NAME_MAX_BYTES = 200
+"""The longest study name (or trial id), in UTF-8 bytes: a folder name (at most 255 bytes on common
+file systems) with room left for the names fedtune derives from it."""
+
+PATH_PART_MAX_BYTES = 255
+"""The longest folder or file name, in UTF-8 bytes, that common file systems (ext4, APFS, NTFS) take."""
+
+NAME_RULE = (f"a non-empty folder name of at most {NAME_MAX_BYTES} bytes without '/', '\\' or NUL that does not "
+             "start with '.'")
+"""What a study name or trial id may be (one path component, not hidden, not too long)."""
+
+
+def check_name(value: object, field: str) -> str:
+    """Return ``value`` if it is usable as a single path component, else raise ConfigError (a
+    ValueError) naming :data:`NAME_RULE`.
+
+    >>> check_name("study-1", "name")
+    'study-1'
+    >>> check_name(".hidden", "name")
+    Traceback (most recent call last):
+    ...
+    fedtune.errors.ConfigError: invalid name '.hidden': name must not start with '.'; allowed: a non-empty folder name of at most 200 bytes without '/', '\\' or NUL that does not start with '.'
+    >>> check_name("x" * 300, "name")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fedtune.errors.ConfigError: invalid name 'xxx...: name is 300 bytes long; allowed: ...
+    """
+    problem = name_problem(value)
+    if problem is not None:
+        raise ConfigError(f"invalid {field} {shown(value, 60)}: {problem.replace('it ', f'{field} ', 1)}; "
+                          f"allowed: {NAME_RULE}")
+    return value
+
+
+def name_problem(value: object) -> str | None:
+    """Why ``value`` is no study name or trial id (:data:`NAME_RULE`), in words; None when it is one.
+
+    >>> name_problem("a/b"), name_problem("ok")
+    ('it must not contain path separators or NUL', None)
+    """
+    if not isinstance(value, str) or not value.strip():
+        return "it is empty or not text"
+    if any(s and s in value for s in ("/", "\\", os.sep, os.altsep, "\0")):
+        return "it must not contain path separators or NUL"
+    if value.startswith("."):
+        return "it must not start with '.'"
+    size = len(value.encode("utf-8", "surrogatepass"))
+    return f"it is {size} bytes long" if size > NAME_MAX_BYTES else None
+
+
+def check_path_text(path: str | os.PathLike[str], what: str) -> Path:
+    """Refuse (ConfigError, ``what`` first) a path no file system takes whatever exists: one holding
+    NUL, or a folder or file name in it longer than :data:`PATH_PART_MAX_BYTES` bytes. Returns
+    ``Path(path)``.
+
+    >>> check_path_text("out/" + "y" * 300, "option '--output'")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fedtune.errors.ConfigError: option '--output': the name 'yyy... in it is 300 bytes long; allowed: ...
+    """
+    text = os.fspath(path)
+    if "\0" in str(text):
+        raise ConfigError(f"{what}: {shown(text)} holds a NUL character; allowed: a path without NUL")
+    for part in Path(text).parts:
+        size = len(part.encode("utf-8", "surrogatepass"))
+        if size > PATH_PART_MAX_BYTES:
+            raise ConfigError(f"{what}: the name {shown(part, 40)} in it is {size} bytes long; "
+                              f"allowed: folder and file names of at most {PATH_PART_MAX_BYTES} bytes")
+    return Path(text)
 
 
 class StudyDir:

@@ -22,10 +22,11 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from fedtune.errors import ConfigError
 from fedtune.results.atomic import atomic_write, atomic_write_text
 
-__all__ = ["CHECKPOINT_FORMAT", "STATE_FILE", "WEIGHTS_FILE", "MOVE_FILE", "ARRAYS_FILE", "read_checkpoint",
-           "write_checkpoint"]
+__all__ = ["CHECKPOINT_FORMAT", "STATE_FILE", "WEIGHTS_FILE", "MOVE_FILE", "ARRAYS_FILE", "IDENTITY_FIELDS",
+           "check_identity", "read_checkpoint", "run_identity", "write_checkpoint"]
 
 CHECKPOINT_FORMAT = 1
 STATE_FILE = "fedtune_state.json"
@@ -33,6 +34,62 @@ WEIGHTS_FILE = "weights.npy"
 MOVE_FILE = "global_move.npy"
 ARRAYS_FILE = "arrays.npz"
 _MARKERS = ("__array__", "__items__", "__tuple__")
+
+
+IDENTITY_FIELDS = ("algorithm", "client_method", "server_rule", "server_optimizer")
+"""What a checkpoint records of the run that wrote it (``identity`` in ``fedtune_state.json``, with the
+keys of its server-rule and server-side state): it restores only into a run with the same."""
+
+
+def run_identity(cfg: Any, rule_state: Mapping[str, Any], side_state: Mapping[str, Any] | None,
+                 server_optimizer: str) -> dict[str, Any]:
+    """The ``identity`` of a checkpoint of the run of ``cfg`` (:data:`IDENTITY_FIELDS`, and the keys of
+    its server rule's and client method's server-side state; ``side_keys`` None: no server side)."""
+    resolved = cfg.resolved
+    return {"algorithm": cfg.algorithm, "client_method": resolved.client_method_name,
+            "server_rule": resolved.server_rule_name, "server_optimizer": server_optimizer,
+            "rule_keys": sorted(map(str, rule_state)),
+            "side_keys": None if side_state is None else sorted(map(str, side_state))}
+
+
+def _described(identity: Mapping[str, Any]) -> str:
+    known = [f"{f.replace('_', ' ')} {identity[f]}" for f in IDENTITY_FIELDS[1:] if identity.get(f) is not None]
+    keys = f"server-rule state {identity.get('rule_keys') or []}, server side's state {identity.get('side_keys')}"
+    return ", ".join([*known, keys])
+
+
+def check_identity(state: Mapping[str, Any], own: Mapping[str, Any]) -> None:
+    """Refuse, in one ConfigError line naming both, to restore the checkpoint ``state`` into a run
+    whose :func:`run_identity` is ``own``: another algorithm, client method, server rule or server
+    optimiser, or server-rule or server-side state with other keys. A checkpoint written before
+    checkpoints recorded their identity is compared by its state's keys.
+
+    >>> own = {"algorithm": "feddyn", "client_method": "feddyn", "server_rule": "fedavg",
+    ...        "server_optimizer": "sgd", "rule_keys": [], "side_keys": ["h"]}
+    >>> check_identity({"identity": dict(own, algorithm="scaffold", client_method="scaffold",
+    ...                 side_keys=["c"])}, own)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fedtune.errors.ConfigError: checkpoint of algorithm scaffold (client method scaffold, ...) cannot be restored ...
+    """
+    saved = state.get("identity")
+    if not isinstance(saved, Mapping):  # an older checkpoint: what its state shows
+        side = state.get("side")
+        if side is None and state.get("global_move") is not None:
+            side = {"global_move": None}
+        saved = {"rule_keys": sorted(map(str, state.get("rule") or {})),
+                 "side_keys": None if side is None else sorted(map(str, side))}
+    fields = [f for f in (*IDENTITY_FIELDS, "rule_keys", "side_keys") if f in saved]
+    words = {"rule_keys": "server-rule state keys", "side_keys": "server side's state keys"}
+    differ = [words.get(f, f.replace("_", " ")) for f in fields if saved.get(f) != own.get(f)]
+    if differ:
+        raise ConfigError(f"checkpoint of {_name(saved)} ({_described(saved)}) cannot be restored into this run of "
+                          f"{_name(own)} ({_described(own)}): its {', '.join(differ)} differ; allowed: a checkpoint "
+                          "written by a run of the same algorithm, client method, server rule and server optimizer")
+
+
+def _name(identity: Mapping[str, Any]) -> str:
+    return f"algorithm {identity['algorithm']}" if identity.get("algorithm") else "an earlier fedtune version"
 
 
 def _encode(value: Any, arrays: dict[str, np.ndarray], where: str) -> Any:
@@ -109,8 +166,10 @@ def write_checkpoint(directory: str | os.PathLike[str], state: Mapping[str, Any]
         "rule": _encode(state.get("rule") or {}, arrays, "rule"),
         "side": _encode(state.get("side"), arrays, "side"),
         "optimizer": _encode(state.get("optimizer"), arrays, "optimizer"),
+        "first_loss": state.get("first_loss"),  # round 1's training loss (the explosion check's scale)
         "clients": _encode(state.get("clients") or {}, arrays, "clients"),
         "meta": _encode(dict(meta or {}), arrays, "meta"),
+        "identity": _encode(state.get("identity"), arrays, "identity"),
     }
     weights = np.asarray(state["weights"], dtype=np.float32)
     _write_binary(directory / WEIGHTS_FILE, lambda f: np.save(f, weights))
@@ -138,6 +197,8 @@ def read_checkpoint(directory: str | os.PathLike[str]) -> dict[str, Any]:
         "rule": _decode(doc["rule"], arrays),
         "side": _decode(doc.get("side"), arrays),
         "optimizer": _decode(doc.get("optimizer"), arrays),
+        "first_loss": doc.get("first_loss"),
         "clients": _decode(doc["clients"], arrays),
         "meta": _decode(doc["meta"], arrays),
+        "identity": _decode(doc.get("identity"), arrays),
     }

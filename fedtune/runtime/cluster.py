@@ -94,6 +94,10 @@ def connect_ray(cfg: FederatedRunConfig, *, verbose: bool = False) -> bool:
                           f"{'they size' if len(given) > 1 else 'it sizes'} the local Ray that fedtune starts, but "
                           f"this run joins the Ray cluster at {target} ({why}), whose nodes bring their own "
                           f"resources; remove {' and '.join(given)} (or unset RAY_ADDRESS to start a local Ray)")
+    unreachable = _unreachable(target)
+    if unreachable is not None:  # at once, not after Ray's retries and warnings (about 20 s)
+        raise ResourceError(f"could not join the Ray cluster at {target}: {unreachable}; check `ray status`, the "
+                            "address (--address, RAY_ADDRESS) and that the cluster is up")
     try:
         ray.init(address=cfg.address or target, **kwargs)
     except ConnectionError as exc:
@@ -101,6 +105,29 @@ def connect_ray(cfg: FederatedRunConfig, *, verbose: bool = False) -> bool:
                             "address (--address, RAY_ADDRESS), and RAY_AUTH_MODE/RAY_AUTH_TOKEN when the cluster "
                             "uses token authentication") from None
     return True
+
+
+CONNECT_PROBE_S = 5.0
+"""How long :func:`connect_ray` waits for a TCP answer from a cluster's address before it gives up."""
+
+
+def _unreachable(address: str) -> str | None:
+    """Why nothing answers at ``address`` (``host:port`` or ``ray://host:port``), in words; None when
+    something does, or when the address has no port to try (Ray then says what is wrong).
+
+    >>> _unreachable("127.0.0.1:1")  # doctest: +ELLIPSIS
+    'nothing answers at 127.0.0.1:1 (...)'
+    """
+    import socket
+
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_PROBE_S).close()
+    except OSError as exc:
+        return f"nothing answers at {host}:{port} ({exc.strerror or type(exc).__name__})"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------

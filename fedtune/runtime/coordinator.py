@@ -6,7 +6,8 @@ One call of :meth:`Coordinator.run_round` is split as Flower splits a round:
 1. a *fit round* (:meth:`~Coordinator._fit_round`): sample the round's participants, broadcast
    the weights (and the server rule's payload), collect the trained states;
 2. the *aggregate* (:meth:`~Coordinator._aggregate_fit`): the server rule combines the updates
-   (batch-norm buffers by FedAvg), and a NaN/Inf loss or model marks the round diverged;
+   (batch-norm buffers by FedAvg), and a NaN/Inf loss or model, or an exploded loss
+   (:func:`loss_exploded`), marks the round diverged;
 3. an *evaluate round* (:meth:`~Coordinator._evaluate_round`): the workers evaluate the new model
    (each client's validation split, and fixed shards of the held-out target test set), and the
    replies become metrics (:mod:`fedtune.runtime.evaluation`).
@@ -34,11 +35,33 @@ from fedtune.algorithms.server import RoundInfo
 from fedtune.algorithms.server_side import server_side_of
 from fedtune.data.base import FederatedPlan
 from fedtune.results.status import DIVERGED, OK
+from fedtune.runtime.checkpoint import check_identity, run_identity
 from fedtune.runtime.common import torch_threads
 from fedtune.runtime.evaluation import client_metric_means, eval_metrics, preload_probe
 from fedtune.runtime.messages import EvalReply, FitReply, eval_shards
 from fedtune.runtime.pools import LocalPool, RayPool
 from fedtune.runtime.pools import ClientFailure
+
+
+# A finite training loss this many times round 1's (or 1, if that was smaller) is an explosion:
+# the round is marked diverged like a NaN/Inf loss (server_beta2 near 1: 2.3 -> 2.4e24, finite).
+LOSS_EXPLOSION_FACTOR = 1e3
+
+
+def loss_exploded(loss: float, first_loss: float | None) -> bool:
+    """Whether a round's training ``loss`` exploded: ``|loss| > LOSS_EXPLOSION_FACTOR ·
+    max(|first_loss|, 1)``, ``first_loss`` the run's first round's (None: this is the first).
+    The floor of 1 keeps a small first loss (a pretrained model) from making ordinary noise an
+    explosion.
+
+    >>> loss_exploded(2.4e24, 2.3), loss_exploded(1500.0, 0.01), loss_exploded(2500.0, 2.3)
+    (True, True, True)
+    >>> loss_exploded(999.0, 0.01), loss_exploded(2000.0, 2.3), loss_exploded(1e30, None)
+    (False, False, False)
+    """
+    if first_loss is None:
+        return False
+    return abs(loss) > LOSS_EXPLOSION_FACTOR * max(abs(float(first_loss)), 1.0)
 
 
 @dataclass
@@ -103,6 +126,7 @@ class Coordinator:
         self.rule = cfg.resolved.server_rule(cfg, self.layout)  # NumPy only: the client method stays unimported
         self.side = server_side_of(cfg, self.layout, plan.num_clients)
         self.optimizer = SERVER_OPTIMIZERS[cfg.server_optimizer](cfg, self.rule.global_lr)
+        self.first_loss: float | None = None  # round 1's training loss, the scale of loss_exploded
         self.shards = eval_shards(plan)  # target-test shards, then ufdg's target-probe shards
         self._publish()
 
@@ -181,17 +205,20 @@ class Coordinator:
 
     def _aggregate_fit(self, round: int, fit: FitRound) -> tuple[float, str, dict[str, Any]]:
         """The server side of the round (Flower's strategy ``aggregate_fit``) and its divergence
-        check: the example-weighted training loss and, unless it is NaN/Inf, the server rule's
-        new global model, taken only when it is finite. Returns (train loss, round status,
-        ``diag.*`` metrics); a diverged round keeps the old global model."""
+        check: the example-weighted training loss and, unless it is NaN/Inf or exploded
+        (:func:`loss_exploded` against the first round's), the server rule's new global model,
+        taken only when it is finite. Returns (train loss, round status, ``diag.*`` metrics); a
+        diverged round keeps the old global model."""
         from fedtune.algorithms.aggregate import fedavg_weights
 
         n = np.array(fit.of("num_examples"), dtype=np.float64)
         losses = np.array(fit.of("losses"), dtype=np.float64)
         p = fedavg_weights(n)
         train_loss = float(np.sum(p * losses))
-        if not math.isfinite(train_loss):
+        if not math.isfinite(train_loss) or loss_exploded(train_loss, self.first_loss):
             return train_loss, DIVERGED, {}
+        if self.first_loss is None:
+            self.first_loss = train_loss
         new, diagnostics = self._server_rule_step(round, fit, n, p)
         if not np.isfinite(new).all():
             return train_loss, DIVERGED, diagnostics
@@ -214,7 +241,9 @@ class Coordinator:
         # one BLAS thread: the optimiser's and server side's sums and norms give the same bits on
         # every backend (a multi-threaded BLAS sums in another order in another process)
         with one_blas_thread():
-            params, side_diagnostics = self.optimizer.step(theta, result.params, round), {}
+            if self.side is not None:  # FedDyn's uniform mean replaces the rule's step
+                result = self.side.proposal(theta, result, updates, info=info)
+            params, side_diagnostics = self.optimizer.step(theta, result.params, result.direction, round), {}
             if self.side is not None:
                 params, side_diagnostics = self.side.update(theta, params, updates, p, extras=extras, round=round,
                                                             info=info)
@@ -254,14 +283,18 @@ class Coordinator:
     def get_state(self) -> dict[str, Any]:
         """The server side of a checkpoint: global weights (float32), the server rule's
         ``state_dict()``, the client method's server side's (None when it has none) and the
-        server optimizer's (its name and moments).
-        Participant sampling and client seeds derive from (seed, round), so no RNG state."""
-        return {"weights": self.weights.copy(), "rule": self.rule.state_dict(),
-                "side": None if self.side is None else self.side.state_dict(),
-                "optimizer": {"name": self.optimizer.name, "state": self.optimizer.state_dict()}}
+        server optimizer's (its name and moments); the first round's training loss (the scale of
+        :func:`loss_exploded`). Participant sampling and client seeds derive from (seed, round), so no RNG state."""
+        rule, side = self.rule.state_dict(), None if self.side is None else self.side.state_dict()
+        return {"weights": self.weights.copy(), "rule": rule, "side": side,
+                "optimizer": {"name": self.optimizer.name, "state": self.optimizer.state_dict()},
+                "first_loss": self.first_loss, "identity": run_identity(self.cfg, rule, side, self.optimizer.name)}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Load :meth:`get_state`'s output and publish the weights for the next round."""
+        """Load :meth:`get_state`'s output and publish the weights for the next round. A checkpoint
+        of another method is refused in one line (:func:`~fedtune.runtime.checkpoint.check_identity`)."""
+        check_identity(state, run_identity(self.cfg, self.rule.state_dict(),
+                                           None if self.side is None else self.side.state_dict(), self.optimizer.name))
         weights = np.array(state["weights"], dtype=np.float32)
         if weights.shape != self.weights.shape:
             raise ValueError(f"checkpoint holds {weights.size} weights but this run's model has "
@@ -279,6 +312,7 @@ class Coordinator:
             raise ValueError(f"checkpoint was written with server_optimizer {optimizer['name']}, this run uses "
                              f"{self.optimizer.name}: it belongs to another configuration")
         self.weights = weights
+        self.first_loss = state.get("first_loss")  # None (an older checkpoint): the next round's loss
         self.optimizer.load_state_dict(optimizer["state"])
         self.rule.load_state_dict(state["rule"])
         if self.side is not None:

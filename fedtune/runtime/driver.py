@@ -26,6 +26,7 @@ from fedtune.data.base import FederatedPlan
 from fedtune.results.status import COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING
 from fedtune.runtime.cluster import cluster_nodes, cluster_view, connect_ray
 from fedtune.runtime.remote_errors import ray_get
+from fedtune.runtime.run_notes import print_run_notes
 from fedtune.errors import ResourceError
 from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 
@@ -46,13 +47,19 @@ def build_plan(cfg: FederatedRunConfig, *, setting_checked: bool = False) -> Fed
             f"field 'setting': algorithm '{cfg.algorithm}' (client method {resolved.client_method_name}, server rule "
             f"{resolved.server_rule_name}) does not run in setting '{setting}'; allowed: {', '.join(resolved.settings)}")
     model = cfg.model or info.default_model
-    if model in ("cnn", "resnet18") and not info.is_image:
+    if model != "mlp" and not info.is_image:
         raise ConfigError(f"field 'model': '{model}' needs image input but dataset '{cfg.dataset}' gives vectors of "
                           f"shape {info.input_shape}; allowed here: mlp")
-    if cfg.pretrained_path and model != "resnet18":
-        raise ConfigError(f"field 'pretrained_path': only model resnet18 loads pretrained weights, not '{model}'")
-    if cfg.pretrained_path and not Path(cfg.pretrained_path).is_file():
-        raise ConfigError(f"field 'pretrained_path': '{cfg.pretrained_path}' does not exist")
+    if cfg.pretrained_path:
+        from fedtune.weight_files import check_pretrained_file
+
+        check_pretrained_file(cfg.pretrained_path)
+    if model not in ("cnn", "mlp"):  # a torchvision model: one forward on the meta device, before launch
+        from fedtune.model_check import check_model_runs
+        from fedtune.runtime.worker import model_head_kwargs
+
+        check_model_runs(model, info.input_shape, info.num_classes, model_head_kwargs(resolved.client_method, cfg),
+                         weights=cfg.weights, pretrained_path=cfg.pretrained_path)
     labels = {d: dataset.labels(d) for d in info.domains}
     return make_plan(info, labels, setting=setting, target_domain=cfg.target_domain,
                      clients_per_domain=cfg.clients_per_domain, num_clients=cfg.num_clients,
@@ -60,7 +67,8 @@ def build_plan(cfg: FederatedRunConfig, *, setting_checked: bool = False) -> Fed
                      target_fraction=cfg.target_fraction, val_fraction=cfg.val_fraction,
                      test_fraction=cfg.test_fraction, probe_fraction=cfg.probe_fraction, seed=cfg.seed,
                      oracle_fraction=cfg.oracle_fraction, data_seed=cfg.data_seed,
-                     domain_heterogeneity=cfg.domain_heterogeneity)
+                     domain_homogeneity=cfg.domain_homogeneity,
+                     domain_homogeneity_rounding=cfg.domain_homogeneity_rounding)
 
 
 class FederatedRun:
@@ -162,7 +170,8 @@ class FederatedRun:
     def set_state(self, state: dict[str, Any]) -> None:
         """Load :meth:`get_state`'s output into this started run; the next :meth:`step` runs
         round ``state["round"] + 1``."""
-        self._call("set_state", {k: state.get(k) for k in ("weights", "rule", "side", "optimizer", "global_move")})
+        self._call("set_state", {k: state.get(k) for k in ("weights", "rule", "side", "optimizer", "global_move",
+                                                            "first_loss", "identity")})
         clients = state.get("clients") or {}
         if self.cfg.backend == "ray":
             import ray
@@ -340,6 +349,7 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
     check_output_dir(cfg.output, "field 'output' (--output)", study=cfg.name)
     store = ResultsStore(cfg.output, cfg.name)
     fr = FederatedRun(cfg)
+    print_run_notes(cfg)  # the augmentation that runs; the image cache reused or decoded
     signals = contextlib.ExitStack()
     failure: BaseException | None = None
     try:
@@ -367,8 +377,11 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
             if on_round is not None:
                 on_round(row)
             if result.status == DIVERGED:
+                from fedtune.runtime.coordinator import LOSS_EXPLOSION_FACTOR
+
                 status = DIVERGED
-                error = f"non-finite loss or weights in round {result.round}"
+                error = (f"non-finite loss or weights, or a loss over {LOSS_EXPLOSION_FACTOR:g} times the first "
+                         f"round's, in round {result.round}")
                 break
         if status == RUNNING:
             status = COMPLETED

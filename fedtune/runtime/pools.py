@@ -188,7 +188,7 @@ class RayPool:
         restarts it and returns True (its clients sit this call out); ``retry`` restarts it and
         calls ``method`` again into ``replies`` (a second death raises :class:`ClientFailure`)."""
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayError
 
         clients = self.assignment[w]
         if self.policy == "fail":
@@ -199,7 +199,12 @@ class RayPool:
             return True
         try:
             replies[w] = ray.get(getattr(self.actors[w], method).remote(*args))
-        except RayActorError as exc:
+        except RayError as exc:
+            err = input_error_of(exc)  # bad input found by the restarted actor: itself, not a second death
+            if err is not None:
+                raise err from None
+            if not isinstance(exc, RayActorError):
+                raise
             raise ClientFailure(f"client actor {w} (clients {clients}) died during {method}, was restarted, "
                                 f"and died again on the retry: {exc}") from None
         return False

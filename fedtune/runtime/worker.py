@@ -88,7 +88,8 @@ class ClientWorker:
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = bool(self.cfg.cudnn_benchmark)
         dataset = get_dataset(self.cfg.dataset, root=self.cfg.data_root, image_size=self.cfg.image_size,
-                              data_seed=self.cfg.data_seed, cache_dir=self.cfg.cache_dir)
+                              data_seed=self.cfg.data_seed, cache_dir=self.cfg.cache_dir,
+                              cache_key=self.cfg.cache_key, cache_wait_s=self.cfg.cache_wait_s)
         info = dataset.info
         resolved = self.cfg.resolved
         model_name = self.cfg.model or info.default_model

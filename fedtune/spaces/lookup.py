@@ -60,7 +60,7 @@ directory, then in the repository's own ``search_spaces/`` folder, and the file'
 
 >>> space = load_space("fedavg")
 >>> space.algorithm, sorted(space.defaults())[:3]
-('fedavg', ['algorithm', 'global_lr', 'local_lr'])
+('fedavg', ['algorithm', 'client_weighting', 'global_lr'])
 >>> from fedtune.spaces.model import strip_switches
 >>> strip_switches({"switch.gp_beta_mode": "auto", "gp_beta": "auto"})
 {'gp_beta': 'auto'}
@@ -107,7 +107,7 @@ def search_space(algorithm: str) -> dict[str, Any]:
     ``load_space(algorithm).tune_space()``.
 
     >>> sorted(search_space("fedavg"))[:2]
-    ['algorithm', 'global_lr']
+    ['algorithm', 'client_weighting']
     """
     return load_space(algorithm).tune_space()
 

@@ -38,7 +38,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from fedtune import yaml_safe
-from fedtune.config import FederatedRunConfig
+from fedtune.config import RENAMED_FIELDS, FederatedRunConfig, renamed_field_message
 from fedtune.errors import ConfigError, clipped, shown
 from fedtune.spaces.model import DISTRIBUTIONS, OMITTED, ParamSpec, SearchSpace, Switch, value_in
 
@@ -173,6 +173,8 @@ class _Algorithm:
         if name in self.owners:
             raise _err(self.src, key, f"{_q(name)} is a hyperparameter of {self.owners[name][0]}, "
                                       f"which {self.describe()} does not use; it has: {', '.join(self.kinds)}")
+        if name in RENAMED_FIELDS:
+            raise _err(self.src, key, renamed_field_message(name))
         if name in self.fields:
             raise _err(self.src, key, f"{_q(name)} is a run setting, not a tunable hyperparameter; "
                                       f"set it in the study's base configuration; tunable: {', '.join(self.kinds)}")

@@ -78,8 +78,10 @@ def write_failure(study_dir: str | os.PathLike[str], *, clear: bool = True,
     return err.with_context(_WHAT_TO_DO)
 
 
-def trial_status(last_row: Mapping[str, Any] | None, rounds: int, error: str | None) -> str:
-    """The ``trials.parquet`` status of a trial that ended after ``last_row``.
+def trial_status(last_row: Mapping[str, Any] | None, rounds: int, error: str | None, short: str = PRUNED) -> str:
+    """The ``trials.parquet`` status of a trial that ended after ``last_row``; ``short``: that of one
+    that stopped before its last round without diverging (``pruned``; ``interrupted`` for a trial a
+    killed driver left unfinished and nothing continued).
 
     >>> trial_status({"round": 5, "status": "ok"}, 5, None)
     'completed'
@@ -89,26 +91,29 @@ def trial_status(last_row: Mapping[str, Any] | None, rounds: int, error: str | N
     'diverged'
     >>> trial_status({"round": 2, "status": "ok"}, 5, "ValueError: boom")
     'failed'
+    >>> trial_status({"round": 2, "status": "ok"}, 5, None, short="interrupted")
+    'interrupted'
     """
     if error is not None:
         return ERROR_STATUS
     if last_row is None:
-        return PRUNED  # stopped before its first round
+        return short  # stopped before its first round
     if last_row.get("status") == DIVERGED:
         return DIVERGED
-    return COMPLETED if int(last_row["round"]) >= rounds else PRUNED
+    return COMPLETED if int(last_row["round"]) >= rounds else short
 
 
 def trial_row(rows: list[Mapping[str, Any]], cfg: Any, *, study: str, trial_id: str, error: str | None,
-              started_at: Any, ended_at: Any, restarts: int, last_row: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              started_at: Any, ended_at: Any, restarts: int, last_row: Mapping[str, Any] | None = None,
+              short: str = PRUNED) -> dict[str, Any]:
     """The ``trials.parquet`` row of a trial that ended after its round ``rows`` (in round order):
-    its status (:func:`trial_status` of ``last_row``, the last row it reported; default the last
-    of ``rows``), the summary of :func:`fedtune.results.summary.summarize_trial`, and its identity from
+    its status (:func:`trial_status` of ``last_row``, the last row it reported, default the last
+    of ``rows``; ``short`` for one that stopped early), the summary of :func:`fedtune.results.summary.summarize_trial`, and its identity from
     ``cfg`` (its :class:`~fedtune.config.FederatedRunConfig`, or None when the trial's
     configuration was refused)."""
     config_dict = json.loads(json.dumps(cfg.to_dict(), sort_keys=True, default=str)) if cfg is not None else {}
     last = last_row if last_row is not None else (rows[-1] if rows else None)
-    status = trial_status(last, cfg.rounds if cfg is not None else 0, error)
+    status = trial_status(last, cfg.rounds if cfg is not None else 0, error, short)
     summary = summarize_trial(rows, config=config_dict, status=status, error=error, started_at=started_at,
                               ended_at=ended_at)
     summary.update({"study": study, "trial_id": trial_id, "restarts": int(restarts)})

@@ -204,13 +204,12 @@ class SweepOptions:
 
             check_optuna_storage(self.optuna_storage)
         if self.name is not None:
-            from fedtune.results.store import NAME_RULE, check_name
+            from fedtune.results.study_dir import NAME_RULE, name_problem
 
-            try:
-                check_name(self.name, "name")
-            except ValueError:
-                raise ConfigError(f"option '--name': '{self.name}' is not a valid study name; allowed: "
-                                  f"{NAME_RULE}") from None
+            problem = name_problem(self.name)
+            if problem is not None:
+                raise ConfigError(f"option '--name': {shown(self.name, 60)} is not a valid study name ({problem}); "
+                                  f"allowed: {NAME_RULE}")
         if self.output is not None:
             from fedtune.results.store import check_output_dir
 

@@ -116,12 +116,14 @@ class _RowRebuilder:
         return [{k: v for k, v in r.items() if v is not None} for r in rows]
 
     def write(self, trial_id: str, rows: list[dict[str, Any]], cfg: Any, note: str, *, error: str | None = None,
-              started_at: Any = None, ended_at: Any = None) -> None:
+              started_at: Any = None, ended_at: Any = None, short: str | None = None) -> None:
+        from fedtune.results import status
         from fedtune.tune.callback import trial_row
 
         self.store.write_trial(trial_row(rows, cfg, study=self.store.study, trial_id=trial_id, error=error,
                                          started_at=started_at, ended_at=ended_at,
-                                         restarts=max(int(r.get("attempt") or 0) for r in rows)))
+                                         restarts=max(int(r.get("attempt") or 0) for r in rows),
+                                         short=short or status.PRUNED))
         self.have.add(trial_id)
         self.notes.append(note)
         if self.console is not None:
@@ -129,14 +131,19 @@ class _RowRebuilder:
 
 
 def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: Any = None) -> list[str]:
-    """``--resume``: the ``trials.parquet`` rows a killed driver did not write. Tune tells the
-    searcher that a trial ended before it tells the Arrow callback, so a driver killed between
-    the two leaves a trial that Optuna records as finished (COMPLETE, PRUNED, or FAIL as
-    diverged, failed or without metric) whose round file is whole but whose ``trials.parquet``
-    row is missing; a failed one gets status ``failed`` with :data:`FAILED_UNRECORDED` as its
-    error (the error text was not saved). The resumed searcher never runs that configuration again (it already ran), so its
-    row is rebuilt here from its round rows and Optuna's record of the trial (configuration,
-    start and end times). Returns one note per row written."""
+    """``--resume``, and each search's end: the ``trials.parquet`` rows a killed driver did not write,
+    from the trials' round files and Optuna's record of them (configuration, start and end times).
+
+    * A trial Optuna records as finished (COMPLETE, PRUNED, or FAIL as diverged, failed or without
+      metric): Tune tells the searcher that a trial ended before it tells the Arrow callback, so a
+      driver killed between the two leaves its round file whole and its row missing. A failed one
+      gets status ``failed`` with :data:`FAILED_UNRECORDED` as its error (the error text was not saved).
+    * A trial Optuna holds FAIL as ``orphaned`` (:func:`~fedtune.tune.optuna_search.reconcile_optuna`):
+      asked by a driver killed before Tune's next snapshot, so no later driver knew of it or
+      continued it, though its first rounds may be on disk. It gets status ``interrupted`` (or what
+      its rounds say when they reached the last round, or diverged), so every round file has a row.
+
+    The resumed searcher never runs a finished configuration again. Returns one note per row written."""
     from optuna.trial import TrialState
 
     from fedtune.results import status
@@ -145,20 +152,27 @@ def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: A
     rebuild = _RowRebuilder(study_dir, console)
     for t in optuna_trials:
         trial_id, config = t.user_attrs.get("fedtune_trial_id"), t.user_attrs.get("config")
-        failed = t.state == TrialState.FAIL and t.user_attrs.get("fedtune_status") == status.FAILED
-        ran = failed or t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
-            t.state == TrialState.FAIL and t.user_attrs.get("fedtune_status") in (status.DIVERGED, status.NO_METRIC))
-        if not ran or not trial_id or not isinstance(config, dict) or trial_id in rebuild.have:
+        told = t.user_attrs.get("fedtune_status") if t.state == TrialState.FAIL else None
+        failed, orphaned = told == status.FAILED, told == status.ORPHANED
+        ran = failed or t.state in (TrialState.COMPLETE, TrialState.PRUNED) or told in (status.DIVERGED,
+                                                                                       status.NO_METRIC)
+        if not (ran or orphaned) or not trial_id or not isinstance(config, dict) or trial_id in rebuild.have:
             continue
         rows = rebuild.rows(trial_id)
         cfg = trial_run_config(config)
         if not rows or cfg.trial_id() != trial_id:
             continue
-        rebuild.write(trial_id, rows, cfg,
-                      f"trial {trial_id} had no {rebuild.files.trials.name} row (its driver stopped before writing "
-                      f"it, or the file was moved away): rebuilt from its {len(rows)} round rows and Optuna's record "
-                      "of the trial", error=FAILED_UNRECORDED if failed else None,
-                      started_at=t.datetime_start, ended_at=t.datetime_complete)
+        if orphaned:
+            note = (f"trial {trial_id} was left unfinished by a stopped driver after {len(rows)} of {cfg.rounds} "
+                    f"rounds and was not continued (Optuna: {status.ORPHANED}): its {rebuild.files.trials.name} row "
+                    "is written from its round rows")
+        else:
+            note = (f"trial {trial_id} had no {rebuild.files.trials.name} row (its driver stopped before writing "
+                    f"it, or the file was moved away): rebuilt from its {len(rows)} round rows and Optuna's record "
+                    "of the trial")
+        rebuild.write(trial_id, rows, cfg, note, error=FAILED_UNRECORDED if failed else None,
+                      started_at=t.datetime_start, ended_at=None if orphaned else t.datetime_complete,
+                      short=status.INTERRUPTED if orphaned else status.PRUNED)
     return rebuild.notes
 
 
@@ -246,3 +260,54 @@ def study_space(study_dir: Path, path: str) -> Path:
     if not p.exists() and (study_dir / SPACES_DIR / p.name).is_file():
         return study_dir / SPACES_DIR / p.name
     return p
+
+
+RESUME_FIXED = ("spaces", "algorithms", "dataset", "data_root", "target_domain", "rounds", "num_samples", "seeds",
+                 "max_concurrent", "scheduler", "sampler", "metric", "selection", "trial_seeds", "grace_period",
+                 "reduction_factor", "sampler_seed", "knobs", "set", "config", "loggers", "optuna_storage",
+                 "max_failures", "storage_path", "scale_up_timeout")
+"""Options (argparse dests) a study keeps from its start: given with ``--resume``, they are refused
+(each defaults to None on the command line, so "given" is exact)."""
+RESUME_ALLOWED = ("--name", "--output", "--address", "--verbose", "--no-report")
+"""What ``--resume`` does take: where the study is and how this driver runs and ends."""
+
+
+_RESUME_ATTRS = {"set": ("overrides",), "scale_up_timeout": ("scale_up_timeout_s",), "config": ("config_fields",)}
+"""``fedtune sweep`` dests whose :class:`~fedtune.tune.options.SweepOptions` attributes have other names."""
+
+
+def check_resume_flags(given_flags: dict[str, Any], opts: SweepOptions) -> None:
+    """Refuse, naming them, the study's options (:data:`RESUME_FIXED`) given with ``--resume`` with a
+    value other than the one the study saved; the saved value again is accepted (and changes
+    nothing). Without a study to compare with, every one given is refused."""
+    from fedtune.results.study_dir import read_study_if_any
+    from fedtune.tune.plan import abs_path
+
+    given = [k for k in RESUME_FIXED if given_flags.get(k) not in (None, [], False)]
+    if not given:
+        return
+    output = Path(abs_path(opts.output) or "fedtune_results")
+    name = opts.name or latest_study(output)
+    saved_json = (read_study_if_any(output / name).get("options") if name and (output / name).is_dir() else None)
+    saved = SweepOptions.from_json(saved_json) if isinstance(saved_json, dict) else None
+
+    def plain(value: Any) -> Any:
+        return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+    def same(dest: str) -> bool:
+        if saved is None:
+            return False
+        if dest == "spaces":  # the study keeps its own copies: the same text is the same space
+            def texts(paths, base=None):
+                return [(study_space(base, p) if base else Path(p)).read_text(errors="replace") for p in paths]
+            try:
+                return texts(opts.spaces) == texts(saved.spaces, output / name)
+            except OSError:
+                return False
+        return all(plain(getattr(opts, a)) == plain(getattr(saved, a)) for a in _RESUME_ATTRS.get(dest, (dest,)))
+
+    changed = [f"--{k.replace('_', '-')}" for k in given if not same(k)]
+    if changed:
+        raise ConfigError(f"--resume continues a study with its saved options; {', '.join(changed)} cannot change "
+                          f"them (the study's saved value is accepted; allowed with --resume: "
+                          f"{', '.join(RESUME_ALLOWED)})")

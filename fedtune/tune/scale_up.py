@@ -7,7 +7,9 @@ pending). While no trial of the search runs and one is pending, the live view sa
 ``scaling up <seconds>``, and once the wait passes :data:`ANNOUNCE_AFTER_S` a plain line says so
 every :data:`ANNOUNCE_EVERY_S` (what a Ray Job's log shows: it has no live table). The line
 speaks of the autoscaler only where the cluster has one (:func:`has_autoscaler`); on a laptop's
-Ray it says that something else holds the resources. After
+Ray it says that something else holds the resources, and on a Ray fedtune started for the study
+(nothing else runs there: a trial waits only for the trials before it or its own actors) it says
+nothing. After
 ``timeout_s`` the watch raises :class:`ScaleUpTimeout`, naming what the trials wait for, instead of letting the study hang (a node type that cannot launch: no quota,
 no spot capacity, a wrong image).
 
@@ -36,7 +38,7 @@ from fedtune.errors import ResourceError
 from fedtune.results import status
 from fedtune.tune.active import ACTIVE
 
-__all__ = ["ANNOUNCE_AFTER_S", "ANNOUNCE_EVERY_S", "ScaleUpTimeout", "ScaleUpWatch", "has_autoscaler"]
+__all__ = ["ANNOUNCE_AFTER_S", "ANNOUNCE_EVERY_S", "ScaleUpTimeout", "ScaleUpWatch", "has_autoscaler", "own_ray"]
 
 ANNOUNCE_AFTER_S = 10.0  # shorter waits are a trial handing over its slot, not the autoscaler
 ANNOUNCE_EVERY_S = 60.0
@@ -83,7 +85,9 @@ class ScaleUpWatch(Callback):
             self._since = now
         self.waiting_s = now - self._since
         self._show(self.waiting_s)
-        if self.waiting_s >= ANNOUNCE_AFTER_S and now - self._announced >= ANNOUNCE_EVERY_S:
+        # On a Ray fedtune started for this study nothing else holds resources: a trial waits only for
+        # the trials before it to hand theirs over, or for its actors to start; no line blames "something else".
+        if self.waiting_s >= ANNOUNCE_AFTER_S and now - self._announced >= ANNOUNCE_EVERY_S and not own_ray():
             self._announced = now
             if has_autoscaler():
                 why = (f"waiting for the autoscaler ({self.waiting_s:.0f} s of at most {self.timeout_s:g} s, "
@@ -98,6 +102,9 @@ class ScaleUpWatch(Callback):
             if has_autoscaler():
                 why = ("the cluster neither has it free nor added a node that holds it; `ray status` shows the "
                        "autoscaler's pending and failed nodes (quota, spot capacity, node image)")
+            elif own_ray():
+                why = ("nothing freed it on the local Ray fedtune started for this study (no other job runs "
+                       "there); `ray status` shows what holds the resources")
             else:
                 why = ("nothing freed it, and this Ray has no autoscaler to add a node; `ray status` shows what "
                        "holds the resources")
@@ -123,6 +130,12 @@ def has_autoscaler() -> bool:
     """Whether the running study's cluster has an autoscaler (what :func:`~fedtune.runtime.cluster.cluster_view`
     found when the study started; assumed when unknown, e.g. a Tuner run outside ``fedtune sweep``)."""
     return ACTIVE.get("autoscaler", True) is not False
+
+
+def own_ray() -> bool:
+    """Whether the running study's Ray is one fedtune started for it (``fedtune sweep`` without
+    ``--address``), so no other job holds its resources; False when unknown."""
+    return ACTIVE.get("own_ray") is True
 
 
 def _wanted(trial: Any) -> str:

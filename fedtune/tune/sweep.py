@@ -53,8 +53,8 @@ from typing import Any
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.results import status
-from fedtune.results.store import check_name, check_output_dir
-from fedtune.results.study_dir import STUDY_FILE, TUNE_DIR, latest_study, write_study
+from fedtune.results.store import check_output_dir
+from fedtune.results.study_dir import STUDY_FILE, TUNE_DIR, check_name, check_path_text, latest_study, write_study
 from fedtune.tune.active import ACTIVE as _ACTIVE
 from fedtune.tune.active import SESSIONS as _SESSIONS
 from fedtune.tune.capacity import concurrency_cap
@@ -63,7 +63,7 @@ from fedtune.tune.moved_modules import old_module_names
 from fedtune.tune.plan import Search, StudyPlan, abs_path, plan_study, seeds_for
 from fedtune.tune.options import SweepOptions
 from fedtune.tune.ray_lost import fit_stop
-from fedtune.tune.resume import rebuild_trial_rows, repair_round_files, resumed_study
+from fedtune.tune.resume import rebuild_trial_rows, recover_trial_rows, repair_round_files, resumed_study
 from fedtune.tune.seed_runs import seed_trial_id, selected_config
 from fedtune.tune.study_start import command_line, new_study_data, now, relative, say_knobs, snapshot_spaces
 from fedtune.tune.tune_env import signal_handlers_kept, tune_env
@@ -262,6 +262,7 @@ class _Study:
             make_sampler,
             make_scheduler,
             optuna_storage,
+            optuna_trials,
             reconcile_optuna,
         )
         from fedtune.spaces.lookup import load_space
@@ -305,6 +306,8 @@ class _Study:
         self._fit(tuner, search.key, search.tune_name, total, complete_anyway)
         storage = optuna_storage(self.plan.study_dir, url=self.plan.optuna_url)
         orphans = reconcile_optuna(storage, study_name)
+        # a trial a killed driver left unfinished that no driver continued: its round file gets a row
+        self.warnings.extend(recover_trial_rows(self.plan.study_dir, optuna_trials(storage, study_name), self.console))
         state.update(status=status.DONE, ended_at=now(), orphaned_trials=orphans)
         if ended["why"] and ended["why"].startswith(EXHAUSTED):  # not when earlier drivers ran the rest
             state["ended_early"] = ended["why"]
@@ -372,6 +375,8 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
 
     console = console or Console()
     t0 = time.time()
+    if opts.output is not None:  # NUL, a name too long: one line before any path is resolved
+        check_path_text(opts.output, "option '--output'")
     output = Path(abs_path(opts.output) or "fedtune_results")
     from fedtune.tune.driver_lock import study_driver
 
@@ -431,7 +436,7 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
     """The study's phases once its driver lock is held: Ray, the searches and seed runs, the report."""
     import ray
 
-    from fedtune.runtime.cluster import connect_ray
+    from fedtune.runtime.cluster import cluster_address, connect_ray
     from fedtune.runtime.driver import sigterm_as_interrupt
 
     base_cfg = FederatedRunConfig.from_dict(dict(plan.fixed[plan.searches[0].key]),
@@ -445,6 +450,8 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
     # ray.init installs its own SIGTERM handler (sys.exit): re-installed after it, kept through the report.
     with sigterm_as_interrupt():
         started_ray = connect_ray(base_cfg, verbose=opts.verbose)
+        # a local Ray started for this study: no other job on it (fedtune.tune.scale_up)
+        _ACTIVE["own_ray"] = started_ray and cluster_address(base_cfg.address) is None
         with sigterm_as_interrupt():
             study = _Study(plan, data, console, trainable)
             try:
@@ -461,6 +468,7 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
                     study.warnings.extend(rebuild_trial_rows(plan, data, console))
                 study.run()
             finally:
+                _ACTIVE.pop("own_ray", None)
                 if started_ray:
                     ray.shutdown()
     with sigterm_as_interrupt():  # again: ray.shutdown puts SIGTERM back to the default (die at once)

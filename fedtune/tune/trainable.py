@@ -178,7 +178,8 @@ def _same(ours: Any, theirs: Any) -> bool:
 
 # Fields that decide the data plan (and so the number of clients); hyperparameters do not.
 _PLAN_FIELDS = ("algorithm", "client_method", "server_rule", "dataset", "data_root", "data_seed", "image_size",
-                "setting", "target_domain", "clients_per_domain", "num_clients", "dirichlet_alpha", "domain_heterogeneity",
+                "setting", "target_domain", "clients_per_domain", "num_clients", "dirichlet_alpha", "domain_homogeneity",
+                "domain_homogeneity_rounding",
                 "participation", "target_fraction", "val_fraction", "test_fraction", "probe_fraction", "model",
                 "pretrained_path", "seed")
 
