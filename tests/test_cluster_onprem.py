@@ -212,24 +212,40 @@ def _control_dir(cluster_name: str) -> str:
                                        hashlib.sha256(cluster_name.encode()).hexdigest()[:10])
 
 
-def _venv_packages_without_fedtune(tmp: Path) -> Path:
+def _venv_packages_without_fedtune(tmp: Path, mounts: list[Path]) -> Path:
     """A folder of links to this venv's installed packages, fedtune's own editable install left out.
 
     The box's venv is built ``--system-site-packages`` on the base Python, which in a venv run (CI
     makes a fresh venv) holds none of fedtune's dependencies; on ``PYTHONPATH`` this folder gives
     them to the box as its system packages would, while the box's own ``pip install -e ~/fedtune``
     stays the fedtune it imports (this venv's ``__editable__`` finder is not linked: its module
-    name is the same as the box's and would shadow it)."""
-    site = next(Path(p) for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages"))
+    name is the same as the box's and would shadow it). A venv the user cannot enter is reached
+    through a read-only bind mount, as the base Python is."""
+    site = _reachable(next(Path(p) for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages")),
+                      tmp / "venv-site", mounts)
     out = tmp / "venv-packages"
     out.mkdir(mode=0o755)
     for entry in site.iterdir():
         if entry.name.startswith(("__editable__", "fedtune-", "fedtune.")) or entry.suffix == ".pth":
             continue
         (out / entry.name).symlink_to(entry)
-    if not _traversable_by_others(site):
-        pytest.skip(f"this venv ({sys.prefix}) is not reachable by another user (environment, not a missing feature)")
     return out
+
+
+def _reachable(path: Path, mount_at: Path, mounts: list[Path]) -> Path:
+    """``path`` when another user can enter it, else a read-only bind mount of it at ``mount_at``
+    (added to ``mounts``, unmounted at teardown); a machine that can do neither skips the test."""
+    if _traversable_by_others(path):
+        return path
+    mount_at.mkdir()
+    r = subprocess.run(["mount", "--bind", "-o", "ro", str(path), str(mount_at)],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        mount_at.rmdir()
+        pytest.skip(f"{path} is not reachable by another user and cannot be bind-mounted: {r.stderr.strip()} "
+                    "(environment, not a missing feature)")
+    mounts.append(mount_at)
+    return mount_at
 
 
 def _traversable_by_others(path: Path) -> bool:
@@ -291,7 +307,7 @@ def box():
     tmp.chmod(0o755)
     user = "ftop" + uuid.uuid4().hex[:8]
     home = tmp / "home"
-    mounted: Path | None = None
+    mounts: list[Path] = []
     sshd: subprocess.Popen | None = None
     sentinel: subprocess.Popen | None = None
     made_run_sshd = False
@@ -320,26 +336,16 @@ def box():
         (tmp / "check.py").write_text(CHECK)
 
         # This machine's Python, reachable by the user (a read-only bind mount if it is not).
-        prefix = Path(sys.base_prefix)
+        prefix = _reachable(Path(sys.base_prefix), tmp / "python", mounts)
         lines = []
-        if not _traversable_by_others(prefix):
-            mounted = tmp / "python"
-            mounted.mkdir()
-            r = subprocess.run(["mount", "--bind", "-o", "ro", str(prefix), str(mounted)],
-                               capture_output=True, text=True, timeout=60)
-            if r.returncode != 0:
-                mounted.rmdir()
-                mounted = None
-                pytest.skip(f"this machine's Python ({prefix}) is not reachable by another user and cannot "
-                            f"be bind-mounted: {r.stderr.strip()} (environment, not a missing feature)")
-            prefix = mounted
+        if prefix != Path(sys.base_prefix):
             lines.append(f"export LD_LIBRARY_PATH={prefix / 'lib'}")  # its libpython (rpath under /root)
         rt = home / "rt"
         rt.mkdir()
         os.chown(rt, uid, gid)
         lines += [f"export PATH={prefix / 'bin'}:$PATH", f"export RAY_TMPDIR={rt}", "export RAY_USAGE_STATS_ENABLED=0"]
         if sys.prefix != sys.base_prefix:  # run from a venv (CI's): the box's "system" packages are this venv's
-            lines.append(f"export PYTHONPATH={_venv_packages_without_fedtune(tmp)}")
+            lines.append(f"export PYTHONPATH={_venv_packages_without_fedtune(tmp, mounts)}")
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(_root_pip_env().items())]
         _write_user_env(home, lines, uid, gid)
 
@@ -404,7 +410,7 @@ def box():
             except OSError:
                 pass
         _kill(_pids_with_cmdline(str(tmp)))  # relays (ProxyCommand) left by a killed ssh
-        if mounted is not None:
+        for mounted in reversed(mounts):
             r = subprocess.run(["umount", str(mounted)], capture_output=True, text=True, timeout=60)
             if r.returncode != 0:  # never rmtree through a mount
                 raise RuntimeError(f"umount {mounted} failed: {r.stderr}; left {tmp} in place")

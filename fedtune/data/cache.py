@@ -63,6 +63,7 @@ from typing import Sequence
 import numpy as np
 
 from fedtune.errors import DataError
+from fedtune.results.atomic import atomic_write, atomic_write_text
 
 from .cache_bytes import first_bad_row, npy_size
 from .cache_lock import DEFAULT_WAIT_S, BuildProgress, acquire_build_lock, read_owner, remove_stale_temporaries
@@ -191,9 +192,10 @@ def _read_crcs(entry: CacheEntry, record: dict) -> np.ndarray | None:
     return np.frombuffer(raw, dtype="<u4")
 
 
-def check_cache(entry: CacheEntry) -> str | None:
+def check_cache(entry: CacheEntry, *, pixels: bool = True) -> str | None:
     """Why ``entry``'s files are not a valid finished cache, or None when they are (see the module
-    docstring: record, header, size, the checksum file, and every image's CRC-32 when small)."""
+    docstring: record, header, size, the checksum file, and, with ``pixels``, every image's CRC-32
+    when the array is small enough to check whole)."""
     if not entry.record_path.is_file() or not entry.array_path.is_file():
         return "not built"
     try:
@@ -213,9 +215,9 @@ def check_cache(entry: CacheEntry) -> str | None:
     crcs = _read_crcs(entry, record)
     if crcs is None:
         return "its checksum file is missing or does not match (corrupt)"
-    pixels = int(np.prod(entry.shape))
-    if pixels <= FULL_CHECK_BYTES:
-        bad = first_bad_row(entry.array_path, size - pixels, int(np.prod(entry.shape[1:])), crcs)
+    nbytes = int(np.prod(entry.shape))
+    if pixels and nbytes <= FULL_CHECK_BYTES:
+        bad = first_bad_row(entry.array_path, size - nbytes, int(np.prod(entry.shape[1:])), crcs)
         if bad is not None:
             return f"image {bad} does not match its checksum (corrupt)"
     return None
@@ -299,8 +301,9 @@ class ImageMap:
 
 
 def open_cache(entry: CacheEntry) -> ImageMap:
-    """The finished cache, mapped read-only, its images checked on first read (call after
-    :func:`check_cache` says it is valid)."""
+    """The finished cache, mapped read-only (call after :func:`check_cache` says it is valid):
+    an array small enough for :func:`check_cache` to have checked whole is not checked again; a
+    larger one has each image checked the first time this process reads it."""
     try:
         record = json.loads(entry.record_path.read_text())
     except (OSError, ValueError):
@@ -309,6 +312,8 @@ def open_cache(entry: CacheEntry) -> ImageMap:
     if crcs is None:
         raise DataError(f"the image cache {str(entry.array_path)!r} changed while it was opened (its checksum file "
                         f"does not match); run again")
+    if int(np.prod(entry.shape)) <= FULL_CHECK_BYTES:  # every image was checked by check_cache
+        return ImageMap(entry.array_path, entry.shape)
     return ImageMap(entry.array_path, entry.shape, crcs, entry.record_path)
 
 
@@ -347,12 +352,6 @@ def _decode_into(fd: int, entry: CacheEntry, decode, offset: int, crcs: np.ndarr
             raise
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def build_cache(entry: CacheEntry, decode, *, threads: int | None = None) -> None:
     """Decode every image into ``entry``'s files. ``decode(i, out)`` writes image ``i`` into the
     ``(S, S, 3)`` uint8 view ``out`` (raising :class:`DataError` for an undecodable file).
@@ -377,7 +376,7 @@ def build_cache(entry: CacheEntry, decode, *, threads: int | None = None) -> Non
         finally:
             os.close(fd)
         os.replace(tmp, entry.array_path)
-        _write_atomic(entry.crc_path, crcs.tobytes())
+        atomic_write(entry.crc_path, lambda t: Path(t).write_bytes(crcs.tobytes()))
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
@@ -391,7 +390,7 @@ def build_cache(entry: CacheEntry, decode, *, threads: int | None = None) -> Non
     record = {"format": FORMAT_VERSION, "key": entry.key, "shape": list(entry.shape),
               "crc_file": zlib.crc32(crcs.tobytes()), "decoder": DECODER, "built": time.time(),
               "seconds": round(seconds, 3)}
-    _write_atomic(entry.record_path, json.dumps(record).encode())
+    atomic_write_text(entry.record_path, json.dumps(record))
     line = json.dumps({"stem": entry.stem, "images": entry.num_images, "seconds": round(seconds, 3),
                        "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()})
     with open(entry.directory / BUILD_LOG, "a") as f:  # appended under the entry's lock
@@ -453,7 +452,7 @@ def cache_state(entry: CacheEntry) -> tuple[str, dict]:
     enough to be checked whole)."""
     from filelock import FileLock, Timeout
 
-    if check_cache(entry) is None:
+    if check_cache(entry, pixels=False) is None:  # the run that opens it checks the pixels
         try:
             return "reused", json.loads(entry.record_path.read_text())
         except (OSError, ValueError):

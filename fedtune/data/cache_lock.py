@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fedtune.errors import DataError
+from fedtune.results.atomic import atomic_write_text
 
 DEFAULT_WAIT_S = 600.0  # the default of the run-config field cache_wait_s
 _NOTE_EVERY_S = 30.0
@@ -32,10 +33,8 @@ _NOTE_EVERY_S = 30.0
 
 def write_owner(path: Path, *, decoded: int, total: int, started: float) -> None:
     """Record this process as the builder of ``path``'s cache (atomic: a temporary file, then rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started,
-                               "decoded": int(decoded), "total": int(total), "time": time.time()}))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started,
+                                        "decoded": int(decoded), "total": int(total), "time": time.time()}))
 
 
 def read_owner(path: Path) -> dict[str, Any] | None:

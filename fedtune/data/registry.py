@@ -13,6 +13,7 @@ from pathlib import Path
 from fedtune.errors import DataError, shown
 
 from .base import DatasetInfo, DomainDataset
+from .cache_lock import DEFAULT_WAIT_S
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def get_dataset(
     data_seed: int = 0,
     cache_dir: str | os.PathLike | None = None,
     cache_key: str = "stat",
-    cache_wait_s: float | None = None,
+    cache_wait_s: float = DEFAULT_WAIT_S,
 ) -> DomainDataset:
     """Build the dataset ``name`` (see :func:`list_datasets`).
 
@@ -192,8 +193,7 @@ def get_dataset(
         from .folder import ImageFolderDataset
 
         base = Path(root)  # type: ignore[arg-type]
-        cache = {"cache_dir": cache_dir, "cache_key": cache_key,
-                 **({} if cache_wait_s is None else {"cache_wait_s": cache_wait_s})}
+        cache = {"cache_dir": cache_dir, "cache_key": cache_key, "cache_wait_s": cache_wait_s}
         if n == "folder":
             return ImageFolderDataset(base, name="folder", image_size=image_size, **cache)
         sub = DOMAINBED[n][0]
