@@ -2,7 +2,7 @@
 the estimates σ̂², d̂² and to β_DA, before and after the fix of issue 8.
 
 A script, not a test: it prints one table. No Ray: it calls the ``sgd`` client method with the
-worker's recorder (:class:`fedtune.runtime.worker._StepRecorder`) on a small synthetic task and
+worker's recorder (:class:`fedtune.algorithms.step_records.StepRecorder`) on a small synthetic task and
 feeds :func:`fedtune.algorithms.fedgp_auto_beta.auto_beta_estimates` directly.
 
     python benchmarks/auto_beta_momentum.py                 # 40 replicates
@@ -40,7 +40,7 @@ from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout
 from fedtune.models import build_model, get_flat, set_flat
-from fedtune.runtime.worker import _StepRecorder
+from fedtune.algorithms.step_records import StepRecorder
 
 
 class ThetaDiffRecorder:
@@ -74,7 +74,7 @@ def train_client(cfg, model, theta, layout, x, y, seed, role, mode):
     set_flat(model, layout, theta)
     ctx = ClientContext(model=model, data=TensorExamples(x, y), cfg=cfg, round=1, client_id=0, role=role,
                         generator=torch.Generator().manual_seed(seed), device=torch.device("cpu"))
-    rec = (_StepRecorder(model, layout, cfg.local_lr, keep_rows=role == "target") if mode == "after"
+    rec = (StepRecorder(model, layout, cfg.local_lr, keep_rows=role == "target") if mode == "after"
            else ThetaDiffRecorder(model, layout))
     ctx.record_step = rec
     out = SGD(cfg).train(ctx)

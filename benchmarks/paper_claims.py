@@ -135,13 +135,20 @@ def parts(args: argparse.Namespace) -> dict[str, Part]:
 
 # ------------------------------------------------------------------------------------------------
 def space_file(method: Method, setting: str, folder: Path) -> Path:
-    """The method's search space: fedtune's own file, with the method's pins and merges."""
+    """The method's search space: fedtune's own (complete: its file over the declarations; a pinned
+    client_method / server_rule derives the composed pair's space), with the method's pins and merges."""
     from fedtune.spaces.lookup import load_space
+    from fedtune.spaces.yaml_files import build_space
 
-    doc = yaml.safe_load(Path(load_space(method.algorithm).source).read_text())
+    space = load_space(method.algorithm)
+    pair = {k: v for k, v in method.pin.items() if k in ("client_method", "server_rule")}
+    if pair:
+        override = yaml.safe_load(Path(space.source).read_text()) if Path(space.source).is_file() else {}
+        space = build_space({**override, "algorithm": method.algorithm, **pair}, space.source, None)
+    doc = space.to_document()
     params = dict(doc.get("params") or {})
     for other in method.merge:
-        extra = yaml.safe_load(Path(load_space(other).source).read_text())
+        extra = load_space(other).to_document()
         for k, v in (extra.get("params") or {}).items():
             if k not in params or k == "global_lr":  # the merged server rule's own default step
                 params[k] = v

@@ -1,4 +1,4 @@
-"""Ray Tune's own API on fedtune: ``ray.tune.Tuner`` + ``fedtune_trainable()`` + ``ArrowCallback``.
+"""Ray Tune's own API on fedtune: ``ray.tune.Tuner`` + ``fedtune.fedtune_trainable()`` + ``fedtune.ArrowCallback``.
 
 You own Tune's configuration (``TuneConfig``: searcher, scheduler, samples, concurrency, actor
 reuse; ``RunConfig``: storage, checkpoints, failures); fedtune gives the trainable (one
@@ -11,7 +11,7 @@ Arrow store, exactly as ``fedtune run`` does.
     python examples/tuner_api.py --logger csv --logger mlflow   # also Tune's CSV / MLflow loggers
 
 Results: ``OUTPUT/STUDY/rounds/<trial_id>.parquet`` and ``OUTPUT/STUDY/trials.parquet`` (read them
-with ``fedtune.results.store.load``); Tune's own files (checkpoints, logs, ``--logger csv|tensorboard``)
+with ``fedtune.load``); Tune's own files (checkpoints, logs, ``--logger csv|tensorboard``)
 under ``OUTPUT/.tune/STUDY``; ``--logger mlflow``: ``OUTPUT/STUDY/mlflow.db`` (or ``$MLFLOW_TRACKING_URI``).
 """
 
@@ -25,9 +25,7 @@ from typing import Any
 from ray import tune
 
 import fedtune
-from fedtune.tune.callback import ArrowCallback
 from fedtune.tune.loggers import logger_callbacks
-from fedtune.tune.trainable import fedtune_trainable
 
 # What every trial shares (any FederatedRunConfig field): the budget, and the resources. One client actor
 # of 1 CPU per trial (its 5 clients train in turn), so two trials run side by side on 2 cores.
@@ -51,7 +49,7 @@ def main(output: str = "fedtune_results", study: str = "tuner-api", algorithm: s
     output = str(Path(output).resolve())
     param_space = {**fedtune.search_space(algorithm), **BASE, **(overrides or {})}
     tuner = tune.Tuner(
-        fedtune_trainable(),
+        fedtune.fedtune_trainable(),
         param_space=param_space,
         tune_config=tune.TuneConfig(metric="val_acc", mode="max", num_samples=num_samples, scheduler=scheduler,
                                     max_concurrent_trials=max_concurrent_trials, reuse_actors=reuse_actors),
@@ -60,7 +58,7 @@ def main(output: str = "fedtune_results", study: str = "tuner-api", algorithm: s
             storage_path=storage_path or str(Path(output) / ".tune"),
             # fedtune's subclasses of Tune's CSV/TensorBoard/MLflow loggers: Tune then adds no automatic
             # logger of the same kind, and a round a restarted trial reports again is logged once.
-            callbacks=[ArrowCallback(output, study),
+            callbacks=[fedtune.ArrowCallback(output, study),
                        *logger_callbacks(loggers, Path(output) / study, study, algorithm)],
             # Checkpoints every `checkpoint_every` rounds (BASE), none at the end: Tune's default for
             # class trainables would save every finished trial, whose results are in the store already.
@@ -75,8 +73,6 @@ def main(output: str = "fedtune_results", study: str = "tuner-api", algorithm: s
 def _cli() -> None:
     import ray
 
-    from fedtune.results.store import load
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--output", default="fedtune_results")
     ap.add_argument("--study", default="tuner-api")
@@ -89,7 +85,7 @@ def _cli() -> None:
     grid = main(args.output, args.study, args.algorithm, num_samples=args.num_samples,
                 max_concurrent_trials=args.max_concurrent, loggers=args.logger)
     errors = [r.error for r in grid if r.error is not None]
-    trials = load(Path(args.output) / args.study, "trials").to_pandas()
+    trials = fedtune.load(Path(args.output) / args.study, "trials").to_pandas()
     trials = trials.sort_values("best_val_acc", ascending=False)
     print(trials[["trial_id", "status", "rounds_done", "best_val_acc", "target_acc_at_best_val"]].to_string(index=False))
     print(f"{len(trials)} trials, {len(errors)} failed; best by source validation: {trials.iloc[0]['trial_id']}")

@@ -1,32 +1,92 @@
 """fedtune: honest hyperparameter studies of federated domain generalisation / adaptation on Ray.
 
-Importing ``fedtune`` is light (no torch, no Ray): the heavy parts load where they run.
+This package is fedtune's public face, the user API that README.md's "Python API" section
+documents; it stays where it is when fedtune's modules move:
+
+- running: :class:`FederatedRunConfig`, :func:`run`, :class:`ConfigError`;
+- results: :func:`load` (the Arrow store as a ``pyarrow.Table``), :func:`make_report` (what
+  ``fedtune report`` reads and prints);
+- Ray Tune's ``Tuner``: :func:`search_space`, :func:`fedtune_trainable`, :class:`ArrowCallback`;
+- registries: :data:`PRESETS` (named algorithms), :data:`CLIENT_METHODS`, :data:`SERVER_RULES`,
+  :data:`SERVER_OPTIMIZERS`, :func:`list_datasets`.
+
+Each name is defined in one module (``fedtune._HOMES``; ``fedtune.run is fedtune.runtime.driver.run``)
+and loads on first use, so importing ``fedtune`` is light (no torch, no Ray, no pyarrow). Code
+inside the package imports every name from its home, never from here. A spelling of an earlier
+version (``fedtune.results.load``, ``fedtune.RunConfig``, ...) raises one line naming the new
+one (:mod:`fedtune.old_names`).
 
 >>> import fedtune
 >>> cfg = fedtune.FederatedRunConfig.from_dict({"rounds": 2, "backend": "local"})
 >>> cfg.algorithm, cfg.dataset
 ('fedavg', 'rotated-digits')
+>>> fedtune.RunConfig
+Traceback (most recent call last):
+...
+AttributeError: fedtune.RunConfig moved: use fedtune.FederatedRunConfig
 """
 
-from fedtune.config import FederatedRunConfig
-from fedtune.errors import ConfigError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from fedtune.old_names import install_finder, old_name_error
+
+if TYPE_CHECKING:  # for type checkers; at run time each name loads on first use (__getattr__)
+    from fedtune.algorithms import CLIENT_METHODS, SERVER_OPTIMIZERS, SERVER_RULES
+    from fedtune.algorithms.declarations import PRESETS
+    from fedtune.config import FederatedRunConfig
+    from fedtune.data.registry import list_datasets
+    from fedtune.errors import ConfigError
+    from fedtune.reports.report import make_report
+    from fedtune.results.store import load
+    from fedtune.runtime.driver import run
+    from fedtune.spaces.lookup import search_space
+    from fedtune.tune.callback import ArrowCallback
+    from fedtune.tune.trainable import fedtune_trainable
 
 __version__ = "0.1.0"
 
+_HOMES: dict[str, str] = {
+    # running
+    "FederatedRunConfig": "fedtune.config",
+    "run": "fedtune.runtime.driver",
+    "ConfigError": "fedtune.errors",
+    # results
+    "load": "fedtune.results.store",
+    "make_report": "fedtune.reports.report",
+    # Ray Tune's Tuner
+    "search_space": "fedtune.spaces.lookup",
+    "fedtune_trainable": "fedtune.tune.trainable",
+    "ArrowCallback": "fedtune.tune.callback",
+    # registries
+    "PRESETS": "fedtune.algorithms.declarations",
+    "CLIENT_METHODS": "fedtune.algorithms",
+    "SERVER_RULES": "fedtune.algorithms",
+    "SERVER_OPTIMIZERS": "fedtune.algorithms",
+    "list_datasets": "fedtune.data.registry",
+}
+"""Each public name -> the module that defines it (and that code inside fedtune imports it from)."""
 
-def run(cfg: "FederatedRunConfig", **kwargs):
-    """Run one federated run; see :func:`fedtune.runtime.driver.run`."""
-    from fedtune.runtime.driver import run as _run
-
-    return _run(cfg, **kwargs)
+__all__ = ["__version__", "FederatedRunConfig", "run", "ConfigError", "load", "make_report", "search_space",
+           "fedtune_trainable", "ArrowCallback", "PRESETS", "CLIENT_METHODS", "SERVER_RULES", "SERVER_OPTIMIZERS",
+           "list_datasets"]
 
 
-def search_space(algorithm: str) -> dict:
-    """Ray Tune ``param_space`` of ``search_spaces/<algorithm>.yaml``; see
-    :func:`fedtune.spaces.lookup.search_space`."""
-    from fedtune.spaces.lookup import search_space as _search_space
+def __getattr__(name: str) -> Any:
+    """``fedtune.<name>``: a public name from its home module, imported on first use; an old
+    spelling raises its one line (:func:`fedtune.old_names.old_name_error`)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise old_name_error(__name__, name)
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
 
-    return _search_space(algorithm)
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
 
 
-__all__ = ["ConfigError", "FederatedRunConfig", "run", "search_space", "__version__"]
+install_finder()  # `import fedtune.tune.spaces`, `from fedtune.results import load`: one line naming the new spelling

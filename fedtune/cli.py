@@ -1,5 +1,5 @@
 """The ``fedtune`` command line: every subcommand's parser and handler (``run``, ``partition``, ``datasets``,
-``algorithms``, ``fields``, ``sweep``, ``report``). Heavy modules are imported by the handler that
+``algorithms``, ``fields``, ``spaces show``, ``sweep``, ``report``). Heavy modules are imported by the handler that
 needs them, so ``fedtune --help`` and bad flags answer at once."""
 
 from __future__ import annotations
@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("datasets", help="list datasets")
     sub.add_parser("algorithms", help="list algorithms, client methods and server rules")
     sub.add_parser("fields", help="list every config field with its default and meaning")
+    spaces = sub.add_parser("spaces", help="search spaces: show the effective space of an algorithm or file")
+    show = spaces.add_subparsers(dest="spaces_command", required=True).add_parser(
+        "show", help="print a space: every parameter, its distribution, default, condition and source")
+    show.add_argument("space", metavar="NAME|FILE.yaml", help="an algorithm (`fedtune algorithms`) or a space file")
+    show.add_argument("--yaml", action="store_true", help="print it as a complete space file instead of a table")
 
     add_sweep_parser(sub)
 
@@ -182,7 +187,8 @@ def cmd_algorithms() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES
+    from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES
+    from fedtune.algorithms.declarations import PRESETS
 
     console = Console()
     table = Table(title="algorithms (--algorithm NAME)")
@@ -202,7 +208,7 @@ def cmd_algorithms() -> int:
         t.add_column("name")
         t.add_column("hyperparameters")
         t.add_column("description")
-        for comp in registry.values():
+        for comp in registry.specs():
             t.add_row(comp.name, ", ".join(f"{h.name}={h.default}" for h in comp.hparams) or "-", comp.description)
         console.print(t)
     return 0
@@ -230,7 +236,8 @@ def add_sweep_parser(sub: Any) -> Any:
 
     p = sub.add_parser(
         "sweep", help="hyperparameter study: Ray Tune + Optuna over search spaces, with resume and seeds",
-        description="Search each algorithm's hyperparameters (search_spaces/<algorithm>.yaml or SPACE files) with "
+        description="Search each algorithm's hyperparameters (its space derived from the declarations, "
+                    "search_spaces/<algorithm>.yaml or SPACE files overriding it; `fedtune spaces show NAME`) with "
                     "Ray Tune + Optuna; every round goes to OUTPUT/STUDY/. Without arguments: a small default "
                     "study on rotated-digits comparing " + ", ".join(DEFAULT_ALGORITHMS) + ".")
     p.add_argument("spaces", nargs="*", metavar="SPACE.yaml", help="search-space files (one per algorithm)")
@@ -465,6 +472,10 @@ def main(argv: list[str] | None = None) -> int:
                 return cmd_algorithms()
             if args.command == "fields":
                 return cmd_fields()
+            if args.command == "spaces":
+                from fedtune.spaces.show import show_space
+
+                return show_space(args.space, as_yaml=args.yaml)
             if args.command == "sweep":
                 return cmd_sweep(args)
             if args.command == "report":

@@ -215,8 +215,8 @@ class FederatedRunConfig:
     @property
     def effective_global_lr(self) -> float:
         """The server learning rate the run uses: ``global_lr``, or the server rule's default when
-        unset (:meth:`~fedtune.algorithms.server.ServerRule.effective_global_lr`, the one source)."""
-        return self.resolved.server_rule.effective_global_lr(self)
+        unset (:meth:`~fedtune.algorithms.Resolved.effective_global_lr`: the rule's declared default)."""
+        return self.resolved.effective_global_lr(self)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles (Ray, checkpoints) carry the fields only, not the :attr:`resolved` cache."""
@@ -250,7 +250,7 @@ class FederatedRunConfig:
         from fedtune.algorithms import all_hparams
 
         resolved = self.resolved
-        specs = {**resolved.hparam_specs(), **{h.name: h for h in SERVER_OPTIMIZERS[self.server_optimizer].hparams}}
+        specs = {**resolved.hparam_specs(), **{h.name: h for h in SERVER_OPTIMIZERS.spec(self.server_optimizer).hparams}}
         owners = all_hparams()
         for key, value in resolved.preset_defaults().items():  # the algorithm's own defaults (fedsr: uniform mean)
             self.params.setdefault(key, value)
@@ -264,10 +264,11 @@ class FederatedRunConfig:
                     f"server_optimizer {self.server_optimizer}) does not use")
             self.params[key] = specs[key].check(value, owners[key][0])
         # Conditions across fields (e.g. auto-β needs 2 local steps): once, here, not when the run starts.
-        resolved.client_method.check_config(self)
-        resolved.server_rule.check_config(self)
-        if self.precision == "fp16" and not resolved.client_method.scales_fp16_gradients:
-            raise ConfigError(f"field 'precision': fp16 is not available with client method {resolved.client_method.name} "
+        for check in (resolved.client_spec.check, resolved.rule_spec.check):
+            if check is not None:
+                check(self)
+        if self.precision == "fp16" and not resolved.client_spec.scales_fp16_gradients:
+            raise ConfigError(f"field 'precision': fp16 is not available with client method {resolved.client_method_name} "
                               "(its extra gradient passes bypass the fp16 gradient scaler); allowed: fp32, bf16")
 
     def _validate_model_and_data(self) -> None:
@@ -319,7 +320,7 @@ class FederatedRunConfig:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("hp")}
         out["global_lr"] = self.effective_global_lr
         out.update(self.resolved.hyperparameters(self))
-        out.update({h.name: h.of(self) for h in SERVER_OPTIMIZERS[self.server_optimizer].hparams})
+        out.update({h.name: h.of(self) for h in SERVER_OPTIMIZERS.spec(self.server_optimizer).hparams})
         return out
 
     def trial_id(self) -> str:

@@ -204,7 +204,25 @@ def test_every_name_is_imported_from_its_home():
                        "the module that defines it):\n" + "\n".join(found))
 
 
+def only_raises_the_old_name_error(func: ast.FunctionDef) -> bool:
+    """Whether a module ``__getattr__`` does nothing but ``raise old_name_error(__name__, name)``
+    (:mod:`fedtune.old_names`: an old spelling's one line; it never returns a value)."""
+    body = func.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or not isinstance(body[0].exc, ast.Call):
+        return False
+    call = body[0].exc
+    params = [a.arg for a in func.args.args]
+    return (isinstance(call.func, ast.Name) and call.func.id == "old_name_error" and not call.keywords
+            and len(params) == 1
+            and [a.id if isinstance(a, ast.Name) else None for a in call.args] == ["__name__", *params])
+
+
 def test_no_module_re_exports_or_aliases_names():
+    """The one deliberate exception: the public face, ``fedtune/__init__.py``, resolves its names
+    (each from its one home) in a module ``__getattr__``. Elsewhere a module ``__getattr__`` may
+    only raise an old spelling's one line, never hand out a name."""
     offenders = []
     for name, path in modules().items():
         text = path.read_text(encoding="utf-8")
@@ -213,9 +231,25 @@ def test_no_module_re_exports_or_aliases_names():
             offenders.append(f"{name}: an import kept only to re-export it (noqa: F401)")
         if "sys.modules[__name__]" in text:
             offenders.append(f"{name}: a sys.modules alias of another module")
-        if any(isinstance(node, ast.FunctionDef) and node.name == "__getattr__" for node in tree.body):
-            offenders.append(f"{name}: a module __getattr__ (names resolved from elsewhere)")
+        for node in tree.body:
+            if (isinstance(node, ast.FunctionDef) and node.name == "__getattr__" and name != "fedtune"
+                    and not only_raises_the_old_name_error(node)):
+                offenders.append(f"{name}: a module __getattr__ that resolves names from elsewhere (only the "
+                                 "public face, fedtune/__init__.py, may; others may only "
+                                 "`raise old_name_error(__name__, name)`)")
     assert not offenders, "names with two addresses:\n" + "\n".join(offenders)
+
+
+def test_the_old_name_hook_check_can_fail():
+    def func(source: str) -> ast.FunctionDef:
+        return ast.parse(source).body[0]
+
+    hook = "def __getattr__(name):\n"
+    assert only_raises_the_old_name_error(func(hook + '    """doc"""\n    raise old_name_error(__name__, name)'))
+    assert not only_raises_the_old_name_error(func(hook + "    return 1"))
+    assert not only_raises_the_old_name_error(func(hook + "    x = 1\n    raise old_name_error(__name__, name)"))
+    assert not only_raises_the_old_name_error(func(hook + "    raise AttributeError(name)"))
+    assert not only_raises_the_old_name_error(func(hook + "    raise old_name_error('fedtune', name)"))
 
 
 def test_the_re_export_checks_can_fail(tmp_path):
@@ -225,12 +259,60 @@ def test_the_re_export_checks_can_fail(tmp_path):
     assert defined_names(module) == {"X", "f", "C", "Y", "Z", "W"}
 
 
+# ------------------------------------------------------------------------------------------ the public face
+def face_homes() -> dict[str, str]:
+    """``fedtune/__init__.py``'s ``_HOMES``: each public name -> the module that defines it."""
+    for node in ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "_HOMES":
+            return ast.literal_eval(node.value)
+    raise AssertionError("fedtune/__init__.py has no _HOMES table")
+
+
+def test_the_public_face_is_its_table_and_each_name_has_one_home():
+    homes = face_homes()
+    assert public_api() == set(homes) | {"__version__"}, "fedtune.__all__ lists exactly _HOMES' names and __version__"
+    mods = modules()
+    wrong = {name: home for name, home in homes.items() if home not in mods or name not in defined_names(mods[home])}
+    assert not wrong, f"public names whose _HOMES entry is not the module that defines them: {wrong}"
+    assert not set(homes) & defined_names(PACKAGE / "__init__.py"), "the face defines none of its names itself"
+
+
+def through_the_face(source: str, api: set[str]) -> list[str]:
+    """Where ``source`` reaches a public name through the face: ``from fedtune import <name>`` (or
+    ``*``) and ``fedtune.<name>``, each as ``line: text``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module == "fedtune" and not node.level:
+            found += [f"{node.lineno}: from fedtune import {a.name}" for a in node.names if a.name in api | {"*"}]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "fedtune"
+              and node.attr in api):
+            found.append(f"{node.lineno}: fedtune.{node.attr}")
+    return found
+
+
+def test_code_inside_the_package_never_imports_through_the_face():
+    """``from fedtune import run`` and ``fedtune.run`` are for users; inside fedtune every name
+    is imported from its home (``_HOMES``), so the face can change without moving the package."""
+    api = public_api() - {"__version__"}
+    found = [f"{name}:{where}" for name, path in modules().items() if name != "fedtune"
+             for where in through_the_face(path.read_text(encoding="utf-8"), api)]
+    assert not found, "code inside fedtune reaching a name through the public face (import it from its home):\n" + \
+        "\n".join(found)
+
+
+def test_the_face_check_can_fail():
+    source = ("import fedtune\nfrom fedtune import run, yaml_safe, __version__\nfrom fedtune import *\n"
+              "fedtune.load('x')\nfedtune.config\nfrom fedtune.results.store import load\n")
+    assert through_the_face(source, {"run", "load"}) == [
+        "2: from fedtune import run", "3: from fedtune import *", "4: fedtune.load"]
+
+
 # ------------------------------------------------------------------------------------------------ layers
 # docs/architecture.md's layers, from the floor up: a module imports modules of its own layer or
 # of a layer below it, never above (the first prefix that matches a module names its layer).
 LAYERS: list[tuple[str, ...]] = [
-    ("fedtune.errors", "fedtune.bounds", "fedtune.yaml_safe", "fedtune.results.atomic", "fedtune.results.study_dir",
-     "fedtune.results.status"),
+    ("fedtune.errors", "fedtune.bounds", "fedtune.yaml_safe", "fedtune.old_names", "fedtune.results.atomic",
+     "fedtune.results.study_dir", "fedtune.results.status"),
     ("fedtune.data", "fedtune.layout"),
     ("fedtune.algorithms", "fedtune.models", "fedtune.model_heads", "fedtune.model_check", "fedtune.weight_files"),
     ("fedtune.config",),
@@ -260,11 +342,12 @@ def test_imports_point_down_the_layers_only():
 
 
 def test_moved_module_paths_are_gone_and_their_new_homes_exist():
-    from fedtune.tune.moved_modules import MOVED
+    from fedtune.old_names import MOVED_MODULES, MOVED_NAMES
 
     mods = modules()
-    assert not set(MOVED) & set(mods), "a MOVED old path is a module again: drop it from MOVED"
-    assert set(MOVED.values()) <= set(mods)
+    assert not set(MOVED_MODULES) & set(mods), "a MOVED_MODULES old path is a module again: drop it from MOVED_MODULES"
+    assert set(MOVED_MODULES.values()) <= set(mods)
+    assert not set(MOVED_NAMES) & set(mods), "a MOVED_NAMES old spelling is a module: drop it from MOVED_NAMES"
 
 
 MAX_FUNCTION_LINES = 80  # a function's lines, its docstring left out

@@ -25,6 +25,7 @@ from test_sweep import ASHA_SPACE  # the same study as test_sweep's uninterrupte
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty_rungs(ray_session, tmp_path,
                                                                                        monkeypatch):
     from optuna.trial import TrialState

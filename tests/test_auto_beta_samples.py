@@ -1,5 +1,5 @@
 """Auto-β's samples are the raw per-batch steps −lr·∇_b whatever the optimiser (docs/methods.md §2,
-issue 8): the worker's recorder (fedtune.runtime.worker._StepRecorder) fed through
+issue 8): the worker's recorder (fedtune.algorithms.step_records.StepRecorder) fed through
 ``ctx.record_step`` by the client methods, and the estimates it leads to under momentum."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from fedtune.algorithms.sam import SAM
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout
 from fedtune.models import build_model, get_flat, set_flat
-from fedtune.runtime.worker import _StepRecorder
+from fedtune.algorithms.step_records import StepRecorder
 
 
 def _cfg(**kw) -> FederatedRunConfig:
@@ -52,7 +52,7 @@ def test_recorded_samples_are_minus_lr_times_each_batch_gradient_under_momentum_
     model = _model()
     layout = FlatLayout.of(model)
     ctx = _ctx(model, x, y, cfg)
-    rec = ctx.record_step = _StepRecorder(model, layout, cfg.local_lr)
+    rec = ctx.record_step = StepRecorder(model, layout, cfg.local_lr)
     theta0 = get_flat(model, layout)
     out = SGD(cfg).train(ctx)
     rows = rec.result()
@@ -86,7 +86,7 @@ def test_sam_records_the_gradient_at_the_unperturbed_weights():
     layout = FlatLayout.of(model)
     theta0 = get_flat(model, layout)
     ctx = _ctx(model, x, y, cfg)
-    rec = ctx.record_step = _StepRecorder(model, layout, cfg.local_lr)
+    rec = ctx.record_step = StepRecorder(model, layout, cfg.local_lr)
     SAM(cfg).train(ctx)
     twin = _model()
     set_flat(twin, layout, theta0)
@@ -104,7 +104,7 @@ def test_recorder_writes_each_gradient_at_its_layout_slot_and_zeros_for_missing_
     params = list(model.parameters())
     grads = [torch.full_like(p, float(i + 1)) for i, p in enumerate(params)]
     grads[1] = None
-    rec = _StepRecorder(model, layout, lr=0.5, keep_rows=False)
+    rec = StepRecorder(model, layout, lr=0.5, keep_rows=False)
     rec(params, grads)
     rec(params, grads)
     expect = np.concatenate([np.full(p.numel(), 0.0 if g is None else -0.5 * (i + 1), np.float32)
@@ -129,7 +129,7 @@ def _estimates(seed, momentum, shifted, n=96, dim=12, classes=4, bs=16, epochs=2
     for role, labels, order in (("target", y, 2 * seed + 1), ("source", y_src, 2 * seed + 2)):
         set_flat(model, layout, theta)
         ctx = _ctx(model, x, labels, cfg, seed=order, role=role)
-        rec = ctx.record_step = _StepRecorder(model, layout, cfg.local_lr, keep_rows=role == "target")
+        rec = ctx.record_step = StepRecorder(model, layout, cfg.local_lr, keep_rows=role == "target")
         SGD(cfg).train(ctx)
         samples[role] = rec.extras()
     est = auto_beta_estimates(samples["target"]["step_updates"], samples["source"]["mean_step_update"][None])

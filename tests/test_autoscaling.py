@@ -51,7 +51,7 @@ from cluster_harness import (
     tail,
 )
 
-pytestmark = [pytest.mark.ray,
+pytestmark = [pytest.mark.ray, pytest.mark.slow,
               pytest.mark.skipif(not sys.platform.startswith("linux"),
                                  reason="the cluster's processes are found through /proc (Linux)")]
 

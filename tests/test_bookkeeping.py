@@ -323,6 +323,7 @@ def _sigterm_after_first_round(cmd: list[str], cwd: Path, rounds_dir: Path) -> s
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
 def test_sigterm_ends_a_run_as_interrupted_with_its_trial_row(tmp_path, backend):
     cmd = [sys.executable, "-m", "fedtune.cli", "run", "--backend", backend, "--rounds", "300", "--output",
@@ -338,6 +339,7 @@ def test_sigterm_ends_a_run_as_interrupted_with_its_trial_row(tmp_path, backend)
 # ------------------------------------------------------------------------------------------------
 # Ray backend errors inside actors: the same one line and exit 2 as the local backend.
 @pytest.mark.ray
+@pytest.mark.slow
 def test_bad_input_inside_actors_is_one_line_and_exit_2_on_both_backends(tmp_path):
     root = image_tree(tmp_path / "ds", {"cat": 4, "dog": 4})
     (root / "a" / "cat" / "broken.jpg").write_bytes(b"not a jpeg")
@@ -362,6 +364,7 @@ def test_bad_input_inside_actors_is_one_line_and_exit_2_on_both_backends(tmp_pat
 # A sweep: SIGTERM = Ctrl-C (exit 130, resume hint); the study folder moves; a corrupt round file is
 # quarantined and its deterministic trial re-run on --resume.
 @pytest.mark.ray
+@pytest.mark.slow
 def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_session, tmp_path):
     import optuna
     from optuna.trial import TrialState

@@ -9,13 +9,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedtune.algorithms import PRESETS, SERVER_RULES
+from fedtune.algorithms import SERVER_RULES
+from fedtune.algorithms.declarations import PRESETS
 from fedtune.algorithms.aggregate import fedavg_weights
 from fedtune.algorithms.server import RoundInfo
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 
 SIZES = (30, 25, 55)
+
+# Every preset whose own defaults make FedAvg's mean uniform (its authors' plain mean), and the
+# presets that run the same client methods under a rule without ``client_weighting`` (FedOMG's).
+UNIFORM_PRESETS = [n for n, p in PRESETS.items() if dict(p.defaults).get("client_weighting") == "uniform"]
+UNWEIGHTED_RULE_PRESETS = [
+    n for n, p in PRESETS.items()
+    if p.client_method in {PRESETS[u].client_method for u in UNIFORM_PRESETS}
+    and "client_weighting" not in {h.name for h in SERVER_RULES.spec(p.server_rule).hparams}]
 
 
 def _cfg(**values) -> FederatedRunConfig:
@@ -45,7 +54,7 @@ def _aggregate(cfg, theta, updates, buffers):
     return params, rule.aggregate_buffers(np.zeros(buffers.shape[1], np.float32), buffers, p, info=info)
 
 
-@pytest.mark.parametrize("algorithm", ["fedsr", "fediir"])
+@pytest.mark.parametrize("algorithm", UNIFORM_PRESETS)
 def test_fedsr_and_fediir_presets_average_the_models_uniformly_as_their_authors(algorithm):
     cfg = _cfg(algorithm=algorithm)
     assert cfg.params["client_weighting"] == "uniform" and cfg.hyperparameters()["client_weighting"] == "uniform"
@@ -72,7 +81,8 @@ def test_fedavg_keeps_the_example_weights_and_either_preset_can_switch():
 
 
 def test_the_omg_presets_keep_fedomgs_example_weights_and_the_default_changes_the_trial_id():
-    for algorithm in ("fedsr-omg", "fediir-omg"):
+    assert UNWEIGHTED_RULE_PRESETS
+    for algorithm in UNWEIGHTED_RULE_PRESETS:
         cfg = _cfg(algorithm=algorithm)
         assert "client_weighting" not in cfg.params and "client_weighting" not in cfg.hyperparameters()
     # an overridden rule that does not declare it: the preset's default is not applied
@@ -102,5 +112,5 @@ def test_bad_client_weighting_is_one_config_error_line(values, field):
 
 
 def test_fedavg_declares_the_weighting_as_a_variant():
-    spec = {h.name: h for h in SERVER_RULES["fedavg"].hparams}["client_weighting"]
+    spec = {h.name: h for h in SERVER_RULES.spec("fedavg").hparams}["client_weighting"]
     assert spec.variant and spec.default == "examples" and spec.choices == ("examples", "uniform")

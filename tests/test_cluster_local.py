@@ -54,7 +54,7 @@ import sys
 import pytest
 from cluster_harness import LocalCluster, cluster_env, free_ports, kill_group, short_temp_dir, tail
 
-pytestmark = [pytest.mark.ray,
+pytestmark = [pytest.mark.ray, pytest.mark.slow,
               pytest.mark.skipif(not sys.platform.startswith("linux"),
                                  reason="the cluster's processes are found through /proc (Linux)")]
 

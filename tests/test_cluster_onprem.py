@@ -438,6 +438,7 @@ def test_shipped_onprem_config_passes_rays_validation():
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 @needs_sshd
 def test_ray_up_exec_down_over_ssh_on_loopback(box: Box, tmp_path: Path):
     times = {}  # the commands' logs stay in tmp_path

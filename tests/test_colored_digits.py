@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedtune.algorithms import LOCAL_OPTIMIZERS
 from fedtune.algorithms.client import SGD, ClientContext
 from fedtune.algorithms.fedgp import FedDA
 from fedtune.algorithms.server import RoundInfo
@@ -102,7 +103,7 @@ def _ctx(cfg, role: str) -> ClientContext:
                          generator=torch.Generator(), device=torch.device("cpu"))
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("optimizer", LOCAL_OPTIMIZERS)
 def test_only_the_target_client_trains_at_the_scaled_rate(optimizer):
     cfg = FederatedRunConfig.from_dict({"setting": "fda", "local_lr": 0.05, "target_lr_scale": 0.2,
                                         "local_optimizer": optimizer, "backend": "local"})

@@ -279,7 +279,8 @@ def test_the_worker_evaluates_received_and_trained_models_only_when_the_rule_ask
         coord = fr.coordinator
         (reply,), _ = coord.pool.fit(coord.weights, {}, 1, [0, 1])
         replies[algorithm], workers[algorithm] = (reply, coord.weights.copy()), coord.pool.worker
-        assert workers[algorithm].gap_losses == (algorithm == "fedga")
+        hooks = [type(h).__name__ for h in workers[algorithm].hooks]  # the rule's declared client hooks
+        assert hooks == (["GeneralizationGap"] if algorithm == "fedga" else [])
     (ga, w0), (avg, _) = replies["fedga"], replies["fedavg"]
     assert all(set(e) == {"ga_loss_global", "ga_loss_local", "ga_acc_global", "ga_acc_local"} for e in ga.extras)
     assert all(e == {} for e in avg.extras)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedtune.algorithms import PRESETS, SERVER_RULES
-from fedtune.algorithms.fedgp import (GP_ALIGN, GP_BETA, FedDA, FedGP, TargetOnly, align_source_magnitude,
-                                      alignment_factor, combine_with_target, fedgp_combine, proj_plus,
-                                      proj_plus_per_tensor)
+from fedtune.algorithms.declarations import GP_ALIGN, GP_BETA
+from fedtune.algorithms import SERVER_RULES
+from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.fedgp import (FedDA, FedGP, TargetOnly, align_source_magnitude, alignment_factor,
+                                     combine_with_target, fedgp_combine, proj_plus, proj_plus_per_tensor)
 from fedtune.algorithms.fedgp_auto_beta import auto_beta, auto_beta_estimates, beta_from, source_step_scales
-from fedtune.algorithms.server import FedAvg, RoundInfo
+from fedtune.algorithms.server import RoundInfo
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout, TensorSlot
@@ -306,11 +307,12 @@ def test_auto_beta_rule_uses_the_target_steps_and_the_sources_mean_raw_steps():
 
 
 def test_target_steps_are_recorded_only_for_auto_beta():
-    assert FedGP.wants_target_steps_for(fda_cfg("fedgp", gp_beta="auto"))
-    assert FedDA.wants_target_steps_for(fda_cfg("fedda", gp_beta="auto"))
-    assert not FedGP.wants_target_steps_for(fda_cfg("fedgp"))
-    assert not FedDA.wants_target_steps_for(fda_cfg("fedda", gp_beta=0.3))
-    assert not FedAvg.wants_target_steps_for(fda_cfg("fedavg"))
+    records = ("fedtune.algorithms.step_records:StepRecords",)
+    assert SERVER_RULES.spec("fedgp").hooks(fda_cfg("fedgp", gp_beta="auto")) == records
+    assert SERVER_RULES.spec("fedda").hooks(fda_cfg("fedda", gp_beta="auto")) == records
+    assert SERVER_RULES.spec("fedgp").hooks(fda_cfg("fedgp")) == ()
+    assert SERVER_RULES.spec("fedda").hooks(fda_cfg("fedda", gp_beta=0.3)) == ()
+    assert SERVER_RULES.spec("fedavg").hooks(fda_cfg("fedavg")) == ()
 
 
 # ================================================================================ configuration
@@ -318,7 +320,7 @@ def test_registration():
     assert {"fedda", "fedgp", "target_only"} <= set(SERVER_RULES)
     assert PRESETS["fedgp"].server_rule == "fedgp" and PRESETS["fedgp"].settings == ("fda",)
     assert PRESETS["target-only"].server_rule == "target_only"
-    assert FedDA.hparams[0] is FedGP.hparams[0]  # one shared gp_beta
+    assert SERVER_RULES.spec("fedda").hparams[0] is SERVER_RULES.spec("fedgp").hparams[0]  # one shared gp_beta
     cfg = fda_cfg("fedda", gp_beta="auto", gp_align=False)
     assert GP_BETA.of(cfg) == "auto" and GP_ALIGN.of(cfg) is False
     assert GP_BETA.of(fda_cfg("fedgp")) == 0.5
@@ -335,7 +337,8 @@ def test_auto_beta_with_one_local_step_is_a_config_error():
         rule(FedGP, "fedgp", gp_beta="auto", local_steps=1)
 
 
-@pytest.mark.parametrize("algorithm", ["fedgp", "fedda", "target-only"])
+@pytest.mark.parametrize("algorithm", [n for n, p in PRESETS.items()
+                                       if SERVER_RULES.spec(p.server_rule).needs_target_client])
 def test_a_target_client_rule_is_refused_outside_fda(algorithm):
     from fedtune.runtime.driver import build_plan
 

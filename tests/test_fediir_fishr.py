@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_SIDES, own_knobs
+from fedtune.algorithms import CLIENT_METHODS, SERVER_SIDES, own_knobs
+from fedtune.algorithms.declarations import PRESETS
 from fedtune.algorithms.client import ClientContext, batches
 from fedtune.algorithms.fediir import FedIIR, round_gradient_sum
 from fedtune.algorithms.fediir_server import BATCHES_KEY, GRAD_SUM_KEY, FedIIRServer

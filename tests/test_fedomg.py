@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import fedtune.algorithms.fedomg as fedomg_mod
-from fedtune.algorithms import PRESETS, SERVER_RULES, resolve
+from fedtune.algorithms.declarations import OMG_KAPPA, OMG_RESCALE, OMG_SOLVER
+from fedtune.algorithms import SERVER_RULES, resolve
+from fedtune.algorithms.declarations import PRESETS
 from fedtune.algorithms.aggregate import fedavg_step, fedavg_weights, weighted_sum
-from fedtune.algorithms.fedomg import (OMG_KAPPA, OMG_RESCALE, OMG_SOLVER, FedOMG, fedomg_direction, fedomg_step,
-                                      gram_matrix)
+from fedtune.algorithms.fedomg import FedOMG, fedomg_direction, fedomg_step, gram_matrix
 from fedtune.algorithms.fedomg_solvers import (_norm_floor, cosines, omg_objective, omg_solution, solve_omg_exact,
                                               solve_omg_exact_info, solve_omg_sgd)
 from fedtune.algorithms.server import RoundInfo

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, own_knobs
+from fedtune.algorithms import CLIENT_METHODS, own_knobs
+from fedtune.algorithms.declarations import PRESETS
 from fedtune.algorithms.client import SGD, ClientContext
 from fedtune.algorithms.fedsr import PRIOR_STATE_KEYS, FedSR
 from fedtune.config import FederatedRunConfig
@@ -17,7 +18,6 @@ from fedtune.layout import FlatLayout
 from fedtune.model_heads import EVAL_NOISE_SEED, ProbabilisticHead, probabilistic_head, recording_draws
 from fedtune.models import build_model, check_model_size, encode
 from fedtune.runtime.examples import TensorExamples
-from fedtune.runtime.worker import model_head_kwargs
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -203,11 +203,11 @@ def test_head_replaces_the_classifier_with_the_same_encoder_draws(name, shape, f
 
 def test_the_runtime_builds_the_methods_head_from_its_hyperparameters():
     cfg = _cfg(algorithm="fedsr", fedsr_z_dim=9, fedsr_eval_samples=3)
-    assert model_head_kwargs(CLIENT_METHODS["fedsr"], cfg) == {"head": "probabilistic", "z_dim": 9, "eval_samples": 3}
-    assert model_head_kwargs(CLIENT_METHODS["sgd"], cfg) == {}
-    assert model_head_kwargs(CLIENT_METHODS["simclr"], cfg)["head"] == "projector"
+    assert CLIENT_METHODS.spec("fedsr").head(cfg) == {"head": "probabilistic", "z_dim": 9, "eval_samples": 3}
+    assert CLIENT_METHODS.spec("sgd").head(cfg) == {}
+    assert CLIENT_METHODS.spec("simclr").head(cfg)["head"] == "projector"
     m = build_model("mlp", input_shape=(4,), num_classes=2, mlp_hidden=[3],
-                    **model_head_kwargs(CLIENT_METHODS["fedsr"], cfg))
+                    **CLIENT_METHODS.spec("fedsr").head(cfg))
     assert isinstance(m[-1], ProbabilisticHead) and m[-1].eval_samples == 3
     with pytest.raises(TypeError, match="probabilistic head"):
         FedSR(cfg).train(_ctx(build_model("mlp", input_shape=(4,), num_classes=2, mlp_hidden=[3]),

@@ -9,14 +9,16 @@ import numpy as np
 import pytest
 import torch
 
+from fedtune.algorithms.declarations import GALA_GATE, GALA_ITERS, GALA_MIX, GALA_TAU, GALA_WEIGHTS
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES, SERVER_SIDES
+from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES, SERVER_SIDES
+from fedtune.algorithms.declarations import PRESETS
 from fedtune.algorithms.aggregate import fedavg_step
 from fedtune.algorithms.client import SGD, ClientContext
 from fedtune.algorithms.server import RoundInfo
-from fedtune.algorithms.gala import GALA_ITERS, GALA_MIX, GALA_WEIGHTS, Gala, gala_global_weights, gala_step
+from fedtune.algorithms.gala import Gala, gala_global_weights, gala_step
 from fedtune.algorithms.gala_move import GlobalMove, SimclrGlobalMove
-from fedtune.algorithms.gala_client import GALA_GATE, GALA_TAU, GalaClient, GatedSGD, reference_tensors
+from fedtune.algorithms.gala_client import GalaClient, GatedSGD, reference_tensors
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 from fedtune.models import build_model
@@ -199,7 +201,7 @@ def test_registration():
     preset = PRESETS["fedgala"]
     assert (preset.client_method, preset.server_rule, preset.unsupervised_client_method) == ("gala", "gala", "gala-simclr")
     assert SERVER_SIDES["gala"] is GlobalMove and SERVER_SIDES["gala-simclr"] is SimclrGlobalMove
-    assert GalaClient.supervised
+    assert CLIENT_METHODS.spec("gala").supervised
     cfg = _cfg()
     assert (GALA_TAU.of(cfg), GALA_ITERS.of(cfg), GALA_MIX.of(cfg)) == (0.0, 3, 1.0)
     assert (GALA_GATE.of(cfg), GALA_WEIGHTS.of(cfg)) == ("descent", "per-tensor")
@@ -403,7 +405,7 @@ def test_gated_client_mixin_wraps_any_loss():
     # A made-up client method (squared norm of the output) that builds its optimiser through
     # make_optimizer, like SGD and SimCLR: the mixin gates it without touching its loop.
     from fedtune.algorithms.client import ClientMethod, ClientOutcome
-    from fedtune.algorithms.gala_client import GALA_TAU, GatedClientMixin
+    from fedtune.algorithms.gala_client import GatedClientMixin
 
     class OutputNorm(ClientMethod):
         name = "output-norm"
@@ -424,7 +426,6 @@ def test_gated_client_mixin_wraps_any_loss():
 
     class GatedOutputNorm(GatedClientMixin, OutputNorm):
         name = "gala-output-norm"
-        hparams = (GALA_TAU,)
 
     x, y = _data()
     cfg = _cfg(gala_tau=1.0)

@@ -411,6 +411,7 @@ def test_fp16_gradient_scaler_step_equals_the_unscaled_step():
 
 # ----------------------------------------------------------------- determinism on Ray, decode once
 @pytest.mark.ray
+@pytest.mark.slow
 @pytest.mark.parametrize("actors", [1, 3])
 def test_domainbed_augment_metrics_match_across_backends_and_actor_counts(ray_session, tmp_path, actors):
     root = image_tree(tmp_path / "ds", per_class=6)
@@ -425,6 +426,7 @@ def test_domainbed_augment_metrics_match_across_backends_and_actor_counts(ray_se
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_a_sweep_of_several_trials_decodes_every_image_once(ray_session, tmp_path):
     from fedtune.tune.options import SweepOptions
     from fedtune.tune.sweep import run_sweep

@@ -212,6 +212,7 @@ class _Trial:
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_wandb_logs_each_round_once_across_a_restart_and_a_resumed_driver_and_drops_the_nested_row(
         ray_session, monkeypatch, tmp_path):
     from fedtune.tune.loggers import logger_callbacks
@@ -256,6 +257,7 @@ def test_wandb_logs_each_round_once_across_a_restart_and_a_resumed_driver_and_dr
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_tiny_sweep_logs_every_round_once_to_csv_tensorboard_mlflow_and_wandb(ray_session, tmp_path, monkeypatch):
     from mlflow import MlflowClient
 

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedtune.algorithms import CLIENT_METHODS, PRESETS
+from fedtune.algorithms import CLIENT_METHODS
+from fedtune.algorithms.declarations import PRESETS
 from fedtune.algorithms.client import ClientContext
 from fedtune.algorithms.moon import STATE_KEY, FeatureTap, model_contrastive_loss
 from fedtune.config import FederatedRunConfig

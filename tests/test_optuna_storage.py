@@ -130,6 +130,7 @@ def test_pareto_front_plot_of_each_multi_objective_study_only(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # Real studies on the session's Ray (2 CPUs).
 @pytest.mark.ray
+@pytest.mark.slow
 def test_journal_storage_holds_the_trials_and_concurrent_tpe_lies(ray_session, tmp_path):
     import optuna
     from optuna.storages.journal import JournalFileBackend
@@ -153,6 +154,7 @@ def test_journal_storage_holds_the_trials_and_concurrent_tpe_lies(ray_session, t
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_sqlite_outside_the_study_survives_a_killed_driver_and_nsga2_gets_a_pareto_plot(ray_session, tmp_path):
     import optuna
     from optuna.trial import TrialState

@@ -4,6 +4,7 @@ declaring every third-party package that fedtune/ imports (test-only ones in the
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -49,8 +50,13 @@ def _names(requirements: list[str]) -> set[str]:
     return {re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", r).group(0)).lower() for r in requirements}
 
 
+@functools.cache
+def _packages_distributions() -> dict[str, list[str]]:
+    return packages_distributions()  # a scan of every installed distribution: once per session
+
+
 def _undeclared(folder: Path, declared: set[str], module_level: bool = False) -> dict[str, list[str]]:
-    dists = packages_distributions()
+    dists = _packages_distributions()
     missing: dict[str, list[str]] = {}
     for module, files in _top_level_imports(folder, module_level).items():
         if module in sys.stdlib_module_names or module in ("fedtune", "__future__"):
@@ -156,7 +162,7 @@ def test_every_logger_extra_the_errors_name_exists():
             continue
         module, extra = needs  # "pip install 'fedtune[<extra>]'" must install <module>
         assert extra in extras, f"--logger {name}: no [{extra}] extra in pyproject.toml"
-        dists = _names(packages_distributions().get(module, [module]))
+        dists = _names(_packages_distributions().get(module, [module]))
         assert dists & _names(extras[extra]), f"[{extra}] does not install the '{module}' module"
         assert dists & test_extra, f"--logger {name}: tests/test_loggers.py needs '{module}' in the test extra"
 

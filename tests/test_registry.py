@@ -7,13 +7,16 @@ coordinator (which looks up only its server rule) never load torch. Checked in f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 
 import pytest
 
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_RULES, SERVER_SIDES, Registry, resolve
+from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES, SERVER_SIDES, Registry, resolve
+from fedtune.algorithms.declarations import CLIENT_METHOD_SPECS, PRESETS, SERVER_RULE_SPECS
+from fedtune.algorithms.base import ClientMethodSpec
 from fedtune.config import FederatedRunConfig
 
 
@@ -28,8 +31,9 @@ def test_every_registered_class_is_where_the_registry_says_and_carries_its_name(
             cls = registry[name]
             module, _, attr = registry.where(name).partition(":")
             assert (cls.__module__, cls.__name__, cls.name) == (module, attr, name)
-    assert list(CLIENT_METHODS)[:8] == ["sgd", "simclr", "gala-simclr", "prox", "sam", "gfm", "gca", "gala"]
-    assert list(SERVER_RULES.keys())[:6] == ["fedavg", "fedda", "fedgp", "target_only", "gala", "fedomg"]
+    # the registries keep the declarations' order (listings, `fedtune algorithms`, config choices)
+    assert list(CLIENT_METHODS)[:len(CLIENT_METHOD_SPECS)] == [s.name for s in CLIENT_METHOD_SPECS]
+    assert list(SERVER_RULES.keys())[:len(SERVER_RULE_SPECS)] == [s.name for s in SERVER_RULE_SPECS]
     assert set(SERVER_SIDES) <= set(CLIENT_METHODS)  # a server side belongs to a client method
     for p in PRESETS.values():
         assert p.client_method in CLIENT_METHODS and p.server_rule in SERVER_RULES
@@ -37,22 +41,24 @@ def test_every_registered_class_is_where_the_registry_says_and_carries_its_name(
 
 
 def test_a_registry_is_a_mapping_that_names_a_wrong_entry():
-    reg = Registry("client method", {"sgd": "fedtune.algorithms.client:SGD",
-                                     "oops": "fedtune.algorithms.client:SGD"})
+    sgd_spec = CLIENT_METHODS.spec("sgd")
+    oops = ClientMethodSpec("oops", "fedtune.algorithms.client:SGD", "a wrong place")
+    reg = Registry("client method", (sgd_spec, oops))
     assert "sgd" in reg and "nope" not in reg and len(reg) == 2 and reg.get("nope") is None
-    assert reg["sgd"] is CLIENT_METHODS["sgd"]
+    assert reg["sgd"] is CLIENT_METHODS["sgd"] and reg.spec("oops") is oops
     with pytest.raises(RuntimeError, match="client method 'oops' is registered as fedtune.algorithms.client:SGD"):
         reg["oops"]
     with pytest.raises(KeyError):
         reg["nope"]
     sgd = reg["sgd"]
     del reg["oops"]
-    reg["sgd2"] = "fedtune.algorithms.client:SGD"  # registered by place: checked when looked up
+    reg["sgd2"] = dataclasses.replace(sgd_spec, name="sgd2")  # registered by declaration: checked when looked up
     with pytest.raises(RuntimeError, match="'sgd2'"):
         reg["sgd2"]
     with pytest.raises(RuntimeError, match="'sgd2'"):
-        reg["sgd2"] = sgd  # registered by class: checked at once
-    reg["sgd"] = sgd
+        reg["sgd2"] = sgd  # registered by class: it carries no declaration named sgd2
+    with pytest.raises(RuntimeError, match="'sgd3': its declaration is named 'sgd'"):
+        reg["sgd3"] = sgd_spec
     assert list(reg) == ["sgd", "sgd2"] and reg.where("sgd") == "fedtune.algorithms.client:SGD"
 
 
@@ -60,8 +66,8 @@ def test_importing_the_package_and_its_registry_loads_no_torch():
     out = _run("import sys\nimport fedtune, fedtune.algorithms\n"
                "from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES, resolve_names\n"
                "names = list(CLIENT_METHODS), 'sam' in CLIENT_METHODS, resolve_names('fedgala', setting='ufdg')\n"
-               "print('torch' in sys.modules, any(m.startswith('fedtune.algorithms.') and m != "
-               "'fedtune.algorithms.base' for m in sys.modules))")
+               "print('torch' in sys.modules, any(m.startswith('fedtune.algorithms.') and m not in "
+               "('fedtune.algorithms.base', 'fedtune.algorithms.declarations') for m in sys.modules))")
     assert out.split() == ["False", "False"]
 
 

@@ -61,6 +61,7 @@ def test_two_rounds_of_three_clients_match_the_in_process_backend(ray_session, t
     assert all(pg["state"] == "REMOVED" for pg in ray_session.util.placement_group_table().values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm,extra", [("fedomg", {}), ("fedgp", {"setting": "fda", "gp_beta": "auto"})])
 def test_server_rules_on_their_own_coordinator_cpu_match_the_in_process_backend(ray_session, tmp_path, algorithm,
                                                                                  extra):
@@ -75,6 +76,7 @@ def test_server_rules_on_their_own_coordinator_cpu_match_the_in_process_backend(
     assert [r[diag] for r in on_ray.rows] == [r[diag] for r in local.rows]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("actors", [1, 2, 4])
 def test_metrics_do_not_depend_on_the_number_of_actors(ray_session, tmp_path, actors):
     cfg = dict(dataset="rotated-digits", setting="fl", num_clients=5, rounds=2, local_steps=2, participation=0.8,
@@ -86,6 +88,7 @@ def test_metrics_do_not_depend_on_the_number_of_actors(ray_session, tmp_path, ac
     assert metrics_of(on_ray.rows) == metrics_of(local.rows)
 
 
+@pytest.mark.slow
 def test_every_actor_lives_in_the_runs_placement_group_with_its_cpu_share(ray_session, tmp_path):
     fr = FederatedRun(cfg_of(tmp_path, client_cpus=1.0))
     fr.start()
@@ -105,6 +108,7 @@ def test_every_actor_lives_in_the_runs_placement_group_with_its_cpu_share(ray_se
         fr.close()
 
 
+@pytest.mark.slow
 def test_four_clients_at_a_quarter_gpu_share_gpu_zero(ray_session, tmp_path):
     cfg = cfg_of(tmp_path, setting="fl", num_clients=4, client_gpus=0.25, client_cpus=0.25, rounds=1)
     fr = FederatedRun(cfg)
@@ -156,6 +160,7 @@ def _kill_worker_zero(fr: FederatedRun, _round: int) -> None:
     time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_retry_restarts_a_dead_actor_and_reproduces_the_metrics(ray_session, tmp_path):
     cfg = cfg_of(tmp_path, rounds=3, max_client_actors=2, on_client_failure="retry")
     clean, _ = stepped(cfg, 3)
@@ -165,6 +170,7 @@ def test_retry_restarts_a_dead_actor_and_reproduces_the_metrics(ray_session, tmp
     assert [tuple(m[k] for k in METRICS) for m in failed] == [tuple(m[k] for k in METRICS) for m in clean]
 
 
+@pytest.mark.slow
 def test_skip_goes_on_without_the_dead_actors_clients_and_records_it(ray_session, tmp_path):
     cfg = cfg_of(tmp_path, rounds=3, max_client_actors=2, on_client_failure="skip")
     rows, _ = stepped(cfg, 3, between=lambda fr, r: _kill_worker_zero(fr, r) if r == 1 else None)
@@ -174,6 +180,7 @@ def test_skip_goes_on_without_the_dead_actors_clients_and_records_it(ray_session
     assert all(np.isfinite(m["val_acc"]) for m in rows)
 
 
+@pytest.mark.slow
 def test_fail_policy_stops_the_run_naming_the_actor(ray_session, tmp_path):
     cfg = cfg_of(tmp_path, rounds=2, max_client_actors=2, on_client_failure="fail")
     with pytest.raises(ClientFailure, match="client actor 0 .*on_client_failure=fail"):

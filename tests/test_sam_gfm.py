@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from fedtune.algorithms.declarations import GFM_INTERVAL, PRESETS, SAM_RHO
 from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import CLIENT_METHODS, all_hparams
 from fedtune.algorithms.client import ClientContext
@@ -22,7 +23,7 @@ from fedtune.algorithms.gfm import (
     triangle_wave,
 )
 from fedtune.algorithms.prox import add_prox_gradient
-from fedtune.algorithms.sam import SAM_RHO, sam_perturbation, sam_step
+from fedtune.algorithms.sam import sam_perturbation, sam_step
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 
@@ -32,6 +33,16 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def _cfg(**values) -> FederatedRunConfig:
     return FederatedRunConfig.from_dict({"backend": "local", "dataset": "rotated-digits", **values})
+
+
+# Every preset whose client method takes SAM steps (it declares sam_rho), and every one whose
+# client method trains on an augmenter's images (it declares the augmenter's update interval).
+SAM_PRESETS = [n for n, p in PRESETS.items() if SAM_RHO in CLIENT_METHODS.spec(p.client_method).hparams]
+AUGMENTER_PRESETS = [n for n, p in PRESETS.items() if GFM_INTERVAL in CLIENT_METHODS.spec(p.client_method).hparams]
+# Every client method this file's harness builds: the plain classifier (no model head of its own)
+# and no server side whose payload it would need.
+PLAIN_CLIENT_METHODS = [s.name for s in CLIENT_METHODS.specs()
+                        if s.supervised and s.model_head is None and s.server_side is None]
 
 
 def _ctx(model, x, y, cfg, *, state=None, round=1, seed=0) -> ClientContext:
@@ -172,7 +183,7 @@ def test_sam_client_updates_batchnorm_stats_from_the_first_pass_only():
 
 def test_bad_sam_rho_is_a_config_error_naming_it():
     for bad in (0, 0.0, -0.1, "x"):
-        for algorithm in ("fedsam", "gfm"):
+        for algorithm in SAM_PRESETS:
             with pytest.raises(ConfigError, match="sam_rho"):
                 _cfg(algorithm=algorithm, sam_rho=bad)
     assert SAM_RHO.of(_cfg(algorithm="fedsam", sam_rho=0.05)) == 0.05
@@ -272,13 +283,13 @@ def _plain_leaves(value, where="state"):
         yield where, value
 
 
-@pytest.mark.parametrize("algorithm", ["gfm", "gca"])
+@pytest.mark.parametrize("algorithm", AUGMENTER_PRESETS)
 def test_gfm_client_state_is_plain_numpy_and_numbers(algorithm):
     # Checkpoints store client state as NumPy arrays and JSON values only (no pickle).
     x, y = _images(n=8, c=3)
     cfg = _cfg(algorithm=algorithm, gfm_interval=1, local_steps=2, batch_size=4)
     state: dict = {}
-    CLIENT_METHODS[algorithm](cfg).train(_ctx(_small_cnn(c=3), x, y, cfg, state=state))
+    cfg.resolved.client_method(cfg).train(_ctx(_small_cnn(c=3), x, y, cfg, state=state))
     leaves = list(_plain_leaves(state))
     bad = [(w, type(v).__name__) for w, v in leaves
            if not (type(v) in (int, float, str, bool) or (isinstance(v, np.ndarray) and v.dtype == np.float32))]
@@ -296,13 +307,13 @@ def test_gfm_client_state_is_plain_numpy_and_numbers(algorithm):
     assert np.abs(held["aug.geometry_out.weight"]).max() > 0
 
 
-@pytest.mark.parametrize("algorithm", ["gfm", "gca"])
+@pytest.mark.parametrize("algorithm", AUGMENTER_PRESETS)
 def test_gfm_continues_bit_identically_from_a_copy_of_its_state_in_a_fresh_method(algorithm):
     import copy
 
     x, y = _images(n=12, c=3)
     cfg = _cfg(algorithm=algorithm, gfm_interval=1, local_steps=3, batch_size=4, local_lr=0.05)
-    method = CLIENT_METHODS[algorithm](cfg)
+    method = cfg.resolved.client_method(cfg)
     state: dict = {}
     model = _small_cnn(c=3)
     method.train(_ctx(model, x, y, cfg, state=state, round=1))
@@ -313,14 +324,14 @@ def test_gfm_continues_bit_identically_from_a_copy_of_its_state_in_a_fresh_metho
         return losses, _params(model)
 
     straight = continue_rounds(method, model, state)  # the cached augmenter object
-    fresh = continue_rounds(CLIENT_METHODS[algorithm](cfg), copy.deepcopy(saved_model), copy.deepcopy(saved_state))
+    fresh = continue_rounds(cfg.resolved.client_method(cfg), copy.deepcopy(saved_model), copy.deepcopy(saved_state))
     assert fresh[0] == straight[0]
     assert all(torch.equal(a, b) for a, b in zip(fresh[1], straight[1]))
     # the same method object given a copied dict rebuilds from it too, with the same numbers
     again = continue_rounds(method, copy.deepcopy(saved_model), copy.deepcopy(saved_state))
     assert again[0] == straight[0] and all(torch.equal(a, b) for a, b in zip(again[1], straight[1]))
     # the state matters: an empty one (a new identity augmenter) continues differently
-    lost = continue_rounds(CLIENT_METHODS[algorithm](cfg), copy.deepcopy(saved_model), {})
+    lost = continue_rounds(cfg.resolved.client_method(cfg), copy.deepcopy(saved_model), {})
     assert not all(torch.equal(a, b) for a, b in zip(lost[1], straight[1]))
 
 
@@ -389,7 +400,7 @@ def test_gca_without_augmenter_updates_is_sgd_on_identity_augmented_data_and_gfm
 def test_two_rounds_end_to_end_with_diag_columns(tmp_path, algorithm, diag):
     from fedtune.runtime.driver import run
 
-    extra = {"gfm_interval": 1} if algorithm in ("gfm", "gca") else {}
+    extra = {"gfm_interval": 1} if algorithm in AUGMENTER_PRESETS else {}
     cfg = FederatedRunConfig.from_dict({"algorithm": algorithm, "dataset": "rotated-digits", "setting": "fdg", "rounds": 2,
                                "local_steps": 2, "batch_size": 8, "model": "mlp", "mlp_hidden": [16],
                                "backend": "local", "output": str(tmp_path), **extra})
@@ -399,7 +410,7 @@ def test_two_rounds_end_to_end_with_diag_columns(tmp_path, algorithm, diag):
         for key in diag:
             assert math.isfinite(row[f"diag.{key}"]), key
         assert 0.0 <= row["target_acc"] <= 1.0
-    if algorithm in ("gfm", "gca"):
+    if algorithm in AUGMENTER_PRESETS:
         assert all(r["diag.gfm_aug_updates"] == 2.0 for r in result.rows)
         assert ("diag.sam_sharpness" in result.rows[0]) == (algorithm == "gfm")
         assert result.rows[0]["hp.gfm_interval"] == 1
@@ -416,11 +427,11 @@ def test_gfm_on_vector_data_is_a_clear_error(tmp_path):
         run(cfg, progress=False)
 
 
-@pytest.mark.parametrize("algorithm,method", [("fedprox", "prox"), ("fedsam", "sam"), ("gfm", "gfm"), ("gca", "gca")])
-def test_a_non_finite_loss_is_returned_at_once(algorithm, method):
+@pytest.mark.parametrize("method", PLAIN_CLIENT_METHODS)
+def test_a_non_finite_loss_is_returned_at_once(method):
     x, y = _images(n=8)
     x[:] = float("nan")
-    cfg = _cfg(algorithm=algorithm, local_steps=3, batch_size=4)
+    cfg = _cfg(algorithm="fedavg", client_method=method, local_steps=3, batch_size=4)
     ctx = _ctx(_small_cnn(), x, y, cfg)
     calls = []
     ctx.record_step = lambda params, grads: calls.append(1)

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_OPTIMIZERS, SERVER_SIDES
+from fedtune.algorithms import CLIENT_METHODS, SERVER_OPTIMIZERS, SERVER_SIDES
+from fedtune.algorithms.declarations import PRESETS
 from fedtune.algorithms.aggregate import fedavg_step, fedavg_weights, weighted_sum
 from fedtune.algorithms.client import ClientContext
 from fedtune.algorithms.feddyn import STATE_KEY as DYN_KEY, DynamicRegulariser
@@ -334,14 +335,14 @@ def test_feddyn_uniform_mean_applies_the_server_optimizer_end_to_end(tmp_path):
             "local_steps": 2, "rounds": 3, "backend": "local", "eval_every": 3, "algorithm": "feddyn",
             "feddyn_alpha": 0.1, "feddyn_mean": "uniform", "global_lr": 0.05}
     weights = {}
-    for name in ("sgd", "avgm", "adam"):
+    for name in SERVER_OPTIMIZERS:
         with FederatedRun(FederatedRunConfig.from_dict({**base, "server_optimizer": name,
                                                         "output": str(tmp_path / name)})) as fr:
             rows = [fr.step() for _ in range(3)]
             assert all(r.status == "ok" for r in rows)
             weights[name] = fr.coordinator.weights.copy()
-    assert not np.array_equal(weights["sgd"], weights["avgm"]) and not np.array_equal(weights["sgd"], weights["adam"])
-    assert not np.array_equal(weights["avgm"], weights["adam"])
+    names = list(weights)  # every optimiser moves the weights its own way
+    assert all(not np.array_equal(weights[a], weights[b]) for i, a in enumerate(names) for b in names[i + 1:])
 
 
 def test_feddyn_alpha_zero_is_bit_identical_to_fedavg_over_three_rounds(tmp_path):

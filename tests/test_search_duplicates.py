@@ -111,6 +111,7 @@ def test_a_space_with_nothing_new_ends_the_search_with_a_note(tmp_path, monkeypa
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_sweep_on_a_two_point_space_runs_two_trials_and_says_why(ray_session, tmp_path):
     import optuna
 
@@ -119,7 +120,7 @@ def test_sweep_on_a_two_point_space_runs_two_trials_and_says_why(ray_session, tm
     from fedtune.tune.sweep import run_sweep
 
     space = tmp_path / "two.yaml"
-    space.write_text("algorithm: fedavg\nparams:\n"
+    space.write_text("algorithm: fedavg\ncomplete: true\nparams:\n"  # two points: nothing derived
                      "  local_lr: {distribution: categorical, choices: [0.05, 0.1], default: 0.05}\n")
     out = tmp_path / "out"
     result = run_sweep(SweepOptions(spaces=[str(space)], rounds=1, num_samples=4, max_concurrent=1, sampler="random",
@@ -154,7 +155,9 @@ def test_resume_rebuilds_the_trials_row_a_killed_driver_did_not_write(tmp_path):
     from fedtune.runtime.driver import run
     from fedtune.tune.resume import FAILED_UNRECORDED, recover_trial_rows
 
-    base = {"rounds": 2, "local_steps": 1, "model": "mlp", "mlp_hidden": [8], "output": str(tmp_path), "name": "s"}
+    # in-process runs: the rows are the point, not the backend (a Ray backend here started a Ray per run)
+    base = {"rounds": 2, "local_steps": 1, "model": "mlp", "mlp_hidden": [8], "backend": "local", "output": str(tmp_path),
+            "name": "s"}
     cfgs = [FederatedRunConfig.from_dict({**base, "local_lr": lr}) for lr in (0.05, 0.1, 0.2, 0.3, 0.4)]
     for cfg in cfgs:
         run(cfg, progress=False)
@@ -222,6 +225,7 @@ callback.ArrowCallback.on_trial_complete = on_trial_complete
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_driver_killed_between_optunas_tell_and_the_trials_row(ray_session, tmp_path):
     """The interleaving that once failed CI: the second trial is COMPLETE in Optuna, its
     trials.parquet row not written, and Tune's snapshot may not know the trial. The resumed study

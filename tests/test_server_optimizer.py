@@ -10,7 +10,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fedtune.algorithms import SERVER_OPTIMIZERS
+from fedtune.algorithms import SERVER_OPTIMIZERS, SERVER_RULES
+from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.declarations import SERVER_V_START
 from fedtune.algorithms.server import RoundInfo
 from fedtune.algorithms.server_optimizer import FedAdagrad, FedAdam, FedAvgM, FedYogi, ServerOptimizer
 from fedtune.config import FederatedRunConfig
@@ -94,12 +96,14 @@ def test_sgd_is_the_server_rules_step_unchanged():
     assert ServerOptimizer(cfg(), 0.3).step(THETA, p, None, round=1) is p  # a rule without a direction: sgd runs
     with pytest.raises(ValueError, match="direction"):
         FedAdam(cfg(), 0.3).step(THETA, p, None, round=1)
-    assert SERVER_OPTIMIZERS["sgd"] is ServerOptimizer and list(SERVER_OPTIMIZERS) == ["sgd", "avgm", "adam", "yogi",
-                                                                                         "adagrad"]
+    assert SERVER_OPTIMIZERS["sgd"] is ServerOptimizer and list(SERVER_OPTIMIZERS)[0] == "sgd"  # the default first
 
 
 BASE = {"dataset": "rect4", "setting": "fl", "num_clients": 4, "participation": 0.5, "rounds": 4, "local_steps": 3,
         "batch_size": 16, "backend": "local"}
+# Every server optimiser but the rule's own step, and one preset per server rule (the first that has it).
+OPTIMIZERS = [name for name in SERVER_OPTIMIZERS if name != "sgd"]
+RULE_PRESETS = {rule: next(n for n, p in PRESETS.items() if p.server_rule == rule) for rule in SERVER_RULES}
 
 
 def rows(config: dict, n: int = 4) -> list[dict]:
@@ -111,7 +115,7 @@ def losses(ms):
     return [(m["train_loss"], m["val_acc"], m["target_acc"]) for m in ms]
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedomg", "fedgala"])
+@pytest.mark.parametrize("algorithm", [n for n in RULE_PRESETS.values() if "fl" in PRESETS[n].settings])
 def test_server_optimizer_sgd_is_todays_rule_bit_for_bit_and_adam_changes_it(tmp_path, algorithm):
     base = {**BASE, "algorithm": algorithm, "output": str(tmp_path)}
     today = rows(base)
@@ -120,7 +124,7 @@ def test_server_optimizer_sgd_is_todays_rule_bit_for_bit_and_adam_changes_it(tmp
     assert all(math.isfinite(m["train_loss"]) for m in adam) and losses(adam) != losses(today)
 
 
-@pytest.mark.parametrize("name", ["avgm", "adam", "yogi", "adagrad"])
+@pytest.mark.parametrize("name", OPTIMIZERS)
 def test_the_optimizers_state_is_checkpointed_and_resumes_exactly(tmp_path, name):
     config = FederatedRunConfig.from_dict({**BASE, "algorithm": "fedavg", "server_optimizer": name, "global_lr": 0.05,
                                            "output": str(tmp_path)})
@@ -146,7 +150,8 @@ def test_the_optimizers_state_is_checkpointed_and_resumes_exactly(tmp_path, name
 
 
 @pytest.mark.parametrize("values,needle", [
-    ({"server_optimizer": "rmsprop"}, "field 'server_optimizer': 'rmsprop' is not allowed; allowed: sgd, avgm, adam"),
+    ({"server_optimizer": "rmsprop"},
+     f"field 'server_optimizer': 'rmsprop' is not allowed; allowed: {', '.join(SERVER_OPTIMIZERS)}"),
     ({"server_beta1": 0.5}, "field 'server_beta1' is a hyperparameter of server optimizer adam"),
     ({"server_optimizer": "adam", "server_beta2": 1.5}, "field 'server_beta2'"),
     # β = 1 cannot train: m stays 0 (β₁, the model never moves) or v stays τ² (β₂, the step explodes)
@@ -209,7 +214,7 @@ def test_the_papers_example_a_tiny_direction_at_a_small_learning_rate_moves_the_
     assert abs(float(got[0]) - want[0]) <= np.spacing(np.float32(want[0]))
 
 
-@pytest.mark.parametrize("name", ["avgm", "adam", "yogi", "adagrad"])
+@pytest.mark.parametrize("name", OPTIMIZERS)
 def test_six_rounds_at_a_small_learning_rate_follow_algorithm_2_to_float32_precision(name):
     rng = np.random.default_rng(7)
     lr, rounds = 0.01, 6
@@ -237,7 +242,7 @@ def test_flowers_v_start_at_zero_is_offered_and_differs_where_delta_is_near_tau(
                                                                                        d, round=1)
     assert float(reddi[0]) == pytest.approx(0.05, rel=1e-6)
     assert float(flower[0]) == pytest.approx(1e-4 / (1e-4 + 1e-3), rel=1e-6)
-    for name in ("yogi", "adagrad"):  # Flower's FedYogi and FedAdagrad start v at 0 too
+    for name in (s.name for s in SERVER_OPTIMIZERS.specs() if SERVER_V_START in s.hparams):  # Flower's start v at 0
         opt = SERVER_OPTIMIZERS[name](cfg(server_tau=1e-3, server_v_start="zero"), global_lr=1.0)
         want = algorithm_2(theta, [d, -d], 1.0, name, tau=1e-3, v_start=0.0)
         got = opt.step(theta, proposed(theta, d, 1.0), d, round=1)
@@ -259,7 +264,7 @@ def _rule_case(algorithm: str, **params):
     theta = rng.normal(size=14).astype(np.float32)
     updates = rng.normal(0, 0.1, (3, 14)).astype(np.float32)
     p = np.array([0.2, 0.3, 0.5])
-    setting = "fda" if algorithm in ("fedda", "fedgp", "target-only") else "fl"
+    setting = "fda" if SERVER_RULES.spec(PRESETS[algorithm].server_rule).needs_target_client else "fl"
     config = FederatedRunConfig.from_dict({"algorithm": algorithm, "setting": setting, "backend": "local",
                                            "global_lr": 0.3, **params})
     roles = ("source", "source", "target") if setting == "fda" else ("source",) * 3
@@ -307,9 +312,13 @@ def _rule_case(algorithm: str, **params):
     return theta, res, before, sizes
 
 
+# Off-default values that take a rule down its less plain path, set where the rule declares them.
+OFF_DEFAULT = {"omg_rescale": True, "gala_mix": 0.7}
+
+
 @pytest.mark.parametrize("algorithm,params", [
-    ("fedavg", {}), ("fedomg", {"omg_rescale": True}), ("fedgala", {"gala_mix": 0.7}), ("fedga", {}),
-    ("fedda", {}), ("fedgp", {}), ("target-only", {})])
+    (n, {k: v for k, v in OFF_DEFAULT.items() if any(h.name == k for h in SERVER_RULES.spec(rule).hparams)})
+    for rule, n in RULE_PRESETS.items()])
 def test_every_rule_hands_its_float64_direction_and_keeps_its_float32_step_bit_for_bit(algorithm, params):
     theta, res, before, _ = _rule_case(algorithm, **params)
     assert res.direction is not None and res.direction.dtype == np.float64 and res.direction.shape == theta.shape

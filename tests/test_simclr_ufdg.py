@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms import CLIENT_METHODS, PRESETS, SERVER_SIDES, resolve
+from fedtune.algorithms import CLIENT_METHODS, SERVER_SIDES, resolve
+from fedtune.algorithms.declarations import PRESETS
 from fedtune.algorithms.client import ClientContext
 from fedtune.algorithms.simclr import (
     GalaSimCLR,
@@ -163,7 +164,7 @@ def test_simclr_stops_on_a_non_finite_loss():
 
 
 def test_registration_hparams_and_settings(tmp_path):
-    assert CLIENT_METHODS["simclr"] is SimCLR and not SimCLR.supervised
+    assert CLIENT_METHODS["simclr"] is SimCLR and not CLIENT_METHODS.spec("simclr").supervised
     assert PRESETS["simclr"].client_method == "simclr" and PRESETS["simclr"].settings == ("ufdg",)
     assert resolve(ufdg_cfg(tmp_path)).settings == ("ufdg",)
     with pytest.raises(ConfigError, match="simclr_temperature"):
@@ -257,6 +258,7 @@ def test_fedgala_in_ufdg_runs_gated_simclr(tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_ufdg_metrics_do_not_depend_on_actors_or_backend(ray_session, tmp_path):
     kw = {"rounds": 2, "local_steps": 1, "client_cpus": 0.5}
     local = run(ufdg_cfg(tmp_path, name="local", **kw), progress=False)

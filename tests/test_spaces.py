@@ -15,8 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedtune  # noqa: E402
 from fedtune import algorithms  # noqa: E402
-from fedtune.algorithms import SERVER_OPTIMIZERS, Preset  # noqa: E402
-from fedtune.algorithms.base import HParam  # noqa: E402
+from fedtune.algorithms import SERVER_OPTIMIZERS  # noqa: E402
+from fedtune.algorithms.base import Preset  # noqa: E402
+from fedtune.algorithms.declarations import PRESETS  # noqa: E402
+from fedtune.algorithms.base import ClientMethodSpec, HParam  # noqa: E402
 from fedtune.algorithms.client import SGD  # noqa: E402
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
@@ -28,7 +30,6 @@ SPACE_FILES = sorted(SPACES_DIR.glob("*.yaml"))
 PAPER_SETUP = Path(__file__).resolve().parents[1] / "examples" / "paper-setup"
 # Every space file: search_spaces/ and the paper setup's (its run preset is not a space).
 EVERY_SPACE_FILE = SPACE_FILES + sorted(p for p in PAPER_SETUP.glob("*.yaml") if p.name != "pacs-resnet18.yaml")
-REQUIRED = ("fedavg", "fedprox", "fedsam", "fedomg", "fedda", "fedgp", "fedgala", "gfm")
 # Compute-budget fields a study's base configuration sets, the same for every algorithm.
 BUDGET_FIELDS = {"local_epochs", "local_steps", "batch_size"}
 
@@ -40,14 +41,14 @@ class ToyMethod(SGD):
     """A client method declaring one hyperparameter of every kind (registered per test)."""
 
     name = "toy"
-    hparams = (
+    spec = ClientMethodSpec("toy", f"{__name__}:ToyMethod", "toy", hparams=(
         HParam("toy_kappa", 0.5, "a float in [0, 1]", lo=0.0, hi=1.0),
         HParam("toy_iters", 3, "an int >= 1", kind="int", lo=1),
         HParam("toy_beta", 0.5, "a float in [0, 1] or auto", kind="float_or_choice", lo=0.0, hi=1.0,
                choices=("auto",)),
         HParam("toy_flag", False, "a bool", kind="bool"),
         HParam("toy_solver", "exact", "a choice", kind="choice", choices=("exact", "sgd")),
-    )
+    ))
 
 
 @pytest.fixture
@@ -59,6 +60,7 @@ def toy(monkeypatch):
 
 TOY_YAML = """\
 algorithm: toy
+complete: true
 switches:
   beta_mode: {choices: [fixed, auto], default: fixed}
 params:
@@ -87,8 +89,9 @@ def error_of(path: Path) -> str:
 # --------------------------------------------------------------------------- the shipped files
 
 
-def test_every_required_space_file_exists():
-    assert {p.stem for p in SPACE_FILES} >= set(REQUIRED)
+def test_every_preset_has_a_space_and_every_shipped_file_names_a_preset():
+    assert set(lookup.list_spaces()) >= set(PRESETS)  # derived when no file overrides it
+    assert {p.stem for p in SPACE_FILES} <= set(PRESETS)
 
 
 @pytest.mark.parametrize("path", SPACE_FILES, ids=[p.stem for p in SPACE_FILES])
@@ -104,7 +107,7 @@ def test_shipped_space_loads_validates_and_covers_every_hparam(path):
     resolved = algorithms.resolve(cfg)
     tunable = set(resolved.hparam_specs()) | {
         f.name for f in dataclasses.fields(FederatedRunConfig) if f.metadata.get("hp")} | {
-        h.name for opt in SERVER_OPTIMIZERS for h in SERVER_OPTIMIZERS[opt].hparams}
+        h.name for opt in SERVER_OPTIMIZERS for h in SERVER_OPTIMIZERS.spec(opt).hparams}
     assert set(space.params) == tunable - BUDGET_FIELDS
     # Every sampled parameter's default lies in its range; fixed values are what a run uses.
     for p in space.params.values():
@@ -144,25 +147,6 @@ def test_public_search_space_is_the_tune_space():
     assert space["algorithm"] == "fedavg"
     assert isinstance(space["local_lr"], Float) and isinstance(space["local_momentum"], Categorical)
     assert isinstance(space["global_lr"], Float)  # tuned like FedOMG's (shared knob)
-
-
-def test_shared_knobs_have_one_range_and_distribution_in_every_shipped_space():
-    """global_lr, local_lr, local_momentum, weight_decay: the same distribution and range in every
-    space (so FedOMG vs FedAvg compares tuned server steps); global_lr's default = its rule's default
-    (the paper setting), the client knobs' defaults the same everywhere."""
-    from fedtune.algorithms import resolve
-    from fedtune.config import FederatedRunConfig
-
-    for knob in ("global_lr", "local_lr", "local_momentum", "weight_decay"):
-        seen = set()
-        for path in sorted(SPACES_DIR.glob("*.yaml")):
-            spec = load_space(path).params[knob]
-            seen.add((spec.distribution, spec.low, spec.high, tuple(spec.choices or ()), spec.default
-                      if knob != "global_lr" else None))
-            if knob == "global_lr":
-                cfg = FederatedRunConfig.from_dict({"algorithm": path.stem, "backend": "local"})
-                assert spec.default == resolve(cfg).server_rule.default_global_lr, path.stem
-        assert len(seen) == 1, (knob, seen)
 
 
 # --------------------------------------------------------------------------- the toy space
@@ -348,9 +332,9 @@ OPT_HEAD = ("algorithm: fedavg\nparams:\n  server_optimizer: {distribution: cate
     (f"{OPT_HEAD}  server_momentum: {{distribution: fixed, value: 0.9, when: {{server_optimizer: [avgm, adam]}}}}\n",
      "params.server_momentum.when.server_optimizer", "server_optimizer 'adam' does not use 'server_momentum'; "
                                                      "allowed: avgm"),
-    (f"{OPT_HEAD}  server_beta1: {{distribution: fixed, value: 0.9}}\n",
+    (f"{OPT_HEAD}  server_beta1: {{distribution: fixed, value: 0.9, when: null}}\n",
      "params.server_beta1", "server_optimizer 'sgd' does not use 'server_beta1'; allowed: adam, yogi"),
-    ("algorithm: fedavg\nparams:\n  server_tau: {distribution: fixed, value: 0.001}\n",
+    ("algorithm: fedavg\ncomplete: true\nparams:\n  server_tau: {distribution: fixed, value: 0.001}\n",
      "params.server_tau", "add server_optimizer to this file and condition it: when: {server_optimizer: [adam, yogi, "
                           "adagrad]}"),
     (f"{OPT_HEAD}  server_tau: {{distribution: fixed, value: 0.001, when: {{server_optimizer: adam}}, otherwise: 0.1}}\n",
@@ -444,24 +428,23 @@ def test_huge_values_and_names_in_a_space_file_are_shown_cut_short(tmp_path):
 
 
 # --------------------------------------------------------------------------- the server optimisers
-OPTIMIZER_HPARAMS = {opt: {h.name for h in SERVER_OPTIMIZERS[opt].hparams} for opt in SERVER_OPTIMIZERS}
+OPTIMIZER_HPARAMS = {opt: {h.name for h in SERVER_OPTIMIZERS.spec(opt).hparams} for opt in SERVER_OPTIMIZERS}
 OPT_NAMES = {"server_optimizer"}.union(*OPTIMIZER_HPARAMS.values())
 
 
-def _without_the_optimizer_block(path: Path):
-    """The space as it was before the server optimisers: the file with their parameters removed."""
-    import yaml
-
+def _without_the_optimizer_block(space):
+    """The space as it was before the server optimisers: its parameters removed (a complete file)."""
     from fedtune.spaces.yaml_files import build_space
 
-    doc = yaml.safe_load(path.read_text())
+    doc = space.to_document()
     doc["params"] = {k: v for k, v in doc["params"].items() if k not in OPT_NAMES}
-    return build_space(doc, str(path), None)
+    return build_space(doc, space.source, None)
 
 
 @pytest.mark.parametrize("path", EVERY_SPACE_FILE, ids=[f"{p.parent.name}/{p.stem}" for p in EVERY_SPACE_FILE])
 def test_every_space_offers_the_server_optimizers_and_its_defaults_run_as_before(path):
-    space, before = load_space(str(path)), _without_the_optimizer_block(path)
+    space = load_space(str(path))
+    before = _without_the_optimizer_block(space)
     so = space.params["server_optimizer"]
     assert (so.distribution, so.choices, so.default, so.when) == ("categorical", tuple(SERVER_OPTIMIZERS), "sgd", {})
     for name in OPT_NAMES - {"server_optimizer"}:  # each conditioned on exactly the optimisers that use it
@@ -537,7 +520,7 @@ def test_optuna_define_by_run_asks_only_the_chosen_optimizers_hyperparameters():
         trial = study.ask()
         constants = space.optuna_define_by_run(trial)
         opt = _check_optimizer_keys({**trial.params, **constants})
-        sampled = {h.name for h in SERVER_OPTIMIZERS[opt].hparams if space.params[h.name].sampled}
+        sampled = {h.name for h in SERVER_OPTIMIZERS.spec(opt).hparams if space.params[h.name].sampled}
         assert set(trial.params) & OPT_NAMES == {"server_optimizer"} | sampled
         seen.add(opt)
         study.tell(trial, 0.0)
@@ -555,17 +538,25 @@ def test_a_pinned_server_optimizer_drops_the_other_optimizers_hyperparameters(tm
     block = ("  server_beta1: {distribution: fixed, value: 0.9, when: {server_optimizer: [adam, yogi]}}\n"
              "  server_tau: {distribution: loguniform, low: 1.0e-9, high: 0.1, default: 1.0e-3, "
              "when: {server_optimizer: [adam, yogi, adagrad]}}\n")
-    pinned = load_space(write(tmp_path, "algorithm: fedavg\nparams:\n  server_optimizer: {distribution: fixed, "
-                                        "value: sgd}\n" + block))
+    pinned = load_space(write(tmp_path, "algorithm: fedavg\ncomplete: true\nparams:\n  server_optimizer: "
+                                        "{distribution: fixed, value: sgd}\n" + block))
     assert set(pinned.params) == {"server_optimizer"}  # never sampled: not parameters of the space
     assert pinned.defaults() == {"algorithm": "fedavg", "server_optimizer": "sgd"}
-    adam = load_space(write(tmp_path, "algorithm: fedavg\nparams:\n  server_optimizer: {distribution: fixed, "
-                                      "value: adam}\n" + block))
+    adam = load_space(write(tmp_path, "algorithm: fedavg\ncomplete: true\nparams:\n  server_optimizer: "
+                                      "{distribution: fixed, value: adam}\n" + block))
     assert adam.defaults() == {"algorithm": "fedavg", "server_optimizer": "adam", "server_beta1": 0.9,
                                "server_tau": 1e-3}
     FederatedRunConfig.from_dict(adam.defaults())
+    # the same pin as a one-line override of the derived space: every other optimiser's knob is gone
+    derived = load_space(write(tmp_path, "algorithm: fedavg\nparams:\n  server_optimizer: {distribution: fixed, "
+                                         "value: sgd}\n", "pin.yaml"))
+    assert not set(derived.params) & (OPT_NAMES - {"server_optimizer"}) and derived.defaults()["server_optimizer"] == "sgd"
+    adam = load_space(write(tmp_path, "algorithm: fedavg\nparams:\n  server_optimizer: {distribution: fixed, value: adam}\n",
+                            "pin.yaml"))
+    assert set(adam.params) & OPT_NAMES == {"server_optimizer"} | OPTIMIZER_HPARAMS["adam"]
+    FederatedRunConfig.from_dict(adam.defaults())
     bad = write(tmp_path, "algorithm: fedavg\nparams:\n  server_optimizer: {distribution: fixed, value: sgd}\n"
-                          "  server_tau: {distribution: fixed, value: 0.001}\n")
+                          "  server_tau: {distribution: fixed, value: 0.001, when: null}\n")
     assert error_of(bad) == (f"{bad}: params.server_tau: server_optimizer 'sgd' does not use 'server_tau'; "
                              "allowed: adam, yogi, adagrad")
 

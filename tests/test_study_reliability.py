@@ -81,6 +81,7 @@ def copy_study(study_dir: Path, tmp_path: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 def test_resume_rebuilds_every_missing_trial_row_of_a_finished_study(finished_study, tmp_path):
     from fedtune.results.store import load
     from fedtune.cli import _any_completed
@@ -115,6 +116,7 @@ def test_resume_rebuilds_every_missing_trial_row_of_a_finished_study(finished_st
     assert report.cells[("fedavg", report.domains[0])].n == 2  # the two seeds, as before
 
 
+@pytest.mark.slow
 def test_resume_with_the_optuna_storage_deleted_says_so_and_changes_nothing(finished_study, tmp_path):
     from fedtune.reports.importances import study_optuna
 
@@ -162,6 +164,7 @@ def _orphan_with_rounds(study_dir: Path, optuna_state: str) -> str:
     return trial_id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optuna_state", ["orphaned", "running"])
 def test_a_trial_no_driver_continued_gets_a_row_and_the_four_records_agree(finished_study, tmp_path,
                                                                            optuna_state):
@@ -229,7 +232,8 @@ PHASE_DRIVER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("phase", ["ray-start", "between-searches", "report"])
+@pytest.mark.parametrize("phase", ["ray-start", pytest.param("between-searches", marks=pytest.mark.slow),
+                                   pytest.param("report", marks=pytest.mark.slow)])
 def test_sigterm_ends_every_phase_of_a_sweep_with_exit_130_and_the_resume_line(ray_session, tmp_path, phase):
     marker = tmp_path / "phase"
     address = ray_session.get_runtime_context().gcs_address
@@ -432,6 +436,7 @@ def _descendants(pid: int) -> list[tuple[int, str]]:
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the raylet through /proc (Linux)")
 def test_ray_lost_mid_sweep_is_one_line_and_resume_leaves_optuna_and_arrow_agreeing(tmp_path):
     import optuna

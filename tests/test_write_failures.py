@@ -238,6 +238,7 @@ def test_the_callback_records_a_trial_row_that_does_not_fit(tmp_path, monkeypatc
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_a_full_disk_during_a_tune_run_stops_it_and_is_reported(ray_session, tmp_path, monkeypatch):
     from ray import tune
 

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedtune.algorithms.blocked import weighted_rows
+from fedtune.algorithms.declarations import WEIGHTINGS
 
 BLOCK = 1 << 16  # elements per block of the per-tensor and per-pair loops (float64 scratch of 512 KiB)
 
@@ -67,7 +68,6 @@ def fedavg_weights(num_examples: np.ndarray) -> np.ndarray:
     return n / n.sum()
 
 
-WEIGHTINGS = ("examples", "uniform")
 
 
 def mean_weights(weights: np.ndarray, weighting: str) -> np.ndarray:
@@ -143,5 +143,5 @@ def tensor_slices(slices: Sequence[Any] | None, size: int) -> list[slice]:
     return out
 
 
-__all__ = ["BLOCK", "WEIGHTINGS", "check_updates", "combine", "fedavg_buffers", "fedavg_step", "fedavg_weights",
+__all__ = ["BLOCK", "check_updates", "combine", "fedavg_buffers", "fedavg_step", "fedavg_weights",
            "mean_weights", "server_step", "tensor_slices", "weighted_sum"]

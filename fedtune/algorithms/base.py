@@ -1,14 +1,52 @@
-"""Hyperparameter declarations shared by client methods and server rules."""
+"""The vocabulary of declarations: a hyperparameter (:class:`HParam`) and what each kind of
+component declares about itself (:class:`ClientMethodSpec`, :class:`ServerRuleSpec`,
+:class:`ServerOptimizerSpec`). Torch-free and NumPy-free: the declarations themselves
+(:mod:`fedtune.algorithms.declarations`) are read by the config, the search spaces and the CLI
+without importing any component's code."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
 from fedtune.bounds import Bounds
 from fedtune.errors import ConfigError, shown
 
 T = TypeVar("T")
+
+
+class RunConfig(Protocol):
+    """What components read from a run's configuration: the part of
+    :class:`~fedtune.config.FederatedRunConfig` the algorithms see (algorithms never import the
+    config module; the config satisfies this protocol, and tests may pass any object that does).
+    Hyperparameters are read through their declaration, ``OMG_KAPPA.of(cfg)`` (``cfg.params``)."""
+
+    algorithm: str
+    dataset: str
+    seed: int
+    rounds: int
+    local_epochs: int
+    local_steps: int | None
+    batch_size: int
+    local_lr: float
+    target_lr_scale: float
+    local_optimizer: str
+    local_momentum: float
+    weight_decay: float
+    global_lr: float | None
+    val_fraction: float
+    coordinator_cpus: float
+    params: dict[str, Any]
+
+    @property
+    def resolved(self) -> Any: ...  # fedtune.algorithms.Resolved
+
+    @property
+    def effective_global_lr(self) -> float: ...
+
+    @property
+    def target_lr(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -45,6 +83,10 @@ class HParam(Generic[T]):
     variant: bool = False
     lo_open: bool = False
     hi_open: bool = False
+    # How a search space samples it when no override says otherwise: one entry of a search-space
+    # file's ``params`` (``{"distribution": "loguniform", "low": ..., "high": ..., "default": ...}``,
+    # :mod:`fedtune.spaces.lookup`); None: fixed at the default. Not part of the value's identity.
+    search: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
     @property
     def bounds(self) -> Bounds:
@@ -57,6 +99,8 @@ class HParam(Generic[T]):
         if self.kind in ("choice", "float_or_choice") and value in self.choices:
             return value
         if self.kind == "choice":
+            if value is None:  # Bounds passes None as "unset"; a hyperparameter set to null is no choice
+                raise ConfigError(f"{where}: None is not allowed; allowed: {', '.join(map(str, self.choices))}")
             return self.bounds.check(where, value)  # not a choice: the error
         if self.kind == "bool":
             if isinstance(value, bool):
@@ -74,7 +118,104 @@ class HParam(Generic[T]):
             raise ConfigError(f"{where}: expected an integer, got {shown(value)}")
         return self.bounds.check(where, num, extra_choices=True)
 
-    def of(self, cfg: Any) -> T:
+    def of(self, cfg: RunConfig) -> T:
         """This hyperparameter's value in ``cfg`` (a validated
         :class:`~fedtune.config.FederatedRunConfig`): the one set, else the default."""
         return cfg.params.get(self.name, self.default)
+
+
+# A cross-field condition on a validated config: raises ConfigError where the run cannot go.
+ConfigCheck = Callable[[Any], None]
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """What every component declares: its registry ``name``, where its class lives
+    (``"module:Class"``, imported only when the class is needed), a one-line ``description``,
+    its ``hparams`` and an optional cross-field ``check`` run once when a config is validated."""
+
+    name: str
+    where: str
+    description: str
+    hparams: tuple[HParam, ...] = ()
+    check: ConfigCheck | None = None
+
+
+@dataclass(frozen=True)
+class ClientMethodSpec(ComponentSpec):
+    """A client method (:class:`~fedtune.algorithms.client.ClientMethod`, PyTorch code).
+
+    ``supervised=False``: it trains without labels (setting ufdg; evaluation by linear probe).
+    ``scales_fp16_gradients=False``: some backward pass bypasses the fp16 gradient scaler, so
+    ``precision: fp16`` is refused. ``model_head(cfg)``: the ``build_model`` keywords of its
+    model's head (SimCLR's projector, FedSR's probabilistic head); None: the classifier (or, for an
+    unsupervised method, the projector at its default width). ``server_side``: where the NumPy class
+    that keeps its state on the server lives (:class:`~fedtune.algorithms.server_side.ServerSide`)."""
+
+    supervised: bool = True
+    scales_fp16_gradients: bool = True
+    model_head: Callable[[Any], dict[str, Any]] | None = None
+    server_side: str | None = None
+
+    def head(self, cfg: RunConfig) -> dict[str, Any]:
+        """The ``build_model`` keywords of this method's model under ``cfg``."""
+        if self.model_head is not None:
+            return dict(self.model_head(cfg))
+        return {} if self.supervised else {"head": "projector"}
+
+
+@dataclass(frozen=True)
+class ServerRuleSpec(ComponentSpec):
+    """A server rule (:class:`~fedtune.algorithms.server.ServerRule`, NumPy code).
+
+    ``needs_target_client``: runs only in the fda setting. ``default_global_lr``: the run's
+    ``global_lr`` when unset. ``client_hooks(cfg)``: where the client-side hooks live that every
+    participant runs around its training for this rule (``"module:Class"`` of a
+    :class:`~fedtune.algorithms.client_hooks.ClientHook`: FedGA's generalization gaps, auto-β's step
+    records); the worker knows none of them by name."""
+
+    needs_target_client: bool = False
+    default_global_lr: float = 1.0
+    client_hooks: Callable[[Any], tuple[str, ...]] | None = None
+    # Sampled choices that only steer its hyperparameters' ``when`` conditions in a search space (a
+    # search-space file's ``switches`` entries, :mod:`fedtune.spaces.derive`): FedDA/FedGP's gp_beta_mode.
+    search_switches: Mapping[str, Mapping[str, Any]] | None = field(default=None, compare=False, hash=False)
+
+    def hooks(self, cfg: RunConfig) -> tuple[str, ...]:
+        """The client hooks a run with ``cfg`` needs (none by default)."""
+        return tuple(self.client_hooks(cfg)) if self.client_hooks is not None else ()
+
+
+@dataclass(frozen=True)
+class ServerOptimizerSpec(ComponentSpec):
+    """A server optimiser (:class:`~fedtune.algorithms.server_optimizer.ServerOptimizer`, NumPy code)."""
+
+
+@dataclass(frozen=True)
+class ServerSideSpec:
+    """Where a client method's server side lives (:class:`~fedtune.algorithms.server_side.ServerSide`,
+    NumPy code), under the client method's ``name``: derived from
+    :attr:`ClientMethodSpec.server_side`, never declared on its own."""
+
+    name: str
+    where: str
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named algorithm: a client method, a server rule, the settings it is meant for."""
+
+    name: str
+    client_method: str
+    server_rule: str
+    settings: tuple[str, ...]
+    description: str
+    # Client method used instead in the unsupervised ``ufdg`` setting (FedGaLA: SimCLR + gating).
+    unsupervised_client_method: str | None = None
+    # Shared fields this algorithm's paper tunes as its own (FedOMG: its server step scales d, η_g).
+    own_shared: tuple[str, ...] = ()
+    # This algorithm's defaults for hyperparameters of its client method or server rule, where its
+    # authors' code differs from the component's default (FedSR, FedIIR: the uniform mean of the
+    # models, ``client_weighting: uniform``). A run of the preset whose pair declares the name and
+    # leaves it unset gets this value in its ``params`` (:meth:`Resolved.preset_defaults`).
+    defaults: tuple[tuple[str, Any], ...] = ()

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.optim import LocalSGD, local_optimizer
 from fedtune.algorithms.precision import autocast, autocast_off
 
@@ -43,11 +43,35 @@ StepFunction = Callable[[torch.Tensor, torch.Tensor], float]
 RecordStep = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor | None]], None]
 
 
+# augment(x in [0, 1], generator) -> augmented x (fedtune.runtime.augment.DomainBedAugment)
+Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+
+
+class ClientData(Protocol):
+    """A client's training examples as a client method sees them
+    (:class:`fedtune.runtime.examples.Examples` in a run; any object with these in a test)."""
+
+    input_shape: tuple[int, ...]  # one example's shape: (C, H, W) for images, (F,) for vectors
+    labels: torch.Tensor  # int64 [N], on the host
+    domains: torch.Tensor  # int64 [N], on the host: each example's domain (its position in the dataset's list)
+
+    def __len__(self) -> int: ...
+
+    def batch(self, rows: torch.Tensor, augment: Augment | None = None,
+              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, y)`` of ``rows`` (a CPU int64 tensor of positions) on the device, augmented."""
+        ...
+
+    def value_range(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-channel minimum and maximum of the un-augmented inputs, on the host."""
+        ...
+
+
 @dataclass
 class ClientContext:
     model: nn.Module
-    data: Any  # fedtune.runtime.examples.Examples: len(), batch(rows, augment, generator), value_range()
-    cfg: Any  # FederatedRunConfig
+    data: ClientData
+    cfg: RunConfig  # the run's FederatedRunConfig
     round: int
     client_id: int
     role: str  # "source" | "target"
@@ -62,9 +86,13 @@ class ClientContext:
     # ``−local_lr · ∇_b`` when the server rule wants them (auto-β); a no-op otherwise.
     record_step: RecordStep = lambda params, grads: None
     # The run's training augmentation (fedtune.runtime.augment; None: none), drawn from ``generator``.
-    augment: Any = None
+    augment: Augment | None = None
     precision: str = "fp32"  # fp32 | bf16 | fp16 (fedtune.algorithms.precision)
-    scaler: Any = None  # fp16: the round's torch.amp.GradScaler
+    scaler: torch.amp.GradScaler | None = None  # fp16: the round's gradient scaler
+    # The positions (in ``data``) of the batch being trained, set by the local loop before each step:
+    # a step function that needs more than ``(x, y)`` of its rows reads them here
+    # (``data.domains[rows]``: each example's domain, for methods that compare domains in a batch).
+    rows: torch.Tensor | None = None
 
     @property
     def num_examples(self) -> int:
@@ -83,7 +111,7 @@ class ClientOutcome:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def local_steps(num_examples: int, cfg: Any) -> int:
+def local_steps(num_examples: int, cfg: RunConfig) -> int:
     """Steps of one round: ``local_steps`` if set, else ``local_epochs`` passes over the data
     (:func:`batches_per_epoch` steps each). With ``batch_size`` at or above the client's data a
     step is the whole training set: ``local_steps`` full-batch steps, or one per local epoch."""
@@ -193,26 +221,17 @@ def descend(optimizer: LocalSGD, loss: torch.Tensor, record_step: RecordStep,
 
 
 class ClientMethod:
-    """Base class. Subclasses set ``name``/``hparams`` and implement :meth:`train`, normally as
-    a few lines of set-up and ``return self.local_loop(ctx, step)``."""
+    """Base class. Subclasses set ``name`` and implement :meth:`train`, normally as a few lines of
+    set-up and ``return self.local_loop(ctx, step)``. What the method declares (hyperparameters,
+    ``supervised``, fp16 support, its model head, its server side) is its
+    :class:`~fedtune.algorithms.base.ClientMethodSpec` in :mod:`fedtune.algorithms.declarations`."""
 
     name: ClassVar[str]
-    description: ClassVar[str] = ""
-    hparams: ClassVar[tuple[HParam, ...]] = ()
-    supervised: ClassVar[bool] = True  # False: trains without labels (the ufdg setting)
-    # True: every backward pass of the method goes through :func:`descend`, so ``precision: fp16``
-    # (its gradient scaler) works; False (SAM's two gradients, GFM's augmenter): fp16 is refused.
-    scales_fp16_gradients: ClassVar[bool] = True
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         """Build the method for the validated config ``cfg``; a subclass reads its hyperparameters
         here, once, typed (``self.rho = SAM_RHO.of(cfg)``)."""
         self.cfg = cfg
-
-    @classmethod
-    def check_config(cls, cfg: Any) -> None:
-        """Raise a ConfigError where ``cfg`` (its hyperparameters already checked one by one) cannot
-        run with this method: cross-field conditions, checked once when the config is validated."""
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         raise NotImplementedError
@@ -244,6 +263,7 @@ class ClientMethod:
         n = ctx.num_examples
         total, done = 0.0, 0
         for idx in batches(n, self.cfg.batch_size, local_steps(n, self.cfg), ctx.generator):
+            ctx.rows = idx
             x, y = ctx.batch(idx)
             with autocast(ctx.device, ctx.precision):
                 value = step(x, y)
@@ -256,7 +276,6 @@ class ClientMethod:
 
 class SGD(ClientMethod):
     name = "sgd"
-    description = "plain local SGD (momentum, weight decay) on the cross-entropy loss"
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         model, opt = ctx.model, self.start_round(ctx)

@@ -22,16 +22,16 @@ departures. A round that ends at a non-finite loss (the run diverged) leaves the
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
-from fedtune.algorithms.feddyn_server import FEDDYN_ALPHA, FEDDYN_MEAN
+from fedtune.algorithms.declarations import FEDDYN_ALPHA
 from fedtune.algorithms.scaffold import trainable_views
-from fedtune.errors import ConfigError
 from fedtune.layout import FlatLayout
 
 STATE_KEY = "feddyn_grad"  # ctx.state: ∇L_k(θ_k^(t−1)), float32 [num_params]
@@ -59,20 +59,10 @@ def flat_params(model: torch.nn.Module) -> torch.Tensor:
 
 class FedDyn(ClientMethod):
     name = "feddyn"
-    description = ("FedDyn: local loss - <grad L_k(theta_k^(t-1)), theta> + feddyn_alpha/2 ||theta - theta_global||^2; "
-                   "server theta = mean - h/alpha (feddyn_mean rule|uniform)")
-    hparams = (FEDDYN_ALPHA, FEDDYN_MEAN)
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
         self.alpha = float(FEDDYN_ALPHA.of(cfg))
-
-    @classmethod
-    def check_config(cls, cfg: Any) -> None:
-        rule = cfg.resolved.server_rule_name
-        if FEDDYN_MEAN.of(cfg) == "uniform" and rule != "fedavg":
-            raise ConfigError(f"field 'feddyn_mean': uniform (the paper's unweighted mean of the clients' models) "
-                              f"replaces FedAvg's mean and needs server_rule fedavg, not {rule}; use feddyn_mean: rule")
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         model, opt = ctx.model, self.start_round(ctx)

@@ -27,19 +27,11 @@ from typing import Any
 import numpy as np
 
 from fedtune.algorithms.aggregate import server_step, weighted_sum
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.declarations import FEDDYN_ALPHA, FEDDYN_MEAN
 from fedtune.algorithms.server import AggregateResult
 from fedtune.algorithms.server_side import ServerSide
 
-FEDDYN_ALPHA = HParam("feddyn_alpha", 0.01,
-                      "FedDyn regulariser weight alpha: local loss - <grad L_k(theta_k^(t-1)), theta> + alpha/2 "
-                      "||theta - theta_global||^2; server theta = mean - h/alpha (paper: {0.1, 0.01, 0.001}, "
-                      "authors' code 0.01); 0 = the server rule's round (FedAvg)", lo=0.0)
-FEDDYN_MEAN = HParam("feddyn_mean", "rule",
-                     "FedDyn's server mean before the -h/alpha correction: rule = the server rule's result "
-                     "(FedAvg: example-weighted, composes with any rule); uniform = the paper's and the authors' "
-                     "unweighted mean of the participants' models (server_rule fedavg only)",
-                     kind="choice", choices=("rule", "uniform"), variant=True)
 
 
 def feddyn_h_update(h: np.ndarray, updates: np.ndarray, alpha: float, num_clients: int, *,
@@ -73,7 +65,7 @@ class FedDynServer(ServerSide):
 
     name = "feddyn"
 
-    def __init__(self, cfg: Any, layout: Any, num_clients: int):
+    def __init__(self, cfg: RunConfig, layout: Any, num_clients: int):
         super().__init__(cfg, layout, num_clients)
         self.alpha = float(FEDDYN_ALPHA.of(cfg))
         self.mean = FEDDYN_MEAN.of(cfg)
@@ -107,4 +99,4 @@ class FedDynServer(ServerSide):
         self.h = h
 
 
-__all__ = ["FEDDYN_ALPHA", "FEDDYN_MEAN", "FedDynServer", "feddyn_correct", "feddyn_h_update"]
+__all__ = ["FedDynServer", "feddyn_correct", "feddyn_h_update"]

@@ -14,8 +14,8 @@ towards the clients on whose data the aggregated model generalises worst:
 3. step ``d_t = d · (1 − t / R)`` with ``d = fedga_step / K`` (:func:`decayed_step`);
 4. ``a_i ← a_i + d_t Ĝ_i``, clipped to ``[0, 1]`` and renormalised (:func:`ga_update`).
 
-Where the two losses come from: the worker (:meth:`fedtune.runtime.worker.ClientWorker.fit`) of a
-rule with :attr:`~fedtune.algorithms.server.ServerRule.wants_generalization_gap` evaluates, for
+Where the two losses come from: the rule's client hook
+(:class:`fedtune.algorithms.fedga_client.GeneralizationGap`, which the worker runs) evaluates, for
 each participant, the received global model and its trained local model on the client's
 validation split (eval mode, no grad, un-augmented; the authors' ``val`` split) and returns them
 as ``extras["ga_loss_global"]``, ``extras["ga_loss_local"]`` (mean cross-entropy) and
@@ -53,9 +53,9 @@ from typing import Any
 import numpy as np
 
 from fedtune.algorithms.aggregate import fedavg_buffers, server_step, weighted_sum
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.declarations import FEDGA_CENTER, FEDGA_DECAY, FEDGA_INIT, FEDGA_METRIC, FEDGA_STEP
 from fedtune.algorithms.server import AggregateResult, ServerRule
-from fedtune.errors import ConfigError
 
 # The extras every participant returns under a rule that wants its generalization gap.
 LOSS_GLOBAL, LOSS_LOCAL = "ga_loss_global", "ga_loss_local"
@@ -161,20 +161,6 @@ def aggregation_weights(scores: np.ndarray) -> np.ndarray:
 
 
 # ============================================================================== server rule
-FEDGA_STEP = HParam("fedga_step", 0.2, "FedGA step size in units of the uniform weight 1/K: each round's "
-                    "adjustment moves a weight by at most d = fedga_step / K (K clients adjusted; the authors' "
-                    "--step_size, default 0.2, times their 1/3 for 3 source domains); 0 = fixed weights",
-                    "float", lo=0.0, hi=1.0)
-FEDGA_DECAY = HParam("fedga_decay", "linear", "FedGA step decay over the R rounds: linear d(1 - t/R) (the paper), "
-                     "authors (their scripts' d(1 - (t-2)/(R-1)), R = their --comm + 1 rounds trained), none", "choice",
-                     choices=DECAYS, variant=True)
-FEDGA_CENTER = HParam("fedga_center", True, "FedGA: subtract the mean gap before dividing by the largest |gap| "
-                      "(the paper; the authors' code divides the raw gaps)", "bool", variant=True)
-FEDGA_METRIC = HParam("fedga_metric", "loss", "FedGA generalization gap measured on the validation loss (the "
-                      "paper) or accuracy (the authors' scripts' default --fair acc)", "choice",
-                      choices=METRICS, variant=True)
-FEDGA_INIT = HParam("fedga_init", "uniform", "FedGA initial aggregation weights: uniform (the paper and the "
-                    "authors' code) or size (n_i / n, FedAvg's)", "choice", choices=INITS)
 
 
 def _gap_inputs(extras: list[dict[str, np.ndarray]], client_ids: tuple[int, ...]) -> np.ndarray:
@@ -185,7 +171,7 @@ def _gap_inputs(extras: list[dict[str, np.ndarray]], client_ids: tuple[int, ...]
         missing = [k for k in GAP_KEYS if k not in ex]
         if missing:
             raise ValueError(f"fedga: client {cid}'s update carries no {', '.join(missing)}: the worker must "
-                             "evaluate the received and the trained model (ServerRule.wants_generalization_gap)")
+                             "evaluate the received and the trained model (its client hook, fedga_client.GeneralizationGap)")
         out[row] = [float(np.asarray(ex[k], dtype=np.float64).reshape(-1)[0]) for k in GAP_KEYS]
     return out
 
@@ -204,11 +190,8 @@ class FedGA(ServerRule):
     """
 
     name = "fedga"
-    description = "FedGA: θ ← θ + global_lr · Σ a_u Δ_u, a_u moved towards clients with larger generalization gaps"
-    hparams = (FEDGA_STEP, FEDGA_DECAY, FEDGA_CENTER, FEDGA_METRIC, FEDGA_INIT)
-    wants_generalization_gap = True
 
-    def __init__(self, cfg: Any, layout: Any):
+    def __init__(self, cfg: RunConfig, layout: Any):
         super().__init__(cfg, layout)
         self.step = FEDGA_STEP.of(cfg)
         self.decay = FEDGA_DECAY.of(cfg)
@@ -220,16 +203,6 @@ class FedGA(ServerRule):
         # client id -> (round, local validation loss, local validation accuracy) of its last round
         self.last: dict[int, tuple[int, float, float]] = {}
         self._q: np.ndarray | None = None  # this round's q, for aggregate_buffers
-
-    @classmethod
-    def check_config(cls, cfg: Any) -> None:
-        if not cfg.resolved.client_method.supervised:
-            raise ConfigError(f"field 'server_rule': fedga compares the cross-entropy of class logits, which client "
-                              f"method {cfg.resolved.client_method.name} (unsupervised) does not produce; "
-                              "allowed: a supervised client method")
-        if cfg.val_fraction <= 0:
-            raise ConfigError("field 'val_fraction': fedga measures the generalization gaps on each client's "
-                              "validation split; allowed: > 0")
 
     def adjust(self, round: int, client_ids: tuple[int, ...], gap_inputs: np.ndarray) -> dict[str, float]:
         """Adjust the scores of the participants that also took part in round ``round − 1`` from
@@ -308,6 +281,5 @@ class FedGA(ServerRule):
         self._q = None
 
 
-__all__ = ["ACC_GLOBAL", "ACC_LOCAL", "DECAYS", "FEDGA_CENTER", "FEDGA_DECAY", "FEDGA_INIT", "FEDGA_METRIC",
-           "FEDGA_STEP", "FedGA", "GAP_KEYS", "INITS", "LOSS_GLOBAL", "LOSS_LOCAL", "METRICS", "aggregation_weights",
+__all__ = ["ACC_GLOBAL", "ACC_LOCAL", "DECAYS", "FedGA", "GAP_KEYS", "INITS", "LOSS_GLOBAL", "LOSS_LOCAL", "METRICS", "aggregation_weights",
            "decayed_step", "ga_update", "generalization_gaps", "normalized_gaps"]

@@ -70,23 +70,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedtune.algorithms.aggregate import BLOCK, server_step, tensor_slices
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.declarations import GP_ALIGN, GP_BETA
 from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
 from fedtune.algorithms.server import AggregateResult, RoundInfo, ServerRule
-from fedtune.errors import ConfigError
 
 F64 = np.float64
 
-GP_BETA = HParam(
-    "gp_beta", 0.5,
-    "FedDA/FedGP: weight β of the source term against the target step, in [0, 1] (0 = target only), "
-    "or 'auto' for the paper's per-source, per-round estimate σ̂²/(d̂²+σ̂²) (FedDA) or σ̂²/(τd̂²+σ̂²) (FedGP)",
-    kind="float_or_choice", lo=0.0, hi=1.0, choices=("auto",))
-GP_ALIGN = HParam(
-    "gp_align", True,
-    "FedDA/FedGP: scale each source displacement by (lr_T/lr_S)·(steps_T/steps_S) so it is on the "
-    "target step's scale before combining (the authors' magnitude alignment)",
-    kind="bool", variant=True)
 
 
 # ============================================================================ helpers
@@ -286,8 +276,6 @@ class TargetOnly(ServerRule):
     target client (partial participation) leaves θ unchanged (diag ``target_missing``)."""
 
     name = "target_only"
-    description = "target-only baseline (fda): θ ← θ + global_lr · Δ_T, sources ignored"
-    needs_target_client = True
 
     def aggregate(self, params, updates, weights, *, extras, round, info):
         t = _target_row(info)
@@ -318,30 +306,15 @@ class _TargetSourceRule(ServerRule):
     (source, tensor) pairs whose projection was clipped to 0, ``⟨Δ_T, Δ_i⟩ < 0`` on the tensor).
     """
 
-    hparams = (GP_BETA, GP_ALIGN)
-    needs_target_client = True
     projection: bool = True
 
-    def __init__(self, cfg: Any, layout: Any):
+    def __init__(self, cfg: RunConfig, layout: Any):
         super().__init__(cfg, layout)
         self.beta = GP_BETA.of(cfg)
         self.auto = self.beta == "auto"
         self.align = GP_ALIGN.of(cfg)
         # (client ids, source rows, α, β) of the last aggregate, for aggregate_buffers
         self._buffer_mix: tuple | None = None
-
-    @classmethod
-    def check_config(cls, cfg: Any) -> None:
-        """Auto-β needs at least 2 target steps a round (``local_steps >= 2`` when it is set)."""
-        if GP_BETA.of(cfg) == "auto" and cfg.local_steps is not None and int(cfg.local_steps) < 2:
-            raise ConfigError(
-                f"field 'gp_beta': 'auto' estimates the target variance from the target client's per-step updates "
-                f"and needs at least 2 local steps per round, but local_steps={cfg.local_steps}; allowed: "
-                f"local_steps >= 2, or a fixed gp_beta in [0, 1]")
-
-    @classmethod
-    def wants_target_steps_for(cls, cfg: Any) -> bool:
-        return GP_BETA.of(cfg) == "auto"
 
     def aggregate_buffers(self, buffers, client_buffers, weights, *, info):
         """Batch-norm statistics follow the FedDA weights of this round's parameter combine
@@ -394,7 +367,7 @@ class _TargetSourceRule(ServerRule):
             step_updates = extras[t].get("step_updates") if extras and extras[t] else None
             if step_updates is None:
                 raise ValueError("gp_beta='auto' needs the target client's extras['step_updates'] (the worker "
-                                 "records them when the rule's wants_target_steps_for(cfg) is true)")
+                                 "records them through the rule's client hook, step_records.StepRecords)")
             if np.shape(step_updates)[0] < 2:
                 raise ValueError(
                     f"gp_beta='auto' needs at least 2 target steps per round to estimate the target variance, the "
@@ -403,8 +376,8 @@ class _TargetSourceRule(ServerRule):
             missing = [info.client_ids[u] for u in src if not extras or "mean_step_update" not in (extras[u] or {})]
             if missing:
                 raise ValueError(f"gp_beta='auto' needs every source client's extras['mean_step_update'] (its mean raw "
-                                 f"per-batch step −local_lr·∇_b; the worker records it when the rule's "
-                                 f"wants_target_steps_for(cfg) is true); missing for clients {missing}")
+                                 f"per-batch step −local_lr·∇_b; the rule's client hook step_records.StepRecords "
+                                 f"records it); missing for clients {missing}")
             # s_i = (lr_T/lr_S) · mean_b(−lr_S ∇_b^i) = the source's mean raw step at the target's
             # learning rate: the worker records every client's steps at lr_T (target_lr_scale).
             source_steps = np.stack([np.asarray(extras[u]["mean_step_update"], np.float32) for u in src])
@@ -432,7 +405,6 @@ class FedDA(_TargetSourceRule):
     __doc__ = ("FedDA (seed 002, Def. 4.1): θ ← θ + global_lr · Σ_i α_i [(1−β_i) Δ_T + β_i Δ̃_i].\n\n"
                + (_TargetSourceRule.__doc__ or ""))
     name = "fedda"
-    description = "FedDA (fda): θ ← θ + Σ α_i[(1−β_i)Δ_T + β_i Δ_i]; gp_beta fixed or 'auto'"
     projection = False
 
 
@@ -440,11 +412,10 @@ class FedGP(_TargetSourceRule):
     __doc__ = ("FedGP (seed 002, Def. 4.3): θ ← θ + global_lr · Σ_i α_i [(1−β_i) Δ_T + β_i Proj₊(Δ_T | Δ̃_i)],\n"
                "the projection per parameter tensor.\n\n" + (_TargetSourceRule.__doc__ or ""))
     name = "fedgp"
-    description = "FedGP (fda): θ ← θ + Σ α_i[(1−β_i)Δ_T + β_i Proj₊(Δ_T|Δ_i)] per tensor; gp_beta fixed or 'auto'"
     projection = True
 
 
 __all__ = [
-    "Combination", "FedDA", "FedGP", "GP_ALIGN", "GP_BETA", "TargetOnly", "align_source_magnitude", "alignment_factor",
+    "Combination", "FedDA", "FedGP", "TargetOnly", "align_source_magnitude", "alignment_factor",
     "combine_with_target", "fedgp_combine", "proj_plus", "proj_plus_per_tensor",
 ]

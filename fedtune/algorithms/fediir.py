@@ -35,21 +35,19 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client import (ClientContext, ClientMethod, ClientOutcome, batches, batches_per_epoch,
                                        descend, local_steps)
-from fedtune.algorithms.fediir_server import BATCHES_KEY, FEDIIR_EMA, GRAD_SUM_KEY, MEAN_KEY
+from fedtune.algorithms.declarations import FEDIIR_PENALTY
+from fedtune.algorithms.fediir_server import BATCHES_KEY, GRAD_SUM_KEY, MEAN_KEY
 from fedtune.algorithms.precision import autocast
 
-FEDIIR_PENALTY = HParam("fediir_penalty", 1e-3, "FedIIR penalty weight gamma on ||grad_w CE - g_bar||^2 over the "
-                        "classifier's parameters (the authors' default 1e-3; 1e-2..1e-4 by dataset)", lo=0.0)
 
 
 def classifier_layer(model: nn.Module) -> nn.Linear:
@@ -150,12 +148,8 @@ def gradient_penalty(ce: torch.Tensor, params: list[torch.Tensor], mean: list[to
 
 class FedIIR(ClientMethod):
     name = "fediir"
-    description = ("FedIIR: local SGD on CE + fediir_penalty ||grad_classifier CE - g_bar||^2, g_bar the server's "
-                   "moving average (fediir_ema) of the clients' mean classifier gradient")
-    hparams = (FEDIIR_PENALTY, FEDIIR_EMA)
-    scales_fp16_gradients = False  # the penalty's inner gradient goes through torch.autograd.grad
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
         self.penalty = float(FEDIIR_PENALTY.of(cfg))
 
@@ -183,5 +177,5 @@ class FedIIR(ClientMethod):
         return out
 
 
-__all__ = ["FEDIIR_PENALTY", "FedIIR", "ce_residual", "classifier_layer", "features_and_logits", "gradient_penalty",
+__all__ = ["FedIIR", "ce_residual", "classifier_layer", "features_and_logits", "gradient_penalty",
            "linear_ce_gradient", "round_gradient_sum", "side_effect_free", "split_like"]

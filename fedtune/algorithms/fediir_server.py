@@ -25,11 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.declarations import FEDIIR_EMA
 from fedtune.algorithms.server_side import ServerSide
 
-FEDIIR_EMA = HParam("fediir_ema", 0.95, "FedIIR moving-average factor of the server's mean classifier gradient: "
-                    "g_bar <- ema * g_bar + (1 - ema) * (this round's mean batch gradient)", lo=0.0, hi=0.999)
 
 GRAD_SUM_KEY = "fediir_grad_sum"
 """Extra: the client's sum over its batches of the classifier gradient at θ (float64 [K])."""
@@ -69,7 +68,7 @@ class FedIIRServer(ServerSide):
 
     name = "fediir"
 
-    def __init__(self, cfg: Any, layout: Any, num_clients: int):
+    def __init__(self, cfg: RunConfig, layout: Any, num_clients: int):
         super().__init__(cfg, layout, num_clients)
         self.ema = float(FEDIIR_EMA.of(cfg))
         self.grad_mean: np.ndarray | None = None
@@ -95,5 +94,5 @@ class FedIIRServer(ServerSide):
         self.grad_mean = None if mean is None else np.array(mean, dtype=np.float64)
 
 
-__all__ = ["BATCHES_KEY", "FEDIIR_EMA", "FedIIRServer", "GRAD_SUM_KEY", "MEAN_KEY", "ema_update",
+__all__ = ["BATCHES_KEY", "FedIIRServer", "GRAD_SUM_KEY", "MEAN_KEY", "ema_update",
            "round_mean_gradient"]

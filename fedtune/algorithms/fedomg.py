@@ -45,9 +45,10 @@ from typing import Any
 import numpy as np
 
 from fedtune.algorithms.aggregate import check_updates, combine, server_step
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.blocked import gram_pass, weighted_rows
-from fedtune.algorithms.fedomg_solvers import SOLVERS, OMGSolution, cosines, omg_solution
+from fedtune.algorithms.declarations import OMG_KAPPA, OMG_RESCALE, OMG_SOLVER
+from fedtune.algorithms.fedomg_solvers import OMGSolution, cosines, omg_solution
 from fedtune.algorithms.server import AggregateResult, ServerRule
 
 
@@ -138,15 +139,6 @@ def fedomg_direction(updates: np.ndarray, weights: np.ndarray, kappa: float, sol
 
 
 # ============================================================================== server rule
-OMG_KAPPA = HParam("omg_kappa", 0.5, "FedOMG searching radius κ: d = g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖ (0 = FedAvg; "
-                   "paper: 0.5)", "float", lo=0.0)
-OMG_SOLVER = HParam("omg_solver", "exact", "FedOMG step-2 solver: exact (certified convex solve on the simplex) "
-                    "or sgd (the authors' 20 softmax-SGD steps, lr 25, momentum 0.5)", "choice",
-                    choices=SOLVERS, variant=True)
-OMG_RESCALE = HParam("omg_rescale", False, "divide FedOMG's direction by 1 + κ² (the authors' code does; the "
-                     "paper's Eq. 16 does not)", "bool", variant=True)
-
-
 class FedOMG(ServerRule):
     """FedOMG (docs/methods.md §1): ``θ ← θ + global_lr · d`` with the invariant direction ``d``.
 
@@ -158,14 +150,8 @@ class FedOMG(ServerRule):
     """
 
     name = "fedomg"
-    description = "FedOMG: θ ← θ + global_lr · (g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖), Γ* matching the clients' updates"
-    hparams = (OMG_KAPPA, OMG_SOLVER, OMG_RESCALE)
-    # fedtune's default server step, *not* the paper's η_g: the authors' step is η·d/(U(1+κ²)) and
-    # their PACS script uses η = 0.5 (Table 4 says 0.05), while global_lr multiplies d directly
-    # (docs/methods.md §1). Compare FedOMG with other rules only with global_lr tuned for each.
-    default_global_lr = 0.05
 
-    def __init__(self, cfg: Any, layout: Any):
+    def __init__(self, cfg: RunConfig, layout: Any):
         super().__init__(cfg, layout)
         # validated with the config (HParam.check); read once
         self.kappa = OMG_KAPPA.of(cfg)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedtune.algorithms.declarations import SOLVERS
 from fedtune.algorithms.wolfe import min_norm_point
 
-SOLVERS = ("exact", "sgd")
 
 
 # ============================================================================== objective
@@ -442,5 +442,5 @@ def cosines(G: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
     return np.where(denom > 0, dots / np.where(denom > 0, denom, 1.0), 0.0)
 
 
-__all__ = ["SOLVERS", "ExactSolve", "OMGSolution", "cosines", "omg_objective", "omg_solution", "solve_omg_exact",
+__all__ = ["ExactSolve", "OMGSolution", "cosines", "omg_objective", "omg_solution", "solve_omg_exact",
            "solve_omg_exact_info", "solve_omg_sgd"]

@@ -42,24 +42,11 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
+from fedtune.algorithms.declarations import FEDSR_CMI, FEDSR_L2R, FEDSR_L2R_FORM, FEDSR_PRIOR
 from fedtune.model_heads import ProbabilisticHead, probabilistic_head, recording_draws
 
-FEDSR_Z_DIM = HParam("fedsr_z_dim", 512, "FedSR representation width z_dim (the head outputs 2*z_dim: mean and "
-                     "scale); the authors use the backbone's feature width (512 for resnet18)", kind="int", lo=1,
-                     hi=65536)
-FEDSR_L2R = HParam("fedsr_l2r", 0.01, "FedSR weight of the L2 regulariser on the representation z", lo=0.0)
-FEDSR_CMI = HParam("fedsr_cmi", 5e-4, "FedSR weight of the conditional-mutual-information bound "
-                   "KL(p(z|x) || r(z|y))", lo=0.0)
-FEDSR_L2R_FORM = HParam("fedsr_l2r_form", "squared", "FedSR L2R term: squared = mean ||z||^2 (the paper), norm = "
-                        "mean ||z|| (the authors' code)", kind="choice", choices=("squared", "norm"), variant=True)
-FEDSR_PRIOR = HParam("fedsr_prior", "federated", "FedSR prior r_mu, r_sigma, C: federated = averaged by the server "
-                     "with the model, local = kept per client across rounds (the authors' code)", kind="choice",
-                     choices=("federated", "local"), variant=True)
-FEDSR_EVAL_SAMPLES = HParam("fedsr_eval_samples", 0, "FedSR evaluation: 0 = classifier on the mean mu "
-                            "(deterministic); S > 0 = log of the mean softmax over S samples of z (the authors: 20)",
-                            kind="int", lo=0, hi=1024, variant=True)
 
 PRIOR_STATE_KEYS = ("fedsr.r_mu", "fedsr.r_sigma", "fedsr.z_scale")
 """The ``ctx.state`` entries of ``fedsr_prior: local`` (float32 NumPy arrays)."""
@@ -97,20 +84,11 @@ def cmi_term(mu: torch.Tensor, sigma: torch.Tensor, y: torch.Tensor, head: Proba
 
 class FedSR(ClientMethod):
     name = "fedsr"
-    description = ("FedSR: probabilistic representation z ~ N(mu(x), sigma(x)^2), CE on z + fedsr_l2r E||z||^2 + "
-                   "fedsr_cmi KL(p(z|x) || r(z|y)) with a learned class-conditional prior")
-    hparams = (FEDSR_Z_DIM, FEDSR_L2R, FEDSR_CMI, FEDSR_L2R_FORM, FEDSR_PRIOR, FEDSR_EVAL_SAMPLES)
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
         self.l2r, self.cmi = FEDSR_L2R.of(cfg), FEDSR_CMI.of(cfg)
         self.l2r_form, self.prior = FEDSR_L2R_FORM.of(cfg), FEDSR_PRIOR.of(cfg)
-
-    @staticmethod
-    def model_head(cfg: Any) -> dict[str, Any]:
-        """How the runtime builds this method's model: the probabilistic head (``fedsr_z_dim``,
-        ``fedsr_eval_samples``) in place of the classifier."""
-        return {"head": "probabilistic", "z_dim": FEDSR_Z_DIM.of(cfg), "eval_samples": FEDSR_EVAL_SAMPLES.of(cfg)}
 
     def objective(self, model: torch.nn.Module, draws: list, x: torch.Tensor,
                   y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, float]:
@@ -175,5 +153,5 @@ def keep_local_prior(head: ProbabilisticHead, state: dict[str, Any], received: l
             p.copy_(old)
 
 
-__all__ = ["FEDSR_CMI", "FEDSR_EVAL_SAMPLES", "FEDSR_L2R", "FEDSR_L2R_FORM", "FEDSR_PRIOR", "FEDSR_Z_DIM", "FedSR",
+__all__ = ["FedSR",
            "cmi_term", "keep_local_prior", "l2r_term", "load_local_prior"]

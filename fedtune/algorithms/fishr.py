@@ -40,27 +40,17 @@ the loss scaler).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend, local_steps
+from fedtune.algorithms.declarations import FISHR_ANNEAL_ITERS, FISHR_DISTANCE, FISHR_EMA, FISHR_PENALTY
 from fedtune.algorithms.fediir import ce_residual, classifier_layer, features_and_logits
 from fedtune.algorithms.fishr_server import MEAN_KEY, VARIANCE_KEY
 
-FISHR_PENALTY = HParam("fishr_penalty", 1000.0, "Fishr penalty weight lambda on the distance between the client's "
-                       "gradient variance and the clients' mean (Fishr's default 1000, searched 10^U(1, 4))", lo=0.0)
-FISHR_EMA = HParam("fishr_ema", 0.95, "Fishr moving-average factor of each client's gradient variance (0: none, "
-                   "FedOMG's Eq. 4)", lo=0.0, hi=0.999)
-FISHR_ANNEAL_ITERS = HParam("fishr_anneal_iters", 1500, "Fishr warm-up: no penalty before this iteration ((round - 1) "
-                            "* local steps per round + step, rounds from 1), then the local optimiser is reset",
-                            kind="int", lo=0)
-FISHR_DISTANCE = HParam("fishr_distance", "mean", "Fishr distance between variances: mean = mean over the classifier's "
-                        "parameters of the squared difference (Fishr's code), sum = squared norm (FedOMG Eq. 4, Fishr's "
-                        "paper)", kind="choice", choices=("mean", "sum"), variant=True)
 
 STATE_KEY = "fishr.ema"
 """``ctx.state`` entry: the client's moving-average state ``s`` (float64 NumPy [K])."""
@@ -104,12 +94,8 @@ def variance_distance(v: torch.Tensor, mean: torch.Tensor, form: str) -> torch.T
 
 class Fishr(ClientMethod):
     name = "fishr"
-    description = ("Fishr (federated, FedOMG Eq. 4): local SGD on CE + fishr_penalty dist(Var_i[grad_classifier "
-                   "CE_i], server's mean variance), variances smoothed by fishr_ema, warm-up fishr_anneal_iters")
-    hparams = (FISHR_PENALTY, FISHR_EMA, FISHR_ANNEAL_ITERS, FISHR_DISTANCE)
-    scales_fp16_gradients = False  # the per-example gradients are taken without the loss scaler
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
         self.penalty, self.ema = float(FISHR_PENALTY.of(cfg)), float(FISHR_EMA.of(cfg))
         self.anneal, self.distance = int(FISHR_ANNEAL_ITERS.of(cfg)), FISHR_DISTANCE.of(cfg)
@@ -163,5 +149,5 @@ class Fishr(ClientMethod):
         return out
 
 
-__all__ = ["FISHR_ANNEAL_ITERS", "FISHR_DISTANCE", "FISHR_EMA", "FISHR_PENALTY", "Fishr", "STATE_KEY",
+__all__ = ["Fishr", "STATE_KEY",
            "gradient_variance", "iterations_behind", "smoothed", "variance_distance"]

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.server_side import ServerSide
 
 VARIANCE_KEY = "fishr_variance"
@@ -52,7 +53,7 @@ class FishrServer(ServerSide):
 
     name = "fishr"
 
-    def __init__(self, cfg: Any, layout: Any, num_clients: int):
+    def __init__(self, cfg: RunConfig, layout: Any, num_clients: int):
         super().__init__(cfg, layout, num_clients)
         self.variance: np.ndarray | None = None
 

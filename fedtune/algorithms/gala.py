@@ -36,17 +36,10 @@ from typing import Any
 import numpy as np
 
 from fedtune.algorithms.aggregate import BLOCK, check_updates, combine, server_step, tensor_slices, weighted_sum
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.declarations import GALA_ITERS, GALA_MIX, GALA_WEIGHTS
 from fedtune.algorithms.server import AggregateResult, ServerRule
 
-GALA_ITERS = HParam("gala_iters", 3, "FedGaLA global-alignment iterations (reweight, re-aggregate); paper: 3",
-                    kind="int", lo=1)
-GALA_MIX = HParam("gala_mix", 1.0, "FedGaLA mix with FedAvg: theta + global_lr * (mix * aligned + (1 - mix) * fedavg); "
-                  "1 = pure alignment (paper), 0 = FedAvg", lo=0.0, hi=1.0)
-GALA_WEIGHTS = HParam("gala_weights", "per-tensor",
-                      "FedGaLA global alignment: one weight per client and parameter tensor (per-tensor, the authors' "
-                      "code) or one per client over the whole parameter vector (whole)",
-                      kind="choice", choices=("per-tensor", "whole"), variant=True)
 
 
 def _dot64(x: np.ndarray, y: np.ndarray) -> float:
@@ -219,12 +212,8 @@ class Gala(ServerRule):
     """
 
     name = "gala"
-    description = ("FedGaLA global alignment: reweight clients by p_u (cos(Δ_u, a) + 1)/2 (per tensor or whole "
-                   "vector) for gala_iters rounds; θ ← θ + global_lr·(gala_mix·a + (1−gala_mix)·FedAvg step)")
-    hparams = (GALA_ITERS, GALA_MIX, GALA_WEIGHTS)
-    default_global_lr = 1.0
 
-    def __init__(self, cfg: Any, layout: Any):
+    def __init__(self, cfg: RunConfig, layout: Any):
         super().__init__(cfg, layout)
         self.iters = GALA_ITERS.of(cfg)
         self.mix = GALA_MIX.of(cfg)
@@ -246,4 +235,4 @@ class Gala(ServerRule):
                                {f"gala_w.{cid}": float(x) for cid, x in zip(info.client_ids, w)}, d)
 
 
-__all__ = ["GALA_ITERS", "GALA_MIX", "GALA_WEIGHTS", "Gala", "gala_direction", "gala_global_weights", "gala_step"]
+__all__ = ["Gala", "gala_direction", "gala_global_weights", "gala_step"]

@@ -47,18 +47,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client import SGD, ClientContext, ClientOutcome
+from fedtune.algorithms.declarations import GALA_GATE, GALA_TAU
 from fedtune.algorithms.optim import LocalAdam, LocalSGD, local_optimizer_settings
 from fedtune.layout import FlatLayout
 
-GALA_GATE = HParam("gala_gate", "descent",
-                   "FedGaLA local gate sign: descent = a tensor steps only if cos(-grad, last global move) > gala_tau "
-                   "(the stated intent); literal = only if cos(+grad, last global move) >= gala_tau (the paper's "
-                   "formula and the authors' code, needed to reproduce their numbers)",
-                   kind="choice", choices=("descent", "literal"), variant=True)
-GALA_TAU = HParam("gala_tau", 0.0, "FedGaLA local gate: a tensor steps only if cos(-grad, last global move) > tau; "
-                  "-1 = (almost) never gate, 1 = never step; paper: 0", lo=-1.0, hi=1.0)
 
 
 def reference_tensors(model: nn.Module, global_move: np.ndarray | None, device: Any = None) -> list[torch.Tensor] | None:
@@ -178,7 +172,7 @@ class GatedAdam(LocalAdam, GatedSGD):
         self._init_gate(params, reference, tau, gate)
 
 
-def gated_sgd_for(model: nn.Module, ctx: ClientContext, cfg: Any, tau: float | None = None,
+def gated_sgd_for(model: nn.Module, ctx: ClientContext, cfg: RunConfig, tau: float | None = None,
                   gate: str | None = None) -> GatedSGD:
     """A :class:`GatedSGD` (or :class:`GatedAdam` with ``local_optimizer: adam``) over
     ``model.parameters()`` with the run's local optimiser settings
@@ -199,11 +193,11 @@ class GatedClientMixin:
     Put it first in the bases of a method whose ``train(ctx)`` builds its optimiser with
     ``self.make_optimizer(model)`` (every built-in method does, through
     :meth:`~fedtune.algorithms.client.ClientMethod.start_round`), and add
-    :data:`GALA_TAU` and :data:`GALA_GATE` to its ``hparams``::
+    :data:`~fedtune.algorithms.declarations.GALA_TAU` and
+    :data:`~fedtune.algorithms.declarations.GALA_GATE` to the hyperparameters of its declaration::
 
         class GalaSimCLR(GatedClientMixin, SimCLR):
             name = "gala-simclr"
-            hparams = (*SimCLR.hparams, GALA_TAU, GALA_GATE)
 
     The loss and the loop stay the wrapped method's; only the optimiser step is gated.
     """
@@ -211,7 +205,7 @@ class GatedClientMixin:
     _gala_ctx: ClientContext | None = None
     _gala_opts: list
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         super().__init__(cfg)  # type: ignore[call-arg]
         self.gala_tau = GALA_TAU.of(cfg)
         self.gala_gate = GALA_GATE.of(cfg)
@@ -242,10 +236,7 @@ class GalaClient(GatedClientMixin, SGD):
     round 1). Metric ``gala_skipped``: the fraction of skipped tensor-steps this round."""
 
     name = "gala"
-    description = ("FedGaLA local alignment: local SGD where a tensor steps only if its batch gradient agrees with the "
-                   "last global move (gala_gate: descent cos(−∇, r) > gala_tau, or literal cos(+∇, r) >= gala_tau)")
-    hparams = (GALA_TAU, GALA_GATE)
 
 
-__all__ = ["GALA_GATE", "GALA_TAU", "GalaClient", "GatedAdam", "GatedClientMixin", "GatedSGD", "gated_sgd_for",
+__all__ = ["GalaClient", "GatedAdam", "GatedClientMixin", "GatedSGD", "gated_sgd_for",
            "reference_tensors"]

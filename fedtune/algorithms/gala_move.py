@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.server_side import ServerSide
 
 
@@ -30,7 +31,7 @@ class GlobalMove(ServerSide):
 
     name = "gala"
 
-    def __init__(self, cfg: Any, layout: Any, num_clients: int):
+    def __init__(self, cfg: RunConfig, layout: Any, num_clients: int):
         super().__init__(cfg, layout, num_clients)
         self.move: np.ndarray | None = None
 

@@ -53,21 +53,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
+from fedtune.algorithms.declarations import GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE, GFM_INTERVAL, SAM_RHO
 from fedtune.algorithms.optim import FunctionalAdam
 from fedtune.algorithms.precision import autocast_off
-from fedtune.algorithms.sam import SAM_RHO, SamDescent, frozen_buffers
+from fedtune.algorithms.sam import SamDescent, frozen_buffers
 from fedtune.errors import ConfigError
 
-GFM_INTERVAL = HParam("gfm_interval", 10, "GFM/GCA: update the augmenter every this many local steps (paper: 10)",
-                      kind="int", lo=1)
-GFM_AUG_LR = HParam("gfm_aug_lr", 1e-3, "GFM/GCA: Adam learning rate of the augmenter (TeachAugment: 1e-3)",
-                    lo=0.0, lo_open=True)
-GFM_COLOR_SCALE = HParam("gfm_color_scale", 0.2, "GFM/GCA: colour scale range, alpha in [1 - s/2, 1 + s/2] "
-                         "(paper: 0.2; TerraInc 0.1)", lo=0.0, hi=2.0)
-GFM_GEOMETRY_SCALE = HParam("gfm_geometry_scale", 0.125, "GFM/GCA: residual affine range, A - I in [-s/2, s/2] "
-                            "(paper: 0.125; TerraInc 0.0625)", lo=0.0, hi=2.0)
 
 AUG_WEIGHT_DECAY = 1e-2  # TeachAugment's AdamW weight decay for the augmenter (decoupled; pulls φ to identity)
 AUG_BETAS = (0.9, 0.999)
@@ -329,11 +322,8 @@ class GCA(ClientMethod):
     """Global-model-constrained adversarial augmentation with plain local SGD (GFM without SAM)."""
 
     name = "gca"
-    description = "GCA: local SGD on images from an adversarial augmenter constrained by the global model (GFM ablation)"
-    hparams = (GFM_INTERVAL, GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE)
-    scales_fp16_gradients = False  # the augmenter's ascent step takes its own gradient
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
         self.interval = GFM_INTERVAL.of(cfg)
         self.aug_lr = GFM_AUG_LR.of(cfg)
@@ -431,9 +421,7 @@ class GFM(GCA):
     """GFM: SAM local steps on images from the global-model-constrained adversarial augmenter."""
 
     name = "gfm"
-    description = "GFM: SAM steps on augmented images; augmenter maximises local - global loss (Alg. 1)"
-    hparams = (SAM_RHO, *GCA.hparams)
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
         self.rho = SAM_RHO.of(cfg)

@@ -54,19 +54,15 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
+from fedtune.algorithms.declarations import MOON_MU, MOON_TEMPERATURE
 
-MOON_MU = HParam("moon_mu", 1.0, "MOON weight mu of the model-contrastive loss: CE + mu * l_con (authors' default 1; "
-                 "their README tunes {0.001, 0.01, 0.1, 1, 5, 10})", lo=0.0)
-MOON_TEMPERATURE = HParam("moon_temperature", 0.5, "MOON temperature tau of l_con (the paper and the authors' "
-                          "default: 0.5)", lo=0.0, lo_open=True)
 
 STATE_KEY = "moon.prev"
 """``ctx.state`` entry: the client's model at the end of its last round, ``{state_dict key: CPU tensor}``."""
@@ -132,11 +128,8 @@ def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
 
 class MOON(ClientMethod):
     name = "moon"
-    description = ("MOON: CE + moon_mu * model-contrastive loss pulling the encoder features towards the global "
-                   "model's and away from the client's previous model's (temperature moon_temperature)")
-    hparams = (MOON_MU, MOON_TEMPERATURE)
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
         self.mu, self.temperature = MOON_MU.of(cfg), MOON_TEMPERATURE.of(cfg)
         self._copies: dict[str, tuple[nn.Module, FeatureTap]] = {}
@@ -197,5 +190,5 @@ class MOON(ClientMethod):
         return out
 
 
-__all__ = ["MOON", "MOON_MU", "MOON_TEMPERATURE", "STATE_KEY", "FeatureTap", "classifier_layer",
+__all__ = ["MOON", "STATE_KEY", "FeatureTap", "classifier_layer",
            "model_contrastive_loss", "snapshot"]

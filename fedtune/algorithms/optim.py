@@ -23,6 +23,7 @@ from torch.optim.adam import adam
 from torch.optim.sgd import sgd
 
 from fedtune.algorithms import LOCAL_OPTIMIZERS
+from fedtune.algorithms.base import RunConfig
 
 
 class LocalSGD:
@@ -88,7 +89,7 @@ class LocalAdam(LocalSGD):
                  beta2=self.betas[1], lr=self.lr, weight_decay=self.weight_decay, eps=self.eps, maximize=False)
 
 
-def local_optimizer_settings(cfg: Any) -> dict[str, Any]:
+def local_optimizer_settings(cfg: RunConfig) -> dict[str, Any]:
     """The run's local optimiser as keyword arguments of :func:`make_local_optimizer`:
     ``kind`` (``cfg.local_optimizer``), ``lr``, ``weight_decay`` and, for SGD, ``momentum``."""
     kind = getattr(cfg, "local_optimizer", "sgd")
@@ -109,7 +110,7 @@ def make_local_optimizer(params: Iterable[torch.Tensor], kind: str = "sgd", **se
     return local_optimizer_class(kind)(params, **settings)
 
 
-def local_optimizer(params: Iterable[torch.Tensor], cfg: Any) -> LocalSGD:
+def local_optimizer(params: Iterable[torch.Tensor], cfg: RunConfig) -> LocalSGD:
     """The run's local optimiser over ``params`` (:func:`local_optimizer_settings`)."""
     return make_local_optimizer(params, **local_optimizer_settings(cfg))
 

@@ -12,15 +12,14 @@ penalty is the ``diag.prox_penalty`` column (mean over steps).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
+from fedtune.algorithms.declarations import PROX_MU
 
-PROX_MU = HParam("prox_mu", 0.01, "FedProx proximal weight mu: local loss + mu/2 ||theta - theta_global||^2", lo=0.0)
 
 
 def add_prox_gradient(params: Sequence[torch.Tensor], anchors: Sequence[torch.Tensor], mu: float) -> float:
@@ -43,10 +42,8 @@ def add_prox_gradient(params: Sequence[torch.Tensor], anchors: Sequence[torch.Te
 
 class Prox(ClientMethod):
     name = "prox"
-    description = "FedProx: local SGD on loss + prox_mu/2 ||theta - theta_global||^2"
-    hparams = (PROX_MU,)
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
         self.mu = PROX_MU.of(cfg)
 
@@ -67,4 +64,4 @@ class Prox(ClientMethod):
         return self.local_loop(ctx, step, lambda steps: {"prox_penalty": penalty / max(steps, 1)})
 
 
-__all__ = ["PROX_MU", "Prox", "add_prox_gradient"]
+__all__ = ["Prox", "add_prox_gradient"]

@@ -26,19 +26,17 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, RecordStep
+from fedtune.algorithms.declarations import SAM_RHO
 from fedtune.algorithms.optim import LocalSGD
 from fedtune.algorithms.precision import autocast_off
 
-SAM_RHO = HParam("sam_rho", 0.02, "SAM neighbourhood radius rho: eps = rho grad/||grad|| (GFM paper: 0.02)",
-                 lo=0.0, lo_open=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -174,11 +172,8 @@ class SamDescent:
 # ------------------------------------------------------------------------------------------------
 class SAM(ClientMethod):
     name = "sam"
-    description = "SAM local steps (FedSAM): gradient at theta + sam_rho grad/||grad||, step from theta"
-    hparams = (SAM_RHO,)
-    scales_fp16_gradients = False  # two gradients per step through torch.autograd.grad
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
         self.rho = SAM_RHO.of(cfg)
 

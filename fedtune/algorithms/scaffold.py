@@ -95,8 +95,6 @@ class ControlVariateStep:
 
 class Scaffold(ClientMethod):
     name = "scaffold"
-    description = ("SCAFFOLD: local steps on g - c_i + c (control variates, option II update of c_i), "
-                   "server c += |S|/N mean dc_i; FedAvg (global_lr = eta_g)")
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         model, opt = ctx.model, self.start_round(ctx)

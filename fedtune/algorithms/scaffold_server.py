@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from fedtune.algorithms.aggregate import weighted_sum
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.server_side import ServerSide
 
 SCAFFOLD_C = "scaffold_c"  # payload: the server control variate c, float32 [num_params]
@@ -47,7 +48,7 @@ class ScaffoldServer(ServerSide):
 
     name = "scaffold"
 
-    def __init__(self, cfg: Any, layout: Any, num_clients: int):
+    def __init__(self, cfg: RunConfig, layout: Any, num_clients: int):
         super().__init__(cfg, layout, num_clients)
         self.c = np.zeros(layout.num_params, dtype=np.float64)
 

@@ -19,8 +19,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fedtune.algorithms.aggregate import WEIGHTINGS, fedavg_buffers, mean_weights, server_step, weighted_sum
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.aggregate import fedavg_buffers, mean_weights, server_step, weighted_sum
+from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.declarations import CLIENT_WEIGHTING
 
 
 @dataclass(frozen=True)
@@ -52,51 +53,21 @@ class AggregateResult:
 
 
 class ServerRule:
-    """Base class. Subclasses set ``name``/``hparams`` and implement :meth:`aggregate`.
+    """Base class. Subclasses set ``name`` and implement :meth:`aggregate`; what the rule declares
+    (hyperparameters, ``needs_target_client``, its default ``global_lr``, the client hooks it
+    needs) is its :class:`~fedtune.algorithms.base.ServerRuleSpec` in
+    :mod:`fedtune.algorithms.declarations`.
 
     ``cfg`` is the validated :class:`~fedtune.config.FederatedRunConfig`; a rule reads its own
     hyperparameters once, typed, when it is built (``self.kappa = OMG_KAPPA.of(cfg)`` in
-    ``__init__``; a classmethod such as :meth:`check_config` reads ``OMG_KAPPA.of(cfg)`` too).
-    Server rules are NumPy only: the coordinator, which never imports torch, builds them.
+    ``__init__``). Server rules are NumPy only: the coordinator, which never imports torch, builds them.
     """
 
     name: ClassVar[str]
-    description: ClassVar[str] = ""
-    hparams: ClassVar[tuple[HParam, ...]] = ()
-    needs_target_client: ClassVar[bool] = False  # FedDA/FedGP: only in the fda setting
-    # Auto-β: the FDA target client returns extras["step_updates"], float32 [B, num_params], its
-    # raw step −local_lr·∇_b on each of its B local batches; every source returns
-    # extras["mean_step_update"], float32 [num_params], the mean of its raw per-batch steps.
-    wants_target_steps: ClassVar[bool] = False
-    # FedGA: every participant also returns the validation loss and accuracy of the global model it
-    # received and of its trained model (extras "ga_loss_global", "ga_loss_local", "ga_acc_global",
-    # "ga_acc_local", float64 [1]; eval mode, un-augmented; NaN for an empty split).
-    wants_generalization_gap: ClassVar[bool] = False
-    # This rule's default for the run's ``global_lr`` field when the user leaves it unset.
-    default_global_lr: ClassVar[float] = 1.0
 
-    def __init__(self, cfg: Any, layout: Any):
+    def __init__(self, cfg: RunConfig, layout: Any):
         self.cfg = cfg
         self.layout = layout
-
-    @classmethod
-    def check_config(cls, cfg: Any) -> None:
-        """Raise a ConfigError where ``cfg`` (its hyperparameters already checked one by one) cannot
-        run with this rule: cross-field conditions, checked once when the config is validated."""
-
-    @classmethod
-    def effective_global_lr(cls, cfg: Any) -> float:
-        """The server learning rate a run with ``cfg`` uses: ``cfg.global_lr`` if set, else this
-        rule's :attr:`default_global_lr` (the one source of truth; :attr:`global_lr` and the
-        config's ``hp.global_lr`` column read it)."""
-        return float(cfg.global_lr) if cfg.global_lr is not None else float(cls.default_global_lr)
-
-    @classmethod
-    def wants_target_steps_for(cls, cfg: Any) -> bool:
-        """Whether a run with ``cfg`` needs the clients' raw per-batch steps (the target's
-        ``step_updates``, the sources' ``mean_step_update``; FedDA/FedGP: only with
-        ``gp_beta = "auto"``); the default is the class attribute :attr:`wants_target_steps`."""
-        return bool(cls.wants_target_steps)
 
     @property
     def threads(self) -> int:
@@ -107,8 +78,9 @@ class ServerRule:
 
     @property
     def global_lr(self) -> float:
-        """This run's server learning rate (:meth:`effective_global_lr`)."""
-        return self.effective_global_lr(self.cfg)
+        """This run's server learning rate (``cfg.effective_global_lr``: ``global_lr``, else the
+        rule's declared default)."""
+        return self.cfg.effective_global_lr
 
     def payload(self, round: int) -> dict[str, np.ndarray]:
         """Arrays broadcast to clients with the weights this round (e.g. FedGaLA's reference)."""
@@ -146,10 +118,6 @@ class ServerRule:
         pass
 
 
-CLIENT_WEIGHTING = HParam("client_weighting", "examples",
-                          "FedAvg's mean of the participants' models and batch-norm buffers: examples = weights "
-                          "n_u / sum n (McMahan et al.); uniform = 1/U each (FedSR's and FedIIR's authors, the "
-                          "default of the presets fedsr and fediir)", kind="choice", choices=WEIGHTINGS, variant=True)
 
 
 class FedAvg(ServerRule):
@@ -157,10 +125,8 @@ class FedAvg(ServerRule):
     (``client_weighting``; docs/methods.md §7.4, §8.5); the buffers are averaged with the same ``w``."""
 
     name = "fedavg"
-    description = "FedAvg: θ ← θ + global_lr · Σ w_u Δ_u, w_u = p_u or 1/U (client_weighting)"
-    hparams = (CLIENT_WEIGHTING,)
 
-    def __init__(self, cfg: Any, layout: Any):
+    def __init__(self, cfg: RunConfig, layout: Any):
         super().__init__(cfg, layout)
         self.weighting = CLIENT_WEIGHTING.of(cfg)
 

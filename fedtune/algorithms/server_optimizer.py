@@ -53,24 +53,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import HParam, RunConfig
+from fedtune.algorithms.declarations import SERVER_ADAM_BIAS_CORRECTION, SERVER_BETA1, SERVER_BETA2, SERVER_MOMENTUM, SERVER_TAU, SERVER_V_START
 
-SERVER_MOMENTUM = HParam("server_momentum", 0.9, "server_optimizer avgm: server momentum mu (v <- mu v + delta)",
-                         lo=0.0, hi=1.0)
-SERVER_BETA1 = HParam("server_beta1", 0.9, "server_optimizer adam/yogi: first-moment decay beta1 in [0, 1) (1: m "
-                      "stays 0, the model never moves)", lo=0.0, hi=1.0, hi_open=True)
-SERVER_BETA2 = HParam("server_beta2", 0.99, "server_optimizer adam/yogi: second-moment decay beta2 in [0, 1) (1: v "
-                      "stays at its start, the step m / (2 tau) explodes)", lo=0.0, hi=1.0, hi_open=True)
-SERVER_TAU = HParam("server_tau", 1e-9, "server_optimizer adam/yogi/adagrad: adaptivity tau in m / (sqrt(v) + tau) "
-                    "(Flower's default 1e-9; Reddi et al. tune it over 1e-10..1)", lo=0.0, lo_open=True)
-SERVER_ADAM_BIAS_CORRECTION = HParam(
-    "server_adam_bias_correction", False, "server_optimizer adam: false = Reddi et al.'s Algorithm 2 (no bias "
-    "correction), true = Flower's FedAdam (eta * sqrt(1 - beta2^(t+1)) / (1 - beta1^(t+1)) at round t)",
-    kind="bool", variant=True)
-SERVER_V_START = HParam(
-    "server_v_start", "tau_squared", "server_optimizer adam/yogi/adagrad: the second moment's start, tau_squared = "
-    "Reddi et al.'s Algorithm 2 (v_-1 = tau^2), zero = Flower's FedAdam/FedYogi/FedAdagrad (v starts at 0)",
-    kind="choice", choices=("tau_squared", "zero"), variant=True)
 
 
 class ServerOptimizer:
@@ -84,7 +69,7 @@ class ServerOptimizer:
     description: ClassVar[str] = "the server rule's own step: theta + global_lr * d (today's rule)"
     hparams: ClassVar[tuple[HParam, ...]] = ()
 
-    def __init__(self, cfg: Any, global_lr: float):
+    def __init__(self, cfg: RunConfig, global_lr: float):
         self.cfg = cfg
         self.lr = float(global_lr)
 
@@ -102,7 +87,7 @@ class _Stateful(ServerOptimizer):
     """The optimisers that keep moments: ``Δ = d``, the rule's float64 direction; float64 state,
     ``θ + η · adapted(Δ)`` in float64, float32 out. The rule's float32 proposal is not used."""
 
-    def __init__(self, cfg: Any, global_lr: float):
+    def __init__(self, cfg: RunConfig, global_lr: float):
         super().__init__(cfg, global_lr)
         self.moments: dict[str, np.ndarray] = {}
 
@@ -133,10 +118,8 @@ class _Stateful(ServerOptimizer):
 
 class FedAvgM(_Stateful):
     name = "avgm"
-    description = "FedAvgM (Hsu et al. 2019): v <- server_momentum v + delta, theta <- theta + global_lr v"
-    hparams = (SERVER_MOMENTUM,)
 
-    def __init__(self, cfg: Any, global_lr: float):
+    def __init__(self, cfg: RunConfig, global_lr: float):
         super().__init__(cfg, global_lr)
         self.momentum = float(SERVER_MOMENTUM.of(cfg))
 
@@ -149,10 +132,8 @@ class FedAvgM(_Stateful):
 
 class FedAdam(_Stateful):
     name = "adam"
-    description = "FedAdam (Reddi et al. 2021): m, v moments of delta, theta <- theta + global_lr m / (sqrt(v) + tau)"
-    hparams = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU, SERVER_V_START, SERVER_ADAM_BIAS_CORRECTION)
 
-    def __init__(self, cfg: Any, global_lr: float):
+    def __init__(self, cfg: RunConfig, global_lr: float):
         super().__init__(cfg, global_lr)
         self.beta1 = float(SERVER_BETA1.of(cfg))
         self.beta2 = float(SERVER_BETA2.of(cfg))
@@ -178,8 +159,6 @@ class FedAdam(_Stateful):
 
 class FedYogi(FedAdam):
     name = "yogi"
-    description = "FedYogi (Reddi et al. 2021): as FedAdam with v <- v - (1 - beta2) delta^2 sign(v - delta^2)"
-    hparams = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU, SERVER_V_START)
 
     def second_moment(self, v: np.ndarray, squared: np.ndarray) -> None:
         v -= (1.0 - self.beta2) * squared * np.sign(v - squared)
@@ -187,10 +166,8 @@ class FedYogi(FedAdam):
 
 class FedAdagrad(_Stateful):
     name = "adagrad"
-    description = "FedAdagrad (Reddi et al. 2021): v <- v + delta^2, theta <- theta + global_lr delta / (sqrt(v) + tau)"
-    hparams = (SERVER_TAU, SERVER_V_START)
 
-    def __init__(self, cfg: Any, global_lr: float):
+    def __init__(self, cfg: RunConfig, global_lr: float):
         super().__init__(cfg, global_lr)
         self.tau = float(SERVER_TAU.of(cfg))
         self.v_start = self.tau ** 2 if SERVER_V_START.of(cfg) == "tau_squared" else 0.0
@@ -201,5 +178,4 @@ class FedAdagrad(_Stateful):
         return delta / (np.sqrt(v) + self.tau)
 
 
-__all__ = ["FedAdagrad", "FedAdam", "FedAvgM", "FedYogi", "SERVER_ADAM_BIAS_CORRECTION", "SERVER_BETA1",
-           "SERVER_BETA2", "SERVER_MOMENTUM", "SERVER_TAU", "SERVER_V_START", "ServerOptimizer"]
+__all__ = ["FedAdagrad", "FedAdam", "FedAvgM", "FedYogi", "ServerOptimizer"]

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedtune.algorithms import SERVER_SIDES
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.server import AggregateResult, RoundInfo
 
 
@@ -41,7 +42,7 @@ class ServerSide:
 
     name: ClassVar[str]  # the client method's name
 
-    def __init__(self, cfg: Any, layout: Any, num_clients: int):
+    def __init__(self, cfg: RunConfig, layout: Any, num_clients: int):
         self.cfg = cfg
         self.layout = layout
         self.num_clients = int(num_clients)
@@ -77,7 +78,7 @@ class ServerSide:
         pass
 
 
-def server_side_of(cfg: Any, layout: Any, num_clients: int) -> ServerSide | None:
+def server_side_of(cfg: RunConfig, layout: Any, num_clients: int) -> ServerSide | None:
     """The server side of ``cfg``'s client method, built, or None when the method keeps no
     server state (looked up in :data:`~fedtune.algorithms.SERVER_SIDES` by the client method's
     name: the client method itself, and torch, stay unimported)."""

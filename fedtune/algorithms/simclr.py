@@ -38,9 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedtune.algorithms.base import HParam
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client import ClientContext, ClientMethod, ClientOutcome, descend
-from fedtune.algorithms.gala_client import GALA_GATE, GALA_TAU, GatedClientMixin
+from fedtune.algorithms.declarations import SIMCLR_PROJ_DIM, SIMCLR_TEMPERATURE
+from fedtune.algorithms.gala_client import GatedClientMixin
 from fedtune.errors import ConfigError
 
 CROP_SCALE = (0.3, 1.0)  # area fraction of the random crop (SimCLR: 0.08..1; small images need more)
@@ -50,10 +51,6 @@ JITTER_STRENGTH = 0.4  # brightness / contrast / saturation factors in [1 - s, 1
 GREY_P = 0.2  # probability of greyscale (3-channel images)
 VECTOR_NOISE = 0.1  # vectors: noise std as a fraction of each feature's batch std
 
-SIMCLR_TEMPERATURE = HParam("simclr_temperature", 0.5, "SimCLR: temperature of the NT-Xent loss (> 0)",
-                            "float", lo=1e-3)
-SIMCLR_PROJ_DIM = HParam("simclr_proj_dim", 128, "SimCLR: output width of the projector MLP "
-                         "(encoder features -> features -> simclr_proj_dim)", "int", lo=1)
 
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -165,7 +162,7 @@ class SimCLRLoss:
         self.temperature = float(temperature)
 
     @classmethod
-    def from_cfg(cls, cfg: Any) -> SimCLRLoss:
+    def from_cfg(cls, cfg: RunConfig) -> SimCLRLoss:
         """The loss at the run's ``simclr_temperature``."""
         return cls(SIMCLR_TEMPERATURE.of(cfg))
 
@@ -175,7 +172,7 @@ class SimCLRLoss:
         return nt_xent(z1, z2, self.temperature)
 
 
-def projector_head(cfg: Any) -> dict[str, Any]:
+def projector_head(cfg: RunConfig) -> dict[str, Any]:
     """``build_model`` keyword arguments of an unsupervised (SimCLR-style) run: the projector head."""
     return {"head": "projector", "proj_dim": SIMCLR_PROJ_DIM.of(cfg)}
 
@@ -184,18 +181,10 @@ class SimCLR(ClientMethod):
     """Federated SimCLR client (FedSimCLR, the FedGaLA paper's baseline): local SGD on NT-Xent."""
 
     name = "simclr"
-    description = "SimCLR (unsupervised): two augmented views, NT-Xent loss, projector MLP; linear-probe evaluation"
-    hparams = (SIMCLR_TEMPERATURE, SIMCLR_PROJ_DIM)
-    supervised = False
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
         self.loss_fn = SimCLRLoss.from_cfg(cfg)
-
-    @staticmethod
-    def model_head(cfg: Any) -> dict[str, Any]:
-        """How the runtime builds this method's model (see :func:`projector_head`)."""
-        return projector_head(cfg)
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         loss_fn = self.loss_fn
@@ -216,7 +205,3 @@ class GalaSimCLR(GatedClientMixin, SimCLR):
     the fraction of skipped tensor-steps this round."""
 
     name = "gala-simclr"
-    description = ("FedGaLA local alignment on SimCLR (unsupervised): a tensor steps only if cos(−∇, last global "
-                   "move) > gala_tau (gala_gate=descent) or cos(+∇, r) >= gala_tau (literal); NT-Xent loss, projector MLP, "
-                   "linear-probe evaluation")
-    hparams = (*SimCLR.hparams, GALA_TAU, GALA_GATE)

@@ -18,7 +18,9 @@ The rooms of this package:
 
 Every name is imported from its module (``from fedtune.results.store import ResultsStore, load``):
 this package re-exports nothing, so a process that only needs the floor (the status words, the
-file names: the coordinator and client actors) does not import pyarrow.
+file names: the coordinator and client actors) does not import pyarrow. Users read results with
+``fedtune.load`` (the public face); a name this package exported before the house-keeping of
+issue 18 (``fedtune.results.load``) raises one line naming its new spelling (:mod:`fedtune.old_names`).
 
 >>> import tempfile
 >>> from fedtune.results.store import ResultsStore, load
@@ -32,3 +34,12 @@ file names: the coordinator and client actors) does not import pyarrow.
 >>> load(store.study_dir).num_rows, load(store.study_dir, "trials").num_rows
 (3, 1)
 """
+
+from typing import NoReturn
+
+from fedtune.old_names import old_name_error
+
+
+def __getattr__(name: str) -> NoReturn:
+    """A name this package exported before issue 18 raises one line naming its new spelling."""
+    raise old_name_error(__name__, name)

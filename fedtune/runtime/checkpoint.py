@@ -4,9 +4,9 @@ returns, written to a directory and read back. Plain NumPy and JSON files: no pi
 A checkpoint directory holds ``weights.npy`` (the global weights, float32), ``arrays.npz`` (every
 array of the server rule's, the client method's server side's and the clients' state) and
 ``fedtune_state.json`` (the round, the rule, server-side and client state trees with their
-arrays referenced by key, and ``meta``). A checkpoint written before server sides existed may
-hold FedGaLA's last global move in ``global_move.npy``; it is read back as ``global_move`` (the
-coordinator hands it to FedGaLA's server side). Each file is written atomically
+arrays referenced by key, and ``meta``). A checkpoint written before server sides had state trees
+may hold its server side's one array in a file of its own (:data:`LEGACY_SIDE_FILE`); it is read
+back as that side's state. Each file is written atomically
 (:func:`fedtune.results.atomic.atomic_write`), ``fedtune_state.json`` last. Server-rule and client
 state must consist of arrays, tensors, numbers, strings, lists, tuples and dicts; anything else
 (e.g. a live ``nn.Module``) fails the checkpoint with a TypeError naming where it sits.
@@ -25,13 +25,15 @@ import numpy as np
 from fedtune.errors import ConfigError
 from fedtune.results.atomic import atomic_write, atomic_write_text
 
-__all__ = ["CHECKPOINT_FORMAT", "STATE_FILE", "WEIGHTS_FILE", "MOVE_FILE", "ARRAYS_FILE", "IDENTITY_FIELDS",
+__all__ = ["CHECKPOINT_FORMAT", "STATE_FILE", "WEIGHTS_FILE", "LEGACY_SIDE_FILE", "ARRAYS_FILE", "IDENTITY_FIELDS",
            "check_identity", "read_checkpoint", "run_identity", "write_checkpoint"]
 
 CHECKPOINT_FORMAT = 1
 STATE_FILE = "fedtune_state.json"
 WEIGHTS_FILE = "weights.npy"
-MOVE_FILE = "global_move.npy"
+LEGACY_SIDE_FILE = ("global_move.npy", "global_move")
+"""(file, state key): a server side's state as one array, as checkpoints held it before server sides
+had state trees; read back as ``side = {key: array}``."""
 ARRAYS_FILE = "arrays.npz"
 _MARKERS = ("__array__", "__items__", "__tuple__")
 
@@ -64,19 +66,17 @@ def check_identity(state: Mapping[str, Any], own: Mapping[str, Any]) -> None:
     optimiser, or server-rule or server-side state with other keys. A checkpoint written before
     checkpoints recorded their identity is compared by its state's keys.
 
-    >>> own = {"algorithm": "feddyn", "client_method": "feddyn", "server_rule": "fedavg",
+    >>> own = {"algorithm": "a", "client_method": "m", "server_rule": "r",
     ...        "server_optimizer": "sgd", "rule_keys": [], "side_keys": ["h"]}
-    >>> check_identity({"identity": dict(own, algorithm="scaffold", client_method="scaffold",
+    >>> check_identity({"identity": dict(own, algorithm="b", client_method="n",
     ...                 side_keys=["c"])}, own)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    fedtune.errors.ConfigError: checkpoint of algorithm scaffold (client method scaffold, ...) cannot be restored ...
+    fedtune.errors.ConfigError: checkpoint of algorithm b (client method n, ...) cannot be restored ...
     """
     saved = state.get("identity")
     if not isinstance(saved, Mapping):  # an older checkpoint: what its state shows
         side = state.get("side")
-        if side is None and state.get("global_move") is not None:
-            side = {"global_move": None}
         saved = {"rule_keys": sorted(map(str, state.get("rule") or {})),
                  "side_keys": None if side is None else sorted(map(str, side))}
     fields = [f for f in (*IDENTITY_FIELDS, "rule_keys", "side_keys") if f in saved]
@@ -189,13 +189,15 @@ def read_checkpoint(directory: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"checkpoint '{directory}' has format {doc.get('format')}, this fedtune reads {CHECKPOINT_FORMAT}")
     with np.load(directory / ARRAYS_FILE, allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
-    move = directory / MOVE_FILE
+    legacy_file, legacy_key = LEGACY_SIDE_FILE
+    side = _decode(doc.get("side"), arrays)
+    if side is None and (directory / legacy_file).is_file():
+        side = {legacy_key: np.load(directory / legacy_file, allow_pickle=False)}
     return {
         "round": int(doc["round"]),
         "weights": np.load(directory / WEIGHTS_FILE, allow_pickle=False),
-        "global_move": np.load(move, allow_pickle=False) if move.is_file() else None,
         "rule": _decode(doc["rule"], arrays),
-        "side": _decode(doc.get("side"), arrays),
+        "side": side,
         "optimizer": _decode(doc.get("optimizer"), arrays),
         "first_loss": doc.get("first_loss"),
         "clients": _decode(doc["clients"], arrays),

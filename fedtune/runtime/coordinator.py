@@ -6,7 +6,7 @@ One call of :meth:`Coordinator.run_round` is split as Flower splits a round:
 1. a *fit round* (:meth:`~Coordinator._fit_round`): sample the round's participants, broadcast
    the weights (and the server rule's payload), collect the trained states;
 2. the *aggregate* (:meth:`~Coordinator._aggregate_fit`): the server rule combines the updates
-   (batch-norm buffers by FedAvg), and a NaN/Inf loss or model, or an exploded loss
+   (and the batch-norm buffers), and a NaN/Inf loss or model, or an exploded loss
    (:func:`loss_exploded`), marks the round diverged;
 3. an *evaluate round* (:meth:`~Coordinator._evaluate_round`): the workers evaluate the new model
    (each client's validation split, and fixed shards of the held-out target test set), and the
@@ -241,7 +241,7 @@ class Coordinator:
         # one BLAS thread: the optimiser's and server side's sums and norms give the same bits on
         # every backend (a multi-threaded BLAS sums in another order in another process)
         with one_blas_thread():
-            if self.side is not None:  # FedDyn's uniform mean replaces the rule's step
+            if self.side is not None:  # a server side may replace the rule's step (a uniform mean)
                 result = self.side.proposal(theta, result, updates, info=info)
             params, side_diagnostics = self.optimizer.step(theta, result.params, result.direction, round), {}
             if self.side is not None:
@@ -300,8 +300,6 @@ class Coordinator:
             raise ValueError(f"checkpoint holds {weights.size} weights but this run's model has "
                              f"{self.weights.size}: it belongs to another model or dataset")
         side = state.get("side")
-        if side is None and state.get("global_move") is not None:  # a checkpoint written before server sides
-            side = {"global_move": state["global_move"]}
         if (side is None) != (self.side is None):
             raise ValueError(f"checkpoint {'has no' if side is None else 'holds a'} client-method server side but "
                              f"this run's client method {self.cfg.resolved.client_method_name} "

@@ -31,18 +31,16 @@ from fedtune.errors import ResourceError
 from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 
 
-def build_plan(cfg: FederatedRunConfig, *, setting_checked: bool = False) -> FederatedPlan:
-    """The data partition of a run, from labels only (no pixels decoded, no torch). Checks that
-    the algorithm runs in the setting (which imports the client method, and torch) unless
-    ``setting_checked``: a trial whose config the sweep driver validated and planned
-    (:func:`fedtune.tune.trainable.driver_validated`)."""
+def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
+    """The data partition of a run, from labels only (no pixels decoded, no torch), after checking
+    that the algorithm runs in the setting (from the components' declarations)."""
     from fedtune.errors import ConfigError
 
     dataset = get_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size, data_seed=cfg.data_seed)
     info = dataset.info
     setting = cfg.setting or info.default_setting
     resolved = cfg.resolved
-    if not setting_checked and setting not in resolved.settings:
+    if setting not in resolved.settings:
         raise ConfigError(
             f"field 'setting': algorithm '{cfg.algorithm}' (client method {resolved.client_method_name}, server rule "
             f"{resolved.server_rule_name}) does not run in setting '{setting}'; allowed: {', '.join(resolved.settings)}")
@@ -56,9 +54,8 @@ def build_plan(cfg: FederatedRunConfig, *, setting_checked: bool = False) -> Fed
         check_pretrained_file(cfg.pretrained_path)
     if model not in ("cnn", "mlp"):  # a torchvision model: one forward on the meta device, before launch
         from fedtune.model_check import check_model_runs
-        from fedtune.runtime.worker import model_head_kwargs
 
-        check_model_runs(model, info.input_shape, info.num_classes, model_head_kwargs(resolved.client_method, cfg),
+        check_model_runs(model, info.input_shape, info.num_classes, resolved.client_spec.head(cfg),
                          weights=cfg.weights, pretrained_path=cfg.pretrained_path)
     labels = {d: dataset.labels(d) for d in info.domains}
     return make_plan(info, labels, setting=setting, target_domain=cfg.target_domain,
@@ -80,11 +77,9 @@ class FederatedRun:
     and every client actor in it.
     """
 
-    def __init__(self, cfg: FederatedRunConfig, *, placement_group=None, resources: ResourcePlan | None = None,
-                 setting_checked: bool = False):
-        """``setting_checked``: see :func:`build_plan`."""
+    def __init__(self, cfg: FederatedRunConfig, *, placement_group=None, resources: ResourcePlan | None = None):
         self.cfg = cfg
-        self.plan = build_plan(cfg, setting_checked=setting_checked)
+        self.plan = build_plan(cfg)
         self.resolved = cfg.resolved
         self.setting = self.plan.setting
         self.resources = resources
@@ -170,7 +165,7 @@ class FederatedRun:
     def set_state(self, state: dict[str, Any]) -> None:
         """Load :meth:`get_state`'s output into this started run; the next :meth:`step` runs
         round ``state["round"] + 1``."""
-        self._call("set_state", {k: state.get(k) for k in ("weights", "rule", "side", "optimizer", "global_move",
+        self._call("set_state", {k: state.get(k) for k in ("weights", "rule", "side", "optimizer",
                                                             "first_loss", "identity")})
         clients = state.get("clients") or {}
         if self.cfg.backend == "ray":
@@ -181,8 +176,7 @@ class FederatedRun:
             self.coordinator.pool.worker.set_client_state(clients)
         self.round = int(state["round"])
 
-    def reconfigure(self, cfg: FederatedRunConfig, resources: ResourcePlan | None = None, *,
-                    setting_checked: bool = False) -> bool:
+    def reconfigure(self, cfg: FederatedRunConfig, resources: ResourcePlan | None = None) -> bool:
         """Turn this started run into a fresh run of ``cfg`` (Tune ``reuse_actors``).
 
         ``resources`` is the new run's layout: by default, in a placement group given to this run,
@@ -195,7 +189,7 @@ class FederatedRun:
         what a fresh ``FederatedRun(cfg)`` would.
         """
 
-        plan = build_plan(cfg, setting_checked=setting_checked)
+        plan = build_plan(cfg)
         if resources is None:
             if not self._own_pg:
                 resources = self.resources

@@ -34,6 +34,9 @@ class Examples:
     """One split of a client's examples; see the module docstring."""
 
     labels: torch.Tensor  # int64, on the host
+    # int64 per example, on the host: its domain's position in the dataset's domain list (a
+    # client holding several source domains, domain_homogeneity > 0, can group a batch by domain)
+    domains: torch.Tensor
     input_shape: tuple[int, ...]
     device: torch.device
     channels_last: bool = False
@@ -65,8 +68,9 @@ class TensorExamples(Examples):
     """Examples held as a float tensor ``x`` (already normalised) and labels ``y``."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device | str = "cpu",
-                 channels_last: bool = False):
+                 channels_last: bool = False, domains: torch.Tensor | None = None):
         self.x, self.labels = x, y.to("cpu", torch.int64)
+        self.domains = torch.zeros(len(y), dtype=torch.int64) if domains is None else domains.to("cpu", torch.int64)
         self.input_shape = tuple(x.shape[1:])
         self.device, self.channels_last = torch.device(device), channels_last
 
@@ -90,12 +94,15 @@ class CachedImages(Examples):
     once copied (they stay in the node's page cache)."""
 
     def __init__(self, maps: list[Any], rows: list[np.ndarray], labels: np.ndarray,
-                 device: torch.device | str = "cpu", channels_last: bool = False):
+                 device: torch.device | str = "cpu", channels_last: bool = False,
+                 domains: np.ndarray | None = None):
         self.maps = maps
         self.piece = np.concatenate([np.full(len(r), k, np.int32) for k, r in enumerate(rows)]) \
             if rows else np.zeros(0, np.int32)
         self.row = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
         self.labels = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+        self.domains = (torch.zeros(len(self.labels), dtype=torch.int64) if domains is None else
+                        torch.from_numpy(np.asarray(domains, dtype=np.int64)))
         side = maps[0].array.shape[1] if maps else 0
         self.input_shape = (3, side, side)
         self.device, self.channels_last = torch.device(device), channels_last
@@ -182,9 +189,12 @@ def client_examples(dataset: DomainDataset, pieces: Pieces, device: torch.device
     """The examples ``pieces`` of ``dataset``: :class:`CachedImages` for datasets with a
     decoded-image cache (``pixels(domain)``, an :class:`~fedtune.data.cache.ImageMap`), else :class:`TensorExamples` of ``load_pieces``."""
     pixels = getattr(dataset, "pixels", None)
+    position = {d: k for k, d in enumerate(dataset.info.domains)}
+    domains = np.concatenate([np.full(len(idx), position.get(d, -1), np.int64) for d, idx in pieces.items()]
+                             + [np.zeros(0, np.int64)])
     if pixels is None:
         x, y = dataset.load_pieces(pieces)
-        return TensorExamples(torch.from_numpy(x), torch.from_numpy(y), device, channels_last)
+        return TensorExamples(torch.from_numpy(x), torch.from_numpy(y), device, channels_last, torch.from_numpy(domains))
     maps, rows, labels = [], [], []
     for domain, idx in pieces.items():
         if len(idx) == 0:
@@ -198,4 +208,4 @@ def client_examples(dataset: DomainDataset, pieces: Pieces, device: torch.device
     if not maps:
         side = dataset.info.input_shape[-1]
         return TensorExamples(torch.zeros((0, 3, side, side)), torch.zeros(0, dtype=torch.int64), device, channels_last)
-    return CachedImages(maps, rows, np.concatenate(labels), device, channels_last)
+    return CachedImages(maps, rows, np.concatenate(labels), device, channels_last, domains)

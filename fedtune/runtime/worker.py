@@ -30,17 +30,6 @@ from fedtune.runtime.common import (
 from fedtune.runtime.messages import EvalReply, FeatureSet, FitReply, TargetShard
 
 
-def model_head_kwargs(client_method: Any, cfg: Any) -> dict[str, Any]:
-    """``build_model`` keywords for a run's client method: the method's ``model_head(cfg)`` when it
-    declares one (SimCLR: the projector head of width ``simclr_proj_dim``; FedSR: the probabilistic
-    head of width ``fedsr_z_dim``); otherwise ``{}`` (the classifier) for supervised methods and the
-    projector at its default width for unsupervised ones."""
-    head = getattr(client_method, "model_head", None)
-    if head is not None:
-        return dict(head(cfg))
-    return {} if client_method.supervised else {"head": "projector"}
-
-
 def encode_split(model: Any, examples: Any, batch_size: int, precision: str = "fp32") -> FeatureSet:
     """Encoder features (:func:`fedtune.models.encode`, eval mode, no grad, un-augmented) of
     ``examples`` in batches of ``batch_size``, as float32 NumPy, with their labels as int64 NumPy."""
@@ -93,7 +82,8 @@ class ClientWorker:
         info = dataset.info
         resolved = self.cfg.resolved
         model_name = self.cfg.model or info.default_model
-        head = model_head_kwargs(resolved.client_method, self.cfg)
+        self.method_spec = resolved.client_spec
+        head = self.method_spec.head(self.cfg)
         # A model too large to build is refused before the data is decoded into the image cache.
         check_model_size(model_name, info.input_shape, info.num_classes, self.cfg.mlp_hidden, head)
         # channels_last only on CUDA clients (CPU clients keep today's layout and numbers)
@@ -112,49 +102,32 @@ class ClientWorker:
         # Every worker builds the same initial model from the run's seed; the coordinator takes
         # its weights from worker 0 (so the coordinator process never needs torch).
         torch.manual_seed(self.cfg.seed)
-        # Unsupervised methods (SimCLR) replace the classifier by their projector head.
+        # An unsupervised method's head (a projector) replaces the classifier (its declaration's head).
         self.model = build_model(model_name, input_shape=info.input_shape,
                                  num_classes=info.num_classes, mlp_hidden=self.cfg.mlp_hidden,
                                  pretrained_path=self.cfg.pretrained_path, weights=self.cfg.weights, **head)
         self.model = prepare_for_device(self.model, self.device, channels_last=self.channels_last)
         self.layout = FlatLayout.of(self.model)
         self.method = resolved.client_method(self.cfg)
-        self.record_target_steps = resolved.server_rule.wants_target_steps_for(self.cfg)
-        if self.record_target_steps:
-            self._check_recorded_steps()
-        # FedGA: each participant's validation loss/accuracy of the received and the trained model
-        self.gap_losses = bool(resolved.server_rule.wants_generalization_gap)
+        # What the server rule asks of every participant around its training (its declared hooks).
+        self.hooks = self._hooks(resolved.rule_spec.hooks(self.cfg))
         self.client_state: dict[int, dict[str, Any]] = {s.client_id: {} for s in specs}
         # Wall-clock stamps (time.time()) of this worker's start-up, for start-up diagnostics.
         self.startup = {"init_start": t_init, "torch_ready": t_torch, "ready": time.time()}
 
-    def _check_recorded_steps(self) -> None:
-        """The target client keeps one float32 row of every parameter per local step
-        (:class:`_StepRecorder`) for a server rule that estimates its step variance (auto-β): refused
-        before round 1 when a round has fewer than 2 steps (the rule's ValueError in round 1 otherwise)
-        or when its rows would pass :data:`~fedtune.models.MAX_MODEL_PARAMS` floats (local_steps = 10**6 would fill
-        memory mid-run)."""
-        from fedtune.algorithms.client import local_steps
-        from fedtune.errors import ConfigError
-        from fedtune.models import MAX_MODEL_PARAMS
+    def _hooks(self, places: tuple[str, ...]) -> list[Any]:
+        """The server rule's client hooks (:mod:`fedtune.algorithms.client_hooks`), built for this
+        worker's clients; none (nothing imported) for a rule that declares none."""
+        if not places:
+            return []
+        from fedtune.algorithms.client_hooks import ClientRecord, WorkerView, load_hooks
 
-        for cid, spec in self.specs.items():
-            if spec.role != "target":
-                continue
-            n = len(self.data[cid]["train"])
-            steps = local_steps(n, self.cfg)
-            if steps < 2:  # local_steps=1 is refused with the config; here batch_size >= the target's data
-                raise ConfigError(
-                    f"field 'batch_size': the server rule estimates the target client's step variance from its "
-                    f"per-step updates and needs at least 2 local steps per round, but batch_size {self.cfg.batch_size} "
-                    f"covers the target's {n} training examples in 1 step per epoch with local_epochs="
-                    f"{self.cfg.local_epochs}; allowed: batch_size < {n}, local_epochs >= 2 or local_steps >= 2")
-            floats = steps * self.layout.num_params
-            if floats > MAX_MODEL_PARAMS:
-                raise ConfigError(
-                    f"field 'local_steps': the target client records every local step for the server rule "
-                    f"({steps} steps x {self.layout.num_params} parameters = {floats * 4 / 2**30:.1f} GiB a round); "
-                    f"allowed: at most {MAX_MODEL_PARAMS} floats: lower local_steps or local_epochs, or raise batch_size")
+        def evaluate_split(cid: int, split: str) -> tuple[float, float]:
+            result = evaluate(self.model, self.data[cid][split], self.cfg.eval_batch_size, self.precision)
+            return result.loss, result.acc
+
+        clients = tuple(ClientRecord(cid, spec.role, len(self.data[cid]["train"])) for cid, spec in self.specs.items())
+        return load_hooks(places, WorkerView(self.cfg, self.model, self.layout, clients, evaluate_split))
 
     # ------------------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -194,9 +167,8 @@ class ClientWorker:
             spec = self.specs[cid]
             self._load(weights)
             reply.io_s += time.perf_counter() - t0
-            bs, val = self.cfg.eval_batch_size, self.data[cid]["val"]
-            # before seeding: evaluation draws no random numbers either way
-            received = evaluate(self.model, val, bs, self.precision) if self.gap_losses else None
+            for hook in self.hooks:
+                hook.before_seed(cid)
             seed = derive_seed(self.cfg.seed, cid, round)
             torch.manual_seed(seed)
             gen = torch.Generator().manual_seed(seed)
@@ -205,21 +177,11 @@ class ClientWorker:
                                 role=spec.role, generator=gen, device=self.device, payload=payload,
                                 state=self.client_state[cid], augment=self.augment, precision=self.precision,
                                 scaler=grad_scaler(self.device, self.precision))
-            recorder = None
-            if self.record_target_steps:  # auto-β: raw per-batch steps −lr_T·∇_b (docs/methods.md §2)
-                # every client's steps at the target's learning rate lr_T = local_lr·target_lr_scale: a
-                # source's mean is then s_i = (lr_T/lr_S)·mean_b(−lr_S ∇_b), on the target's scale (C.3)
-                lr_t = self.cfg.target_lr
-                recorder = ctx.record_step = _StepRecorder(self.model, self.layout, lr_t,
-                                                           keep_rows=spec.role == "target")
+            for hook in self.hooks:
+                hook.before_train(ctx)
             out = self.method.train(ctx)
-            if recorder is not None:
-                out.extras = {**out.extras, **recorder.extras()}
-            if received is not None:  # FedGA's generalization gap (docs/methods.md §13)
-                trained = evaluate(self.model, val, bs, self.precision)
-                out.extras = {**out.extras, **{key: np.array([value], np.float64) for key, value in (
-                    ("ga_loss_global", received.loss), ("ga_loss_local", trained.loss),
-                    ("ga_acc_global", received.acc), ("ga_acc_local", trained.acc))}}
+            for hook in self.hooks:
+                out.extras = {**out.extras, **hook.after_train(ctx, out)}
             t_out = time.perf_counter()
             get_flat(self.model, self.layout, out=states[row])
             reply.io_s += time.perf_counter() - t_out
@@ -247,7 +209,7 @@ class ClientWorker:
         bs = self.cfg.eval_batch_size
         reply = EvalReply(ids, [], [])
         prec = self.precision
-        if not self.method.supervised:
+        if not self.method_spec.supervised:
             for cid in ids:
                 reply.val_features.append(encode_split(self.model, self.data[cid]["val"], bs, prec))
             for sid in sorted(self.shards):
@@ -311,65 +273,6 @@ class ClientWorker:
 
         for cid in self.client_state:
             self.client_state[cid] = restore(states.get(cid, {}))
-
-
-class _StepRecorder:
-    """Records a client's raw per-batch steps for auto-β (docs/methods.md §2): the step plain SGD
-    would have taken on each batch, ``−local_lr · ∇_b`` (parameters only, in the flat layout's
-    parameter order), whatever the client's optimiser does with that gradient (momentum, weight
-    decay, FedProx's term, SAM's perturbation, FedGaLA's gate). The client method calls it as
-    ``ctx.record_step(params, grads)`` with the batch gradient of its data loss at θ before the
-    step (:class:`~fedtune.algorithms.client.ClientContext`).
-
-    Momentum is why the samples are not the θ differences: consecutive momentum steps are
-    correlated and ramp up to ``1/(1 − m)`` times the gradient step, so variance and distance
-    estimates built from them are off by more than 10× at m = 0.9 (:mod:`benchmarks.auto_beta_momentum`).
-
-    ``keep_rows=True`` (the FDA target): :meth:`extras` gives ``step_updates`` ``[B, P]``, row b =
-    batch b's step. ``keep_rows=False`` (a source): only ``mean_step_update`` ``[P]``, the mean of
-    the per-batch steps (the source's per-step displacement ``s_i`` in the same units).
-    """
-
-    def __init__(self, model, layout, lr: float, keep_rows: bool = True):
-        import torch
-
-        slot = {s.name: s for s in layout.slots if s.is_param}
-        self.where = {id(p): (slot[n].offset, slot[n].size) for n, p in model.named_parameters() if n in slot}
-        self.P, self.lr, self.keep_rows = layout.num_params, float(lr), keep_rows
-        self.rows: list[np.ndarray] = []
-        self.total = np.zeros(self.P, np.float64)
-        self.count = 0
-        self._torch = torch
-
-    def __call__(self, params, grads) -> None:
-        row = np.zeros(self.P, np.float32)
-        view = self._torch.from_numpy(row)
-        with self._torch.no_grad():
-            for p, g in zip(params, grads):
-                if g is None:
-                    continue
-                off, size = self.where[id(p)]
-                view[off:off + size].copy_(g.detach().reshape(-1))
-        row *= np.float32(-self.lr)
-        if self.keep_rows:
-            self.rows.append(row)
-        self.total += row
-        self.count += 1
-
-    def result(self) -> np.ndarray:
-        """``[B, P]`` float32: the recorded per-batch steps (``[0, P]`` if none)."""
-        if not self.rows:
-            return np.zeros((0, self.P), np.float32)
-        return np.ascontiguousarray(np.stack(self.rows), dtype=np.float32)
-
-    def mean(self) -> np.ndarray:
-        """``[P]`` float32: the mean per-batch step (zeros if none)."""
-        return (self.total / max(self.count, 1)).astype(np.float32)
-
-    def extras(self) -> dict[str, np.ndarray]:
-        if self.keep_rows:
-            return {"step_updates": self.result()}
-        return {"mean_step_update": self.mean()}
 
 
 def _placement_group_id() -> str | None:

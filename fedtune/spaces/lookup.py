@@ -1,19 +1,30 @@
-"""Search spaces: YAML files saying which hyperparameters a study samples, and how.
+"""Search spaces: which hyperparameters a study samples, and how.
 
-One file per algorithm, ``search_spaces/<algorithm>.yaml``, read with ``yaml.safe_load`` within
-:mod:`fedtune.yaml_safe`'s limits (1 MiB, 100 levels, 100000 values with aliases expanded)::
+Every named algorithm has a space, derived from the declarations (:mod:`fedtune.spaces.derive`):
+its client method's and server rule's hyperparameters (each ``HParam.search``), the shared knobs
+(:mod:`fedtune.spaces.shared`) and the server optimiser's block. ``search_spaces/<algorithm>.yaml``
+is an *override* of that space, read with ``yaml.safe_load`` within :mod:`fedtune.yaml_safe`'s
+limits (1 MiB, 100 levels, 100000 values with aliases expanded); it names only what it changes::
 
     algorithm: fedgp               # required: a named algorithm (`fedtune algorithms`)
     setting: fda                   # optional: client_method / server_rule / setting, passed on
-    description: FedGP, ...        # optional free text
+    description: FedGP, ...        # optional free text (else the algorithm's own)
     switches:                      # optional: sampled choices that only steer conditions
-      gp_beta_mode: {choices: [fixed, auto], default: fixed}
-    params:                        # required: hyperparameter name -> how to sample it
-      local_lr:   {distribution: loguniform, low: 0.005, high: 0.2, default: 0.05}
-      gp_beta:    {distribution: uniform, low: 0.0, high: 1.0, default: 0.5,
-                   when: {gp_beta_mode: fixed}, otherwise: auto}
-      gp_align:   {distribution: categorical, choices: [true, false], default: true}
-      global_lr:  {distribution: fixed, value: 1.0}
+      gp_beta_mode: {default: auto}          # merged into the rule's declared switch
+    params:                        # optional: hyperparameter name -> what changes
+      local_lr:    {low: 0.01}               # one key: the rest of the shared range stays
+      gp_align:    {distribution: fixed, value: true}    # a new distribution: a pinned variant
+      local_steps: {distribution: int, low: 1, high: 5, default: 2}   # added: a budget field
+
+An entry merges into the derived one key by key; a ``distribution`` other than the derived one
+drops the derived distribution's keys (``low``, ``high``, ``default``, ``log``, ``choices``,
+``value``) and keeps ``when``, ``otherwise`` and ``help``; ``when: null`` removes the derived
+condition and its ``otherwise``. A name the derivation does not have (a budget field such as
+``local_steps``) is added after the derived ones. The merged space is validated as a whole, as
+below. ``complete: true`` says the file is the whole space (nothing derived; ``params``
+required): what a study's snapshot of its spaces and ``fedtune spaces show NAME --yaml`` write,
+so a resumed study keeps its spaces when the declarations change. A file's entries, like a
+complete file's, use this format:
 
 Distributions and their keys (every sampled parameter needs a ``default``):
 
@@ -28,7 +39,7 @@ Every parameter may also carry ``help`` (free text) and a condition: ``when`` ma
 or an unconditional ``categorical``/``fixed`` parameter of the same file, to one allowed
 value or a list of them (all entries must hold). When the condition fails the parameter
 takes ``otherwise`` if given, else the algorithm's own default, so every sampled
-configuration names every parameter of the file; except a server optimiser's hyperparameter
+configuration names every parameter of the space; except a server optimiser's hyperparameter
 (``server_beta1`` ...), which has no value without its optimiser: it is left out
 (:data:`~fedtune.spaces.model.OMITTED`), and its ``when`` on ``server_optimizer`` may list only
 optimisers that use it. A condition on a ``fixed`` parameter may name values it does not take
@@ -37,7 +48,8 @@ optimisers that use it. A condition on a ``fixed`` parameter may name values it 
 Switches are *not* hyperparameters of a run: they appear in sampled configurations under
 the key ``switch.<name>`` (:data:`~fedtune.spaces.model.SWITCH_PREFIX`) so that Optuna can learn
 from them, and :func:`~fedtune.spaces.model.strip_switches` removes them before a configuration
-becomes a :class:`~fedtune.config.FederatedRunConfig`. A switch no condition uses is an error.
+becomes a :class:`~fedtune.config.FederatedRunConfig`. A switch a file declares and no condition
+uses is an error; a declared one (FedDA/FedGP's ``gp_beta_mode``) no condition uses any more is dropped.
 
 Names a file may tune: the ``hp=True`` fields of :class:`~fedtune.config.FederatedRunConfig`
 (``local_lr``, ``global_lr``, ``server_optimizer``, ...), the hyperparameters (``HParam``) of the
@@ -51,12 +63,14 @@ This module is the entry: the lookup by name and :func:`load_space` /
 :func:`search_space` / :func:`list_spaces`. The model (:class:`~fedtune.spaces.model.SearchSpace`,
 :class:`~fedtune.spaces.model.ParamSpec`, :class:`~fedtune.spaces.model.Switch`,
 :func:`~fedtune.spaces.model.strip_switches`) lives in :mod:`fedtune.spaces.model` and reading and
-validating a file in :mod:`fedtune.spaces.yaml_files`.
+validating a file in :mod:`fedtune.spaces.yaml_files`; ``fedtune spaces show NAME`` prints the
+effective space (:mod:`fedtune.spaces.show`).
 
 Where a name is looked up (:func:`load_space`): an existing path is read as is; a bare
 name ``fedomg`` is looked up as ``search_spaces/fedomg.yaml`` first under the current
 directory, then in the repository's own ``search_spaces/`` folder, and the file's
-``algorithm`` must then equal that name.
+``algorithm`` must then equal that name; a named algorithm with no file there has its derived
+space (its ``source`` is then the name).
 
 >>> space = load_space("fedavg")
 >>> space.algorithm, sorted(space.defaults())[:3]
@@ -74,7 +88,7 @@ from typing import Any
 
 from fedtune.errors import ConfigError
 from fedtune.spaces.model import SearchSpace
-from fedtune.spaces.yaml_files import read_space_file
+from fedtune.spaces.yaml_files import build_space, read_space_file
 
 __all__ = ["SPACES_DIR", "list_spaces", "load_space", "search_space"]
 
@@ -93,13 +107,17 @@ def _search_dirs() -> list[Path]:
 
 
 def list_spaces() -> list[str]:
-    """Names of the search spaces found by name lookup (current directory, then built-in).
+    """Names of the search spaces a name lookup finds: every named algorithm (its space is derived
+    from the declarations, with or without a file) and the files of ``search_spaces/`` (current
+    directory, then built-in).
 
-    >>> "fedavg" in list_spaces()
-    True
+    >>> "fedavg" in list_spaces(), "simclr" in list_spaces()
+    (True, True)
     """
+    from fedtune.algorithms.declarations import PRESETS
+
     names = {p.stem for d in _search_dirs() if d.is_dir() for p in d.glob("*.yaml")}
-    return sorted(names)
+    return sorted(names | set(PRESETS))
 
 
 def search_space(algorithm: str) -> dict[str, Any]:
@@ -130,8 +148,12 @@ def load_space(path_or_name: str | os.PathLike[str]) -> SearchSpace:
     elif os.sep in text or "/" in text or as_path.suffix in (".yaml", ".yml"):
         raise ConfigError(f"search space file '{text}' does not exist")
     else:
+        from fedtune.algorithms.declarations import PRESETS
+
         expected = text
         found = [d / f"{text}.yaml" for d in _search_dirs() if (d / f"{text}.yaml").is_file()]
+        if not found and text in PRESETS:
+            return build_space({"algorithm": text}, text, text)  # no override: the declarations alone
         if not found:
             where = " or ".join(f"'{d}'" for d in _search_dirs())
             raise ConfigError(

@@ -23,7 +23,6 @@ __all__ = [
     "DISTRIBUTIONS",
     "OMITTED",
     "SWITCH_PREFIX",
-    "VALIDATED_KEY",
     "ParamSpec",
     "SearchSpace",
     "Switch",
@@ -37,11 +36,9 @@ DISTRIBUTIONS: tuple[str, ...] = ("uniform", "loguniform", "int", "categorical",
 SWITCH_PREFIX = "switch."
 """Sampled configurations carry switch ``x`` under the key ``switch.x``."""
 
-VALIDATED_KEY = "fedtune.validated_config"
-"""A trial configuration the sweep driver has validated carries, under this key, the JSON of the
-validated :meth:`~fedtune.config.FederatedRunConfig.to_dict`: the trial actor then rebuilds it
-without importing every client method (and torch) again
-(:func:`fedtune.tune.trainable.trial_run_config`). Like the switches, it is not a field of a run."""
+_LEGACY_KEYS = ("fedtune.validated_config",)
+# Trial configurations of studies written before the components were declared torch-free carry the
+# driver's validated form under this key; it is not a field of a run.
 
 
 class _Omitted:
@@ -125,6 +122,25 @@ class ParamSpec:
         """The default value when sampled, the value when fixed."""
         return self.value if self.distribution == "fixed" else self.default
 
+    def to_entry(self) -> dict[str, Any]:
+        """This parameter as one ``params`` entry of a complete file (``otherwise`` spelled out)."""
+        entry: dict[str, Any] = {"distribution": self.distribution}
+        if self.distribution in ("uniform", "loguniform", "int"):
+            entry.update(low=self.low, high=self.high, default=self.default)
+            if self.log:
+                entry["log"] = True
+        elif self.distribution == "categorical":
+            entry.update(choices=list(self.choices), default=self.default)
+        else:
+            entry["value"] = self.value
+        if self.when:
+            entry["when"] = {ref: list(values) for ref, values in self.when.items()}
+            if self.fallback is not OMITTED:
+                entry["otherwise"] = self.fallback
+        if self.help:
+            entry["help"] = self.help
+        return entry
+
     def holds(self, context: Mapping[str, Any]) -> bool:
         """Whether the condition holds for ``context`` (switch / parameter name -> value)."""
         return all(value_in(context.get(ref), allowed) for ref, allowed in self.when.items())
@@ -201,7 +217,9 @@ class SearchSpace:
     """A validated search space of one algorithm; :mod:`fedtune.spaces.lookup` describes the file format.
 
     ``constants`` holds ``algorithm`` and any ``client_method`` / ``server_rule`` /
-    ``setting`` of the file: they are part of every configuration the space produces.
+    ``setting`` of the file (or derived: the one setting a pair runs in): they are part of every
+    configuration the space produces. ``source``: the file's path, or the algorithm's name for a
+    space with no file (derived from the declarations alone; ``load_space(source)`` reads it again).
     """
 
     algorithm: str
@@ -210,6 +228,9 @@ class SearchSpace:
     switches: Mapping[str, Switch]
     params: Mapping[str, ParamSpec]
     description: str = ""
+    # Where each parameter and switch comes from (``declared: server rule fedomg``, ``shared``,
+    # ``shared + file (low, high)``, ``file``: :mod:`fedtune.spaces.derive`); empty for a complete file.
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     # -- views -------------------------------------------------------------------------
     @property
@@ -239,6 +260,25 @@ class SearchSpace:
             out[p.name] = value
             context[p.name] = value
         return out
+
+    def to_document(self) -> dict[str, Any]:
+        """The space as a complete search-space document (``complete: true``: read again, nothing is
+        derived from the declarations): what a study's ``spaces/`` snapshot holds and
+        ``fedtune spaces show NAME --yaml`` prints. Reading it back gives this space.
+
+        >>> from fedtune.spaces.lookup import load_space
+        >>> doc = load_space("fedgp").to_document()
+        >>> doc["complete"], doc["setting"], doc["params"]["gp_beta"]["when"]
+        (True, 'fda', {'gp_beta_mode': ['fixed']})
+        """
+        doc: dict[str, Any] = {**self.constants, "complete": True}
+        if self.description:
+            doc["description"] = self.description
+        if self.switches:
+            doc["switches"] = {s.name: {"choices": list(s.choices), "default": s.default,
+                                        **({"help": s.help} if s.help else {})} for s in self.switches.values()}
+        doc["params"] = {p.name: p.to_entry() for p in self.params.values()}
+        return doc
 
     def default_point(self) -> dict[str, Any]:
         """The defaults of what is sampled (switches under ``switch.<name>``), for a
@@ -307,11 +347,11 @@ class SearchSpace:
 
 
 def strip_switches(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` without its ``switch.*`` keys, the driver's :data:`VALIDATED_KEY` and the
-    parameters left out (:data:`OMITTED`): what a :class:`~fedtune.config.FederatedRunConfig` accepts.
+    """``config`` without its ``switch.*`` keys, the parameters left out (:data:`OMITTED`) and an
+    older study's private keys: what a :class:`~fedtune.config.FederatedRunConfig` accepts.
 
-    >>> strip_switches({"switch.mode": "a", "local_lr": 0.1, VALIDATED_KEY: "{}", "server_beta1": OMITTED})
+    >>> strip_switches({"switch.mode": "a", "local_lr": 0.1, "server_beta1": OMITTED})
     {'local_lr': 0.1}
     """
     return {k: v for k, v in config.items()
-            if not (isinstance(k, str) and (k.startswith(SWITCH_PREFIX) or k == VALIDATED_KEY)) and v is not OMITTED}
+            if not (isinstance(k, str) and (k.startswith(SWITCH_PREFIX) or k in _LEGACY_KEYS)) and v is not OMITTED}

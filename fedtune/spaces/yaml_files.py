@@ -1,8 +1,9 @@
 """Reading and validating one search-space YAML file into a :class:`~fedtune.spaces.model.SearchSpace`.
 
 :func:`read_space_file` reads a file with :func:`fedtune.yaml_safe.load_file` (``yaml.safe_load``
-within size, nesting and alias-expansion limits); :func:`build_space` checks the
-mapping against the format described in :mod:`fedtune.spaces.lookup` and against the
+within size, nesting and alias-expansion limits); :func:`build_space` merges it into the space
+derived from the declarations (:mod:`fedtune.spaces.derive`; not for a ``complete: true`` file), then checks the
+result against the format described in :mod:`fedtune.spaces.lookup` and against the
 algorithm it names: every key, every distribution and whether it fits the hyperparameter's
 kind, every number, and every value the file can produce (range ends, defaults, choices,
 fixed values, ``otherwise``), by building a :class:`~fedtune.config.FederatedRunConfig` with it.
@@ -46,7 +47,7 @@ __all__ = ["build_space", "read_space_file"]
 
 # Top-level keys of a file; the first four are passed on to every configuration.
 _CONSTANT_KEYS = ("algorithm", "client_method", "server_rule", "setting")
-_TOP_KEYS = (*_CONSTANT_KEYS, "description", "switches", "params")
+_TOP_KEYS = (*_CONSTANT_KEYS, "description", "complete", "switches", "params")
 _DIST_KEYS: dict[str, tuple[str, ...]] = {
     "uniform": ("low", "high", "default"),
     "loguniform": ("low", "high", "default"),
@@ -84,7 +85,19 @@ def read_space_file(path: Path, expected: str | None = None) -> SearchSpace:
         data = yaml_safe.load_file(path, src)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{src}: not valid YAML: {' '.join(str(exc).split())}") from None
+    if isinstance(data, dict) and "complete" not in data and _is_study_copy(Path(path)):
+        data = {**data, "complete": True}  # a study's copy written before spaces were derived: the whole space
     return build_space(data, src, expected)
+
+
+def _is_study_copy(path: Path) -> bool:
+    """Whether ``path`` is a study's own copy of a search space (``<study>/spaces/<name>.yaml``
+    beside the study's ``study.json``). Copies written before spaces were derived from the
+    declarations are whole spaces without ``complete: true``: read as written, so a resumed study
+    samples what it sampled (never the declarations of a later fedtune)."""
+    from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE
+
+    return path.parent.name == SPACES_DIR and (path.parent.parent / STUDY_FILE).is_file()
 
 
 def _q(name: Any) -> str:
@@ -157,7 +170,7 @@ class _Algorithm:
         # tunable with every algorithm, without a default here: left out where not used.
         self.optimizer_users: dict[str, tuple[str, ...]] = {}
         for opt in SERVER_OPTIMIZERS:
-            for h in SERVER_OPTIMIZERS[opt].hparams:
+            for h in SERVER_OPTIMIZERS.spec(opt).hparams:
                 self.optimizer_users[h.name] = (*self.optimizer_users.get(h.name, ()), opt)
                 self.kinds[h.name] = h.kind
 
@@ -219,29 +232,54 @@ def _scalar_list(src: str, key: str, value: Any) -> list[Any]:
 
 def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
     """Validate a parsed YAML document ``data`` (read from ``src``) into a :class:`SearchSpace`;
-    ``expected`` as in :func:`read_space_file`."""
-    constants, description = _top_level(data, src, expected)
+    ``expected`` as in :func:`read_space_file`. Unless the document says ``complete: true``, it is
+    an override of the space derived from the declarations (:mod:`fedtune.spaces.derive`)."""
+    from fedtune.spaces import derive
+
+    constants, description, complete = _top_level(data, src, expected)
+    origins: dict[str, str] = {}
+    if not complete:
+        constants = derive.derived_constants(constants)
     algo = _Algorithm(src, constants)
-    raw_switches, raw_params = _sections(data, src)
+    raw_switches, raw_params = _sections(data, src, complete)
+    if not complete:
+        merged = derive.merge(derive.derive(constants), raw_switches, raw_params)
+        raw_params, origins = merged.params, merged.origins
+        raw_switches, file_switches = merged.switches, set(raw_switches)
+        description = description or _preset_description(constants["algorithm"])
+    else:
+        file_switches = set(raw_switches)
     switches = _build_switches(src, algo, raw_switches, raw_params)
     params: dict[str, ParamSpec] = {}
     for name, body in raw_params.items():
         params[str(name)] = _build_param(src, algo, str(name), body)
-    resolved = _resolve_conditions(src, algo, switches, params)
+    resolved, used = _resolve_conditions(src, algo, switches, params, file_switches)
+    switches = {n: s for n, s in switches.items() if n in used}  # a derived switch no condition uses: dropped
     return SearchSpace(algorithm=constants["algorithm"], source=src, constants=constants, switches=switches,
-                       params=resolved, description=description)
+                       params=resolved, description=description,
+                       origins={n: o for n, o in origins.items() if n in resolved or n in switches})
 
 
-def _top_level(data: Any, src: str, expected: str | None) -> tuple[dict[str, Any], str]:
-    """The file's top-level keys checked: its constants (``algorithm`` first among them) and its
-    description."""
+def _preset_description(algorithm: str) -> str:
+    from fedtune.algorithms.declarations import PRESETS
+
+    return PRESETS[algorithm].description
+
+
+def _top_level(data: Any, src: str, expected: str | None) -> tuple[dict[str, Any], str, bool]:
+    """The file's top-level keys checked: its constants (``algorithm`` first among them), its
+    description and whether it is ``complete`` (the whole space: nothing derived)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{src}: a search space must be a YAML mapping with keys "
                           f"{', '.join(_TOP_KEYS)}; got {type(data).__name__}")
     _check_keys(src, "", data, _TOP_KEYS, "at the top level")
-    for k in ("algorithm", "params"):
+    complete = data.get("complete", False)
+    if not isinstance(complete, bool):
+        raise _err(src, "complete", f"expected true or false, got {shown(complete)}")
+    for k in ("algorithm", "params") if complete else ("algorithm",):
         if k not in data:
-            raise _err(src, k, f"missing required key '{k}'")
+            raise _err(src, k, f"missing required key '{k}'" + (" (a complete space lists every parameter)"
+                                                                 if k == "params" else ""))
     constants: dict[str, Any] = {}
     for k in _CONSTANT_KEYS:
         if data.get(k) is not None:
@@ -256,18 +294,22 @@ def _top_level(data: Any, src: str, expected: str | None) -> tuple[dict[str, Any
     description = data.get("description") or ""
     if not isinstance(description, str):
         raise _err(src, "description", f"expected text, got {shown(description)}")
-    return constants, description
+    return constants, description, complete
 
 
-def _sections(data: dict[str, Any], src: str) -> tuple[dict[Any, Any], dict[Any, Any]]:
-    """The file's ``switches`` (maybe empty) and ``params`` (not empty) mappings."""
+def _sections(data: dict[str, Any], src: str, complete: bool) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """The file's ``switches`` (maybe empty) and ``params`` (not empty where given; an override may
+    leave it out) mappings."""
     raw_switches = data.get("switches") or {}
     if not isinstance(raw_switches, dict):
         raise _err(src, "switches", f"expected a mapping of name: {{choices, default}}, got {shown(raw_switches)}")
+    if not complete and "params" not in data:
+        return raw_switches, {}
     raw_params = data["params"]
     if not isinstance(raw_params, dict) or not raw_params:
+        hint = "" if complete else " (an override that changes no parameter leaves 'params' out)"
         raise _err(src, "params", f"expected a non-empty mapping of hyperparameter: {{distribution, ...}}, "
-                                  f"got {shown(raw_params)}")
+                                  f"got {shown(raw_params)}{hint}")
     return raw_switches, raw_params
 
 
@@ -295,11 +337,11 @@ def _build_switches(src: str, algo: _Algorithm, raw_switches: dict[Any, Any],
     return switches
 
 
-def _resolve_conditions(src: str, algo: _Algorithm, switches: dict[str, Switch],
-                        params: dict[str, ParamSpec]) -> dict[str, ParamSpec]:
-    """``params`` with every ``when`` condition checked and its values made canonical; a condition
-    refers to a switch or to an unconditional categorical / fixed parameter, and every switch is
-    used by one."""
+def _resolve_conditions(src: str, algo: _Algorithm, switches: dict[str, Switch], params: dict[str, ParamSpec],
+                        file_switches: set[Any]) -> tuple[dict[str, ParamSpec], set[str]]:
+    """``params`` with every ``when`` condition checked and its values made canonical, and the
+    switches the conditions use; a condition refers to a switch or to an unconditional categorical /
+    fixed parameter, and every switch the file declares is used by one."""
     used: set[str] = set()
     resolved: dict[str, ParamSpec] = {}
     for name, p in params.items():
@@ -316,10 +358,10 @@ def _resolve_conditions(src: str, algo: _Algorithm, switches: dict[str, Switch],
             continue  # its condition never holds and it is left out: not a parameter of this space
         resolved[name] = dataclasses.replace(p, when=when)
     for name in switches:
-        if name not in used:
+        if name not in used and name in file_switches:
             raise _err(src, f"switches.{name}", "no parameter's 'when' uses this switch")
     _check_optimizer_params(src, algo, params, resolved)
-    return resolved
+    return resolved, used
 
 
 def _check_optimizer_params(src: str, algo: _Algorithm, params: dict[str, ParamSpec],

@@ -7,3 +7,12 @@ searcher and storage) · ``progress`` (the live view) · ``sweep`` (runs a study
 
 Search spaces are :mod:`fedtune.spaces`; reports (tables, report.md, plots) :mod:`fedtune.reports`.
 """
+
+from typing import NoReturn
+
+from fedtune.old_names import old_name_error
+
+
+def __getattr__(name: str) -> NoReturn:
+    """A module this package held before issue 18 (``fedtune.tune.spaces``) raises one line naming its new home."""
+    raise old_name_error(__name__, name)

@@ -2,11 +2,11 @@
 
 Ray Tune pickles its experiment state (``tuner.pkl``, the searcher's state) with plain
 :mod:`pickle`, which names every class by the module it was defined in. When fedtune moves a
-module, a study started before the move fails to unpickle on ``--resume`` (``No module named
-'fedtune.tune.spaces_model'``). :func:`old_module_names` makes each old path in :data:`MOVED`
-name its new module, only while a study is restored and fitted, and removes them afterwards:
-nothing else in fedtune ever imports a name by its old path. Written by hand: :mod:`pickle`
-has no rename table of its own, and Ray Tune calls ``pickle.loads`` itself.
+module, a study started before the move fails to unpickle on ``--resume`` (``fedtune.tune.spaces_model
+moved: use fedtune.spaces.model``). :func:`old_module_names` makes each old path in
+:data:`fedtune.old_names.MOVED_MODULES` name its new module, only while a study is restored and
+fitted, and removes them afterwards: nothing else in fedtune ever imports a name by its old path.
+Written by hand: :mod:`pickle` has no rename table of its own, and Ray Tune calls ``pickle.loads`` itself.
 """
 
 from __future__ import annotations
@@ -17,26 +17,25 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-MOVED: dict[str, str] = {
-    # fedtune 0.1, house-keeping (#18): search spaces and reports left tune/
-    "fedtune.tune.spaces": "fedtune.spaces.lookup",
-    "fedtune.tune.spaces_model": "fedtune.spaces.model",
-    "fedtune.tune.spaces_yaml": "fedtune.spaces.yaml_files",
-    "fedtune.tune.optuna_url": "fedtune.results.optuna_url",
-    "fedtune.tune.report": "fedtune.reports.report",
-    "fedtune.tune.report_model": "fedtune.reports.model",
-    "fedtune.tune.report_stats": "fedtune.reports.stats",
-    "fedtune.tune.report_render": "fedtune.reports.render",
-    "fedtune.tune.plots": "fedtune.reports.plots",
-    "fedtune.tune.importances": "fedtune.reports.importances",
-}
-"""Old module path -> the module that holds its classes now (same class names)."""
+from fedtune.old_names import MOVED_MODULES
+
+
+def _is_module(name: str) -> bool:
+    """Whether ``name`` is a module of its own: imported already, or found by a real finder (an
+    old path only reaches :class:`fedtune.old_names.OldNamesFinder`, which raises its one line)."""
+    if name in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
 
 
 @contextmanager
 def old_module_names() -> Iterator[None]:
-    """Within the block, ``import``/unpickling of an old path in :data:`MOVED` gives its new
-    module; paths that exist again (or were already there) are left alone.
+    """Within the block, ``import``/unpickling of an old path in
+    :data:`~fedtune.old_names.MOVED_MODULES` gives its new module; paths that exist again (or were
+    already there) are left alone.
 
     >>> import pickle
     >>> from fedtune.spaces.model import Switch
@@ -46,10 +45,14 @@ def old_module_names() -> Iterator[None]:
     True
     >>> "fedtune.tune.spaces_model" in sys.modules
     False
+    >>> pickle.loads(old)
+    Traceback (most recent call last):
+    ...
+    ImportError: fedtune.tune.spaces_model moved: use fedtune.spaces.model
     """
     added = []
-    for old, new in MOVED.items():
-        if old in sys.modules or importlib.util.find_spec(old) is not None:
+    for old, new in MOVED_MODULES.items():
+        if _is_module(old):
             continue  # the old path is a module (again): never shadow it
         sys.modules[old] = importlib.import_module(new)
         added.append(old)

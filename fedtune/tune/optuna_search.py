@@ -297,8 +297,7 @@ class FedtuneOptunaSearch(OptunaSearch):
         ``fedtune_exhausted`` says so). The search also ends once ``num_samples`` trials of its
         Optuna study have run or are running here (:meth:`spent`), so a driver restarted from an
         older snapshot does not run more trials than were asked for."""
-        from fedtune.spaces.model import VALIDATED_KEY, strip_switches
-        from fedtune.tune.trainable import validated_form
+        from fedtune.spaces.model import strip_switches
 
         budget = getattr(self, "fedtune_num_samples", None)
         for _ in range(MAX_DUPLICATE_ASKS):
@@ -324,8 +323,6 @@ class FedtuneOptunaSearch(OptunaSearch):
             if fedtune_id is not None:
                 ot_trial.set_user_attr("fedtune_trial_id", fedtune_id)
             ot_trial.set_user_attr("config", json.loads(json.dumps(full, sort_keys=True, default=str)))
-            if checked is not None:  # the trial actor rebuilds it without validating (importing torch) again
-                config[VALIDATED_KEY] = validated_form(checked)
             return config
         message = (f"{EXHAUSTED}: the sampler proposed {MAX_DUPLICATE_ASKS} configurations in a row that "
                    f"had already run; the search ends after {len(self.spent())} distinct trials")

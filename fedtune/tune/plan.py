@@ -42,10 +42,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
+from fedtune.old_names import old_name_error
 from fedtune.results import selection as _protocol
 from fedtune.results.study_dir import StudyDir
 
@@ -158,7 +159,7 @@ def _default_name() -> str:
 
 def _load_spaces(opts: SweepOptions) -> list[Any]:
     """The search spaces of the study: the SPACE files, else one per ``--algorithm``."""
-    from fedtune.algorithms import PRESETS
+    from fedtune.algorithms.declarations import PRESETS
     from fedtune.spaces.lookup import load_space
 
     for a in opts.algorithms:
@@ -307,3 +308,8 @@ def seeds_for(base_seed: int, k: int) -> list[int]:
     [0, 1, 2]
     """
     return [base_seed + i for i in range(k)]
+
+
+def __getattr__(name: str) -> NoReturn:
+    """A name docs/sweep.md once gave here (``DEFAULT_STUDY``) raises one line naming its new home."""
+    raise old_name_error(__name__, name)

@@ -51,12 +51,13 @@ def new_study_data(opts: SweepOptions, plan: StudyPlan, output: Path) -> dict[st
 
 
 def snapshot_spaces(opts: SweepOptions, plan: StudyPlan) -> tuple[SweepOptions, StudyPlan]:
-    """Copy every search space of a new study into ``<study>/spaces/`` and re-plan on the copies, so
-    the study folder is self-contained: ``--resume`` after a move, a copy or an upgrade of fedtune's
-    built-in spaces reads the spaces the study started with."""
-    import shutil
-
+    """Write every search space of a new study into ``<study>/spaces/`` as a complete file (the
+    effective space: its file, if any, over fedtune's declarations; ``complete: true``) and re-plan
+    on the copies, so the study folder is self-contained: ``--resume`` after a move, a copy or an
+    upgrade of fedtune's declarations or built-in spaces reads the spaces the study started with."""
     from fedtune.results.atomic import atomic_write_text, writes_to
+    from fedtune.spaces.lookup import load_space
+    from fedtune.spaces.show import space_text
 
     folder = plan.study_dir / SPACES_DIR
     with writes_to(folder):
@@ -66,11 +67,9 @@ def snapshot_spaces(opts: SweepOptions, plan: StudyPlan) -> tuple[SweepOptions, 
     for search in plan.searches:
         if search.algorithm not in copies:
             target = folder / f"{search.algorithm}.yaml"
+            text = own[search.algorithm] if search.algorithm in own else space_text(load_space(search.space))
             with writes_to(target):  # a full disk: one line naming the file
-                if search.algorithm in own:
-                    atomic_write_text(target, own[search.algorithm])
-                else:
-                    shutil.copyfile(search.space, target)
+                atomic_write_text(target, text)
             copies[search.algorithm] = str(target)
     new = copy.deepcopy(opts)
     new.spaces = list(copies.values())
@@ -82,17 +81,17 @@ SHARED_HELP = "shared knob: fixed at one value for every method of the study (--
 
 
 def own_knob_spaces(plan: StudyPlan) -> dict[str, str]:
-    """``--knobs own``: per algorithm of ``plan``, the text of its search space with every sampled
-    parameter that is not the algorithm's own (:func:`fedtune.algorithms.own_knobs`) turned into
-    ``distribution: fixed`` at the space's default, so each method spends the budget on its own
-    knobs and every method runs with the same shared ones. Conditional parameters (``when``) keep
-    their rule. A shared parameter whose defaults differ between the study's spaces is a
-    ConfigError: "one value for every method" would not hold."""
-    import yaml
-
-    from fedtune import yaml_safe
+    """``--knobs own``: per algorithm of ``plan``, the text of its search space (complete, as
+    :func:`snapshot_spaces` writes it) with every sampled parameter that is not the algorithm's own
+    (:func:`fedtune.algorithms.own_knobs`) turned into ``distribution: fixed`` at the space's
+    default, so each method spends the budget on its own knobs and every method runs with the same
+    shared ones. Conditional parameters (``when``) keep their rule. A shared parameter whose
+    defaults differ between the study's spaces is a ConfigError: "one value for every method"
+    would not hold."""
     from fedtune.algorithms import own_knobs
     from fedtune.spaces.lookup import load_space
+    from fedtune.spaces.show import space_text
+    from fedtune.spaces.yaml_files import build_space
 
     texts: dict[str, str] = {}
     fixed_by: dict[str, dict[str, Any]] = {}
@@ -100,18 +99,17 @@ def own_knob_spaces(plan: StudyPlan) -> dict[str, str]:
         if search.algorithm in texts:
             continue
         space = load_space(search.space)
-        doc = yaml_safe.load_file(search.space)
+        doc = space.to_document()
         own, defaults, fixed = set(own_knobs(search.algorithm)), space.defaults(), {}
-        for name, spec in list((doc.get("params") or {}).items()):
-            p = space.params.get(name)
-            if name in own or p is None or not p.sampled or p.when:
+        for name, p in space.params.items():
+            if name in own or not p.sampled or p.when:
                 continue
             doc["params"][name] = {"distribution": "fixed", "value": defaults[name], "help": SHARED_HELP}
             fixed[name] = defaults[name]
         fixed_by[search.algorithm] = fixed
-        texts[search.algorithm] = (f"# {Path(search.space).name} with --knobs own: {search.algorithm}'s own knobs are "
-                                   f"searched, every shared one is fixed ({SHARED_HELP}).\n"
-                                   + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+        pinned = build_space(doc, space.source, None)
+        texts[search.algorithm] = space_text(pinned, f"with --knobs own: {search.algorithm}'s own knobs are searched, "
+                                                     f"every shared one is fixed ({SHARED_HELP}).")
     for name in sorted({n for f in fixed_by.values() for n in f}):
         values = {a: f[name] for a, f in fixed_by.items() if name in f}
         if len({json_key(v) for v in values.values()}) > 1:

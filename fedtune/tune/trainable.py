@@ -68,8 +68,7 @@ from fedtune.runtime.driver import FederatedRun, build_plan, round_row
 from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 
 __all__ = ["RESULT_KEYS", "FedtuneTrainable", "fedtune_trainable", "plan_from_bundles", "resources_for",
-           "trial_resource_plan", "trial_run_config", "driver_validated", "validated_form",
-           "with_validated_config"]
+           "trial_resource_plan", "trial_run_config"]
 
 RESULT_KEYS = ("round", "val_acc", "target_acc", "target_val_acc", "oracle_acc", "train_loss", "server_s", "status", "trial_id",
                "fedtune_trial_id", "algorithm", "fedtune_row", "done", "training_iteration",
@@ -92,88 +91,16 @@ Tune gave the trial (False for a trainable used outside Tune, whose run reserves
 def trial_run_config(config: Mapping[str, Any]) -> FederatedRunConfig:
     """The :class:`FederatedRunConfig` of a trial's flat config dict, with ``backend`` forced to ``"ray"``
     and a search space's ``switch.*`` keys (:func:`fedtune.spaces.model.strip_switches`) left out:
-    switches steer sampling, they are not fields of a run.
-
-    A config that carries the sweep driver's validated form of itself
-    (:data:`~fedtune.spaces.model.VALIDATED_KEY`, :func:`with_validated_config`) is rebuilt from
-    it without checking it again, so a trial actor does not import every client method (and
-    torch) to validate what the driver validated: but only when that form agrees with every key
-    of the config; otherwise (a config edited after, or one from a user's own searcher) it is
-    validated here.
+    switches steer sampling, they are not fields of a run. Validating it reads the components'
+    declarations only, so the trial actor imports no torch.
 
     >>> cfg = trial_run_config({"rounds": 2, "backend": "local", "local_lr": 0.1})
     >>> cfg.backend, cfg.rounds, cfg.local_lr
     ('ray', 2, 0.1)
-    >>> trial_run_config(with_validated_config({"rounds": 2, "local_lr": 0.1})) == cfg
-    True
     """
     from fedtune.spaces.model import strip_switches
 
-    checked = driver_validated(config)
-    return checked if checked is not None else FederatedRunConfig.from_dict({**strip_switches(config), "backend": "ray"})
-
-
-def driver_validated(config: Mapping[str, Any]) -> FederatedRunConfig | None:
-    """The config the sweep driver validated, carried by ``config`` under
-    :data:`~fedtune.spaces.model.VALIDATED_KEY` (``backend`` forced to ``"ray"``), when it is
-    exactly ``config``; None when ``config`` carries none or one that disagrees with it."""
-    from fedtune.spaces.model import VALIDATED_KEY, strip_switches
-
-    return _driver_validated(config.get(VALIDATED_KEY), {**strip_switches(config), "backend": "ray"})
-
-
-def with_validated_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` validated here (:meth:`FederatedRunConfig.from_dict`; a ConfigError if it is
-    not valid) with its validated form under :data:`~fedtune.spaces.model.VALIDATED_KEY`, for
-    :func:`trial_run_config` in the trial actor."""
-    from fedtune.spaces.model import VALIDATED_KEY, strip_switches
-
-    return {**config, VALIDATED_KEY: validated_form(FederatedRunConfig.from_dict(strip_switches(config)))}
-
-
-def validated_form(cfg: FederatedRunConfig) -> str:
-    """What a trial config carries under :data:`~fedtune.spaces.model.VALIDATED_KEY`: the JSON of
-    ``cfg.to_dict()`` (``cfg`` validated by the caller)."""
-    return json.dumps(cfg.to_dict(), sort_keys=True)
-
-
-def _driver_validated(text: Any, flat: Mapping[str, Any]) -> FederatedRunConfig | None:
-    """The config the driver validated (``text``: its ``to_dict`` as JSON) with ``backend`` set
-    as in ``flat``, if it is exactly ``flat``: every key of ``flat`` holds the same value in it
-    (a field, or a hyperparameter in ``params``), it sets no hyperparameter ``flat`` lacks, and
-    every field ``flat`` leaves out is at its default. None otherwise."""
-    if not isinstance(text, str):
-        return None
-    try:
-        values = json.loads(text)
-        cfg = FederatedRunConfig.from_validated({**values, "backend": flat["backend"]})
-    except (TypeError, ValueError):
-        return None
-    given = cfg.to_dict()
-    params = given.pop("params")
-    defaults = FederatedRunConfig().to_dict()
-    if set(params) - set(flat) or any(not _same(given[k], v) for k, v in defaults.items()
-                                      if k not in flat and k != "params"):
-        return None
-    for key, value in flat.items():
-        if not _same(given[key] if key in given else params.get(key, _MISSING), value):
-            return None
-    return cfg
-
-
-_MISSING = object()
-
-
-def _same(ours: Any, theirs: Any) -> bool:
-    """Equal as JSON values (tuples and lists alike, 1 and 1.0 alike; 1 and True not)."""
-    numbers = (int, float)
-    if isinstance(ours, numbers) and isinstance(theirs, numbers) and not isinstance(ours, bool) \
-            and not isinstance(theirs, bool):
-        return float(ours) == float(theirs)
-    try:
-        return json.dumps(ours, sort_keys=True) == json.dumps(theirs, sort_keys=True)
-    except TypeError:
-        return False
+    return FederatedRunConfig.from_dict({**strip_switches(config), "backend": "ray"})
 
 
 # Fields that decide the data plan (and so the number of clients); hyperparameters do not.
@@ -290,18 +217,16 @@ class FedtuneTrainable(tune.Trainable):
         import ray
 
         t0 = time.time()
-        checked = driver_validated(config)  # validated and planned by the sweep driver: no torch import here
-        cfg = checked if checked is not None else trial_run_config(config)
+        cfg = trial_run_config(config)  # validated from the declarations: no torch import here
         pg = ray.util.get_current_placement_group()
         resources = plan_from_bundles(cfg, pg.bundle_specs) if pg is not None else None
         kept = False
         try:
             with _driver_cwd():
                 if reuse and self.run is not None:
-                    kept = self.run.reconfigure(cfg, resources, setting_checked=checked is not None)
+                    kept = self.run.reconfigure(cfg, resources)
                 else:
-                    self.run = FederatedRun(cfg, placement_group=pg, resources=resources,
-                                            setting_checked=checked is not None)
+                    self.run = FederatedRun(cfg, placement_group=pg, resources=resources)
                     self.run.start()
                 info = self.run.describe()  # returns once the coordinator and every client actor are ready
         except BaseException:

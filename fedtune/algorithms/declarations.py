@@ -1,0 +1,406 @@
+"""Every component, declared once: its hyperparameters, its flags, where its code lives.
+
+This is fedtune's ``hparams_registry`` (DomainBed keeps each algorithm's defaults and search
+distributions in one registry): each client method, server rule and server optimiser is one
+``*Spec`` below, with its :class:`~fedtune.algorithms.base.HParam` s (default, allowed values,
+meaning, search distribution), its cross-field check and the ``"module:Class"`` of its code. The
+module imports neither torch nor NumPy: a config is validated, a search space derived and
+``fedtune algorithms`` listed from here alone, and a component's code is imported only by the
+process that runs it (client methods: the client workers; server rules: the coordinator).
+
+Adding a method: write its class in a module of its own and add its spec (and its
+hyperparameters) here, in the tuple of its kind at the end of the module; a named algorithm
+is one :class:`~fedtune.algorithms.Preset` in :data:`PRESETS`. The registries, the config's
+checks, the search spaces (:mod:`fedtune.spaces.derive`), the CLI and the contract tests
+(tests/test_contracts.py) follow from the declaration.
+
+A hyperparameter's ``search`` is how a search space samples it unless a search-space file says
+otherwise (the file's ``params`` entry format, :mod:`fedtune.spaces.lookup`); without one it is
+fixed at its default (variants are choices between a paper and its authors' code, never knobs).
+
+>>> CLIENT_METHOD_SPECS[3].name, [h.name for h in CLIENT_METHOD_SPECS[3].hparams]
+('prox', ['prox_mu'])
+>>> {s.name: s.default_global_lr for s in SERVER_RULE_SPECS}["fedomg"]
+0.05
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedtune.algorithms.base import ClientMethodSpec, HParam, Preset, RunConfig, ServerOptimizerSpec, ServerRuleSpec
+from fedtune.errors import ConfigError
+
+
+def _log(low: float, high: float, default: float) -> dict[str, Any]:
+    return {"distribution": "loguniform", "low": low, "high": high, "default": default}
+
+
+def _uniform(low: float, high: float, default: float) -> dict[str, Any]:
+    return {"distribution": "uniform", "low": low, "high": high, "default": default}
+
+
+def _int(low: int, high: int, default: int) -> dict[str, Any]:
+    return {"distribution": "int", "low": low, "high": high, "default": default}
+
+
+def _categorical(choices: list[Any], default: Any) -> dict[str, Any]:
+    return {"distribution": "categorical", "choices": choices, "default": default}
+
+
+# ================================================================== choices named by the code
+WEIGHTINGS = ("examples", "uniform")  # fedtune.algorithms.aggregate.mean_weights
+SOLVERS = ("exact", "sgd")  # fedtune.algorithms.fedomg_solvers
+FEDGA_DECAYS = ("linear", "authors", "none")
+FEDGA_METRICS = ("loss", "acc")
+FEDGA_INITS = ("uniform", "size")
+
+
+# ================================================================== client methods' hyperparameters
+PROX_MU = HParam("prox_mu", 0.01, "FedProx proximal weight mu: local loss + mu/2 ||theta - theta_global||^2", lo=0.0,
+                 search={**_log(0.001, 1.0, 0.01), "help": "proximal weight mu"})
+SAM_RHO = HParam("sam_rho", 0.02, "SAM neighbourhood radius rho: eps = rho grad/||grad|| (GFM paper: 0.02)",
+                 lo=0.0, lo_open=True, search={**_log(0.005, 0.1, 0.02), "help": "SAM neighbourhood radius"})
+GFM_INTERVAL = HParam("gfm_interval", 10, "GFM/GCA: update the augmenter every this many local steps (paper: 10)",
+                      kind="int", lo=1, search={**_int(1, 20, 10), "help": "augmenter update every c steps"})
+GFM_AUG_LR = HParam("gfm_aug_lr", 1e-3, "GFM/GCA: Adam learning rate of the augmenter (TeachAugment: 1e-3)",
+                    lo=0.0, lo_open=True, search=_log(1e-4, 1e-2, 1e-3))
+GFM_COLOR_SCALE = HParam("gfm_color_scale", 0.2, "GFM/GCA: colour scale range, alpha in [1 - s/2, 1 + s/2] "
+                         "(paper: 0.2; TerraInc 0.1)", lo=0.0, hi=2.0, search=_uniform(0.05, 0.4, 0.2))
+GFM_GEOMETRY_SCALE = HParam("gfm_geometry_scale", 0.125, "GFM/GCA: residual affine range, A - I in [-s/2, s/2] "
+                            "(paper: 0.125; TerraInc 0.0625)", lo=0.0, hi=2.0, search=_uniform(0.03125, 0.25, 0.125))
+GALA_GATE = HParam("gala_gate", "descent",
+                   "FedGaLA local gate sign: descent = a tensor steps only if cos(-grad, last global move) > gala_tau "
+                   "(the stated intent); literal = only if cos(+grad, last global move) >= gala_tau (the paper's "
+                   "formula and the authors' code, needed to reproduce their numbers)",
+                   kind="choice", choices=("descent", "literal"), variant=True)
+GALA_TAU = HParam("gala_tau", 0.0, "FedGaLA local gate: a tensor steps only if cos(-grad, last global move) > tau; "
+                  "-1 = (almost) never gate, 1 = never step; paper: 0", lo=-1.0, hi=1.0,
+                  search={**_uniform(-0.5, 0.5, 0.0), "help": "local gating threshold"})
+SIMCLR_TEMPERATURE = HParam("simclr_temperature", 0.5, "SimCLR: temperature of the NT-Xent loss (> 0)",
+                            "float", lo=1e-3)
+SIMCLR_PROJ_DIM = HParam("simclr_proj_dim", 128, "SimCLR: output width of the projector MLP "
+                         "(encoder features -> features -> simclr_proj_dim)", "int", lo=1)
+FEDSR_Z_DIM = HParam("fedsr_z_dim", 512, "FedSR representation width z_dim (the head outputs 2*z_dim: mean and "
+                     "scale); the authors use the backbone's feature width (512 for resnet18)", kind="int", lo=1,
+                     hi=65536)
+FEDSR_L2R = HParam("fedsr_l2r", 0.01, "FedSR weight of the L2 regulariser on the representation z", lo=0.0,
+                   search={**_log(1e-4, 0.1, 0.01), "help": "weight of the L2 regulariser on z"})
+FEDSR_CMI = HParam("fedsr_cmi", 5e-4, "FedSR weight of the conditional-mutual-information bound "
+                   "KL(p(z|x) || r(z|y))", lo=0.0, search={**_log(1e-5, 1e-2, 5e-4), "help": "weight of KL(p(z|x) || r(z|y))"})
+FEDSR_L2R_FORM = HParam("fedsr_l2r_form", "squared", "FedSR L2R term: squared = mean ||z||^2 (the paper), norm = "
+                        "mean ||z|| (the authors' code)", kind="choice", choices=("squared", "norm"), variant=True)
+FEDSR_PRIOR = HParam("fedsr_prior", "federated", "FedSR prior r_mu, r_sigma, C: federated = averaged by the server "
+                     "with the model, local = kept per client across rounds (the authors' code)", kind="choice",
+                     choices=("federated", "local"), variant=True)
+FEDSR_EVAL_SAMPLES = HParam("fedsr_eval_samples", 0, "FedSR evaluation: 0 = classifier on the mean mu "
+                            "(deterministic); S > 0 = log of the mean softmax over S samples of z (the authors: 20)",
+                            kind="int", lo=0, hi=1024, variant=True)
+FEDDYN_ALPHA = HParam("feddyn_alpha", 0.01,
+                      "FedDyn regulariser weight alpha: local loss - <grad L_k(theta_k^(t-1)), theta> + alpha/2 "
+                      "||theta - theta_global||^2; server theta = mean - h/alpha (paper: {0.1, 0.01, 0.001}, "
+                      "authors' code 0.01); 0 = the server rule's round (FedAvg)", lo=0.0,
+                      search={**_log(0.001, 0.1, 0.01), "help": "dynamic regulariser weight alpha"})
+FEDDYN_MEAN = HParam("feddyn_mean", "rule",
+                     "FedDyn's server mean before the -h/alpha correction: rule = the server rule's result "
+                     "(FedAvg: example-weighted, composes with any rule); uniform = the paper's and the authors' "
+                     "unweighted mean of the participants' models (server_rule fedavg only)",
+                     kind="choice", choices=("rule", "uniform"), variant=True)
+MOON_MU = HParam("moon_mu", 1.0, "MOON weight mu of the model-contrastive loss: CE + mu * l_con (authors' default 1; "
+                 "their README tunes {0.001, 0.01, 0.1, 1, 5, 10})", lo=0.0,
+                 search={**_log(0.001, 10.0, 1.0), "help": "weight of the model-contrastive loss"})
+MOON_TEMPERATURE = HParam("moon_temperature", 0.5, "MOON temperature tau of l_con (the paper and the authors' "
+                          "default: 0.5)", lo=0.0, lo_open=True)
+FEDIIR_PENALTY = HParam("fediir_penalty", 1e-3, "FedIIR penalty weight gamma on ||grad_w CE - g_bar||^2 over the "
+                        "classifier's parameters (the authors' default 1e-3; 1e-2..1e-4 by dataset)", lo=0.0,
+                        search={**_log(1e-4, 1e-2, 1e-3), "help": "weight of the classifier-gradient penalty"})
+FEDIIR_EMA = HParam("fediir_ema", 0.95, "FedIIR moving-average factor of the server's mean classifier gradient: "
+                    "g_bar <- ema * g_bar + (1 - ema) * (this round's mean batch gradient)", lo=0.0, hi=0.999,
+                    search={**_categorical([0.9, 0.95, 0.99], 0.95),
+                            "help": "moving-average factor of the server's mean gradient"})
+FISHR_PENALTY = HParam("fishr_penalty", 1000.0, "Fishr penalty weight lambda on the distance between the client's "
+                       "gradient variance and the clients' mean (Fishr's default 1000, searched 10^U(1, 4))", lo=0.0,
+                       search={**_log(10.0, 1e4, 1000.0), "help": "weight of the gradient-variance penalty"})
+FISHR_ANNEAL_ITERS = HParam("fishr_anneal_iters", 1500, "Fishr warm-up: no penalty before this iteration ((round - 1) "
+                            "* local steps per round + step, rounds from 1), then the local optimiser is reset",
+                            kind="int", lo=0, search={**_int(0, 5000, 1500), "help": "no penalty before this iteration"})
+FISHR_EMA = HParam("fishr_ema", 0.95, "Fishr moving-average factor of each client's gradient variance (0: none, "
+                   "FedOMG's Eq. 4)", lo=0.0, hi=0.999,
+                   search={**_uniform(0.9, 0.99, 0.95), "help": "moving-average factor of each client's variance"})
+FISHR_DISTANCE = HParam("fishr_distance", "mean", "Fishr distance between variances: mean = mean over the classifier's "
+                        "parameters of the squared difference (Fishr's code), sum = squared norm (FedOMG Eq. 4, Fishr's "
+                        "paper)", kind="choice", choices=("mean", "sum"), variant=True)
+
+
+# ================================================================== server rules' hyperparameters
+CLIENT_WEIGHTING = HParam("client_weighting", "examples",
+                          "FedAvg's mean of the participants' models and batch-norm buffers: examples = weights "
+                          "n_u / sum n (McMahan et al.); uniform = 1/U each (FedSR's and FedIIR's authors, the "
+                          "default of the presets fedsr and fediir)", kind="choice", choices=WEIGHTINGS, variant=True)
+OMG_KAPPA = HParam("omg_kappa", 0.5, "FedOMG searching radius κ: d = g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖ (0 = FedAvg; "
+                   "paper: 0.5)", "float", lo=0.0, search={**_uniform(0.0, 1.0, 0.5), "help": "weight of the matching term"})
+OMG_SOLVER = HParam("omg_solver", "exact", "FedOMG step-2 solver: exact (certified convex solve on the simplex) "
+                    "or sgd (the authors' 20 softmax-SGD steps, lr 25, momentum 0.5)", "choice",
+                    choices=SOLVERS, variant=True)
+OMG_RESCALE = HParam("omg_rescale", False, "divide FedOMG's direction by 1 + κ² (the authors' code does; the "
+                     "paper's Eq. 16 does not)", "bool", variant=True)
+GP_BETA = HParam(
+    "gp_beta", 0.5,
+    "FedDA/FedGP: weight β of the source term against the target step, in [0, 1] (0 = target only), "
+    "or 'auto' for the paper's per-source, per-round estimate σ̂²/(d̂²+σ̂²) (FedDA) or σ̂²/(τd̂²+σ̂²) (FedGP)",
+    kind="float_or_choice", lo=0.0, hi=1.0, choices=("auto",),
+    search={**_uniform(0.0, 1.0, 0.5), "when": {"gp_beta_mode": "fixed"}, "otherwise": "auto"})
+GP_ALIGN = HParam(
+    "gp_align", True,
+    "FedDA/FedGP: scale each source displacement by (lr_T/lr_S)·(steps_T/steps_S) so it is on the "
+    "target step's scale before combining (the authors' magnitude alignment)",
+    kind="bool", variant=True,
+    search={**_categorical([True, False], True), "help": "source/target magnitude alignment"})
+GALA_ITERS = HParam("gala_iters", 3, "FedGaLA global-alignment iterations (reweight, re-aggregate); paper: 3",
+                    kind="int", lo=1, search={**_int(1, 5, 3), "help": "global alignment iterations"})
+GALA_MIX = HParam("gala_mix", 1.0, "FedGaLA mix with FedAvg: theta + global_lr * (mix * aligned + (1 - mix) * fedavg); "
+                  "1 = pure alignment (paper), 0 = FedAvg", lo=0.0, hi=1.0,
+                  search={**_uniform(0.0, 1.0, 1.0), "help": "1 = pure alignment, 0 = FedAvg"})
+GALA_WEIGHTS = HParam("gala_weights", "per-tensor",
+                      "FedGaLA global alignment: one weight per client and parameter tensor (per-tensor, the authors' "
+                      "code) or one per client over the whole parameter vector (whole)",
+                      kind="choice", choices=("per-tensor", "whole"), variant=True)
+FEDGA_STEP = HParam("fedga_step", 0.2, "FedGA step size in units of the uniform weight 1/K: each round's "
+                    "adjustment moves a weight by at most d = fedga_step / K (K clients adjusted; the authors' "
+                    "--step_size, default 0.2, times their 1/3 for 3 source domains); 0 = fixed weights",
+                    "float", lo=0.0, hi=1.0,
+                    search={**_uniform(0.0, 0.5, 0.2), "help": "weight step in units of 1/K (authors: 0.2)"})
+FEDGA_DECAY = HParam("fedga_decay", "linear", "FedGA step decay over the R rounds: linear d(1 - t/R) (the paper), "
+                     "authors (their scripts' d(1 - (t-2)/(R-1)), R = their --comm + 1 rounds trained), none", "choice",
+                     choices=FEDGA_DECAYS, variant=True)
+FEDGA_CENTER = HParam("fedga_center", True, "FedGA: subtract the mean gap before dividing by the largest |gap| "
+                      "(the paper; the authors' code divides the raw gaps)", "bool", variant=True)
+FEDGA_METRIC = HParam("fedga_metric", "loss", "FedGA generalization gap measured on the validation loss (the "
+                      "paper) or accuracy (the authors' scripts' default --fair acc)", "choice",
+                      choices=FEDGA_METRICS, variant=True)
+FEDGA_INIT = HParam("fedga_init", "uniform", "FedGA initial aggregation weights: uniform (the paper and the "
+                    "authors' code) or size (n_i / n, FedAvg's)", "choice", choices=FEDGA_INITS)
+
+
+# ================================================================== server optimisers' hyperparameters
+SERVER_MOMENTUM = HParam("server_momentum", 0.9, "server_optimizer avgm: server momentum mu (v <- mu v + delta)",
+                         lo=0.0, hi=1.0,
+                         search={**_categorical([0.9, 0.97, 0.99], 0.9), "help": "FedAvgM momentum (Hsu et al. 2019)"})
+SERVER_BETA1 = HParam("server_beta1", 0.9, "server_optimizer adam/yogi: first-moment decay beta1 in [0, 1) (1: m "
+                      "stays 0, the model never moves)", lo=0.0, hi=1.0, hi_open=True,
+                      search={"distribution": "fixed", "value": 0.9, "help": "fixed as in Reddi et al. 2021"})
+SERVER_BETA2 = HParam("server_beta2", 0.99, "server_optimizer adam/yogi: second-moment decay beta2 in [0, 1) (1: v "
+                      "stays at its start, the step m / (2 tau) explodes)", lo=0.0, hi=1.0, hi_open=True,
+                      search={"distribution": "fixed", "value": 0.99, "help": "fixed as in Reddi et al. 2021"})
+SERVER_TAU = HParam("server_tau", 1e-9, "server_optimizer adam/yogi/adagrad: adaptivity tau in m / (sqrt(v) + tau) "
+                    "(Flower's default 1e-9; Reddi et al. tune it over 1e-10..1)", lo=0.0, lo_open=True,
+                    search={**_log(1e-9, 0.1, 1e-3), "help": "adaptivity tau (Reddi et al. 2021: powers of ten)"})
+SERVER_ADAM_BIAS_CORRECTION = HParam(
+    "server_adam_bias_correction", False, "server_optimizer adam: false = Reddi et al.'s Algorithm 2 (no bias "
+    "correction), true = Flower's FedAdam (eta * sqrt(1 - beta2^(t+1)) / (1 - beta1^(t+1)) at round t)",
+    kind="bool", variant=True,
+    search={**_categorical([False, True], False), "help": "false: Reddi et al.'s Algorithm 2; true: Flower's FedAdam"})
+SERVER_V_START = HParam(
+    "server_v_start", "tau_squared", "server_optimizer adam/yogi/adagrad: the second moment's start, tau_squared = "
+    "Reddi et al.'s Algorithm 2 (v_-1 = tau^2), zero = Flower's FedAdam/FedYogi/FedAdagrad (v starts at 0)",
+    kind="choice", choices=("tau_squared", "zero"), variant=True,
+    search={"distribution": "fixed", "value": "tau_squared", "help": "v starts at tau^2 as in Reddi et al.'s "
+            "Algorithm 2 (a variant, not a knob: zero is Flower's start)"})
+
+
+# ================================================================== cross-field checks
+def _check_feddyn(cfg: RunConfig) -> None:
+    rule = cfg.resolved.server_rule_name
+    if FEDDYN_MEAN.of(cfg) == "uniform" and rule != "fedavg":
+        raise ConfigError(f"field 'feddyn_mean': uniform (the paper's unweighted mean of the clients' models) "
+                          f"replaces FedAvg's mean and needs server_rule fedavg, not {rule}; use feddyn_mean: rule")
+
+
+def _check_fedga(cfg: RunConfig) -> None:
+    client = cfg.resolved.client_spec
+    if not client.supervised:
+        raise ConfigError(f"field 'server_rule': fedga compares the cross-entropy of class logits, which client "
+                          f"method {client.name} (unsupervised) does not produce; allowed: a supervised client method")
+    if cfg.val_fraction <= 0:
+        raise ConfigError("field 'val_fraction': fedga measures the generalization gaps on each client's "
+                          "validation split; allowed: > 0")
+
+
+def _check_target_source(cfg: RunConfig) -> None:
+    """Auto-β needs at least 2 target steps a round (``local_steps >= 2`` when it is set)."""
+    if GP_BETA.of(cfg) == "auto" and cfg.local_steps is not None and int(cfg.local_steps) < 2:
+        raise ConfigError(
+            f"field 'gp_beta': 'auto' estimates the target variance from the target client's per-step updates "
+            f"and needs at least 2 local steps per round, but local_steps={cfg.local_steps}; allowed: "
+            f"local_steps >= 2, or a fixed gp_beta in [0, 1]")
+
+
+def _target_source_hooks(cfg: RunConfig) -> tuple[str, ...]:
+    """Auto-β's per-batch step records (docs/methods.md §2), only with ``gp_beta: auto``."""
+    return ("fedtune.algorithms.step_records:StepRecords",) if GP_BETA.of(cfg) == "auto" else ()
+
+
+def _fedga_hooks(cfg: RunConfig) -> tuple[str, ...]:
+    return ("fedtune.algorithms.fedga_client:GeneralizationGap",)
+
+
+def _simclr_head(cfg: RunConfig) -> dict[str, Any]:
+    return {"head": "projector", "proj_dim": SIMCLR_PROJ_DIM.of(cfg)}
+
+
+def _fedsr_head(cfg: RunConfig) -> dict[str, Any]:
+    return {"head": "probabilistic", "z_dim": FEDSR_Z_DIM.of(cfg), "eval_samples": FEDSR_EVAL_SAMPLES.of(cfg)}
+
+
+# ================================================================== the components
+_SIMCLR_HPARAMS = (SIMCLR_TEMPERATURE, SIMCLR_PROJ_DIM)
+
+CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
+    ClientMethodSpec("sgd", "fedtune.algorithms.client:SGD",
+                     "plain local SGD (momentum, weight decay) on the cross-entropy loss"),
+    ClientMethodSpec("simclr", "fedtune.algorithms.simclr:SimCLR",
+                     "SimCLR (unsupervised): two augmented views, NT-Xent loss, projector MLP; linear-probe evaluation",
+                     _SIMCLR_HPARAMS, supervised=False, model_head=_simclr_head),
+    ClientMethodSpec("gala-simclr", "fedtune.algorithms.simclr:GalaSimCLR",
+                     "FedGaLA local alignment on SimCLR (unsupervised): a tensor steps only if cos(−∇, last global "
+                     "move) > gala_tau (gala_gate=descent) or cos(+∇, r) >= gala_tau (literal); NT-Xent loss, projector "
+                     "MLP, linear-probe evaluation",
+                     (*_SIMCLR_HPARAMS, GALA_TAU, GALA_GATE), supervised=False, model_head=_simclr_head,
+                     server_side="fedtune.algorithms.gala_move:SimclrGlobalMove"),
+    ClientMethodSpec("prox", "fedtune.algorithms.prox:Prox",
+                     "FedProx: local SGD on loss + prox_mu/2 ||theta - theta_global||^2", (PROX_MU,)),
+    ClientMethodSpec("sam", "fedtune.algorithms.sam:SAM",
+                     "SAM local steps (FedSAM): gradient at theta + sam_rho grad/||grad||, step from theta", (SAM_RHO,),
+                     scales_fp16_gradients=False),  # two gradients per step through torch.autograd.grad
+    ClientMethodSpec("gfm", "fedtune.algorithms.gfm:GFM",
+                     "GFM: SAM steps on augmented images; augmenter maximises local - global loss (Alg. 1)",
+                     (SAM_RHO, GFM_INTERVAL, GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE),
+                     scales_fp16_gradients=False),  # the augmenter's ascent step takes its own gradient
+    ClientMethodSpec("gca", "fedtune.algorithms.gfm:GCA",
+                     "GCA: local SGD on images from an adversarial augmenter constrained by the global model (GFM "
+                     "ablation)", (GFM_INTERVAL, GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE),
+                     scales_fp16_gradients=False),
+    ClientMethodSpec("gala", "fedtune.algorithms.gala_client:GalaClient",
+                     "FedGaLA local alignment: local SGD where a tensor steps only if its batch gradient agrees with "
+                     "the last global move (gala_gate: descent cos(−∇, r) > gala_tau, or literal cos(+∇, r) >= "
+                     "gala_tau)", (GALA_TAU, GALA_GATE), server_side="fedtune.algorithms.gala_move:GlobalMove"),
+    ClientMethodSpec("fedsr", "fedtune.algorithms.fedsr:FedSR",
+                     "FedSR: probabilistic representation z ~ N(mu(x), sigma(x)^2), CE on z + fedsr_l2r E||z||^2 + "
+                     "fedsr_cmi KL(p(z|x) || r(z|y)) with a learned class-conditional prior",
+                     (FEDSR_Z_DIM, FEDSR_L2R, FEDSR_CMI, FEDSR_L2R_FORM, FEDSR_PRIOR, FEDSR_EVAL_SAMPLES),
+                     model_head=_fedsr_head),
+    ClientMethodSpec("scaffold", "fedtune.algorithms.scaffold:Scaffold",
+                     "SCAFFOLD: local steps on g - c_i + c (control variates, option II update of c_i), server c += "
+                     "|S|/N mean dc_i; FedAvg (global_lr = eta_g)",
+                     server_side="fedtune.algorithms.scaffold_server:ScaffoldServer"),
+    ClientMethodSpec("feddyn", "fedtune.algorithms.feddyn:FedDyn",
+                     "FedDyn: local loss - <grad L_k(theta_k^(t-1)), theta> + feddyn_alpha/2 ||theta - "
+                     "theta_global||^2; server theta = mean - h/alpha (feddyn_mean rule|uniform)",
+                     (FEDDYN_ALPHA, FEDDYN_MEAN), check=_check_feddyn,
+                     server_side="fedtune.algorithms.feddyn_server:FedDynServer"),
+    ClientMethodSpec("moon", "fedtune.algorithms.moon:MOON",
+                     "MOON: CE + moon_mu * model-contrastive loss pulling the encoder features towards the global "
+                     "model's and away from the client's previous model's (temperature moon_temperature)",
+                     (MOON_MU, MOON_TEMPERATURE)),
+    ClientMethodSpec("fediir", "fedtune.algorithms.fediir:FedIIR",
+                     "FedIIR: local SGD on CE + fediir_penalty ||grad_classifier CE - g_bar||^2, g_bar the server's "
+                     "moving average (fediir_ema) of the clients' mean classifier gradient",
+                     (FEDIIR_PENALTY, FEDIIR_EMA),
+                     scales_fp16_gradients=False,  # the penalty's inner gradient goes through torch.autograd.grad
+                     server_side="fedtune.algorithms.fediir_server:FedIIRServer"),
+    ClientMethodSpec("fishr", "fedtune.algorithms.fishr:Fishr",
+                     "Fishr (federated, FedOMG Eq. 4): local SGD on CE + fishr_penalty dist(Var_i[grad_classifier "
+                     "CE_i], server's mean variance), variances smoothed by fishr_ema, warm-up fishr_anneal_iters",
+                     (FISHR_PENALTY, FISHR_ANNEAL_ITERS, FISHR_EMA, FISHR_DISTANCE),
+                     scales_fp16_gradients=False,  # the per-example gradients are taken without the loss scaler
+                     server_side="fedtune.algorithms.fishr_server:FishrServer"),
+)
+
+_TARGET_SOURCE_HPARAMS = (GP_BETA, GP_ALIGN)
+# gp_beta is a fixed value in [0, 1] (paper default 0.5) or 'auto' (Appendix A.2, the per-source, per-round
+# estimate): this switch picks which, and GP_BETA's search samples a value only when it says fixed.
+_GP_BETA_MODE = {"gp_beta_mode": {"choices": ["fixed", "auto"], "default": "fixed",
+                                  "help": "a fixed beta, or the auto-weighted estimate"}}
+
+SERVER_RULE_SPECS: tuple[ServerRuleSpec, ...] = (
+    ServerRuleSpec("fedavg", "fedtune.algorithms.server:FedAvg",
+                   "FedAvg: θ ← θ + global_lr · Σ w_u Δ_u, w_u = p_u or 1/U (client_weighting)", (CLIENT_WEIGHTING,)),
+    ServerRuleSpec("fedda", "fedtune.algorithms.fedgp:FedDA",
+                   "FedDA (fda): θ ← θ + Σ α_i[(1−β_i)Δ_T + β_i Δ_i]; gp_beta fixed or 'auto'",
+                   _TARGET_SOURCE_HPARAMS, check=_check_target_source, needs_target_client=True,
+                   client_hooks=_target_source_hooks, search_switches=_GP_BETA_MODE),
+    ServerRuleSpec("fedgp", "fedtune.algorithms.fedgp:FedGP",
+                   "FedGP (fda): θ ← θ + Σ α_i[(1−β_i)Δ_T + β_i Proj₊(Δ_T|Δ_i)] per tensor; gp_beta fixed or 'auto'",
+                   _TARGET_SOURCE_HPARAMS, check=_check_target_source, needs_target_client=True,
+                   client_hooks=_target_source_hooks, search_switches=_GP_BETA_MODE),
+    ServerRuleSpec("target_only", "fedtune.algorithms.fedgp:TargetOnly",
+                   "target-only baseline (fda): θ ← θ + global_lr · Δ_T, sources ignored", needs_target_client=True),
+    ServerRuleSpec("gala", "fedtune.algorithms.gala:Gala",
+                   "FedGaLA global alignment: reweight clients by p_u (cos(Δ_u, a) + 1)/2 (per tensor or whole vector) "
+                   "for gala_iters rounds; θ ← θ + global_lr·(gala_mix·a + (1−gala_mix)·FedAvg step)",
+                   (GALA_ITERS, GALA_MIX, GALA_WEIGHTS)),
+    # default_global_lr: fedtune's default server step, *not* the paper's η_g: the authors' step is
+    # η·d/(U(1+κ²)) and their PACS script uses η = 0.5 (Table 4 says 0.05), while global_lr
+    # multiplies d directly (docs/methods.md §1). Compare FedOMG with other rules only with
+    # global_lr tuned for each.
+    ServerRuleSpec("fedomg", "fedtune.algorithms.fedomg:FedOMG",
+                   "FedOMG: θ ← θ + global_lr · (g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖), Γ* matching the clients' updates",
+                   (OMG_KAPPA, OMG_SOLVER, OMG_RESCALE), default_global_lr=0.05),
+    ServerRuleSpec("fedga", "fedtune.algorithms.fedga:FedGA",
+                   "FedGA: θ ← θ + global_lr · Σ a_u Δ_u, a_u moved towards clients with larger generalization gaps",
+                   (FEDGA_STEP, FEDGA_DECAY, FEDGA_CENTER, FEDGA_METRIC, FEDGA_INIT), check=_check_fedga,
+                   client_hooks=_fedga_hooks),
+)
+
+_ADAPTIVE = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU, SERVER_V_START)
+
+SERVER_OPTIMIZER_SPECS: tuple[ServerOptimizerSpec, ...] = (
+    ServerOptimizerSpec("sgd", "fedtune.algorithms.server_optimizer:ServerOptimizer",
+                        "the server rule's own step: theta + global_lr * d (today's rule)"),
+    ServerOptimizerSpec("avgm", "fedtune.algorithms.server_optimizer:FedAvgM",
+                        "FedAvgM (Hsu et al. 2019): v <- server_momentum v + delta, theta <- theta + global_lr v",
+                        (SERVER_MOMENTUM,)),
+    ServerOptimizerSpec("adam", "fedtune.algorithms.server_optimizer:FedAdam",
+                        "FedAdam (Reddi et al. 2021): m, v moments of delta, theta <- theta + global_lr m / (sqrt(v) + tau)",
+                        (*_ADAPTIVE[:3], SERVER_V_START, SERVER_ADAM_BIAS_CORRECTION)),
+    ServerOptimizerSpec("yogi", "fedtune.algorithms.server_optimizer:FedYogi",
+                        "FedYogi (Reddi et al. 2021): as FedAdam with v <- v - (1 - beta2) delta^2 sign(v - delta^2)",
+                        _ADAPTIVE),
+    ServerOptimizerSpec("adagrad", "fedtune.algorithms.server_optimizer:FedAdagrad",
+                        "FedAdagrad (Reddi et al. 2021): v <- v + delta^2, theta <- theta + global_lr delta / (sqrt(v) + tau)",
+                        (SERVER_TAU, SERVER_V_START)),
+)
+
+# ================================================================== named algorithms
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    Preset("fedavg", "sgd", "fedavg", ("fdg", "fl", "fda"), "FedAvg (McMahan et al.): local SGD, weighted mean of updates"),
+    Preset("fedomg", "sgd", "fedomg", ("fdg", "fl"), "FedOMG (Nguyen et al.): local SGD, on-server matching gradient d = g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖ (omg_kappa, omg_solver, omg_rescale)",
+           own_shared=("global_lr",)),
+    Preset("fedda", "sgd", "fedda", ("fda",), "FedDA (Jiang et al.): Σ α_i[(1−β_i)Δ_T + β_i Δ_i] (gp_beta fixed or auto, gp_align)"),
+    Preset("fedgp", "sgd", "fedgp", ("fda",), "FedGP (Jiang et al.): Σ α_i[(1−β_i)Δ_T + β_i Proj₊(Δ_T|Δ_i)] per tensor (gp_beta fixed or auto, gp_align)"),
+    Preset("target-only", "sgd", "target_only", ("fda",), "target-only baseline: θ ← θ + Δ_T of the FDA target client, sources ignored"),
+    Preset("fedprox", "prox", "fedavg", ("fdg", "fl", "fda"), "FedProx (Li et al.): local SGD + prox_mu/2 ||θ − θ_global||², FedAvg"),
+    Preset("fedsam", "sam", "fedavg", ("fdg", "fl", "fda"), "FedSAM (Caldarola et al.): SAM local steps (sam_rho), FedAvg"),
+    Preset("gfm", "gfm", "fedavg", ("fdg", "fl"), "GFM: SAM steps on global-model-constrained adversarial augmentations (sam_rho, gfm_*), FedAvg"),
+    Preset("gca", "gca", "fedavg", ("fdg", "fl"), "GCA (GFM ablation): local SGD on the constrained adversarial augmentations (gfm_*), FedAvg"),
+    Preset("simclr", "simclr", "fedavg", ("ufdg",), "FedAvg of SimCLR encoders (unsupervised), linear-probe evaluation"),
+    Preset("fedgala", "gala", "gala", ("fdg", "fl"), "FedGaLA (Pourpanah et al.): locally gated SGD (gala_tau, gala_gate descent|literal) + global alignment at FedAvg scale (gala_iters, gala_mix, gala_weights per-tensor|whole)",
+           unsupervised_client_method="gala-simclr"),
+    Preset("fedsr", "fedsr", "fedavg", ("fdg", "fl"), "FedSR (Nguyen et al.): probabilistic representation z, CE + fedsr_l2r E‖z‖² + fedsr_cmi KL(p(z|x) ‖ r(z|y)) (fedsr_z_dim), FedAvg's uniform mean (the authors')",
+           defaults=(("client_weighting", "uniform"),)),
+    Preset("fedsam-omg", "sam", "fedomg", ("fdg", "fl"), "FedSAM+OMG (FedOMG paper's combination): SAM local steps (sam_rho) under FedOMG's matching gradient",
+           own_shared=("global_lr",)),
+    Preset("fedsr-omg", "fedsr", "fedomg", ("fdg", "fl"), "FedSR+OMG (FedOMG paper's combination)",
+           own_shared=("global_lr",)),
+    Preset("fedga", "sgd", "fedga", ("fdg", "fl"), "FedGA (Zhang et al.): local SGD, aggregation weights moved each round towards the clients with larger validation generalization gaps (fedga_step, fedga_decay, fedga_center, fedga_metric, fedga_init)"),
+    Preset("scaffold", "scaffold", "fedavg", ("fdg", "fl"), "SCAFFOLD (Karimireddy et al.): local steps on g − c_i + c (control variates, option II), server c += |S|/N mean Δc_i, FedAvg (global_lr = η_g)"),
+    Preset("feddyn", "feddyn", "fedavg", ("fdg", "fl"), "FedDyn (Acar et al.): local loss − ⟨∇L_k(θ_k^(t−1)), θ⟩ + feddyn_alpha/2 ‖θ − θ_global‖², server θ = mean − h/α (feddyn_mean rule|uniform)"),
+    Preset("moon", "moon", "fedavg", ("fdg", "fl"), "MOON (Li et al.): CE + moon_mu · model-contrastive loss on the encoder features (z towards the global model's, away from the client's previous model's; moon_temperature), FedAvg"),
+    Preset("fediir", "fediir", "fedavg", ("fdg", "fl"), "FedIIR (Guo et al.): CE + fediir_penalty ‖∇_classifier CE − ḡ‖², ḡ the server's EMA (fediir_ema) of the clients' mean classifier gradient, FedAvg's uniform mean (the authors')",
+           defaults=(("client_weighting", "uniform"),)),
+    Preset("fediir-omg", "fediir", "fedomg", ("fdg", "fl"), "FedIIR+OMG (FedOMG paper's combination)",
+           own_shared=("global_lr",)),
+    Preset("fishr", "fishr", "fedavg", ("fdg", "fl"), "Fishr (Ramé et al.; federated as FedOMG Eq. 4): CE + fishr_penalty ‖Var[per-example classifier gradients] − clients' mean‖² (fishr_ema, fishr_anneal_iters, fishr_distance), FedAvg"),
+)}
+
+__all__ = [name for name in dir() if name.isupper() and not name.startswith("_")]

@@ -1,0 +1,163 @@
+"""Spellings of earlier fedtune versions that no longer resolve, and the one line saying where each went.
+
+The house-keeping of issue 18 gave every name one address: the packages stopped re-exporting
+their modules' names (``fedtune.results.load`` is :func:`fedtune.results.store.load`, published
+for users as ``fedtune.load``), ``RunConfig`` lost its alias, and search spaces and reports left
+``fedtune/tune/``. Scripts written against the README of that time then failed with Python's bare
+``has no attribute`` or ``No module named``. Here every such spelling that the README, docs and
+examples of that time used (and every name those packages' ``__all__`` listed) has its new one:
+
+- :data:`MOVED_NAMES`: old ``package.name`` -> its new spelling;
+- :data:`MOVED_MODULES`: old module path -> the module that holds its names now (also what
+  :func:`fedtune.tune.moved_modules.old_module_names` uses to unpickle a study saved before a move).
+
+Two hooks raise the line, never a working alias (each name keeps one address):
+
+- attribute access (``fedtune.results.load``): the package's ``__init__`` has a module
+  ``__getattr__`` whose only statement is ``raise old_name_error(__name__, name)``;
+- imports (``from fedtune.results import load``, ``import fedtune.tune.spaces``): :class:`OldNamesFinder`,
+  the last finder on :data:`sys.meta_path` (``import fedtune`` installs it), so it only ever
+  answers for a path no real module holds. ``from package import name`` asks for the module
+  ``package.name`` when the package lacks the attribute, which is how this reaches
+  ``from fedtune.algorithms import fedomg_direction`` too.
+
+>>> print(old_name_error("fedtune.results", "load"))
+fedtune.results.load moved: use fedtune.load
+>>> print(moved_message("fedtune.tune.report"))
+fedtune.tune.report moved: use fedtune.reports.report (make_report: fedtune.make_report;
+paired_gap: fedtune.reports.stats.paired_gap)
+>>> print(old_name_error("fedtune.results", "nothing_here"))
+module 'fedtune.results' has no attribute 'nothing_here'
+
+This module imports nothing of fedtune (it is on the floor: every package may use it).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+
+__all__ = ["MOVED_MODULES", "MOVED_NAMES", "OldNamesFinder", "install_finder", "moved_message", "old_name_error"]
+
+
+def _moved(old: str, new: str, *names: str) -> dict[str, str]:
+    """``old.<name>`` -> ``new.<name>`` for each name."""
+    return {f"{old}.{name}": f"{new}.{name}" for name in names}
+
+
+MOVED_MODULES: dict[str, str] = {
+    # house-keeping (#18): search spaces and reports left tune/, the selection alias went
+    "fedtune.tune.spaces": "fedtune.spaces.lookup",
+    "fedtune.tune.spaces_model": "fedtune.spaces.model",
+    "fedtune.tune.spaces_yaml": "fedtune.spaces.yaml_files",
+    "fedtune.tune.optuna_url": "fedtune.results.optuna_url",
+    "fedtune.tune.report": "fedtune.reports.report",
+    "fedtune.tune.report_model": "fedtune.reports.model",
+    "fedtune.tune.report_stats": "fedtune.reports.stats",
+    "fedtune.tune.report_render": "fedtune.reports.render",
+    "fedtune.tune.plots": "fedtune.reports.plots",
+    "fedtune.tune.importances": "fedtune.reports.importances",
+    "fedtune.selection": "fedtune.results.selection",
+}
+"""Old module path -> the module that holds its names now (same class names: old pickles load)."""
+
+MOVED_NAMES: dict[str, str] = {
+    # the top-level package: FederatedRunConfig's former name
+    "fedtune.RunConfig": "fedtune.FederatedRunConfig",
+    # fedtune.results re-exported every public name of its modules (the README's `results.load`)
+    "fedtune.results.load": "fedtune.load",
+    **_moved("fedtune.results", "fedtune.results.arrow", "CorruptResultsError", "ForeignResultsError", "rows_to_table"),
+    **_moved("fedtune.results", "fedtune.results.atomic", "ResultsWriteError", "StorageFullError"),
+    **_moved("fedtune.results", "fedtune.results.schema", "IDENTITY_COLUMNS", "REQUIRED_COLUMNS", "ROUND_COLUMN_DOCS",
+             "ROUND_CORE_SCHEMA", "TABLES", "TIMESTAMP", "TRIAL_COLUMN_DOCS", "TRIAL_CORE_SCHEMA", "schema_markdown"),
+    **_moved("fedtune.results", "fedtune.results.store", "LOCK_TIMEOUT_S", "TEMP_MIN_AGE_S", "ResultsStore",
+             "TrialsLockTimeout", "check_output_dir", "check_study_dir", "check_writable", "clean_stray_temp_files",
+             "corrupt_files", "is_study_dir", "quarantine"),
+    **_moved("fedtune.results", "fedtune.results.study_dir", "LOCK_FILE", "NAME_RULE", "ROUNDS_DIR", "TRIALS_FILE",
+             "check_name"),
+    **_moved("fedtune.results", "fedtune.results.summary", "summarize_trial"),
+    # fedtune.runtime's __all__ (the README's `fedtune.runtime.FederatedRun`)
+    "fedtune.runtime.run": "fedtune.run",
+    **_moved("fedtune.runtime", "fedtune.runtime.driver", "FederatedRun", "RunResult", "build_plan"),
+    **_moved("fedtune.runtime", "fedtune.runtime.cluster", "connect_ray"),
+    **_moved("fedtune.runtime", "fedtune.runtime.coordinator", "Coordinator"),
+    **_moved("fedtune.runtime", "fedtune.runtime.pools", "ClientFailure", "assign_clients"),
+    **_moved("fedtune.runtime", "fedtune.runtime.resources", "ResourcePlan", "plan_resources"),
+    **_moved("fedtune.runtime", "fedtune.errors", "ResourceError"),
+    # fedtune.data's __all__
+    "fedtune.data.list_datasets": "fedtune.list_datasets",
+    **_moved("fedtune.data", "fedtune.data.base", "ClientSpec", "DatasetInfo", "DomainDataset", "FederatedPlan",
+             "Pieces"),
+    **_moved("fedtune.data", "fedtune.data.registry", "DatasetEntry", "dataset_info", "get_dataset"),
+    **_moved("fedtune.data", "fedtune.data.partition", "SETTINGS", "make_plan", "sample_participants"),
+    **_moved("fedtune.data", "fedtune.errors", "DataError"),
+    # fedtune.algorithms imported its classes and the README's "public math"
+    **_moved("fedtune.algorithms", "fedtune.algorithms.aggregate", "combine", "fedavg_buffers", "fedavg_step",
+             "fedavg_weights", "weighted_sum"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.client", "SGD", "ClientContext", "ClientMethod",
+             "ClientOutcome"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.server", "AggregateResult", "FedAvg", "RoundInfo", "ServerRule"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.fedomg", "FedOMG", "fedomg_direction", "gram_matrix"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.fedomg_solvers", "omg_objective", "solve_omg_exact",
+             "solve_omg_sgd"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.fedgp", "FedDA", "FedGP", "TargetOnly", "align_source_magnitude",
+             "fedgp_combine", "proj_plus", "proj_plus_per_tensor"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.fedgp_auto_beta", "auto_beta", "auto_beta_estimates"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.gala", "Gala", "gala_global_weights"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.gala_client", "GalaClient"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.gfm", "GFM", "GCA"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.prox", "Prox"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.sam", "SAM"),
+    **_moved("fedtune.algorithms", "fedtune.algorithms.simclr", "SimCLR", "GalaSimCLR"),
+    # names docs/ used in modules that moved, where they are not in the module's new home
+    "fedtune.tune.report.make_report": "fedtune.make_report",
+    "fedtune.tune.report.paired_gap": "fedtune.reports.stats.paired_gap",
+    "fedtune.tune.spaces.search_space": "fedtune.search_space",
+    "fedtune.tune.spaces.strip_switches": "fedtune.spaces.model.strip_switches",
+    # docs/sweep.md: the default study's sizes
+    "fedtune.tune.plan.DEFAULT_STUDY": "fedtune.tune.default_study.DEFAULT_STUDY",
+}
+"""Old ``module.name`` spelling -> the spelling to use now (``fedtune.<name>`` where the public
+face has it, else ``<home module>.<name>``)."""
+
+
+def moved_message(old: str) -> str | None:
+    """The one line for the old spelling ``old`` (a name or a module path); ``None`` if it never moved."""
+    if old in MOVED_NAMES:
+        return f"{old} moved: use {MOVED_NAMES[old]}"
+    if old in MOVED_MODULES:
+        elsewhere = [f"{name[len(old) + 1:]}: {new}" for name, new in MOVED_NAMES.items() if name.startswith(old + ".")]
+        return f"{old} moved: use {MOVED_MODULES[old]}" + (f" ({'; '.join(elsewhere)})" if elsewhere else "")
+    return None
+
+
+def old_name_error(module: str, name: str) -> AttributeError:
+    """The error for ``module.name`` that does not exist: one line naming the new spelling when
+    it moved, else Python's own message. A package's ``__getattr__`` raises it."""
+    message = moved_message(f"{module}.{name}")
+    return AttributeError(message or f"module {module!r} has no attribute {name!r}", name=name)
+
+
+class OldNamesFinder(importlib.abc.MetaPathFinder):
+    """The last finder on :data:`sys.meta_path`: an import of a moved spelling (asked for only
+    once no real finder holds it) raises an ImportError with its one line; anything else is left
+    to Python (``None``: no module)."""
+
+    fedtune_old_names = True  # how install_finder recognises one (also across reloads of this module)
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
+        message = moved_message(fullname)
+        if message is None:
+            return None
+        raise ImportError(message, name=fullname)
+
+
+def install_finder() -> None:
+    """Append an :class:`OldNamesFinder` to :data:`sys.meta_path` unless one is there
+    (``import fedtune`` calls this)."""
+    if not any(getattr(finder, "fedtune_old_names", False) for finder in sys.meta_path):
+        sys.meta_path.append(OldNamesFinder())

@@ -1,0 +1,143 @@
+"""benchmarks/gpu_check.py off the GPU: the one-line answer without CUDA, one-line refusals of bad
+options, and its CPU smoke mode, which runs the whole harness (cache, runs, packed processes,
+bit-identity, report) on a tiny PACS-shaped folder with Ray and Optuna unimportable."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+DOMAINS = ("art_painting", "cartoon", "photo", "sketch")
+CLASSES = ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person")
+
+# Installed in every Python process of the smoke run through PYTHONPATH: Ray and Optuna cannot be
+# imported (as on the GPU machine), and each process writes at exit which of them it holds.
+BLOCKER = '''
+import atexit, os, sys
+
+class _Blocked:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.split(".")[0] in ("ray", "optuna"):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)", name=name)
+        return None
+
+sys.meta_path.insert(0, _Blocked)
+
+def _report():
+    held = sorted({m.split(".")[0] for m in sys.modules} & {"ray", "optuna"})
+    with open(os.environ["GPU_CHECK_TEST_LOG"], "a") as f:
+        f.write(f"{os.getpid()} {' '.join(sys.argv[1:3])} held={held}\\n")
+
+atexit.register(_report)
+'''
+
+
+def _module():
+    """The script as a module (once; its dataclasses need it in sys.modules)."""
+    if "gpu_check_under_test" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("gpu_check_under_test", SCRIPT)
+        module = sys.modules["gpu_check_under_test"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules["gpu_check_under_test"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **extra}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (extra.get("PYTHONPATH"), str(REPO)) if p)
+    return env
+
+
+@pytest.fixture(scope="module")
+def tiny_pacs(tmp_path_factory) -> Path:
+    """PACS's layout: 4 domains x 7 classes of 6 random 40 px JPEGs."""
+    from PIL import Image
+
+    root, per_class = tmp_path_factory.mktemp("data"), 6
+    rng = np.random.default_rng(0)
+    for d in DOMAINS:
+        for c in CLASSES:
+            (root / "PACS" / d / c).mkdir(parents=True)
+            for i in range(per_class):
+                pixels = (rng.random((40, 40, 3)) * 255).astype("uint8")
+                Image.fromarray(pixels).save(root / "PACS" / d / c / f"{i}.jpg")
+    return root
+
+
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_0():
+    out = subprocess.run([sys.executable, str(SCRIPT)], cwd=REPO, env=_env(), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [_module().NO_GPU]
+    assert out.stdout == "gpu_check: no CUDA GPU here (torch.cuda.is_available() is False); nothing to check\n"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--precisions", "fp32,fp8"], "--precisions fp8: allowed: a comma list of fp32, bf16, fp16"),
+    (["--budget-s", "-5"], "--budget-s -5.0: allowed: a number >= 1"),
+    (["--budget-s", "nan"], "--budget-s nan: allowed"),
+    (["--pack", "1"], "--pack 1: allowed: a number >= 0, not 1"),
+    (["--local-steps", "many"], "argument --local-steps: invalid int value: 'many'"),
+    (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["--models", "resnet1000"], "--models: field 'model': 'resnet1000' is unknown"),
+    (["--models", "cnn"], "--models: 'cnn' is not a torchvision model"),
+    (["--smoke-cpu", "--out", "/no/such/folder/r.md"], "--out /no/such/folder/r.md: its folder does not exist"),
+])
+def test_bad_options_are_one_line_and_exit_2(argv, says, tiny_pacs, capsys):
+    module = _module()
+    with pytest.raises(SystemExit) as exc:
+        module.check_inputs(module.parse_args(argv + ["--data-root", str(tiny_pacs)]))
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert len(captured.err.splitlines()) == 1 and captured.err.startswith("gpu_check: error: ")
+    assert says in captured.err
+
+
+def test_a_missing_data_root_is_one_line(tmp_path):
+    out = subprocess.run([sys.executable, str(SCRIPT), "--smoke-cpu", "--data-root", str(tmp_path / "none")],
+                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stdout == "" and len(out.stderr.splitlines()) == 1
+    assert out.stderr.startswith(f"gpu_check: error: --data-root {tmp_path / 'none'}: ")
+
+
+@pytest.mark.slow
+def test_smoke_cpu_runs_the_whole_harness_without_ray_or_optuna(tiny_pacs, tmp_path):
+    (tmp_path / "block").mkdir()
+    (tmp_path / "block" / "sitecustomize.py").write_text(BLOCKER)
+    log, md = tmp_path / "imports.log", tmp_path / "report.md"
+    out = subprocess.run([sys.executable, str(SCRIPT), "--smoke-cpu", "--data-root", str(tiny_pacs), "--out", str(md),
+                          "--work-dir", str(tmp_path / "work")], cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env=_env(PYTHONPATH=str(tmp_path / "block"), GPU_CHECK_TEST_LOG=str(log)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = md.read_text()
+    assert out.stdout.endswith(report)
+    assert "CPU smoke run (--smoke-cpu): no GPU numbers" in report
+    assert f"{len(DOMAINS) * len(CLASSES) * 6} images" in report and "3 of 3 runs completed" in report
+    tables = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
+              for line in report.splitlines() if line.startswith("| ")}
+    columns = tables["run"]
+    rows = {key: dict(zip(columns, cells)) for key, cells in tables.items() if key.startswith(("resnet18-", "pack"))}
+    assert set(rows) == {"resnet18-fp32", "pack2", "resnet18-fp32-again"}
+    for row in rows.values():
+        assert row["status"] == "completed", row
+        assert set(row["alloc GiB"] + row["reserved GiB"]) <= set("-/ "), row  # no GPU memory claimed
+        assert row["paths"] == "-" and row["cudnn.benchmark"] == "-", row  # no CUDA path claimed
+        assert float(row["images/s"].split()[0]) > 0 and "host" in row["input stall"], row
+    assert rows["pack2"]["procs"] == "2" and len(rows["pack2"]["input stall"].split(" / ")) == 2
+    identity = dict(zip(tables["check"], tables["resnet18 fp32, cudnn_benchmark=True"]))
+    assert identity["stored rows"] == "same" and identity["final weights"] == "same", identity
+    # the blocker ran in the script and in its 4 children (one run, 2 packed, one repeat); none held Ray or Optuna
+    lines = log.read_text().splitlines()
+    assert len(lines) == 5, lines
+    assert sum("--child" in ln for ln in lines) == 4
+    assert all(ln.endswith("held=[]") for ln in lines), lines
