@@ -130,6 +130,10 @@ FISHR_EMA = HParam("fishr_ema", 0.95, "Fishr moving-average factor of each clien
 FISHR_DISTANCE = HParam("fishr_distance", "mean", "Fishr distance between variances: mean = mean over the classifier's "
                         "parameters of the squared difference (Fishr's code), sum = squared norm (FedOMG Eq. 4, Fishr's "
                         "paper)", kind="choice", choices=("mean", "sum"), variant=True)
+CORAL_WEIGHT = HParam("coral_weight", 1.0, "DeepCORAL weight of the CORAL penalty (mean over the batch's domain pairs "
+                      "of the squared differences of feature means and covariances; DomainBed's mmd_gamma, default 1, "
+                      "searched 10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
+                      lo=0.0, search={**_log(0.1, 10.0, 1.0), "help": "weight of the CORAL penalty"})
 
 
 # ================================================================== server rules' hyperparameters
@@ -314,6 +318,10 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      (FISHR_PENALTY, FISHR_ANNEAL_ITERS, FISHR_EMA, FISHR_DISTANCE),
                      scales_fp16_gradients=False,  # the per-example gradients are taken without the loss scaler
                      server_side="fedtune.algorithms.fishr_server:FishrServer"),
+    ClientMethodSpec("coral", "fedtune.algorithms.coral:DeepCORAL",
+                     "DeepCORAL: local SGD on CE + coral_weight * mean over the batch's domain pairs of the CORAL "
+                     "distance of the encoder features (clients holding several domains: domain_homogeneity > 0)",
+                     (CORAL_WEIGHT,)),
 )
 
 _TARGET_SOURCE_HPARAMS = (GP_BETA, GP_ALIGN)
