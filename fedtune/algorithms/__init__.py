@@ -244,6 +244,8 @@ def supported_settings(preset: Preset, client: ClientMethodSpec, rule: ServerRul
         allowed &= {"ufdg"}
     if rule.needs_target_client:
         allowed &= {"fda"}
+    if rule.needs_supervised_client:
+        allowed.discard("ufdg")
     return tuple(s for s in ALL_SETTINGS if s in allowed)
 
 

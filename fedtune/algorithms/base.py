@@ -168,13 +168,17 @@ class ClientMethodSpec(ComponentSpec):
 class ServerRuleSpec(ComponentSpec):
     """A server rule (:class:`~fedtune.algorithms.server.ServerRule`, NumPy code).
 
-    ``needs_target_client``: runs only in the fda setting. ``default_global_lr``: the run's
-    ``global_lr`` when unset. ``client_hooks(cfg)``: where the client-side hooks live that every
-    participant runs around its training for this rule (``"module:Class"`` of a
+    ``needs_target_client``: runs only in the fda setting. ``needs_supervised_client``: never in
+    ufdg. ``default_global_lr``: the run's ``global_lr`` when unset. ``client_hooks(cfg)``: where
+    the client-side hooks live that every participant runs around its training for this rule
+    (``"module:Class"`` of a
     :class:`~fedtune.algorithms.client_hooks.ClientHook`: FedGA's generalization gaps, auto-β's step
     records); the worker knows none of them by name."""
 
     needs_target_client: bool = False
+    # True: the rule reads class logits of the clients' models (FedGA's validation cross-entropy),
+    # so no unsupervised client method (setting ufdg) runs under it.
+    needs_supervised_client: bool = False
     default_global_lr: float = 1.0
     client_hooks: Callable[[Any], tuple[str, ...]] | None = None
     # Sampled choices that only steer its hyperparameters' ``when`` conditions in a search space (a

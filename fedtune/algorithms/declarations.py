@@ -357,7 +357,7 @@ SERVER_RULE_SPECS: tuple[ServerRuleSpec, ...] = (
     ServerRuleSpec("fedga", "fedtune.algorithms.fedga:FedGA",
                    "FedGA: θ ← θ + global_lr · Σ a_u Δ_u, a_u moved towards clients with larger generalization gaps",
                    (FEDGA_STEP, FEDGA_DECAY, FEDGA_CENTER, FEDGA_METRIC, FEDGA_INIT), check=_check_fedga,
-                   client_hooks=_fedga_hooks),
+                   needs_supervised_client=True, client_hooks=_fedga_hooks),
 )
 
 _ADAPTIVE = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU, SERVER_V_START)
