@@ -127,15 +127,7 @@ def test_an_old_name_is_one_line_naming_a_spelling_that_works(old):
 
 
 
-NO_HOOK_YET = pytest.mark.xfail(strict=True, reason=(
-    "fedtune/algorithms/__init__.py (the registry) is edited elsewhere and has no hook yet: `from fedtune.algorithms "
-    "import fedomg_direction` gets its line from the finder, `fedtune.algorithms.fedomg_direction` Python's bare one. "
-    "Its hook is `def __getattr__(name: str) -> NoReturn: raise old_name_error(__name__, name)`; then add the "
-    "package to ATTRIBUTE_HOOKS"))
-
-
-@pytest.mark.parametrize("package", [pytest.param(p, marks=[] if p in ATTRIBUTE_HOOKS else [NO_HOOK_YET]) for p in
-                                     sorted({old.rpartition(".")[0] for old in MOVED_NAMES} - set(MOVED_MODULES))])
+@pytest.mark.parametrize("package", sorted({old.rpartition(".")[0] for old in MOVED_NAMES} - set(MOVED_MODULES)))
 def test_every_module_with_old_names_has_the_attribute_hook(package):
     old = min(o for o in MOVED_NAMES if o.rpartition(".")[0] == package)
     with pytest.raises(AttributeError, match=re.escape(moved_message(old))):
