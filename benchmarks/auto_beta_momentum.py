@@ -2,8 +2,8 @@
 the estimates σ̂², d̂² and to β_DA, before and after the fix of issue 8.
 
 A script, not a test: it prints one table. No Ray: it calls the ``sgd`` client method with the
-worker's recorder (:class:`fedtune.algorithms.step_records.StepRecorder`) on a small synthetic task and
-feeds :func:`fedtune.algorithms.fedgp_auto_beta.auto_beta_estimates` directly.
+worker's recorder (:class:`fedtune.algorithms.client.step_records.StepRecorder`) on a small synthetic task and
+feeds :func:`fedtune.algorithms.server.fedgp_auto_beta.auto_beta_estimates` directly.
 
     python benchmarks/auto_beta_momentum.py                 # 40 replicates
     python benchmarks/auto_beta_momentum.py --replicates 100 --lr 0.05
@@ -35,12 +35,12 @@ import numpy as np
 import torch
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms.client import SGD, ClientContext
-from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
+from fedtune.algorithms.client.method import SGD, ClientContext
+from fedtune.algorithms.server.fedgp_auto_beta import auto_beta_estimates
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout
 from fedtune.models import build_model, get_flat, set_flat
-from fedtune.algorithms.step_records import StepRecorder
+from fedtune.algorithms.client.step_records import StepRecorder
 
 
 class ThetaDiffRecorder:

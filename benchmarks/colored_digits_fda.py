@@ -115,7 +115,7 @@ def table(results: list[dict[str, Any]], seeds: int) -> str:
 def a2_estimates(t: np.ndarray, s: np.ndarray) -> tuple[float, float, float]:
     """``(σ̂², d̂², τd̂²)`` of seed 002's Appendix A.2 written out directly in float64 (eqs. 88, 90,
     95, 105) for target steps ``t`` ``[B, P]`` and one source step ``s`` ``[P]``: an independent
-    reference for fedtune's :func:`~fedtune.algorithms.fedgp_auto_beta.auto_beta_estimates`. The
+    reference for fedtune's :func:`~fedtune.algorithms.server.fedgp_auto_beta.auto_beta_estimates`. The
     authors' ``empirical_metrics_batch`` computes the same three numbers (each divided by ``P``,
     which cancels in β, and clipped at 0)."""
     t, s = np.asarray(t, np.float64), np.asarray(s, np.float64)
@@ -139,7 +139,7 @@ def diagnose(target: str, seed: int, rounds_before: int, batch_size: int, out: s
     compute β_DA per source four ways: fedtune's estimator, :func:`a2_estimates` on the same samples,
     and :func:`a2_estimates` on the samples as the authors' code forms them (their target steps
     multiplied by ``lr_ratio`` once more, their source step at the source's learning rate)."""
-    from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
+    from fedtune.algorithms.server.fedgp_auto_beta import auto_beta_estimates
     from fedtune.config import FederatedRunConfig
     from fedtune.runtime.driver import FederatedRun
 

@@ -72,11 +72,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout
 
-from fedtune.algorithms.aggregate import fedavg_step, fedavg_weights  # noqa: E402
-from fedtune.algorithms.blocked import one_blas_thread, subtract_rows  # noqa: E402
-from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates  # noqa: E402
-from fedtune.algorithms.fedomg import fedomg_step  # noqa: E402
-from fedtune.algorithms.fedomg_solvers import _norm_floor, omg_objective, solve_omg_exact_info, solve_omg_sgd  # noqa: E402
+from fedtune.algorithms.server.aggregate import fedavg_step, fedavg_weights  # noqa: E402
+from fedtune.algorithms.server.blocked import one_blas_thread, subtract_rows  # noqa: E402
+from fedtune.algorithms.server.fedgp_auto_beta import auto_beta_estimates  # noqa: E402
+from fedtune.algorithms.server.fedomg import fedomg_step  # noqa: E402
+from fedtune.algorithms.server.fedomg_solvers import _norm_floor, omg_objective, solve_omg_exact_info, solve_omg_sgd  # noqa: E402
 
 RESNET18 = 11_700_000
 CNN_FALLBACK = 1_663_370  # build_model("cnn") on rotated-digits (1×28×28, 10 classes), if torch fails

@@ -18,8 +18,8 @@ import argparse
 
 import numpy as np
 
-from fedtune.algorithms.aggregate import fedavg_weights, weighted_sum
-from fedtune.algorithms.gala import gala_global_weights
+from fedtune.algorithms.server.aggregate import fedavg_weights, weighted_sum
+from fedtune.algorithms.server.gala import gala_global_weights
 
 
 def old_step(updates: np.ndarray, p: np.ndarray, iters: int) -> np.ndarray:

@@ -58,7 +58,7 @@ class Probe:
         self.device, self.go, self.images, self.host, self.crc_s, self.crc = None, None, 0, 0.0, 0.0, None
 
     def install(self) -> None:
-        from fedtune.algorithms.client import ClientContext, ClientMethod
+        from fedtune.algorithms.client.method import ClientContext, ClientMethod
         from fedtune.data import cache
 
         if hasattr(cache, "zlib"):

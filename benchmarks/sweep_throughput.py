@@ -79,8 +79,8 @@ class Timeline(tune.Callback):
 
 def run_mode(args, lrs: list[float], out: str, *, reuse: bool, concurrent: int, tag: str = "") -> dict[str, Any]:
     from fedtune.results.store import load
-    from fedtune.tune.callback import ArrowCallback
-    from fedtune.tune.trainable import fedtune_trainable
+    from fedtune.tune.trial.callback import ArrowCallback
+    from fedtune.tune.trial.trainable import fedtune_trainable
 
     study = f"reuse{int(reuse)}-c{concurrent}{tag}"
     timeline = Timeline()

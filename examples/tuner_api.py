@@ -25,7 +25,7 @@ from typing import Any
 from ray import tune
 
 import fedtune
-from fedtune.tune.loggers import logger_callbacks
+from fedtune.tune.trial.loggers import logger_callbacks
 
 # What every trial shares (any FederatedRunConfig field): the budget, and the resources. One client actor
 # of 1 CPU per trial (its 5 clients train in turn), so two trials run side by side on 2 cores.
@@ -45,7 +45,7 @@ def main(output: str = "fedtune_results", study: str = "tuner-api", algorithm: s
 
     Trials are compared by source-validation accuracy (``val_acc``, the honest selection
     metric; never ``target_acc``). ``loggers``: any of ``csv``, ``tensorboard``, ``mlflow`` (Ray
-    Tune's logger callbacks, each round once; :mod:`fedtune.tune.loggers`)."""
+    Tune's logger callbacks, each round once; :mod:`fedtune.tune.trial.loggers`)."""
     output = str(Path(output).resolve())
     param_space = {**fedtune.search_space(algorithm), **BASE, **(overrides or {})}
     tuner = tune.Tuner(

@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # for type checkers; at run time each name loads on first use
     from fedtune.results.store import load
     from fedtune.runtime.driver import run
     from fedtune.spaces.lookup import search_space
-    from fedtune.tune.callback import ArrowCallback
-    from fedtune.tune.trainable import fedtune_trainable
+    from fedtune.tune.trial.callback import ArrowCallback
+    from fedtune.tune.trial.trainable import fedtune_trainable
 
 __version__ = "0.1.0"
 
@@ -58,8 +58,8 @@ _HOMES: dict[str, str] = {
     "make_report": "fedtune.reports.report",
     # Ray Tune's Tuner
     "search_space": "fedtune.spaces.lookup",
-    "fedtune_trainable": "fedtune.tune.trainable",
-    "ArrowCallback": "fedtune.tune.callback",
+    "fedtune_trainable": "fedtune.tune.trial.trainable",
+    "ArrowCallback": "fedtune.tune.trial.callback",
     # registries
     "PRESETS": "fedtune.algorithms.declarations",
     "CLIENT_METHODS": "fedtune.algorithms",

@@ -2,7 +2,7 @@
 
 Every user-settable value (a run field of :class:`~fedtune.config.FederatedRunConfig`, a client
 method's or server rule's :class:`~fedtune.algorithms.base.HParam`, an option of
-:class:`~fedtune.tune.options.SweepOptions`) declares its allowed values as one :class:`Bounds`, and
+:class:`~fedtune.tune.study.options.SweepOptions`) declares its allowed values as one :class:`Bounds`, and
 every check goes through :meth:`Bounds.check`, so a bad value reads the same wherever it was
 given: ``<where>: <value> is not allowed | is out of range | is not a finite number; allowed: ...``.
 Type conversion (a YAML string to an int, ...) stays with each caller, which knows its types;

@@ -14,7 +14,7 @@ from fedtune.errors import ConfigError, DataError, ResourceError
 from fedtune.results import status
 
 if TYPE_CHECKING:
-    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.study.options import SweepOptions
 
 # Flags of `fedtune run` that map one-to-one onto config fields (flag dest -> field).
 RUN_FLAGS = {
@@ -228,11 +228,11 @@ def cmd_fields() -> int:
 
 
 # ------------------------------------------------------------------------------------------------
-# fedtune sweep (the study itself: fedtune.tune.sweep)
+# fedtune sweep (the study itself: fedtune.tune.study.sweep)
 def add_sweep_parser(sub: Any) -> Any:
     """Add ``fedtune sweep`` to the subcommands ``sub`` of the ``fedtune`` parser."""
-    from fedtune.tune.default_study import DEFAULT_ALGORITHMS
-    from fedtune.tune.options import SAMPLERS, SCHEDULERS, SELECTIONS
+    from fedtune.tune.study.default_study import DEFAULT_ALGORITHMS
+    from fedtune.tune.study.options import SAMPLERS, SCHEDULERS, SELECTIONS
 
     p = sub.add_parser(
         "sweep", help="hyperparameter study: Ray Tune + Optuna over search spaces, with resume and seeds",
@@ -312,8 +312,8 @@ def add_sweep_parser(sub: Any) -> Any:
 
 
 def options_from_args(args: Any) -> SweepOptions:
-    """:class:`~fedtune.tune.options.SweepOptions` from parsed ``fedtune sweep`` arguments."""
-    from fedtune.tune.options import SweepOptions
+    """:class:`~fedtune.tune.study.options.SweepOptions` from parsed ``fedtune sweep`` arguments."""
+    from fedtune.tune.study.options import SweepOptions
 
     metric = None
     if args.metric:
@@ -341,7 +341,7 @@ def options_from_args(args: Any) -> SweepOptions:
     if args.config:
         opts = with_config_file(opts, args.config)
     if args.resume:
-        from fedtune.tune.resume import RESUME_FIXED, check_resume_flags
+        from fedtune.tune.study.resume import RESUME_FIXED, check_resume_flags
 
         check_resume_flags({k: getattr(args, k, None) for k in RESUME_FIXED}, opts)
     return opts
@@ -402,7 +402,7 @@ def cmd_sweep(args: Any) -> int:
     from fedtune.results.study_dir import StudyDir
     from fedtune.reports.importances import study_optuna_url
     from fedtune.results.optuna_url import shown
-    from fedtune.tune.sweep import StudyInterrupted, run_sweep
+    from fedtune.tune.study.sweep import StudyInterrupted, run_sweep
 
     console = Console()
     opts = options_from_args(args)

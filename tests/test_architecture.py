@@ -105,7 +105,7 @@ def test_the_import_graph_reads_relative_and_lazy_imports():
     assert "fedtune.errors" in graph["fedtune.data.registry"]  # module level
     assert "fedtune.algorithms" in graph["fedtune.config"]  # inside a method
     assert "fedtune.data.base" in graph["fedtune.data.registry"]  # relative (from .base import ...)
-    assert "fedtune.algorithms.client" in graph["fedtune.algorithms.sam"]
+    assert "fedtune.algorithms.client.method" in graph["fedtune.algorithms.client.sam"]
     assert graph["fedtune.errors"] == set()  # the floor
 
 
@@ -119,6 +119,45 @@ def test_algorithms_never_import_the_config():
     graph = import_graph()
     offenders = sorted(m for m, deps in graph.items() if m.startswith("fedtune.algorithms") and "fedtune.config" in deps)
     assert not offenders, f"algorithms must import fedtune.errors, not fedtune.config: {offenders}"
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """Top-level names of every non-fedtune module ``path`` imports, anywhere in its body."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out - {"fedtune"}
+
+
+def reachable(start: str, graph: dict[str, set[str]]) -> set[str]:
+    seen, todo = {start}, [start]
+    while todo:
+        for dep in graph[todo.pop()] - seen:
+            seen.add(dep)
+            todo.append(dep)
+    return seen
+
+
+def test_algorithms_rooms_show_the_split():
+    """algorithms/server/ (what the coordinator runs) reaches no torch, through any fedtune module
+    it imports; the declarations and the registries at algorithms/ reach neither torch nor NumPy;
+    every module of algorithms/ lives in one of the two rooms or is one of those three."""
+    graph, mods = import_graph(), modules()
+    top = {"fedtune.algorithms", "fedtune.algorithms.base", "fedtune.algorithms.declarations"}
+    rooms = {m for m in mods if m.startswith("fedtune.algorithms.")} - top
+    assert rooms and all(m.split(".")[2] in ("client", "server") for m in rooms), sorted(rooms)
+    assert {m for m in mods if m.startswith("fedtune.algorithms.server.")}, "the server room is empty"
+    assert {m for m in mods if m.startswith("fedtune.algorithms.client.")}, "the client room is empty"
+    for name in sorted(mods):
+        if name.startswith("fedtune.algorithms.server") or name in top:
+            lazy_registry = name == "fedtune.algorithms"  # imports a class's module only when asked
+            reach = {name} if lazy_registry else reachable(name, graph)
+            banned = {"torch", "torchvision"} | ({"numpy"} if name in top else set())
+            found = {m: sorted(third_party_imports(mods[m]) & banned) for m in reach}
+            assert not any(found.values()), f"{name} reaches {({m: b for m, b in found.items() if b})}"
 
 
 def test_no_module_is_oversized():

@@ -32,9 +32,9 @@ def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty
     from ray.tune.schedulers import async_hyperband
 
     from fedtune.results.store import load
-    from fedtune.tune.options import SweepOptions
-    from fedtune.tune.plan import optuna_storage_url
-    from fedtune.tune.sweep import run_sweep
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.study.sweep import run_sweep
 
     space = tmp_path / "space.yaml"
     space.write_text(ASHA_SPACE)

@@ -1,5 +1,5 @@
 """Auto-β's samples are the raw per-batch steps −lr·∇_b whatever the optimiser (docs/methods.md §2,
-issue 8): the worker's recorder (fedtune.algorithms.step_records.StepRecorder) fed through
+issue 8): the worker's recorder (fedtune.algorithms.client.step_records.StepRecorder) fed through
 ``ctx.record_step`` by the client methods, and the estimates it leads to under momentum."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import torch
 from torch.nn import functional as F
 
 from fedtune.runtime.examples import TensorExamples
-from fedtune.algorithms.client import SGD, ClientContext, batches
-from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
-from fedtune.algorithms.sam import SAM
+from fedtune.algorithms.client.method import SGD, ClientContext, batches
+from fedtune.algorithms.server.fedgp_auto_beta import auto_beta_estimates
+from fedtune.algorithms.client.sam import SAM
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout
 from fedtune.models import build_model, get_flat, set_flat
-from fedtune.algorithms.step_records import StepRecorder
+from fedtune.algorithms.client.step_records import StepRecorder
 
 
 def _cfg(**kw) -> FederatedRunConfig:

@@ -80,7 +80,7 @@ def test_a_class_missing_from_one_domain_is_still_a_class(tmp_path):
 def test_batches_never_hold_one_example_and_cover_every_example_once_per_epoch(n, bs):
     import torch
 
-    from fedtune.algorithms.client import batches, batches_per_epoch
+    from fedtune.algorithms.client.method import batches, batches_per_epoch
 
     per_epoch = batches_per_epoch(n, bs)
     out = list(batches(n, bs, 3 * per_epoch, torch.Generator().manual_seed(0)))
@@ -98,7 +98,7 @@ def test_batches_never_hold_one_example_and_cover_every_example_once_per_epoch(n
 def test_batch_sizes_for_n_18_batch_17_is_one_batch_of_18():
     import torch
 
-    from fedtune.algorithms.client import batches, local_steps
+    from fedtune.algorithms.client.method import batches, local_steps
 
     cfg = FederatedRunConfig.from_dict({"batch_size": 17, "local_epochs": 2})
     assert local_steps(18, cfg) == 2  # two epochs of one batch each
@@ -109,7 +109,7 @@ def test_a_batchnorm_model_trains_on_18_examples_with_batch_size_17():
     import torch
     from torch import nn
 
-    from fedtune.algorithms.client import SGD, ClientContext
+    from fedtune.algorithms.client.method import SGD, ClientContext
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
@@ -124,7 +124,7 @@ def test_a_batchnorm_model_trains_on_18_examples_with_batch_size_17():
 # ------------------------------------------------------------------------------------------------
 # The order of a client's batches: a function of (seed, client, round), different every round.
 def _drawn_batches(cfg: FederatedRunConfig, round: int, client: int) -> list[list[int]]:
-    from fedtune.algorithms.client import batches, local_steps
+    from fedtune.algorithms.client.method import batches, local_steps
     from fedtune.runtime.driver import FederatedRun
 
     fr = FederatedRun(cfg)
@@ -136,7 +136,7 @@ def _drawn_batches(cfg: FederatedRunConfig, round: int, client: int) -> list[lis
         def record(ctx):
             n = ctx.num_examples
             drawn.extend(b.tolist() for b in batches(n, cfg.batch_size, local_steps(n, cfg), ctx.generator))
-            from fedtune.algorithms.client import ClientOutcome
+            from fedtune.algorithms.client.method import ClientOutcome
 
             return ClientOutcome(loss=0.0, steps=len(drawn))
 
@@ -192,8 +192,8 @@ def test_train_loss_is_weighted_by_the_clients_example_counts(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # Inputs refused up front.
 def test_bad_names_and_an_output_file_are_config_errors(tmp_path):
-    from fedtune.tune.options import SweepOptions
-    from fedtune.tune.plan import plan_study
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.plan import plan_study
 
     for bad in (".hidden", "a/b", " "):
         with pytest.raises(ConfigError, match="allowed: a non-empty folder name"):
@@ -261,8 +261,8 @@ def test_a_record_lands_while_another_connection_holds_the_database_locked(tmp_p
     from optuna.trial import TrialState
 
     from fedtune.results.study_dir import OPTUNA_FILE
-    from fedtune.tune.optuna_search import optuna_storage
-    from fedtune.tune.plan import optuna_storage_url
+    from fedtune.tune.tuner.optuna_search import optuna_storage
+    from fedtune.tune.study.plan import optuna_storage_url
 
     study_dir = tmp_path / "s"
     study_dir.mkdir()
@@ -290,9 +290,9 @@ def test_a_record_lands_while_another_connection_holds_the_database_locked(tmp_p
 def test_the_storage_pickles_onto_the_study_being_run(tmp_path):
     import pickle
 
-    from fedtune.tune.active import ACTIVE
-    from fedtune.tune.optuna_search import optuna_storage
-    from fedtune.tune.plan import optuna_storage_url
+    from fedtune.tune.study.active import ACTIVE
+    from fedtune.tune.tuner.optuna_search import optuna_storage
+    from fedtune.tune.study.plan import optuna_storage_url
 
     (tmp_path / "A").mkdir()
     (tmp_path / "B").mkdir()
@@ -370,9 +370,9 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
     from optuna.trial import TrialState
 
     from fedtune.spaces.lookup import load_space
-    from fedtune.tune.options import SweepOptions
-    from fedtune.tune.plan import optuna_storage_url
-    from fedtune.tune.sweep import run_sweep
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.study.sweep import run_sweep
 
     a_out, b_out = tmp_path / "A", tmp_path / "B"
     ext = tmp_path / "ext" / "my-fedavg.yaml"  # a SPACE file outside the study: gone after the move
@@ -428,7 +428,7 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
 
 
 def test_saved_space_paths_resolve_inside_the_study_folder(tmp_path):
-    from fedtune.tune.resume import study_space as _study_space
+    from fedtune.tune.study.resume import study_space as _study_space
 
     study = tmp_path / "moved" / "st"
     (study / "spaces").mkdir(parents=True)

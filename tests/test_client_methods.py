@@ -4,7 +4,7 @@ import subprocess
 import pytest
 import torch
 
-from fedtune.algorithms.optim import LocalSGD
+from fedtune.algorithms.client.optim import LocalSGD
 from fedtune.models import build_model
 
 
@@ -29,7 +29,7 @@ def test_local_sgd_matches_torch_optim_sgd_bit_for_bit(momentum, weight_decay):
 
 def test_local_sgd_does_not_import_dynamo():
     # torch.optim.Optimizer's first use imports torch._dynamo (~2 s per fresh actor process).
-    code = ("import sys, torch\nfrom fedtune.algorithms.optim import LocalSGD\n"
+    code = ("import sys, torch\nfrom fedtune.algorithms.client.optim import LocalSGD\n"
             "m = torch.nn.Linear(3, 2); o = LocalSGD(m.parameters(), lr=0.1, momentum=0.9)\n"
             "m(torch.randn(4, 3)).sum().backward(); o.step()\n"
             "print('torch._dynamo' in sys.modules)")

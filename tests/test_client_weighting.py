@@ -11,8 +11,8 @@ import pytest
 
 from fedtune.algorithms import SERVER_RULES
 from fedtune.algorithms.declarations import PRESETS
-from fedtune.algorithms.aggregate import fedavg_weights
-from fedtune.algorithms.server import RoundInfo
+from fedtune.algorithms.server.aggregate import fedavg_weights
+from fedtune.algorithms.server.rule import RoundInfo
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from fedtune.algorithms import LOCAL_OPTIMIZERS
-from fedtune.algorithms.client import SGD, ClientContext
-from fedtune.algorithms.fedgp import FedDA
-from fedtune.algorithms.server import RoundInfo
+from fedtune.algorithms.client.method import SGD, ClientContext
+from fedtune.algorithms.server.fedgp import FedDA
+from fedtune.algorithms.server.rule import RoundInfo
 from fedtune.config import FederatedRunConfig
 from fedtune.data.colored_digits import ColoredDigits
 from fedtune.data.digits import read_digits, render

@@ -434,7 +434,7 @@ def test_a_hyperparameter_is_checked_like_a_run_field(value, message):
 
 
 def test_sweep_options_share_the_bounded_field_wording():
-    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.study.options import SweepOptions
 
     for opts, message in ((SweepOptions(num_samples=0), "option '--num-samples': 0 is out of range; allowed: >= 1"),
                           (SweepOptions(max_failures=-2), r"option '--max-failures': -2 is out of range; allowed: >= -1 "

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedtune.algorithms.client import ClientContext
-from fedtune.algorithms.coral import DeepCORAL, coral_penalty
+from fedtune.algorithms.client.method import ClientContext
+from fedtune.algorithms.client.coral import DeepCORAL, coral_penalty
 from fedtune.config import FederatedRunConfig
 from fedtune.runtime.examples import TensorExamples
 
@@ -75,7 +75,7 @@ def test_one_full_batch_step_follows_the_float64_gradient_of_ce_plus_weighted_pe
 
 
 def test_weight_zero_is_plain_sgd_bit_for_bit():
-    from fedtune.algorithms.client import SGD
+    from fedtune.algorithms.client.method import SGD
 
     torch.manual_seed(1)
     a = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3))

@@ -23,8 +23,8 @@ MODULES = _modules()
 
 def test_every_module_is_collected():
     # walk_packages found the subpackages' modules too, not only the top level
-    for name in ("fedtune.config", "fedtune.results.store", "fedtune.tune.sweep", "fedtune.runtime.coordinator",
-                 "fedtune.algorithms.fedomg", "fedtune.data.partition", "fedtune.reports.report",
+    for name in ("fedtune.config", "fedtune.results.store", "fedtune.tune.study.sweep", "fedtune.runtime.coordinator",
+                 "fedtune.algorithms.server.fedomg", "fedtune.data.partition", "fedtune.reports.report",
                  "fedtune.reports.stats", "fedtune.spaces.lookup", "fedtune.spaces.yaml_files"):
         assert name in MODULES, name
 

@@ -17,12 +17,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
-from fedtune.algorithms.gala import gala_global_weights, gala_step
-from fedtune.algorithms.gala_client import GatedSGD
-from fedtune.algorithms.gfm import new_augmenter
-from fedtune.algorithms.optim import LocalSGD
-from fedtune.algorithms.sam import SamDescent
+from fedtune.algorithms.server.fedgp_auto_beta import auto_beta_estimates
+from fedtune.algorithms.server.gala import gala_global_weights, gala_step
+from fedtune.algorithms.client.gala import GatedSGD
+from fedtune.algorithms.client.gfm import new_augmenter
+from fedtune.algorithms.client.optim import LocalSGD
+from fedtune.algorithms.client.sam import SamDescent
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,9 +164,9 @@ def test_default_augmenter_is_teachaugments_size():
 # ------------------------------------------------------------------ 5. README: one home per name
 def test_readme_public_math_names_their_defining_module():
     text = (ROOT / "README.md").read_text()
-    assert "fedtune.algorithms.gala.gala_global_weights" in text
+    assert "fedtune.algorithms.server.gala.gala_global_weights" in text
     assert not re.search(r"(?<![\w.])gala\.gala_global_weights", text)
-    mod = importlib.import_module("fedtune.algorithms.gala")
+    mod = importlib.import_module("fedtune.algorithms.server.gala")
     assert callable(mod.gala_global_weights)
     assert not hasattr(importlib.import_module("fedtune.algorithms"), "gala_global_weights")
 
@@ -205,7 +205,7 @@ def test_sam_sharpness_is_the_loss_rise_along_the_gradient_not_the_sphere_averag
         rises.append(loss_at([rho * v / dn for v in d]) - base)
     assert worst_first_order > 5 * abs(float(np.mean(rises)))
     # ... and the documentation says which one it is
-    sam_doc = importlib.import_module("fedtune.algorithms.sam").__doc__
+    sam_doc = importlib.import_module("fedtune.algorithms.client.sam").__doc__
     row = next(line for line in (ROOT / "docs" / "methods.md").read_text().splitlines()
                if line.startswith("| SAM / GFM"))
     for text in (sam_doc, row):

@@ -1,4 +1,4 @@
-"""FedAvg server math (fedtune/algorithms/server.py) and the SGD client method (client.py)."""
+"""FedAvg server math (fedtune/algorithms/server/rule.py) and the SGD client method (client.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import torch
 
 from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import resolve
-from fedtune.algorithms.aggregate import fedavg_buffers, fedavg_step, fedavg_weights, weighted_sum
-from fedtune.algorithms.client import SGD, ClientContext, batches, local_steps
-from fedtune.algorithms.server import FedAvg, RoundInfo
+from fedtune.algorithms.server.aggregate import fedavg_buffers, fedavg_step, fedavg_weights, weighted_sum
+from fedtune.algorithms.client.method import SGD, ClientContext, batches, local_steps
+from fedtune.algorithms.server.rule import FedAvg, RoundInfo
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout
 from fedtune.models import build_model, get_flat

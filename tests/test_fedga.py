@@ -1,5 +1,5 @@
 """FedGA — generalization adjustment of the aggregation weights (Zhang et al., CVPR 2023;
-fedtune/algorithms/fedga.py): the equations against a float64 reference written here, the
+fedtune/algorithms/server/fedga.py): the equations against a float64 reference written here, the
 zero-step invariant (FedAvg bit for bit), the decay schedule, checkpoints, the worker's two
 evaluations, the torch-free coordinator and a short local run."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from fedtune.algorithms import SERVER_RULES, resolve
-from fedtune.algorithms.aggregate import fedavg_buffers, fedavg_step
-from fedtune.algorithms.fedga import (
+from fedtune.algorithms.server.aggregate import fedavg_buffers, fedavg_step
+from fedtune.algorithms.server.fedga import (
     FedGA,
     aggregation_weights,
     decayed_step,
@@ -22,7 +22,7 @@ from fedtune.algorithms.fedga import (
     generalization_gaps,
     normalized_gaps,
 )
-from fedtune.algorithms.server import RoundInfo
+from fedtune.algorithms.server.rule import RoundInfo
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 

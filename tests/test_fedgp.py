@@ -1,4 +1,4 @@
-"""FedDA / FedGP / target-only (fedtune/algorithms/fedgp.py, docs/methods.md §2)."""
+"""FedDA / FedGP / target-only (fedtune/algorithms/server/fedgp.py, docs/methods.md §2)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from fedtune.algorithms.declarations import GP_ALIGN, GP_BETA
 from fedtune.algorithms import SERVER_RULES
 from fedtune.algorithms.declarations import PRESETS
-from fedtune.algorithms.fedgp import (FedDA, FedGP, TargetOnly, align_source_magnitude, alignment_factor,
+from fedtune.algorithms.server.fedgp import (FedDA, FedGP, TargetOnly, align_source_magnitude, alignment_factor,
                                      combine_with_target, fedgp_combine, proj_plus, proj_plus_per_tensor)
-from fedtune.algorithms.fedgp_auto_beta import auto_beta, auto_beta_estimates, beta_from, source_step_scales
-from fedtune.algorithms.server import RoundInfo
+from fedtune.algorithms.server.fedgp_auto_beta import auto_beta, auto_beta_estimates, beta_from, source_step_scales
+from fedtune.algorithms.server.rule import RoundInfo
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout, TensorSlot
@@ -307,7 +307,7 @@ def test_auto_beta_rule_uses_the_target_steps_and_the_sources_mean_raw_steps():
 
 
 def test_target_steps_are_recorded_only_for_auto_beta():
-    records = ("fedtune.algorithms.step_records:StepRecords",)
+    records = ("fedtune.algorithms.client.step_records:StepRecords",)
     assert SERVER_RULES.spec("fedgp").hooks(fda_cfg("fedgp", gp_beta="auto")) == records
     assert SERVER_RULES.spec("fedda").hooks(fda_cfg("fedda", gp_beta="auto")) == records
     assert SERVER_RULES.spec("fedgp").hooks(fda_cfg("fedgp")) == ()
@@ -385,8 +385,8 @@ def test_end_to_end_fda_runs(tmp_path):
 
 # ================================================================================ batch-norm buffers
 def test_buffers_follow_the_fda_rule():
-    from fedtune.algorithms.aggregate import fedavg_buffers
-    from fedtune.algorithms.server import FedAvg
+    from fedtune.algorithms.server.aggregate import fedavg_buffers
+    from fedtune.algorithms.server.rule import FedAvg
 
     params, updates, weights, info = hand_round()
     old = np.array([0.0, 1.0, 2.0], np.float32)  # the global running mean/var entries

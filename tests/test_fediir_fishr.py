@@ -15,14 +15,14 @@ from torch import nn
 
 from fedtune.algorithms import CLIENT_METHODS, SERVER_SIDES, own_knobs
 from fedtune.algorithms.declarations import PRESETS
-from fedtune.algorithms.client import ClientContext, batches
-from fedtune.algorithms.fediir import FedIIR, round_gradient_sum
-from fedtune.algorithms.fediir_server import BATCHES_KEY, GRAD_SUM_KEY, FedIIRServer
-from fedtune.algorithms.fediir_server import MEAN_KEY as FEDIIR_MEAN_KEY
-from fedtune.algorithms.fishr import STATE_KEY, Fishr, gradient_variance, iterations_behind
-from fedtune.algorithms.fishr_server import MEAN_KEY as FISHR_MEAN_KEY
-from fedtune.algorithms.fishr_server import VARIANCE_KEY, FishrServer
-from fedtune.algorithms.server import RoundInfo
+from fedtune.algorithms.client.method import ClientContext, batches
+from fedtune.algorithms.client.fediir import FedIIR, round_gradient_sum
+from fedtune.algorithms.server.fediir import BATCHES_KEY, GRAD_SUM_KEY, FedIIRServer
+from fedtune.algorithms.server.fediir import MEAN_KEY as FEDIIR_MEAN_KEY
+from fedtune.algorithms.client.fishr import STATE_KEY, Fishr, gradient_variance, iterations_behind
+from fedtune.algorithms.server.fishr import MEAN_KEY as FISHR_MEAN_KEY
+from fedtune.algorithms.server.fishr import VARIANCE_KEY, FishrServer
+from fedtune.algorithms.server.rule import RoundInfo
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint

@@ -1,4 +1,4 @@
-"""FedOMG (fedtune/algorithms/fedomg.py, docs/methods.md §1): Gram pass, step-2 solvers, direction, rule."""
+"""FedOMG (fedtune/algorithms/server/fedomg.py, docs/methods.md §1): Gram pass, step-2 solvers, direction, rule."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import math
 import numpy as np
 import pytest
 
-import fedtune.algorithms.fedomg as fedomg_mod
+import fedtune.algorithms.server.fedomg as fedomg_mod
 from fedtune.algorithms.declarations import OMG_KAPPA, OMG_RESCALE, OMG_SOLVER
 from fedtune.algorithms import SERVER_RULES, resolve
 from fedtune.algorithms.declarations import PRESETS
-from fedtune.algorithms.aggregate import fedavg_step, fedavg_weights, weighted_sum
-from fedtune.algorithms.fedomg import FedOMG, fedomg_direction, fedomg_step, gram_matrix
-from fedtune.algorithms.fedomg_solvers import (_norm_floor, cosines, omg_objective, omg_solution, solve_omg_exact,
+from fedtune.algorithms.server.aggregate import fedavg_step, fedavg_weights, weighted_sum
+from fedtune.algorithms.server.fedomg import FedOMG, fedomg_direction, fedomg_step, gram_matrix
+from fedtune.algorithms.server.fedomg_solvers import (_norm_floor, cosines, omg_objective, omg_solution, solve_omg_exact,
                                               solve_omg_exact_info, solve_omg_sgd)
-from fedtune.algorithms.server import RoundInfo
+from fedtune.algorithms.server.rule import RoundInfo
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 

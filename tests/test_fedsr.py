@@ -1,4 +1,4 @@
-"""FedSR client method and its probabilistic head (fedtune/algorithms/fedsr.py, fedtune/models.py)."""
+"""FedSR client method and its probabilistic head (fedtune/algorithms/client/fedsr.py, fedtune/models.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 
 from fedtune.algorithms import CLIENT_METHODS, own_knobs
 from fedtune.algorithms.declarations import PRESETS
-from fedtune.algorithms.client import SGD, ClientContext
-from fedtune.algorithms.fedsr import PRIOR_STATE_KEYS, FedSR
+from fedtune.algorithms.client.method import SGD, ClientContext
+from fedtune.algorithms.client.fedsr import PRIOR_STATE_KEYS, FedSR
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.layout import FlatLayout

@@ -1,4 +1,4 @@
-"""FedGaLA (fedtune/algorithms/gala.py): global alignment weights, the gala server rule, the
+"""FedGaLA (fedtune/algorithms/server/gala.py): global alignment weights, the gala server rule, the
 locally gated client step (GatedSGD / client method "gala"), and the fedgala preset end to end."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from fedtune.algorithms.declarations import GALA_GATE, GALA_ITERS, GALA_MIX, GAL
 from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES, SERVER_SIDES
 from fedtune.algorithms.declarations import PRESETS
-from fedtune.algorithms.aggregate import fedavg_step
-from fedtune.algorithms.client import SGD, ClientContext
-from fedtune.algorithms.server import RoundInfo
-from fedtune.algorithms.gala import Gala, gala_global_weights, gala_step
-from fedtune.algorithms.gala_move import GlobalMove, SimclrGlobalMove
-from fedtune.algorithms.gala_client import GalaClient, GatedSGD, reference_tensors
+from fedtune.algorithms.server.aggregate import fedavg_step
+from fedtune.algorithms.client.method import SGD, ClientContext
+from fedtune.algorithms.server.rule import RoundInfo
+from fedtune.algorithms.server.gala import Gala, gala_global_weights, gala_step
+from fedtune.algorithms.server.gala_move import GlobalMove, SimclrGlobalMove
+from fedtune.algorithms.client.gala import GalaClient, GatedSGD, reference_tensors
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 from fedtune.models import build_model
@@ -404,14 +404,14 @@ def test_global_move_is_sliced_per_tensor_in_parameters_order():
 def test_gated_client_mixin_wraps_any_loss():
     # A made-up client method (squared norm of the output) that builds its optimiser through
     # make_optimizer, like SGD and SimCLR: the mixin gates it without touching its loop.
-    from fedtune.algorithms.client import ClientMethod, ClientOutcome
-    from fedtune.algorithms.gala_client import GatedClientMixin
+    from fedtune.algorithms.client.method import ClientMethod, ClientOutcome
+    from fedtune.algorithms.client.gala import GatedClientMixin
 
     class OutputNorm(ClientMethod):
         name = "output-norm"
 
         def make_optimizer(self, model):
-            from fedtune.algorithms.optim import LocalSGD
+            from fedtune.algorithms.client.optim import LocalSGD
 
             return LocalSGD(model.parameters(), lr=self.cfg.local_lr)
 

@@ -1,6 +1,6 @@
 """The paper-scale input path: the decoded-image cache, batches fetched from it, DomainBed's
 augmentation, the client optimisers and precisions (fedtune.data.cache, fedtune.runtime.examples,
-fedtune.runtime.augment, fedtune.algorithms.optim / precision)."""
+fedtune.runtime.augment, fedtune.algorithms.client.optim / precision)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from fedtune.algorithms.optim import LocalAdam, LocalSGD
+from fedtune.algorithms.client.optim import LocalAdam, LocalSGD
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import DataError
@@ -342,7 +342,7 @@ def test_fp16_and_its_incompatible_methods_are_refused_up_front(tmp_path):
 
 
 def test_fp16_on_a_cpu_client_is_refused_by_the_client(tmp_path):
-    from fedtune.algorithms.precision import check_device
+    from fedtune.algorithms.client.precision import check_device
 
     with pytest.raises(ConfigError, match="fp16 needs a CUDA device, but this client runs on cpu"):
         check_device("fp16", "cpu")
@@ -373,7 +373,7 @@ def test_local_adam_skipped_tensors_keep_their_moments():
 
 
 def test_gala_gates_adam_steps_too():
-    from fedtune.algorithms.gala_client import GatedAdam
+    from fedtune.algorithms.client.gala import GatedAdam
 
     w, z = torch.zeros(2, requires_grad=True), torch.zeros(2, requires_grad=True)
     opt = GatedAdam([w, z], lr=0.1, reference=[torch.ones(2), torch.ones(2)], tau=0.0)
@@ -385,7 +385,7 @@ def test_gala_gates_adam_steps_too():
 
 def test_fp16_gradient_scaler_step_equals_the_unscaled_step():
     """descend with a GradScaler (the fp16 path; CPU scaler here) takes the same SGD step as without."""
-    from fedtune.algorithms.client import descend
+    from fedtune.algorithms.client.method import descend
 
     torch.manual_seed(0)
     x, y = torch.randn(8, 5), torch.randint(0, 3, (8,))
@@ -428,8 +428,8 @@ def test_domainbed_augment_metrics_match_across_backends_and_actor_counts(ray_se
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_sweep_of_several_trials_decodes_every_image_once(ray_session, tmp_path):
-    from fedtune.tune.options import SweepOptions
-    from fedtune.tune.sweep import run_sweep
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.sweep import run_sweep
 
     root = image_tree(tmp_path / "ds", per_class=5)
     cache = tmp_path / "cache"

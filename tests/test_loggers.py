@@ -1,5 +1,5 @@
 """``fedtune sweep --logger csv|tensorboard|mlflow|wandb``: early errors, each (trial, round) once
-in every sink (Ray Tune's own logger callbacks, :mod:`fedtune.tune.loggers`), and a tiny real sweep
+in every sink (Ray Tune's own logger callbacks, :mod:`fedtune.tune.trial.loggers`), and a tiny real sweep
 read back from the CSV files, the TensorBoard event files, the MLflow database and W&B's offline
 run files."""
 
@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from fedtune.errors import ConfigError
-from fedtune.tune.options import SweepOptions
+from fedtune.tune.study.options import SweepOptions
 
 
 def test_bad_or_missing_loggers_fail_early_naming_the_option_and_the_extra(monkeypatch, tmp_path):
@@ -49,8 +49,8 @@ def test_tune_auto_loggers_never_add_a_second_csv_writer(monkeypatch):
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
     from ray.tune.utils.callback import _create_default_callbacks
 
-    from fedtune.tune.loggers import FedtuneCSVLogger, FedtuneTBXLogger
-    from fedtune.tune.tune_env import tune_env
+    from fedtune.tune.trial.loggers import FedtuneCSVLogger, FedtuneTBXLogger
+    from fedtune.tune.tuner.env import tune_env
 
     def count(callbacks, cls):
         return sum(isinstance(c, cls) for c in callbacks)
@@ -69,7 +69,7 @@ def test_tune_auto_loggers_never_add_a_second_csv_writer(monkeypatch):
 def test_a_round_reported_again_is_logged_once_and_the_state_survives_a_restore():
     from ray.tune.logger import LoggerCallback
 
-    from fedtune.tune.loggers import _OncePerRound
+    from fedtune.tune.trial.loggers import _OncePerRound
 
     # _OncePerRound passes what it logs to the next class: a recording sink stands for Ray's logger
     class Sink(LoggerCallback):
@@ -167,7 +167,7 @@ def _wandb_env(monkeypatch, tmp_path: Path, **env: str) -> None:
 
 
 def test_wandb_is_offline_unless_the_user_says_otherwise_and_bad_settings_fail_early(monkeypatch, tmp_path):
-    from fedtune.tune.loggers import logger_callbacks, wandb_mode
+    from fedtune.tune.trial.loggers import logger_callbacks, wandb_mode
 
     _wandb_env(monkeypatch, tmp_path)
     assert wandb_mode() == "offline"  # nothing set: offline (nothing leaves the machine)
@@ -215,7 +215,7 @@ class _Trial:
 @pytest.mark.slow
 def test_wandb_logs_each_round_once_across_a_restart_and_a_resumed_driver_and_drops_the_nested_row(
         ray_session, monkeypatch, tmp_path):
-    from fedtune.tune.loggers import logger_callbacks
+    from fedtune.tune.trial.loggers import logger_callbacks
 
     # Set after Ray started: the logging actor still sees it (fedtune hands the driver's WANDB_* over).
     _wandb_env(monkeypatch, tmp_path, WANDB_ENTITY="fedtune-team")
@@ -263,8 +263,8 @@ def test_tiny_sweep_logs_every_round_once_to_csv_tensorboard_mlflow_and_wandb(ra
 
     from fedtune.results.store import load
     from fedtune.cli import build_parser, options_from_args
-    from fedtune.tune.loggers import mlflow_tracking_uri
-    from fedtune.tune.sweep import run_sweep
+    from fedtune.tune.trial.loggers import mlflow_tracking_uri
+    from fedtune.tune.study.sweep import run_sweep
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     _wandb_env(monkeypatch, tmp_path)  # no WANDB_MODE, no key: W&B offline, into the study

@@ -13,8 +13,8 @@ from torch.nn import functional as F
 
 from fedtune.algorithms import CLIENT_METHODS
 from fedtune.algorithms.declarations import PRESETS
-from fedtune.algorithms.client import ClientContext
-from fedtune.algorithms.moon import STATE_KEY, FeatureTap, model_contrastive_loss
+from fedtune.algorithms.client.method import ClientContext
+from fedtune.algorithms.client.moon import STATE_KEY, FeatureTap, model_contrastive_loss
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.models import build_model, encode
@@ -257,7 +257,7 @@ def test_moon_two_rounds_through_driver_run(tmp_path):
 def test_the_preset():
     p = PRESETS["moon"]
     assert (p.client_method, p.server_rule, p.settings) == ("moon", "fedavg", ("fdg", "fl"))
-    assert CLIENT_METHODS.where("moon") == "fedtune.algorithms.moon:MOON"
+    assert CLIENT_METHODS.where("moon") == "fedtune.algorithms.client.moon:MOON"
 
 
 # ------------------------------------------------------------------------------------------- errors

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from fedtune.errors import ConfigError
-from fedtune.tune.options import SweepOptions
-from fedtune.tune.plan import plan_study
-from fedtune.tune.sweep import run_sweep
+from fedtune.tune.study.options import SweepOptions
+from fedtune.tune.study.plan import plan_study
+from fedtune.tune.study.sweep import run_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TINY = {"local_steps": 1, "model": "mlp", "mlp_hidden": [8], "max_client_actors": 1}
@@ -89,7 +89,7 @@ def test_cli_refuses_a_bad_optuna_storage_with_exit_2(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # TPE's constant liar: on when trials may run side by side.
 def test_tpe_uses_constant_liar_exactly_when_trials_run_side_by_side():
-    from fedtune.tune.optuna_search import make_sampler
+    from fedtune.tune.tuner.optuna_search import make_sampler
 
     assert make_sampler("tpe", 0, 9, concurrency=1)._constant_liar is False
     assert make_sampler("tpe", 0, 9, concurrency=4)._constant_liar is True

@@ -99,10 +99,10 @@ def test_ray_floor_is_the_version_ci_tests():
 REQUIRED_FLOORS: dict[str, tuple[str, str, tuple[str, str] | None]] = {
     "ray": ("2.60", "tune.RunConfig and the callback API of the Ray CI tests", None),
     "torch": ("2.7", "torch.optim.adam.adam(decoupled_weight_decay=...); 2.6's adam() has no such argument",
-              ("fedtune/algorithms/optim.py", "decoupled_weight_decay=self.decoupled_weight_decay")),
+              ("fedtune/algorithms/client/optim.py", "decoupled_weight_decay=self.decoupled_weight_decay")),
     "torchvision": ("0.22", "the torchvision built for torch 2.7 (each release pins its torch)", None),
     "optuna": ("4.0", "optuna.storages.journal.JournalFileBackend is new in Optuna 4.0",
-               ("fedtune/tune/optuna_search.py", "from optuna.storages.journal import JournalFileBackend")),
+               ("fedtune/tune/tuner/optuna_search.py", "from optuna.storages.journal import JournalFileBackend")),
     "numpy": ("2.0", "a np.uint64 shifted by a Python int needs NEP 50 (NumPy 1.x raises TypeError)",
               ("fedtune/runtime/common.py", ".generate_state(2, np.uint64)[0] >> 1")),
     "pyarrow": ("17", "ray[tune] 2.60 requires pyarrow>=17", None),
@@ -141,7 +141,7 @@ def test_no_floor_is_below_what_fedtune_needs():
            if name in floors and _v(floors[name]) < _v(need)}
     assert low == {}
     assert set(REQUIRED_FLOORS) <= set(floors)  # every row is a declared dependency
-    assert _v(floors["optuna"]) >= (4, 0)  # fedtune.tune.optuna_search imports JournalFileBackend (Optuna 4.0)
+    assert _v(floors["optuna"]) >= (4, 0)  # fedtune.tune.tuner.optuna_search imports JournalFileBackend (Optuna 4.0)
 
 
 def test_each_code_reason_for_a_floor_is_still_in_the_code():
@@ -153,7 +153,7 @@ def test_each_code_reason_for_a_floor_is_still_in_the_code():
 
 
 def test_every_logger_extra_the_errors_name_exists():
-    from fedtune.tune.options import LOGGERS
+    from fedtune.tune.study.options import LOGGERS
 
     extras = PYPROJECT["project"]["optional-dependencies"]
     test_extra = _names(extras["test"])

@@ -73,7 +73,7 @@ def test_from_fedtune_import_gives_the_same_objects():
     from fedtune.reports.report import make_report as home_make_report
     from fedtune.results.store import load as home_load
     from fedtune.runtime.driver import run as home_run
-    from fedtune.tune.callback import ArrowCallback as HomeArrowCallback
+    from fedtune.tune.trial.callback import ArrowCallback as HomeArrowCallback
 
     assert (run, load, make_report, ArrowCallback) == (home_run, home_load, home_make_report, HomeArrowCallback)
 
@@ -98,10 +98,10 @@ def one_line(message: str) -> str:
 
 
 # The modules whose old names raise their line on attribute access too (a module __getattr__ that
-# only raises it). A plain module's hook answers attribute access only: `from fedtune.tune.plan
+# only raises it). A plain module's hook answers attribute access only: `from fedtune.tune.study.plan
 # import DEFAULT_STUDY` is Python's "cannot import name" (Python turns the AttributeError of a
 # module __getattr__ into that ImportError for a module that is not a package).
-ATTRIBUTE_HOOKS = ("fedtune", "fedtune.results", "fedtune.runtime", "fedtune.data", "fedtune.tune", "fedtune.tune.plan",
+ATTRIBUTE_HOOKS = ("fedtune", "fedtune.results", "fedtune.runtime", "fedtune.data", "fedtune.tune", "fedtune.tune.study.plan",
                    "fedtune.algorithms")
 
 
@@ -177,7 +177,7 @@ def test_a_study_saved_before_a_module_moved_still_unpickles():
     import pickle
 
     from fedtune.spaces.model import Switch
-    from fedtune.tune.moved_modules import old_module_names
+    from fedtune.tune.study.moved_modules import old_module_names
 
     old = pickle.dumps(Switch, protocol=0).replace(b"fedtune.spaces.model", b"fedtune.tune.spaces_model")
     with old_module_names():

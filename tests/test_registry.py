@@ -42,11 +42,11 @@ def test_every_registered_class_is_where_the_registry_says_and_carries_its_name(
 
 def test_a_registry_is_a_mapping_that_names_a_wrong_entry():
     sgd_spec = CLIENT_METHODS.spec("sgd")
-    oops = ClientMethodSpec("oops", "fedtune.algorithms.client:SGD", "a wrong place")
+    oops = ClientMethodSpec("oops", "fedtune.algorithms.client.method:SGD", "a wrong place")
     reg = Registry("client method", (sgd_spec, oops))
     assert "sgd" in reg and "nope" not in reg and len(reg) == 2 and reg.get("nope") is None
     assert reg["sgd"] is CLIENT_METHODS["sgd"] and reg.spec("oops") is oops
-    with pytest.raises(RuntimeError, match="client method 'oops' is registered as fedtune.algorithms.client:SGD"):
+    with pytest.raises(RuntimeError, match="client method 'oops' is registered as fedtune.algorithms.client.method:SGD"):
         reg["oops"]
     with pytest.raises(KeyError):
         reg["nope"]
@@ -59,7 +59,7 @@ def test_a_registry_is_a_mapping_that_names_a_wrong_entry():
         reg["sgd2"] = sgd  # registered by class: it carries no declaration named sgd2
     with pytest.raises(RuntimeError, match="'sgd3': its declaration is named 'sgd'"):
         reg["sgd3"] = sgd_spec
-    assert list(reg) == ["sgd", "sgd2"] and reg.where("sgd") == "fedtune.algorithms.client:SGD"
+    assert list(reg) == ["sgd", "sgd2"] and reg.where("sgd") == "fedtune.algorithms.client.method:SGD"
 
 
 def test_importing_the_package_and_its_registry_loads_no_torch():
@@ -160,7 +160,7 @@ for line in sys.stdin:
     assert np.isfinite(coord.weights).all() and coord.weights.dtype == np.float32
     assert (coord.side is not None) == job["has_side"]
     print(type(coord.rule).__name__, "torch" in sys.modules,
-          any(m in sys.modules for m in ("fedtune.algorithms.client", "fedtune.algorithms.gala_client",
+          any(m in sys.modules for m in ("fedtune.algorithms.client.method", "fedtune.algorithms.client.gala",
                                          "fedtune.models")))
 '''
 
@@ -240,7 +240,7 @@ for line in sys.stdin:
     assert all(np.isfinite(v).all() and np.abs(v).max() > 0 for v in side.values()), side
     assert side.keys() == side_again.keys() and all(np.array_equal(side[k], side_again[k]) for k in side)
     print(type(coord.side).__name__, type(coord.rule).__name__, ",".join(sorted(coord.pool.payload_keys)) or "-",
-          "torch" in sys.modules, any(m in sys.modules for m in ("fedtune.algorithms.client", "fedtune.models")))
+          "torch" in sys.modules, any(m in sys.modules for m in ("fedtune.algorithms.client.method", "fedtune.models")))
 '''
 
 

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from fedtune.algorithms.aggregate import fedavg_weights
+from fedtune.algorithms.server.aggregate import fedavg_weights
 from fedtune.config import FederatedRunConfig
 from fedtune.runtime.driver import FederatedRun
 
@@ -90,7 +90,7 @@ def test_an_interrupted_run_keeps_its_finished_rounds_and_records_the_status(tmp
 
 
 def test_client_method_metrics_become_example_weighted_diag_columns(tmp_path, monkeypatch):
-    from fedtune.algorithms.client import SGD
+    from fedtune.algorithms.client.method import SGD
 
     original = SGD.train
 

@@ -12,9 +12,9 @@ from torch import nn
 from fedtune.algorithms.declarations import GFM_INTERVAL, PRESETS, SAM_RHO
 from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import CLIENT_METHODS, all_hparams
-from fedtune.algorithms.client import ClientContext
-from fedtune.algorithms.optim import LocalSGD
-from fedtune.algorithms.gfm import (
+from fedtune.algorithms.client.method import ClientContext
+from fedtune.algorithms.client.optim import LocalSGD
+from fedtune.algorithms.client.gfm import (
     STATE_KEY,
     AugmenterAdam,
     augmenter_objective,
@@ -22,8 +22,8 @@ from fedtune.algorithms.gfm import (
     new_augmenter,
     triangle_wave,
 )
-from fedtune.algorithms.prox import add_prox_gradient
-from fedtune.algorithms.sam import sam_perturbation, sam_step
+from fedtune.algorithms.client.prox import add_prox_gradient
+from fedtune.algorithms.client.sam import sam_perturbation, sam_step
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 

@@ -1,5 +1,5 @@
 """SCAFFOLD (Karimireddy et al. 2020, Alg. 1 option II) and FedDyn (Acar et al. 2021, Alg. 1):
-their clients (fedtune/algorithms/scaffold.py, feddyn.py) and server sides (scaffold_server.py,
+their clients (fedtune/algorithms/client/scaffold.py, feddyn.py) and server sides (scaffold_server.py,
 feddyn_server.py), against float64 references of the papers' lines written here."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from torch import nn
 
 from fedtune.algorithms import CLIENT_METHODS, SERVER_OPTIMIZERS, SERVER_SIDES
 from fedtune.algorithms.declarations import PRESETS
-from fedtune.algorithms.aggregate import fedavg_step, fedavg_weights, weighted_sum
-from fedtune.algorithms.client import ClientContext
-from fedtune.algorithms.feddyn import STATE_KEY as DYN_KEY, DynamicRegulariser
-from fedtune.algorithms.feddyn_server import feddyn_correct, feddyn_h_update
-from fedtune.algorithms.scaffold import STATE_KEY as CV_KEY
-from fedtune.algorithms.scaffold_server import SCAFFOLD_C, SCAFFOLD_DELTA_C, scaffold_control_update
-from fedtune.algorithms.server import AggregateResult, RoundInfo
+from fedtune.algorithms.server.aggregate import fedavg_step, fedavg_weights, weighted_sum
+from fedtune.algorithms.client.method import ClientContext
+from fedtune.algorithms.client.feddyn import STATE_KEY as DYN_KEY, DynamicRegulariser
+from fedtune.algorithms.server.feddyn import feddyn_correct, feddyn_h_update
+from fedtune.algorithms.client.scaffold import STATE_KEY as CV_KEY
+from fedtune.algorithms.server.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA_C, scaffold_control_update
+from fedtune.algorithms.server.rule import AggregateResult, RoundInfo
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.layout import FlatLayout

@@ -13,9 +13,9 @@ from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.results.store import load
 from fedtune.runtime import cluster as cl
-from fedtune.tune.capacity import concurrency_cap
-from fedtune.tune.options import SweepOptions
-from fedtune.tune.tune_storage import check_storage_path, restorable
+from fedtune.tune.tuner.capacity import concurrency_cap
+from fedtune.tune.study.options import SweepOptions
+from fedtune.tune.tuner.storage import check_storage_path, restorable
 
 AUTOSCALER = {"max_workers": 3, "head_node_type": "head", "available_node_types": {
     "head": {"resources": {"CPU": 2}, "max_workers": 0},
@@ -133,7 +133,7 @@ def _trials(*statuses):
 
 
 def test_scale_up_watch_counts_only_time_with_nothing_running(monkeypatch):
-    from fedtune.tune.scale_up import ScaleUpTimeout, ScaleUpWatch
+    from fedtune.tune.trial.scale_up import ScaleUpTimeout, ScaleUpWatch
 
     clock = iter([0.0, 5.0, 50.0, 51.0, 100.0]).__next__
     w = ScaleUpWatch("s", timeout_s=30.0, clock=clock)
@@ -150,7 +150,7 @@ def test_scale_up_watch_counts_only_time_with_nothing_running(monkeypatch):
     with pytest.raises(ScaleUpTimeout, match=r"search 'fedavg'.*wait for 1 CPU, 0.5 GPU.*ray status"):
         w2.on_step_begin(1, _trials("PENDING"))
     # A wait past ANNOUNCE_AFTER_S is printed (a Ray Job's log has no live table), once a minute.
-    from fedtune.tune import active
+    from fedtune.tune.study import active
 
     printed = []
     view = SimpleNamespace(console=SimpleNamespace(print=lambda text, **kw: printed.append(text)), rows={})
@@ -177,7 +177,7 @@ def test_storage_path_forms(tmp_path, monkeypatch):
 
 
 def test_plan_puts_tune_experiments_under_the_storage_path(tmp_path):
-    from fedtune.tune.plan import plan_study
+    from fedtune.tune.study.plan import plan_study
 
     opts = SweepOptions(algorithms=["fedavg"], dataset="rect4", rounds=1, num_samples=1, output=str(tmp_path),
                         name="s", storage_path="s3://lab/fedtune/")
@@ -212,8 +212,8 @@ def test_cli_flags_reach_the_options_and_resume_keeps_the_saved_ones():
 # ------------------------------------------------------------------------------------------------
 # Restarts in the Arrow store.
 def test_restarted_trial_rows_record_their_attempt_and_the_trial_its_restarts(tmp_path):
-    from fedtune.tune.callback import ArrowCallback
-    from fedtune.tune.trainable import trial_run_config
+    from fedtune.tune.trial.callback import ArrowCallback
+    from fedtune.tune.trial.trainable import trial_run_config
 
     cfg = {"dataset": "rect4", "rounds": 3}
     run_cfg = trial_run_config(cfg)

@@ -27,7 +27,7 @@ from fedtune.spaces.model import strip_switches
 def searcher(tmp_path, sampler, *, num_samples=None, name="d"):
     import optuna
 
-    from fedtune.tune.optuna_search import FedtuneOptunaSearch
+    from fedtune.tune.tuner.optuna_search import FedtuneOptunaSearch
     from fedtune.spaces.lookup import load_space
 
     fixed = {"algorithm": "fedavg", "rounds": 2, "local_steps": 1}
@@ -71,7 +71,7 @@ def test_a_replayed_proposal_is_told_duplicate_and_the_sampler_asked_again(tmp_p
 def test_budget_counts_trials_that_ran_and_running_here_not_orphans(tmp_path):
     import optuna
 
-    from fedtune.tune.optuna_search import ended_early
+    from fedtune.tune.tuner.optuna_search import ended_early
 
     first, _ = searcher(tmp_path, optuna.samplers.RandomSampler(seed=1), num_samples=2)
     first.suggest("a")
@@ -92,8 +92,8 @@ def test_a_space_with_nothing_new_ends_the_search_with_a_note(tmp_path, monkeypa
     import optuna
     from optuna.trial import TrialState
 
-    from fedtune.tune import optuna_search
-    from fedtune.tune.optuna_search import EXHAUSTED, ended_early
+    from fedtune.tune.tuner import optuna_search
+    from fedtune.tune.tuner.optuna_search import EXHAUSTED, ended_early
 
     monkeypatch.setattr(optuna_search, "MAX_DUPLICATE_ASKS", 4)
     point = {"local_lr": 0.05, "local_momentum": 0.9, "weight_decay": 0.0, "global_lr": 1.0, "server_optimizer": "sgd"}
@@ -116,8 +116,8 @@ def test_sweep_on_a_two_point_space_runs_two_trials_and_says_why(ray_session, tm
     import optuna
 
     from fedtune.results.store import load
-    from fedtune.tune.options import SweepOptions
-    from fedtune.tune.sweep import run_sweep
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.sweep import run_sweep
 
     space = tmp_path / "two.yaml"
     space.write_text("algorithm: fedavg\ncomplete: true\nparams:\n"  # two points: nothing derived
@@ -153,7 +153,7 @@ def test_resume_rebuilds_the_trials_row_a_killed_driver_did_not_write(tmp_path):
 
     from fedtune.results.store import ResultsStore, load
     from fedtune.runtime.driver import run
-    from fedtune.tune.resume import FAILED_UNRECORDED, recover_trial_rows
+    from fedtune.tune.study.resume import FAILED_UNRECORDED, recover_trial_rows
 
     # in-process runs: the rows are the point, not the backend (a Ray backend here started a Ray per run)
     base = {"rounds": 2, "local_steps": 1, "model": "mlp", "mlp_hidden": [8], "backend": "local", "output": str(tmp_path),
@@ -206,7 +206,7 @@ def test_resume_rebuilds_the_trials_row_a_killed_driver_did_not_write(tmp_path):
 
 SLOW_TRIAL_ROW = '''
 import os, time
-from fedtune.tune import callback
+from fedtune.tune.trial import callback
 
 _calls = []
 _finish = callback.ArrowCallback.on_trial_complete
@@ -233,8 +233,8 @@ def test_driver_killed_between_optunas_tell_and_the_trials_row(ray_session, tmp_
     import optuna
 
     from fedtune.results.store import load
-    from fedtune.tune.options import SweepOptions
-    from fedtune.tune.sweep import run_sweep
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.sweep import run_sweep
 
     (tmp_path / "patch").mkdir()
     (tmp_path / "patch" / "sitecustomize.py").write_text(SLOW_TRIAL_ROW)

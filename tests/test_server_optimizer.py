@@ -13,8 +13,8 @@ import pytest
 from fedtune.algorithms import SERVER_OPTIMIZERS, SERVER_RULES
 from fedtune.algorithms.declarations import PRESETS
 from fedtune.algorithms.declarations import SERVER_V_START
-from fedtune.algorithms.server import RoundInfo
-from fedtune.algorithms.server_optimizer import FedAdagrad, FedAdam, FedAvgM, FedYogi, ServerOptimizer
+from fedtune.algorithms.server.rule import RoundInfo
+from fedtune.algorithms.server.optimizer import FedAdagrad, FedAdam, FedAvgM, FedYogi, ServerOptimizer
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
@@ -254,8 +254,8 @@ def test_flowers_v_start_at_zero_is_offered_and_differs_where_delta_is_near_tau(
 def _rule_case(algorithm: str, **params):
     """A rule of ``algorithm``, its inputs (θ, updates, p, extras, info) and the arithmetic the rule
     used before directions existed (one fused float32 pass), for a bit-for-bit comparison."""
-    from fedtune.algorithms.aggregate import combine
-    from fedtune.algorithms.fedgp import combine_with_target
+    from fedtune.algorithms.server.aggregate import combine
+    from fedtune.algorithms.server.fedgp import combine_with_target
     from fedtune.layout import FlatLayout, TensorSlot
 
     rng = np.random.default_rng(3)
@@ -290,8 +290,8 @@ def _rule_case(algorithm: str, **params):
     elif algorithm == "fedga":
         before = old(np.array([res.diagnostics[f"fedga_weight.{c}"] for c in info.client_ids]))
     elif algorithm == "fedomg":
-        from fedtune.algorithms.blocked import weighted_rows
-        from fedtune.algorithms.fedomg import fedomg_step
+        from fedtune.algorithms.server.blocked import weighted_rows
+        from fedtune.algorithms.server.fedomg import fedomg_step
 
         sol = fedomg_step(updates, p, rule.kappa, solver=rule.solver, rescale=rule.rescale).solution
         g_fl = combine(updates, p, None, 1.0, np.empty(14))
@@ -300,7 +300,7 @@ def _rule_case(algorithm: str, **params):
         weighted_rows(updates, sol.lam * sol.gamma[support], before, base=theta, scale=0.3 / (1 + rule.kappa ** 2),
                       offset=g_fl, rows=support)
     elif algorithm == "fedgala":
-        from fedtune.algorithms.gala import gala_global_weights
+        from fedtune.algorithms.server.gala import gala_global_weights
 
         w, _ = gala_global_weights(updates, p, iters=rule.iters, slices=layout.param_slices())
         before = np.empty(14, np.float32)

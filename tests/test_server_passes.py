@@ -1,4 +1,4 @@
-"""The server's blocked passes over the updates (fedtune/algorithms/blocked.py) and the rules built
+"""The server's blocked passes over the updates (fedtune/algorithms/server/blocked.py) and the rules built
 on them: exact values on hand-checkable inputs, the same bits for any thread count, FedOMG's
 one-read step and auto-β's one-pass estimators against direct formulas."""
 
@@ -9,14 +9,14 @@ import math
 import numpy as np
 import pytest
 
-import fedtune.algorithms.blocked as blocked
-import fedtune.algorithms.fedomg as fedomg_mod
-from fedtune.algorithms.aggregate import fedavg_step, fedavg_weights, weighted_sum
-from fedtune.algorithms.fedgp_auto_beta import auto_beta_estimates
-from fedtune.algorithms.blocked import (column_blocks, cross_pass, gram_pass, map_chunks, subtract_rows, sum_blocks,
+import fedtune.algorithms.server.blocked as blocked
+import fedtune.algorithms.server.fedomg as fedomg_mod
+from fedtune.algorithms.server.aggregate import fedavg_step, fedavg_weights, weighted_sum
+from fedtune.algorithms.server.fedgp_auto_beta import auto_beta_estimates
+from fedtune.algorithms.server.blocked import (column_blocks, cross_pass, gram_pass, map_chunks, subtract_rows, sum_blocks,
                                        weighted_rows)
-from fedtune.algorithms.fedomg import fedomg_step
-from fedtune.algorithms.fedomg_solvers import omg_solution
+from fedtune.algorithms.server.fedomg import fedomg_step
+from fedtune.algorithms.server.fedomg_solvers import omg_solution
 
 
 @pytest.fixture

@@ -142,8 +142,8 @@ def test_a_name_without_a_file_is_derived_and_searchable(tmp_path, monkeypatch):
 
 
 def test_the_default_study_finds_its_algorithms():
-    from fedtune.tune.default_study import DEFAULT_ALGORITHMS, apply_default_study
-    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.study.default_study import DEFAULT_ALGORITHMS, apply_default_study
+    from fedtune.tune.study.options import SweepOptions
 
     assert apply_default_study(SweepOptions()).algorithms == list(DEFAULT_ALGORITHMS)
 
@@ -305,9 +305,9 @@ def test_fedtune_spaces_show(capsys):
 
 
 def test_a_study_keeps_complete_copies_of_its_spaces(tmp_path):
-    from fedtune.tune.options import SweepOptions
-    from fedtune.tune.plan import plan_study
-    from fedtune.tune.study_start import snapshot_spaces
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.plan import plan_study
+    from fedtune.tune.study.study_start import snapshot_spaces
 
     o = SweepOptions(algorithms=["fedgp", "simclr"], rounds=2, num_samples=2, output=str(tmp_path), name="s",
                      overrides={"local_steps": 2}, report=False)

@@ -19,7 +19,7 @@ from fedtune.algorithms import SERVER_OPTIMIZERS  # noqa: E402
 from fedtune.algorithms.base import Preset  # noqa: E402
 from fedtune.algorithms.declarations import PRESETS  # noqa: E402
 from fedtune.algorithms.base import ClientMethodSpec, HParam  # noqa: E402
-from fedtune.algorithms.client import SGD  # noqa: E402
+from fedtune.algorithms.client.method import SGD  # noqa: E402
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 from fedtune.spaces import lookup  # noqa: E402
@@ -562,9 +562,9 @@ def test_a_pinned_server_optimizer_drops_the_other_optimizers_hyperparameters(tm
 
 
 def test_knobs_own_fixes_the_server_optimizer_at_sgd_for_every_method(tmp_path):
-    from fedtune.tune.options import SweepOptions
-    from fedtune.tune.plan import plan_study
-    from fedtune.tune.study_start import knob_summary, say_knobs, snapshot_spaces
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.plan import plan_study
+    from fedtune.tune.study.study_start import knob_summary, say_knobs, snapshot_spaces
 
     o = SweepOptions(algorithms=["fedavg", "fedprox"], rounds=2, num_samples=2, output=str(tmp_path), name="own",
                      overrides={"local_steps": 1}, report=False, knobs="own")

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from fedtune.errors import ConfigError
-from fedtune.tune.options import SweepOptions
-from fedtune.tune.sweep import StudyInterrupted, run_sweep
+from fedtune.tune.study.options import SweepOptions
+from fedtune.tune.study.sweep import StudyInterrupted, run_sweep
 
 
 def cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -33,7 +33,7 @@ TINY = {"local_steps": 1, "model": "mlp", "mlp_hidden": [8]}
 # One driver per study.
 HOLDER = textwrap.dedent("""
     import sys, time
-    from fedtune.tune.driver_lock import study_driver
+    from fedtune.tune.study.driver_lock import study_driver
     with study_driver(sys.argv[1], "fedtune sweep --name busy"):
         print("held", flush=True)
         time.sleep(300)
@@ -140,8 +140,8 @@ def _orphan_with_rounds(study_dir: Path, optuna_state: str) -> str:
 
     from fedtune.results.store import ResultsStore, load
     from fedtune.results.study_dir import read_study, write_study
-    from fedtune.tune.plan import optuna_storage_url
-    from fedtune.tune.trainable import trial_run_config
+    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.trial.trainable import trial_run_config
 
     data = read_study(study_dir)
     key = next(k for k in data["searches"] if not k.endswith(" seeds"))
@@ -177,7 +177,7 @@ def test_a_trial_no_driver_continued_gets_a_row_and_the_four_records_agree(finis
     from fedtune.reports.report import make_report
     from fedtune.results.store import load
     from fedtune.results.study_dir import read_study
-    from fedtune.tune.plan import optuna_storage_url
+    from fedtune.tune.study.plan import optuna_storage_url
 
     study_dir = copy_study(finished_study, tmp_path)
     orphan = _orphan_with_rounds(study_dir, optuna_state)
@@ -222,7 +222,7 @@ PHASE_DRIVER = textwrap.dedent("""
         import fedtune.runtime.driver as d
         d.connect_ray = patched
     elif phase == "between-searches":  # after the first search's Tuner.fit, before the next one
-        import fedtune.tune.optuna_search as m
+        import fedtune.tune.tuner.optuna_search as m
         m.reconcile_optuna = stall
     elif phase == "report":
         import fedtune.reports.report as m
@@ -311,7 +311,7 @@ def test_resume_accepts_the_studys_own_options_given_again_and_refuses_a_changed
 
 
 def test_an_interrupt_before_the_study_starts_has_no_resume_line(tmp_path, monkeypatch):
-    import fedtune.tune.sweep as sweep_module
+    import fedtune.tune.study.sweep as sweep_module
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
@@ -332,8 +332,8 @@ def test_the_wait_line_speaks_of_an_autoscaler_only_where_there_is_one(monkeypat
 
     from rich.console import Console
 
-    from fedtune.tune import scale_up
-    from fedtune.tune.active import ACTIVE
+    from fedtune.tune.trial import scale_up
+    from fedtune.tune.study.active import ACTIVE
 
     class View:
         console = Console(record=True, width=400)
@@ -362,8 +362,8 @@ def test_on_a_ray_fedtune_started_a_waiting_trial_blames_nothing_else(monkeypatc
 
     from rich.console import Console
 
-    from fedtune.tune import scale_up
-    from fedtune.tune.active import ACTIVE
+    from fedtune.tune.trial import scale_up
+    from fedtune.tune.study.active import ACTIVE
 
     class View:
         console = Console(record=True, width=400)
@@ -389,7 +389,7 @@ def test_on_a_ray_fedtune_started_a_waiting_trial_blames_nothing_else(monkeypatc
 # val_fraction=0: no selection by a validation split that does not exist.
 @pytest.mark.parametrize("selection", ["val", None])
 def test_a_sweep_selecting_by_validation_refuses_val_fraction_0_up_front(tmp_path, selection):
-    from fedtune.tune.plan import plan_study
+    from fedtune.tune.study.plan import plan_study
 
     with pytest.raises(ConfigError) as err:
         plan_study(SweepOptions(algorithms=["fedavg"], output=str(tmp_path), selection=selection,

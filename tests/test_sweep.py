@@ -20,10 +20,10 @@ import pytest
 from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 from fedtune.results.selection import objective_values
-from fedtune.tune.capacity import concurrency_cap
-from fedtune.tune.options import METRICS, SweepOptions
-from fedtune.tune.plan import optuna_storage_url, plan_study
-from fedtune.tune.sweep import run_sweep
+from fedtune.tune.tuner.capacity import concurrency_cap
+from fedtune.tune.study.options import METRICS, SweepOptions
+from fedtune.tune.study.plan import optuna_storage_url, plan_study
+from fedtune.tune.study.sweep import run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,7 +164,7 @@ def test_the_first_trial_of_a_search_is_the_search_spaces_defaults(tmp_path, spa
 def make_searcher(tmp_path, metrics=("val_acc",), space="fedavg", name="x", first_point=None):
     import optuna
 
-    from fedtune.tune.optuna_search import FedtuneOptunaSearch as S
+    from fedtune.tune.tuner.optuna_search import FedtuneOptunaSearch as S
     from fedtune.spaces.lookup import load_space
 
     fixed = {"algorithm": load_space(space).algorithm, "rounds": 3, "local_steps": 1}
@@ -229,7 +229,7 @@ def test_multi_objective_searcher_and_switches(tmp_path):
 
 
 def test_interruption_detection():
-    from fedtune.tune import progress
+    from fedtune.tune.trial import progress
 
     assert progress.interrupted({"started": {"a"}, "ended": {"a"}, "statuses": {"a": "TERMINATED"}, "num_trials": 1}, 1) is False
     assert progress.interrupted({"started": {"a"}, "ended": set(), "statuses": {"a": "TERMINATED"}, "num_trials": 1}, 1)
@@ -241,7 +241,7 @@ def test_interruption_detection():
 def test_live_view_keeps_every_search_name_whole_at_80_columns(tmp_path):
     from rich.console import Console
 
-    from fedtune.tune.progress import LiveView
+    from fedtune.tune.trial.progress import LiveView
 
     plan = plan_study(opts(tmp_path, algorithms=["fedavg", "fedprox"], target_domain="all", trial_seeds=3,
                            name="live"))
@@ -461,8 +461,8 @@ def test_trial_seeds_run_whole_searches_and_the_report_is_over_searches(ray_sess
 
 
 def test_the_default_study_repeats_its_searches_so_its_table_has_an_error_bar():
-    from fedtune.tune.default_study import DEFAULT_STUDY, apply_default_study, is_default_study
-    from fedtune.tune.options import SweepOptions
+    from fedtune.tune.study.default_study import DEFAULT_STUDY, apply_default_study, is_default_study
+    from fedtune.tune.study.options import SweepOptions
 
     opts = SweepOptions()
     assert is_default_study(opts)
@@ -479,7 +479,7 @@ def test_the_default_study_repeats_its_searches_so_its_table_has_an_error_bar():
 
 def test_own_knobs_fix_every_shared_knob_at_one_value_for_every_method(tmp_path):
     from fedtune.spaces.lookup import load_space
-    from fedtune.tune.study_start import knob_summary, new_study_data, snapshot_spaces
+    from fedtune.tune.study.study_start import knob_summary, new_study_data, snapshot_spaces
 
     o = opts(tmp_path, algorithms=["fedavg", "fedprox", "fedomg"], knobs="own", name="own")
     o2, plan = snapshot_spaces(o, plan_study(o))
@@ -506,7 +506,7 @@ def test_own_knobs_refuse_shared_defaults_that_differ(tmp_path):
     b = write_space(tmp_path, "algorithm: fedprox\nparams:\n  local_lr: {distribution: uniform, low: 0.01, high: 0.1, "
                               "default: 0.02}\n  prox_mu: {distribution: uniform, low: 0.0, high: 1.0, default: 0.1}\n",
                     "b.yaml")
-    from fedtune.tune.study_start import own_knob_spaces
+    from fedtune.tune.study.study_start import own_knob_spaces
 
     with pytest.raises(ConfigError, match="'local_lr' at one value for every method.*fedavg: 0.05, fedprox: 0.02"):
         own_knob_spaces(plan_study(opts(tmp_path, algorithms=[], spaces=[a, b], knobs="own")))

@@ -11,8 +11,8 @@ import pytest
 
 from fedtune.cli import build_parser, options_from_args
 from fedtune.errors import ConfigError
-from fedtune.tune.default_study import is_default_study
-from fedtune.tune.plan import plan_study
+from fedtune.tune.study.default_study import is_default_study
+from fedtune.tune.study.plan import plan_study
 
 
 def sweep_opts(tmp_path, *argv: str):

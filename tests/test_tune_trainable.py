@@ -12,19 +12,19 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fedtune.algorithms.aggregate import weighted_sum
+from fedtune.algorithms.server.aggregate import weighted_sum
 from fedtune.algorithms.base import ClientMethodSpec, ServerRuleSpec
-from fedtune.algorithms.client import SGD
-from fedtune.algorithms.server import AggregateResult, ServerRule
-from fedtune.algorithms.optim import LocalSGD
+from fedtune.algorithms.client.method import SGD
+from fedtune.algorithms.server.rule import AggregateResult, ServerRule
+from fedtune.algorithms.client.optim import LocalSGD
 from fedtune.config import FederatedRunConfig
 from fedtune.results.store import load
 from fedtune.runtime.driver import FederatedRun, run
 from fedtune.errors import ResourceError
 from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
 from fedtune.spaces.model import strip_switches
-from fedtune.tune.callback import ArrowCallback
-from fedtune.tune.trainable import (
+from fedtune.tune.trial.callback import ArrowCallback
+from fedtune.tune.trial.trainable import (
     FedtuneTrainable,
     fedtune_trainable,
     plan_from_bundles,
@@ -337,7 +337,7 @@ def test_tuner_example_stores_every_round_once_with_trial_statuses(ray_session, 
 # ------------------------------------------------------------------ trial configs validated without torch
 _DRIVER_CHILD = r'''
 import json, sys
-from fedtune.tune.trainable import trial_run_config
+from fedtune.tune.trial.trainable import trial_run_config
 from fedtune.runtime.driver import FederatedRun
 config = json.loads(sys.stdin.read())
 cfg = trial_run_config(config)

@@ -201,7 +201,7 @@ def _trial(tid: str = "tune0", rounds: int = 3) -> SimpleNamespace:
 
 
 def test_the_callback_records_a_full_disk_and_stops_the_study(tmp_path, monkeypatch):
-    from fedtune.tune.callback import ArrowCallback, write_failure
+    from fedtune.tune.trial.callback import ArrowCallback, write_failure
 
     cb = ArrowCallback(str(tmp_path), "st")
     trial = _trial()
@@ -226,7 +226,7 @@ def test_the_callback_records_a_full_disk_and_stops_the_study(tmp_path, monkeypa
 
 
 def test_the_callback_records_a_trial_row_that_does_not_fit(tmp_path, monkeypatch):
-    from fedtune.tune.callback import ArrowCallback, write_failure
+    from fedtune.tune.trial.callback import ArrowCallback, write_failure
 
     cb = ArrowCallback(str(tmp_path), "st")
     trial = _trial(rounds=1)
@@ -242,7 +242,7 @@ def test_the_callback_records_a_trial_row_that_does_not_fit(tmp_path, monkeypatc
 def test_a_full_disk_during_a_tune_run_stops_it_and_is_reported(ray_session, tmp_path, monkeypatch):
     from ray import tune
 
-    from fedtune.tune.callback import ArrowCallback, write_failure
+    from fedtune.tune.trial.callback import ArrowCallback, write_failure
 
     def trainable(config):
         import time
@@ -315,8 +315,8 @@ def test_run_refuses_an_unwritable_output_before_anything_runs(tmp_path, capsys,
 
 
 def test_sweep_refuses_an_unwritable_output_when_planned(tmp_path, monkeypatch):
-    from fedtune.tune.options import SweepOptions
-    from fedtune.tune.plan import plan_study
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.plan import plan_study
 
     out = _unwritable_dir(tmp_path, monkeypatch)
     opts = SweepOptions(algorithms=["fedavg"], rounds=1, num_samples=1, output=str(out), name="s",

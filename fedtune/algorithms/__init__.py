@@ -1,9 +1,9 @@
 """Algorithms = presets of (client method, server rule), and the registries behind them.
 
 Adding a method or rule: write its class in a module of its own (a
-:class:`~fedtune.algorithms.client.ClientMethod` whose step function goes through the one local
-loop, or a :class:`~fedtune.algorithms.server.ServerRule` built on
-:mod:`~fedtune.algorithms.aggregate`) and declare it once in
+:class:`~fedtune.algorithms.client.method.ClientMethod` whose step function goes through the one local
+loop, or a :class:`~fedtune.algorithms.server.rule.ServerRule` built on
+:mod:`~fedtune.algorithms.server.aggregate`) and declare it once in
 :mod:`fedtune.algorithms.declarations` (its hyperparameters, flags and ``"module:Class"``);
 a named algorithm is one :class:`~fedtune.algorithms.base.Preset` there. The registries here
 are built from those declarations. Any client method composes with any server rule
@@ -22,7 +22,7 @@ access), never imports torch.
 >>> resolve_names("fedgala", setting="ufdg")        # FedGaLA's unsupervised form
 ('gala-simclr', 'gala')
 >>> "sam" in CLIENT_METHODS, CLIENT_METHODS.where("sam")   # no import yet
-(True, 'fedtune.algorithms.sam:SAM')
+(True, 'fedtune.algorithms.client.sam:SAM')
 """
 
 from __future__ import annotations
@@ -120,17 +120,17 @@ SERVER_RULES = Registry("server rule", SERVER_RULE_SPECS)
 
 # The server side of a client method that keeps state on the server (FedGaLA's last global move,
 # Scaffold's server control variate, FedDyn's h, FedIIR's mean gradient, Fishr's mean variance): keyed by the client
-# method's name, NumPy only (fedtune.algorithms.server_side); declared with the client method
+# method's name, NumPy only (fedtune.algorithms.server.side); declared with the client method
 # (``ClientMethodSpec.server_side``). A client method without one has none.
 SERVER_SIDES = Registry("client method's server side", (
     ServerSideSpec(s.name, s.server_side) for s in CLIENT_METHOD_SPECS if s.server_side))
 
-# Server optimisers on the step of any server rule (fedtune.algorithms.server_optimizer, NumPy
+# Server optimisers on the step of any server rule (fedtune.algorithms.server.optimizer, NumPy
 # only): the config's ``server_optimizer``; ``sgd`` is the rule's own step.
 SERVER_OPTIMIZERS = Registry("server optimizer", SERVER_OPTIMIZER_SPECS)
 
-# The client's local optimisers (fedtune.algorithms.optim) and compute precisions
-# (fedtune.algorithms.precision): the config's allowed values, named here without importing torch.
+# The client's local optimisers (fedtune.algorithms.client.optim) and compute precisions
+# (fedtune.algorithms.client.precision): the config's allowed values, named here without importing torch.
 LOCAL_OPTIMIZERS = ("sgd", "adam")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -173,12 +173,12 @@ class Resolved:
 
     @property
     def client_method(self) -> Any:
-        """The client method's class (a :class:`~fedtune.algorithms.client.ClientMethod` subclass)."""
+        """The client method's class (a :class:`~fedtune.algorithms.client.method.ClientMethod` subclass)."""
         return CLIENT_METHODS[self.client_method_name]
 
     @property
     def server_rule(self) -> Any:
-        """The server rule's class (a :class:`~fedtune.algorithms.server.ServerRule` subclass)."""
+        """The server rule's class (a :class:`~fedtune.algorithms.server.rule.ServerRule` subclass)."""
         return SERVER_RULES[self.server_rule_name]
 
     @property

@@ -143,14 +143,14 @@ class ComponentSpec:
 
 @dataclass(frozen=True)
 class ClientMethodSpec(ComponentSpec):
-    """A client method (:class:`~fedtune.algorithms.client.ClientMethod`, PyTorch code).
+    """A client method (:class:`~fedtune.algorithms.client.method.ClientMethod`, PyTorch code).
 
     ``supervised=False``: it trains without labels (setting ufdg; evaluation by linear probe).
     ``scales_fp16_gradients=False``: some backward pass bypasses the fp16 gradient scaler, so
     ``precision: fp16`` is refused. ``model_head(cfg)``: the ``build_model`` keywords of its
     model's head (SimCLR's projector, FedSR's probabilistic head); None: the classifier (or, for an
     unsupervised method, the projector at its default width). ``server_side``: where the NumPy class
-    that keeps its state on the server lives (:class:`~fedtune.algorithms.server_side.ServerSide`)."""
+    that keeps its state on the server lives (:class:`~fedtune.algorithms.server.side.ServerSide`)."""
 
     supervised: bool = True
     scales_fp16_gradients: bool = True
@@ -166,13 +166,13 @@ class ClientMethodSpec(ComponentSpec):
 
 @dataclass(frozen=True)
 class ServerRuleSpec(ComponentSpec):
-    """A server rule (:class:`~fedtune.algorithms.server.ServerRule`, NumPy code).
+    """A server rule (:class:`~fedtune.algorithms.server.rule.ServerRule`, NumPy code).
 
     ``needs_target_client``: runs only in the fda setting. ``needs_supervised_client``: never in
     ufdg. ``default_global_lr``: the run's ``global_lr`` when unset. ``client_hooks(cfg)``: where
     the client-side hooks live that every participant runs around its training for this rule
     (``"module:Class"`` of a
-    :class:`~fedtune.algorithms.client_hooks.ClientHook`: FedGA's generalization gaps, auto-β's step
+    :class:`~fedtune.algorithms.client.hooks.ClientHook`: FedGA's generalization gaps, auto-β's step
     records); the worker knows none of them by name."""
 
     needs_target_client: bool = False
@@ -192,12 +192,12 @@ class ServerRuleSpec(ComponentSpec):
 
 @dataclass(frozen=True)
 class ServerOptimizerSpec(ComponentSpec):
-    """A server optimiser (:class:`~fedtune.algorithms.server_optimizer.ServerOptimizer`, NumPy code)."""
+    """A server optimiser (:class:`~fedtune.algorithms.server.optimizer.ServerOptimizer`, NumPy code)."""
 
 
 @dataclass(frozen=True)
 class ServerSideSpec:
-    """Where a client method's server side lives (:class:`~fedtune.algorithms.server_side.ServerSide`,
+    """Where a client method's server side lives (:class:`~fedtune.algorithms.server.side.ServerSide`,
     NumPy code), under the client method's ``name``: derived from
     :attr:`ClientMethodSpec.server_side`, never declared on its own."""
 

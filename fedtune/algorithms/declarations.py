@@ -49,8 +49,8 @@ def _categorical(choices: list[Any], default: Any) -> dict[str, Any]:
 
 
 # ================================================================== choices named by the code
-WEIGHTINGS = ("examples", "uniform")  # fedtune.algorithms.aggregate.mean_weights
-SOLVERS = ("exact", "sgd")  # fedtune.algorithms.fedomg_solvers
+WEIGHTINGS = ("examples", "uniform")  # fedtune.algorithms.server.aggregate.mean_weights
+SOLVERS = ("exact", "sgd")  # fedtune.algorithms.server.fedomg_solvers
 FEDGA_DECAYS = ("linear", "authors", "none")
 FEDGA_METRICS = ("loss", "acc")
 FEDGA_INITS = ("uniform", "size")
@@ -241,11 +241,11 @@ def _check_target_source(cfg: RunConfig) -> None:
 
 def _target_source_hooks(cfg: RunConfig) -> tuple[str, ...]:
     """Auto-β's per-batch step records (docs/methods.md §2), only with ``gp_beta: auto``."""
-    return ("fedtune.algorithms.step_records:StepRecords",) if GP_BETA.of(cfg) == "auto" else ()
+    return ("fedtune.algorithms.client.step_records:StepRecords",) if GP_BETA.of(cfg) == "auto" else ()
 
 
 def _fedga_hooks(cfg: RunConfig) -> tuple[str, ...]:
-    return ("fedtune.algorithms.fedga_client:GeneralizationGap",)
+    return ("fedtune.algorithms.client.fedga:GeneralizationGap",)
 
 
 def _simclr_head(cfg: RunConfig) -> dict[str, Any]:
@@ -260,65 +260,65 @@ def _fedsr_head(cfg: RunConfig) -> dict[str, Any]:
 _SIMCLR_HPARAMS = (SIMCLR_TEMPERATURE, SIMCLR_PROJ_DIM)
 
 CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
-    ClientMethodSpec("sgd", "fedtune.algorithms.client:SGD",
+    ClientMethodSpec("sgd", "fedtune.algorithms.client.method:SGD",
                      "plain local SGD (momentum, weight decay) on the cross-entropy loss"),
-    ClientMethodSpec("simclr", "fedtune.algorithms.simclr:SimCLR",
+    ClientMethodSpec("simclr", "fedtune.algorithms.client.simclr:SimCLR",
                      "SimCLR (unsupervised): two augmented views, NT-Xent loss, projector MLP; linear-probe evaluation",
                      _SIMCLR_HPARAMS, supervised=False, model_head=_simclr_head),
-    ClientMethodSpec("gala-simclr", "fedtune.algorithms.simclr:GalaSimCLR",
+    ClientMethodSpec("gala-simclr", "fedtune.algorithms.client.simclr:GalaSimCLR",
                      "FedGaLA local alignment on SimCLR (unsupervised): a tensor steps only if cos(−∇, last global "
                      "move) > gala_tau (gala_gate=descent) or cos(+∇, r) >= gala_tau (literal); NT-Xent loss, projector "
                      "MLP, linear-probe evaluation",
                      (*_SIMCLR_HPARAMS, GALA_TAU, GALA_GATE), supervised=False, model_head=_simclr_head,
-                     server_side="fedtune.algorithms.gala_move:SimclrGlobalMove"),
-    ClientMethodSpec("prox", "fedtune.algorithms.prox:Prox",
+                     server_side="fedtune.algorithms.server.gala_move:SimclrGlobalMove"),
+    ClientMethodSpec("prox", "fedtune.algorithms.client.prox:Prox",
                      "FedProx: local SGD on loss + prox_mu/2 ||theta - theta_global||^2", (PROX_MU,)),
-    ClientMethodSpec("sam", "fedtune.algorithms.sam:SAM",
+    ClientMethodSpec("sam", "fedtune.algorithms.client.sam:SAM",
                      "SAM local steps (FedSAM): gradient at theta + sam_rho grad/||grad||, step from theta", (SAM_RHO,),
                      scales_fp16_gradients=False),  # two gradients per step through torch.autograd.grad
-    ClientMethodSpec("gfm", "fedtune.algorithms.gfm:GFM",
+    ClientMethodSpec("gfm", "fedtune.algorithms.client.gfm:GFM",
                      "GFM: SAM steps on augmented images; augmenter maximises local - global loss (Alg. 1)",
                      (SAM_RHO, GFM_INTERVAL, GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE),
                      scales_fp16_gradients=False),  # the augmenter's ascent step takes its own gradient
-    ClientMethodSpec("gca", "fedtune.algorithms.gfm:GCA",
+    ClientMethodSpec("gca", "fedtune.algorithms.client.gfm:GCA",
                      "GCA: local SGD on images from an adversarial augmenter constrained by the global model (GFM "
                      "ablation)", (GFM_INTERVAL, GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE),
                      scales_fp16_gradients=False),
-    ClientMethodSpec("gala", "fedtune.algorithms.gala_client:GalaClient",
+    ClientMethodSpec("gala", "fedtune.algorithms.client.gala:GalaClient",
                      "FedGaLA local alignment: local SGD where a tensor steps only if its batch gradient agrees with "
                      "the last global move (gala_gate: descent cos(−∇, r) > gala_tau, or literal cos(+∇, r) >= "
-                     "gala_tau)", (GALA_TAU, GALA_GATE), server_side="fedtune.algorithms.gala_move:GlobalMove"),
-    ClientMethodSpec("fedsr", "fedtune.algorithms.fedsr:FedSR",
+                     "gala_tau)", (GALA_TAU, GALA_GATE), server_side="fedtune.algorithms.server.gala_move:GlobalMove"),
+    ClientMethodSpec("fedsr", "fedtune.algorithms.client.fedsr:FedSR",
                      "FedSR: probabilistic representation z ~ N(mu(x), sigma(x)^2), CE on z + fedsr_l2r E||z||^2 + "
                      "fedsr_cmi KL(p(z|x) || r(z|y)) with a learned class-conditional prior",
                      (FEDSR_Z_DIM, FEDSR_L2R, FEDSR_CMI, FEDSR_L2R_FORM, FEDSR_PRIOR, FEDSR_EVAL_SAMPLES),
                      model_head=_fedsr_head),
-    ClientMethodSpec("scaffold", "fedtune.algorithms.scaffold:Scaffold",
+    ClientMethodSpec("scaffold", "fedtune.algorithms.client.scaffold:Scaffold",
                      "SCAFFOLD: local steps on g - c_i + c (control variates, option II update of c_i), server c += "
                      "|S|/N mean dc_i; FedAvg (global_lr = eta_g)",
-                     server_side="fedtune.algorithms.scaffold_server:ScaffoldServer"),
-    ClientMethodSpec("feddyn", "fedtune.algorithms.feddyn:FedDyn",
+                     server_side="fedtune.algorithms.server.scaffold:ScaffoldServer"),
+    ClientMethodSpec("feddyn", "fedtune.algorithms.client.feddyn:FedDyn",
                      "FedDyn: local loss - <grad L_k(theta_k^(t-1)), theta> + feddyn_alpha/2 ||theta - "
                      "theta_global||^2; server theta = mean - h/alpha (feddyn_mean rule|uniform)",
                      (FEDDYN_ALPHA, FEDDYN_MEAN), check=_check_feddyn,
-                     server_side="fedtune.algorithms.feddyn_server:FedDynServer"),
-    ClientMethodSpec("moon", "fedtune.algorithms.moon:MOON",
+                     server_side="fedtune.algorithms.server.feddyn:FedDynServer"),
+    ClientMethodSpec("moon", "fedtune.algorithms.client.moon:MOON",
                      "MOON: CE + moon_mu * model-contrastive loss pulling the encoder features towards the global "
                      "model's and away from the client's previous model's (temperature moon_temperature)",
                      (MOON_MU, MOON_TEMPERATURE)),
-    ClientMethodSpec("fediir", "fedtune.algorithms.fediir:FedIIR",
+    ClientMethodSpec("fediir", "fedtune.algorithms.client.fediir:FedIIR",
                      "FedIIR: local SGD on CE + fediir_penalty ||grad_classifier CE - g_bar||^2, g_bar the server's "
                      "moving average (fediir_ema) of the clients' mean classifier gradient",
                      (FEDIIR_PENALTY, FEDIIR_EMA),
                      scales_fp16_gradients=False,  # the penalty's inner gradient goes through torch.autograd.grad
-                     server_side="fedtune.algorithms.fediir_server:FedIIRServer"),
-    ClientMethodSpec("fishr", "fedtune.algorithms.fishr:Fishr",
+                     server_side="fedtune.algorithms.server.fediir:FedIIRServer"),
+    ClientMethodSpec("fishr", "fedtune.algorithms.client.fishr:Fishr",
                      "Fishr (federated, FedOMG Eq. 4): local SGD on CE + fishr_penalty dist(Var_i[grad_classifier "
                      "CE_i], server's mean variance), variances smoothed by fishr_ema, warm-up fishr_anneal_iters",
                      (FISHR_PENALTY, FISHR_ANNEAL_ITERS, FISHR_EMA, FISHR_DISTANCE),
                      scales_fp16_gradients=False,  # the per-example gradients are taken without the loss scaler
-                     server_side="fedtune.algorithms.fishr_server:FishrServer"),
-    ClientMethodSpec("coral", "fedtune.algorithms.coral:DeepCORAL",
+                     server_side="fedtune.algorithms.server.fishr:FishrServer"),
+    ClientMethodSpec("coral", "fedtune.algorithms.client.coral:DeepCORAL",
                      "DeepCORAL: local SGD on CE + coral_weight * mean over the batch's domain pairs of the CORAL "
                      "distance of the encoder features (clients holding several domains: domain_homogeneity > 0)",
                      (CORAL_WEIGHT,)),
@@ -331,19 +331,19 @@ _GP_BETA_MODE = {"gp_beta_mode": {"choices": ["fixed", "auto"], "default": "fixe
                                   "help": "a fixed beta, or the auto-weighted estimate"}}
 
 SERVER_RULE_SPECS: tuple[ServerRuleSpec, ...] = (
-    ServerRuleSpec("fedavg", "fedtune.algorithms.server:FedAvg",
+    ServerRuleSpec("fedavg", "fedtune.algorithms.server.rule:FedAvg",
                    "FedAvg: θ ← θ + global_lr · Σ w_u Δ_u, w_u = p_u or 1/U (client_weighting)", (CLIENT_WEIGHTING,)),
-    ServerRuleSpec("fedda", "fedtune.algorithms.fedgp:FedDA",
+    ServerRuleSpec("fedda", "fedtune.algorithms.server.fedgp:FedDA",
                    "FedDA (fda): θ ← θ + Σ α_i[(1−β_i)Δ_T + β_i Δ_i]; gp_beta fixed or 'auto'",
                    _TARGET_SOURCE_HPARAMS, check=_check_target_source, needs_target_client=True,
                    client_hooks=_target_source_hooks, search_switches=_GP_BETA_MODE),
-    ServerRuleSpec("fedgp", "fedtune.algorithms.fedgp:FedGP",
+    ServerRuleSpec("fedgp", "fedtune.algorithms.server.fedgp:FedGP",
                    "FedGP (fda): θ ← θ + Σ α_i[(1−β_i)Δ_T + β_i Proj₊(Δ_T|Δ_i)] per tensor; gp_beta fixed or 'auto'",
                    _TARGET_SOURCE_HPARAMS, check=_check_target_source, needs_target_client=True,
                    client_hooks=_target_source_hooks, search_switches=_GP_BETA_MODE),
-    ServerRuleSpec("target_only", "fedtune.algorithms.fedgp:TargetOnly",
+    ServerRuleSpec("target_only", "fedtune.algorithms.server.fedgp:TargetOnly",
                    "target-only baseline (fda): θ ← θ + global_lr · Δ_T, sources ignored", needs_target_client=True),
-    ServerRuleSpec("gala", "fedtune.algorithms.gala:Gala",
+    ServerRuleSpec("gala", "fedtune.algorithms.server.gala:Gala",
                    "FedGaLA global alignment: reweight clients by p_u (cos(Δ_u, a) + 1)/2 (per tensor or whole vector) "
                    "for gala_iters rounds; θ ← θ + global_lr·(gala_mix·a + (1−gala_mix)·FedAvg step)",
                    (GALA_ITERS, GALA_MIX, GALA_WEIGHTS)),
@@ -351,10 +351,10 @@ SERVER_RULE_SPECS: tuple[ServerRuleSpec, ...] = (
     # η·d/(U(1+κ²)) and their PACS script uses η = 0.5 (Table 4 says 0.05), while global_lr
     # multiplies d directly (docs/methods.md §1). Compare FedOMG with other rules only with
     # global_lr tuned for each.
-    ServerRuleSpec("fedomg", "fedtune.algorithms.fedomg:FedOMG",
+    ServerRuleSpec("fedomg", "fedtune.algorithms.server.fedomg:FedOMG",
                    "FedOMG: θ ← θ + global_lr · (g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖), Γ* matching the clients' updates",
                    (OMG_KAPPA, OMG_SOLVER, OMG_RESCALE), default_global_lr=0.05),
-    ServerRuleSpec("fedga", "fedtune.algorithms.fedga:FedGA",
+    ServerRuleSpec("fedga", "fedtune.algorithms.server.fedga:FedGA",
                    "FedGA: θ ← θ + global_lr · Σ a_u Δ_u, a_u moved towards clients with larger generalization gaps",
                    (FEDGA_STEP, FEDGA_DECAY, FEDGA_CENTER, FEDGA_METRIC, FEDGA_INIT), check=_check_fedga,
                    needs_supervised_client=True, client_hooks=_fedga_hooks),
@@ -363,18 +363,18 @@ SERVER_RULE_SPECS: tuple[ServerRuleSpec, ...] = (
 _ADAPTIVE = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU, SERVER_V_START)
 
 SERVER_OPTIMIZER_SPECS: tuple[ServerOptimizerSpec, ...] = (
-    ServerOptimizerSpec("sgd", "fedtune.algorithms.server_optimizer:ServerOptimizer",
+    ServerOptimizerSpec("sgd", "fedtune.algorithms.server.optimizer:ServerOptimizer",
                         "the server rule's own step: theta + global_lr * d (today's rule)"),
-    ServerOptimizerSpec("avgm", "fedtune.algorithms.server_optimizer:FedAvgM",
+    ServerOptimizerSpec("avgm", "fedtune.algorithms.server.optimizer:FedAvgM",
                         "FedAvgM (Hsu et al. 2019): v <- server_momentum v + delta, theta <- theta + global_lr v",
                         (SERVER_MOMENTUM,)),
-    ServerOptimizerSpec("adam", "fedtune.algorithms.server_optimizer:FedAdam",
+    ServerOptimizerSpec("adam", "fedtune.algorithms.server.optimizer:FedAdam",
                         "FedAdam (Reddi et al. 2021): m, v moments of delta, theta <- theta + global_lr m / (sqrt(v) + tau)",
                         (*_ADAPTIVE[:3], SERVER_V_START, SERVER_ADAM_BIAS_CORRECTION)),
-    ServerOptimizerSpec("yogi", "fedtune.algorithms.server_optimizer:FedYogi",
+    ServerOptimizerSpec("yogi", "fedtune.algorithms.server.optimizer:FedYogi",
                         "FedYogi (Reddi et al. 2021): as FedAdam with v <- v - (1 - beta2) delta^2 sign(v - delta^2)",
                         _ADAPTIVE),
-    ServerOptimizerSpec("adagrad", "fedtune.algorithms.server_optimizer:FedAdagrad",
+    ServerOptimizerSpec("adagrad", "fedtune.algorithms.server.optimizer:FedAdagrad",
                         "FedAdagrad (Reddi et al. 2021): v <- v + delta^2, theta <- theta + global_lr delta / (sqrt(v) + tau)",
                         (SERVER_TAU, SERVER_V_START)),
 )

@@ -12,7 +12,7 @@ stay ``<study>/<search key>``, so one storage holds many fedtune studies. Two fa
   append-only log that works on NFS, where SQLite's locking does not).
 
 Everything here is checked before Ray starts, without connecting to a database (the sweep opens
-the storage once before the first trial; :func:`fedtune.tune.optuna_search.optuna_storage`).
+the storage once before the first trial; :func:`fedtune.tune.tuner.optuna_search.optuna_storage`).
 No Optuna import. It sits with the study's files because the sweep (:mod:`fedtune.tune`) and the
 report (:mod:`fedtune.reports`) both read a study's Optuna storage URL.
 

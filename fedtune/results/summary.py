@@ -75,7 +75,7 @@ def summarize_trial(
         started_at=start,
         ended_at=end,
         error=error,
-        restarts=None,  # sweeps: set by the Tune callback (fedtune.tune.callback)
+        restarts=None,  # sweeps: set by the Tune callback (fedtune.tune.trial.callback)
         config_json=to_json(dict(config)),
     )
     out.update(_hparams(ordered, config))

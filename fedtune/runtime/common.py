@@ -76,7 +76,7 @@ def evaluate(model, examples, batch_size: int, precision: str = "fp32") -> EvalC
     augmented, forward passes under ``precision`` (the loss summed in float32)."""
     import torch
 
-    from fedtune.algorithms.precision import autocast
+    from fedtune.algorithms.client.precision import autocast
 
     out = EvalCounts()
     if len(examples) == 0:

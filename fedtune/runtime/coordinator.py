@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.blocked import one_blas_thread, subtract_rows
+from fedtune.algorithms.server.blocked import one_blas_thread, subtract_rows
 from fedtune.algorithms import SERVER_OPTIMIZERS
-from fedtune.algorithms.server import RoundInfo
-from fedtune.algorithms.server_side import server_side_of
+from fedtune.algorithms.server.rule import RoundInfo
+from fedtune.algorithms.server.side import server_side_of
 from fedtune.data.base import FederatedPlan
 from fedtune.results.status import DIVERGED, OK
 from fedtune.runtime.checkpoint import check_identity, run_identity
@@ -110,7 +110,7 @@ class Coordinator:
 
     def __init__(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any]):
         """The server rule and, where the client method keeps state on the server, its
-        :class:`~fedtune.algorithms.server_side.ServerSide` (looked up by name: the client method,
+        :class:`~fedtune.algorithms.server.side.ServerSide` (looked up by name: the client method,
         and torch, are never imported here)."""
         from fedtune.config import FederatedRunConfig
 
@@ -209,7 +209,7 @@ class Coordinator:
         (:func:`loss_exploded` against the first round's), the server rule's new global model,
         taken only when it is finite. Returns (train loss, round status, ``diag.*`` metrics); a
         diverged round keeps the old global model."""
-        from fedtune.algorithms.aggregate import fedavg_weights
+        from fedtune.algorithms.server.aggregate import fedavg_weights
 
         n = np.array(fit.of("num_examples"), dtype=np.float64)
         losses = np.array(fit.of("losses"), dtype=np.float64)
@@ -279,7 +279,7 @@ class Coordinator:
     def shutdown(self) -> None:
         self.pool.shutdown()
 
-    # --- Tune support: checkpoints and actor reuse (fedtune.tune.trainable) -------------------
+    # --- Tune support: checkpoints and actor reuse (fedtune.tune.trial.trainable) -------------------
     def get_state(self) -> dict[str, Any]:
         """The server side of a checkpoint: global weights (float32), the server rule's
         ``state_dict()``, the client method's server side's (None when it has none) and the

@@ -146,7 +146,7 @@ class FederatedRun:
         evaluate = self.round % self.cfg.eval_every == 0 or self.round >= self.cfg.rounds
         return self._call("run_round", self.round, evaluate)
 
-    # --- Tune support: checkpoints and actor reuse (fedtune.tune.trainable) -----------------------
+    # --- Tune support: checkpoints and actor reuse (fedtune.tune.trial.trainable) -----------------------
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue after round ``self.round`` with the same results: the
         coordinator's state (weights, server-rule state, the client method's server-side state) and every client's

@@ -35,7 +35,7 @@ def encode_split(model: Any, examples: Any, batch_size: int, precision: str = "f
     ``examples`` in batches of ``batch_size``, as float32 NumPy, with their labels as int64 NumPy."""
     import torch
 
-    from fedtune.algorithms.precision import autocast
+    from fedtune.algorithms.client.precision import autocast
     from fedtune.models import encode
 
     model.eval()
@@ -53,7 +53,7 @@ class ClientWorker:
 
     def __init__(self, cfg_dict: dict[str, Any], specs: list[ClientSpec], worker_index: int = 0,
                  shards: list[TargetShard] | None = None, manage_threads: bool = True):
-        from fedtune.algorithms.precision import check_device
+        from fedtune.algorithms.client.precision import check_device
         from fedtune.config import FederatedRunConfig
         from fedtune.data.registry import get_dataset
         from fedtune.layout import FlatLayout
@@ -116,11 +116,11 @@ class ClientWorker:
         self.startup = {"init_start": t_init, "torch_ready": t_torch, "ready": time.time()}
 
     def _hooks(self, places: tuple[str, ...]) -> list[Any]:
-        """The server rule's client hooks (:mod:`fedtune.algorithms.client_hooks`), built for this
+        """The server rule's client hooks (:mod:`fedtune.algorithms.client.hooks`), built for this
         worker's clients; none (nothing imported) for a rule that declares none."""
         if not places:
             return []
-        from fedtune.algorithms.client_hooks import ClientRecord, WorkerView, load_hooks
+        from fedtune.algorithms.client.hooks import ClientRecord, WorkerView, load_hooks
 
         def evaluate_split(cid: int, split: str) -> tuple[float, float]:
             result = evaluate(self.model, self.data[cid][split], self.cfg.eval_batch_size, self.precision)
@@ -151,12 +151,12 @@ class ClientWorker:
 
     def fit(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int, client_ids: list[int]) -> FitReply:
         """Train each of ``client_ids`` (ascending) from ``weights`` for one round. Each client's
-        metrics carry ``batch_size_effective`` (:func:`~fedtune.algorithms.client.effective_batch_size`):
+        metrics carry ``batch_size_effective`` (:func:`~fedtune.algorithms.client.method.effective_batch_size`):
         ``batch_size``, or the client's whole training set when that is smaller."""
         import torch
 
-        from fedtune.algorithms.client import ClientContext, effective_batch_size
-        from fedtune.algorithms.precision import grad_scaler
+        from fedtune.algorithms.client.method import ClientContext, effective_batch_size
+        from fedtune.algorithms.client.precision import grad_scaler
         from fedtune.models import get_flat
 
         client_ids = sorted(client_ids)
@@ -229,7 +229,7 @@ class ClientWorker:
     def ping(self) -> int:
         return os.getpid()
 
-    # --- Tune support: actor reuse and checkpoints (fedtune.tune.trainable) ---------------------
+    # --- Tune support: actor reuse and checkpoints (fedtune.tune.trial.trainable) ---------------------
     def reconfigure(self, cfg_dict: dict[str, Any], specs: list[ClientSpec], worker_index: int = 0,
                     shards: list[TargetShard] | None = None) -> dict[str, float]:
         """Become the worker of another run in this same process (Tune ``reuse_actors``).

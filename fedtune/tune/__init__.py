@@ -1,9 +1,9 @@
-"""Hyperparameter studies on Ray Tune + Optuna: the trainable, the results callback, the sweep.
+"""Hyperparameter studies on Ray Tune + Optuna, in three rooms by job.
 
-``trainable`` (one run = one Tune trial) · ``callback`` (the Arrow store's single writer) ·
-``plan`` (sweep options and searches, checked before Ray starts) · ``optuna_search`` (the Optuna
-searcher and storage) · ``progress`` (the live view) · ``sweep`` (runs a study; ``resume``,
-``tune_env``, ``active`` help it) · ``seed_runs`` (``--seeds``).
+:mod:`fedtune.tune.study` (defining and driving a study: options, plan, sweep, seed runs, resume) ·
+:mod:`fedtune.tune.trial` (one trial in Tune: the trainable, the Arrow callback, loggers, the live
+view) · :mod:`fedtune.tune.tuner` (what the ``Tuner`` gets besides the trainable: the Optuna
+searcher and storages, Tune's storage, capacity, Tune's environment).
 
 Search spaces are :mod:`fedtune.spaces`; reports (tables, report.md, plots) :mod:`fedtune.reports`.
 """

@@ -1,0 +1,283 @@
+"""Client methods: how one client trains from the global model for one round, and THE local loop.
+
+A :class:`ClientMethod` gets a :class:`ClientContext` (the model already holding the global
+weights, the client's training examples, fetched batch by batch onto its device by
+:meth:`ClientContext.batch` with the run's training augmentation, a seeded generator for data
+order and augmentation, the server rule's broadcast payload and the client's own persistent
+state) and trains the model in place. The runtime then ships the trained weights back; the method may add ``extras`` (arrays
+the server rule needs, e.g. per-batch displacements) and ``metrics`` (diag columns).
+
+Every method trains through one loop, :meth:`ClientMethod.local_loop`: it draws the round's
+batches (:func:`batches`, :func:`local_steps`), fetches each (:meth:`ClientContext.batch`),
+calls the method's *step function* ``step(x, y) -> loss`` on it under the run's ``precision``
+(:mod:`fedtune.algorithms.client.precision`; backward passes leave autocast), sums the losses, stops at the first non-finite one (the run diverged) and returns the
+:class:`ClientOutcome`. A step function trains on its batch and returns the batch's training
+loss; the plain gradient step is :func:`descend` (SGD, FedProx, SimCLR, GCA, FedGaLA's gated
+step through the optimiser it is given), SAM's is :class:`fedtune.algorithms.client.sam.SamDescent`
+(FedSAM, GFM). A new method writes its step function and hands it to ``local_loop``.
+
+A method reads its hyperparameters once, typed, when it is built (``self.mu = PROX_MU.of(cfg)``
+in ``__init__``). Client-method modules are PyTorch code and import torch at their top; the
+registry (:data:`fedtune.algorithms.CLIENT_METHODS`) imports one only when its method is looked
+up, so processes that only aggregate (the coordinator) never load torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.client.optim import LocalSGD, local_optimizer
+from fedtune.algorithms.client.precision import autocast, autocast_off
+
+# One training step on a mini-batch (inputs x, labels y, on the device) -> its training loss.
+StepFunction = Callable[[torch.Tensor, torch.Tensor], float]
+# ClientContext.record_step: (parameters, their batch gradients, None where a parameter has none).
+RecordStep = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor | None]], None]
+
+
+# augment(x in [0, 1], generator) -> augmented x (fedtune.runtime.augment.DomainBedAugment)
+Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+
+
+class ClientData(Protocol):
+    """A client's training examples as a client method sees them
+    (:class:`fedtune.runtime.examples.Examples` in a run; any object with these in a test)."""
+
+    input_shape: tuple[int, ...]  # one example's shape: (C, H, W) for images, (F,) for vectors
+    labels: torch.Tensor  # int64 [N], on the host
+    domains: torch.Tensor  # int64 [N], on the host: each example's domain (its position in the dataset's list)
+
+    def __len__(self) -> int: ...
+
+    def batch(self, rows: torch.Tensor, augment: Augment | None = None,
+              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, y)`` of ``rows`` (a CPU int64 tensor of positions) on the device, augmented."""
+        ...
+
+    def value_range(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-channel minimum and maximum of the un-augmented inputs, on the host."""
+        ...
+
+
+@dataclass
+class ClientContext:
+    model: nn.Module
+    data: ClientData
+    cfg: RunConfig  # the run's FederatedRunConfig
+    round: int
+    client_id: int
+    role: str  # "source" | "target"
+    generator: torch.Generator  # seeded from (seed, client_id, round): data order
+    device: torch.device
+    payload: dict[str, np.ndarray] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)  # survives across rounds on this client's actor
+    # Call once per local step, with the parameters and the *batch gradient* of the data loss at
+    # θ before the step (the gradient plain SGD would step on: before momentum, weight decay,
+    # FedProx's μ(θ − θ_global), SAM's perturbation or FedGaLA's gate), ``None`` where a parameter
+    # has no gradient. The runtime uses it to record the FDA clients' raw per-batch steps
+    # ``−local_lr · ∇_b`` when the server rule wants them (auto-β); a no-op otherwise.
+    record_step: RecordStep = lambda params, grads: None
+    # The run's training augmentation (fedtune.runtime.augment; None: none), drawn from ``generator``.
+    augment: Augment | None = None
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (fedtune.algorithms.client.precision)
+    scaler: torch.amp.GradScaler | None = None  # fp16: the round's gradient scaler
+    # The positions (in ``data``) of the batch being trained, set by the local loop before each step:
+    # a step function that needs more than ``(x, y)`` of its rows reads them here
+    # (``data.domains[rows]``: each example's domain, for methods that compare domains in a batch).
+    rows: torch.Tensor | None = None
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.data)
+
+    def batch(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, y)`` of training rows ``rows`` (a CPU int64 tensor) on the device, augmented."""
+        return self.data.batch(rows, self.augment, self.generator)
+
+
+@dataclass
+class ClientOutcome:
+    loss: float  # mean training loss over the round's steps (NaN/Inf => the run diverged)
+    steps: int
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def local_steps(num_examples: int, cfg: RunConfig) -> int:
+    """Steps of one round: ``local_steps`` if set, else ``local_epochs`` passes over the data
+    (:func:`batches_per_epoch` steps each). With ``batch_size`` at or above the client's data a
+    step is the whole training set: ``local_steps`` full-batch steps, or one per local epoch."""
+    if cfg.local_steps is not None:
+        return int(cfg.local_steps)
+    return int(cfg.local_epochs) * batches_per_epoch(num_examples, cfg.batch_size)
+
+
+def effective_batch_size(num_examples: int, batch_size: int) -> int:
+    """The mini-batch a client's steps use: ``batch_size``, or the client's whole training set
+    when that is smaller (an epoch's last batch may hold fewer, or one more so that no batch is a
+    single example; see :func:`batches`). Recorded per round as ``diag.batch_size_effective``.
+
+    >>> effective_batch_size(240, 32), effective_batch_size(240, 100000)
+    (32, 240)
+    """
+    return min(int(batch_size), int(num_examples))
+
+
+def batch_size_note(batch_size: int, train_sizes: Sequence[int], local_steps: int | None,
+                    local_epochs: int) -> str | None:
+    """The one-line warning of a run whose ``batch_size`` exceeds every client's training set
+    (``train_sizes``): no client ever trains on a mini-batch, so any larger value runs the same
+    thing. None when some client has at least ``batch_size`` examples.
+
+    >>> batch_size_note(100000, [120, 240], None, 1)
+    "batch_size 100000 exceeds the largest client's 240 training examples; each client runs full-batch steps of its own size (1 step per round: one per local epoch), recorded as diag.batch_size_effective"
+    >>> batch_size_note(64, [120, 240], None, 1) is None
+    True
+    """
+    largest = max(train_sizes, default=0)
+    if not train_sizes or batch_size <= largest:
+        return None
+    steps = (f"local_steps={local_steps} steps per round" if local_steps is not None else
+             f"{local_epochs} step{'s' if local_epochs != 1 else ''} per round: one per local epoch")
+    return (f"batch_size {batch_size} exceeds the largest client's {largest} training examples; each client runs "
+            f"full-batch steps of its own size ({steps}), recorded as diag.batch_size_effective")
+
+
+def batches_per_epoch(n: int, batch_size: int) -> int:
+    """Batches :func:`batches` cuts from one pass over ``n`` examples: ``ceil(n / batch_size)``,
+    one fewer when that would leave a last batch of a single example (it joins the batch before).
+
+    >>> batches_per_epoch(18, 17), batches_per_epoch(34, 17), batches_per_epoch(35, 17), batches_per_epoch(1, 17)
+    (1, 2, 2, 1)
+    """
+    full = max(1, math.ceil(n / batch_size))
+    return full - 1 if batch_size > 1 and full > 1 and n % batch_size == 1 else full
+
+
+def batches(n: int, batch_size: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """``steps`` index batches drawn epoch by epoch from fresh permutations of ``range(n)``.
+
+    Never a batch of one example when ``n > 1`` and ``batch_size > 1`` (BatchNorm cannot train on
+    one): when the last
+    batch of an epoch would hold a single example, it is merged into the batch before it (which
+    then holds ``batch_size + 1``), so every example is still seen once per epoch and an epoch
+    is :func:`batches_per_epoch` steps. Deterministic given ``generator``'s state.
+    """
+    done = 0
+    while done < steps and n > 0:  # no examples: no batch (never an endless loop)
+        perm = torch.randperm(n, generator=generator)
+        starts = list(range(0, n, batch_size))
+        if batch_size > 1 and len(starts) > 1 and n - starts[-1] == 1:
+            starts.pop()  # the single trailing example joins the previous batch
+        for i, start in enumerate(starts):
+            if done == steps:
+                return
+            end = starts[i + 1] if i + 1 < len(starts) else n
+            yield perm[start:end]
+            done += 1
+
+
+def descend(optimizer: LocalSGD, loss: torch.Tensor, record_step: RecordStep,
+            after_backward: Callable[[], None] | None = None) -> float:
+    """One gradient step on ``loss``: its value, and unless that is not finite (then nothing
+    changes), ``zero_grad``, ``backward`` (outside autocast), ``record_step`` with the batch
+    gradient (see :class:`ClientContext`), ``after_backward()`` (e.g. FedProx adding its proximal
+    gradient) and ``optimizer.step()``. Returns the loss value.
+
+    With ``optimizer.scaler`` (a ``torch.amp.GradScaler``, ``precision: fp16``) the loss is
+    scaled before ``backward`` and the gradients unscaled after it; a step whose gradients are
+    not finite is skipped (nothing recorded, nothing stepped) and the scale lowered."""
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        return value
+    optimizer.zero_grad()
+    scaler = optimizer.scaler
+    with autocast_off(loss.device.type):
+        (loss if scaler is None else scaler.scale(loss)).backward()
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+        grads = [p.grad for p in optimizer.params if p.grad is not None]
+        if not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
+            optimizer.zero_grad()
+            scaler.update()  # lowers the scale; the step is skipped
+            return value
+    record_step(optimizer.params, [p.grad for p in optimizer.params])
+    if after_backward is not None:
+        after_backward()
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)
+        scaler.update()
+    return value
+
+
+class ClientMethod:
+    """Base class. Subclasses set ``name`` and implement :meth:`train`, normally as a few lines of
+    set-up and ``return self.local_loop(ctx, step)``. What the method declares (hyperparameters,
+    ``supervised``, fp16 support, its model head, its server side) is its
+    :class:`~fedtune.algorithms.base.ClientMethodSpec` in :mod:`fedtune.algorithms.declarations`."""
+
+    name: ClassVar[str]
+
+    def __init__(self, cfg: RunConfig):
+        """Build the method for the validated config ``cfg``; a subclass reads its hyperparameters
+        here, once, typed (``self.rho = SAM_RHO.of(cfg)``)."""
+        self.cfg = cfg
+
+    def train(self, ctx: ClientContext) -> ClientOutcome:
+        raise NotImplementedError
+
+    def make_optimizer(self, model: nn.Module) -> LocalSGD:
+        """The round's local optimiser (:func:`~fedtune.algorithms.client.optim.local_optimizer`); a mixin may
+        swap it (FedGaLA's :class:`~fedtune.algorithms.client.gala.GatedClientMixin`)."""
+        return local_optimizer(model.parameters(), self.cfg)
+
+    def start_round(self, ctx: ClientContext) -> LocalSGD:
+        """Put ``ctx.model`` in training mode and return the round's optimiser over it (with the
+        round's gradient scaler when ``precision`` is fp16). The FDA target client trains at
+        ``local_lr · target_lr_scale`` (seed 002's target learning rate, 1/5 of the sources')."""
+        ctx.model.train()
+        opt = self.make_optimizer(ctx.model)
+        if ctx.role == "target":  # × 1.0 at the default scale: the same bits
+            opt.lr = opt.lr * float(self.cfg.target_lr_scale)
+        opt.scaler = ctx.scaler
+        return opt
+
+    def local_loop(self, ctx: ClientContext, step: StepFunction,
+                   metrics: Callable[[int], dict[str, float]] | None = None) -> ClientOutcome:
+        """THE local training loop: ``step(x, y)`` on each of the round's batches of the
+        client's examples (:func:`local_steps` of them, rows drawn by :func:`batches` from
+        ``ctx.generator``, fetched and augmented by :meth:`ClientContext.batch`), in order, each
+        under the run's precision. A non-finite loss ends the round at once:
+        ``ClientOutcome(loss, steps)`` with the steps taken, that one included. Otherwise the
+        outcome's loss is the mean over the steps and its metrics ``metrics(steps)``."""
+        n = ctx.num_examples
+        total, done = 0.0, 0
+        for idx in batches(n, self.cfg.batch_size, local_steps(n, self.cfg), ctx.generator):
+            ctx.rows = idx
+            x, y = ctx.batch(idx)
+            with autocast(ctx.device, ctx.precision):
+                value = step(x, y)
+            if not math.isfinite(value):
+                return ClientOutcome(loss=value, steps=done + 1)
+            total += value
+            done += 1
+        return ClientOutcome(loss=total / max(done, 1), steps=done, metrics={} if metrics is None else metrics(done))
+
+
+class SGD(ClientMethod):
+    name = "sgd"
+
+    def train(self, ctx: ClientContext) -> ClientOutcome:
+        model, opt = ctx.model, self.start_round(ctx)
+        return self.local_loop(
+            ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step))

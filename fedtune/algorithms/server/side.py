@@ -1,0 +1,89 @@
+"""The server side of a client method: state the coordinator keeps for the method, whatever
+the server rule is.
+
+Some client methods need the server to keep something between rounds and send it back with the
+weights: Scaffold's server control variate ``c``, FedDyn's ``h``, FedIIR's running mean gradient
+of the classifier, Fishr's mean gradient variance. That belongs to the client method, not to the
+server rule (FedIIR + OMG runs FedIIR's clients under FedOMG's rule), so it lives in a
+:class:`ServerSide` registered under the client method's name in
+:data:`fedtune.algorithms.SERVER_SIDES`. The coordinator builds it beside the server rule and,
+each round:
+
+1. merges :meth:`ServerSide.payload` into the broadcast payload (keys must not clash with the
+   server rule's payload);
+2. after the server rule's ``aggregate``, lets :meth:`ServerSide.proposal` replace the rule's
+   result the server optimiser steps from (FedDyn's ``feddyn_mean: uniform``; everyone else keeps
+   the rule's), and after the server optimiser's step calls :meth:`ServerSide.update` with the old
+   and new parameters, the updates, the weights and the clients' extras: the side updates its
+   state from the extras and returns the parameters the round ends with (unchanged for every
+   method but FedDyn, whose server model is the mean of the clients' models minus ``h/α``).
+
+Server sides are NumPy only, like server rules: the coordinator never imports torch. Their
+state is in the coordinator's checkpoint (:meth:`ServerSide.state_dict`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fedtune.algorithms import SERVER_SIDES
+from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.server.rule import AggregateResult, RoundInfo
+
+
+class ServerSide:
+    """Base class: no payload, no state, the server rule's parameters unchanged.
+
+    ``cfg`` is the validated run config, ``layout`` the flat layout (``layout.num_params``
+    parameters first), ``num_clients`` the run's number of logical clients (Scaffold's and
+    FedDyn's ``|S|/N`` scaling)."""
+
+    name: ClassVar[str]  # the client method's name
+
+    def __init__(self, cfg: RunConfig, layout: Any, num_clients: int):
+        self.cfg = cfg
+        self.layout = layout
+        self.num_clients = int(num_clients)
+
+    def payload(self, round: int) -> dict[str, np.ndarray]:
+        """Arrays sent to every participant with the weights of round ``round``."""
+        return {}
+
+    def proposal(self, old: np.ndarray, result: AggregateResult, updates: np.ndarray, *,
+                 info: RoundInfo) -> AggregateResult:
+        """The round's step the server optimiser takes (``params`` and its float64 ``direction``),
+        from the server rule's ``result``: the rule's own by default. ``old`` are the round's
+        starting parameters, ``updates`` the rows ``θ_u − θ`` as the rule saw them."""
+        return result
+
+    def update(self, old: np.ndarray, new: np.ndarray, updates: np.ndarray, weights: np.ndarray, *,
+               extras: list[dict[str, np.ndarray]], round: int,
+               info: RoundInfo) -> tuple[np.ndarray, dict[str, Any]]:
+        """After the server rule's ``aggregate``: update this side's state from the round and return
+        ``(parameters the round ends with, diagnostics)``.
+
+        ``old`` are the round's starting parameters θ, ``new`` the server optimiser's result (the
+        step of :meth:`proposal`, through ``server_optimizer``),
+        ``updates``/``weights``/``extras``/``info`` as the rule saw them (``updates`` is a scratch
+        buffer valid during this call only). The default changes nothing."""
+        return new, {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume (the coordinator's checkpoint)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def server_side_of(cfg: RunConfig, layout: Any, num_clients: int) -> ServerSide | None:
+    """The server side of ``cfg``'s client method, built, or None when the method keeps no
+    server state (looked up in :data:`~fedtune.algorithms.SERVER_SIDES` by the client method's
+    name: the client method itself, and torch, stay unimported)."""
+    name = cfg.resolved.client_method_name
+    return SERVER_SIDES[name](cfg, layout, num_clients) if name in SERVER_SIDES else None
+
+
+__all__ = ["ServerSide", "server_side_of"]

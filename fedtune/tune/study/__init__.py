@@ -1,0 +1,9 @@
+"""Defining and driving a study: what ``fedtune sweep`` does, from its options to its resume.
+
+``options`` (every sweep flag) · ``plan`` (the study's searches, checked before Ray starts; no Ray
+or Optuna imports) · ``default_study`` (the no-argument study) · ``study_start`` (what a new study
+writes first) · ``sweep`` (runs the searches and seed runs of a study) · ``seed_runs`` (``--seeds``)
+· ``resume`` (reading a study back; ``--resume``'s rules) · ``moved_modules`` (old module paths
+while an old study is unpickled) · ``driver_lock`` (one driver per study) · ``ray_lost`` (Ray gone
+mid-sweep) · ``active`` (the sweep this process runs).
+"""

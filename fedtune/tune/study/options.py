@@ -1,0 +1,248 @@
+"""``fedtune sweep``'s options (:class:`SweepOptions`), their allowed values and their checks.
+
+Each bounded option declares its allowed values once, as a :class:`~fedtune.bounds.Bounds` in its
+field's metadata (the same declaration as a run field of
+:class:`~fedtune.config.FederatedRunConfig` and a component's
+:class:`~fedtune.algorithms.base.HParam`), so ``--num-samples 0`` reads like ``--set rounds=0``.
+Checks across options (the metrics against the selection protocol, the storages) follow.
+No Ray, no Optuna.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from fedtune.bounds import Bounds
+from fedtune.errors import ConfigError, shown
+from fedtune.results import selection as _protocol
+
+SAMPLERS = ("tpe", "random", "cmaes", "nsga2")
+SCHEDULERS = ("fifo", "asha")
+KNOBS = ("all", "own")
+"""``--knobs``: ``all`` searches every parameter; ``own`` each algorithm's own (:func:`fedtune.algorithms.own_knobs`),
+every shared one fixed at one value for every method (:func:`fedtune.tune.study.study_start.own_knob_spaces`)."""
+LOGGERS: dict[str, tuple[str, str] | None] = {"csv": None, "tensorboard": ("tensorboardX", "tensorboard"),
+                                              "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
+"""``--logger`` names (:mod:`fedtune.tune.trial.loggers`): the module each needs and fedtune's pip extra
+that installs it (csv needs nothing more than Ray Tune)."""
+SELECTIONS = _protocol.PROTOCOLS
+
+METRICS: dict[str, str] = {
+    "val_acc": "max", "val_loss": "min", "target_val_acc": "max", "target_val_loss": "min",
+    "oracle_acc": "max", "oracle_loss": "min", "train_loss": "min",
+    "server_s": "min", "client_s": "min", "wall_s": "min", "bytes_moved": "min",
+}
+"""Metrics a study may optimise, with their direction. The first (selection) metric is the
+protocol's score or loss (:data:`fedtune.results.selection.SCORE` / ``LOSS``): ``val_acc``/``val_loss``
+(``val``), ``target_val_acc``/``target_val_loss`` (``target-val``), ``oracle_acc``/``oracle_loss``
+(``oracle``); further objectives (multi-objective) may be any cost metric. ``target_acc`` is
+what is reported and never an objective."""
+
+_SELECTION_METRICS = {p: (_protocol.SCORE[p], _protocol.LOSS[p]) for p in _protocol.PROTOCOLS}
+_COST_METRICS = ("train_loss", "server_s", "client_s", "wall_s", "bytes_moved")
+_REPORTED = ("target_acc", "target_loss")
+
+
+def _opt(default: Any, flag: str, *, kind: type | None = None, lo: float | None = None, lo_open: bool = False,
+         choices: Sequence[str] = (), note: str = "", factory: Any = None) -> Any:
+    """An option: its default, its ``--flag``, and (when bounded) its type and allowed values."""
+    meta = {"flag": flag, "kind": kind, "bounds": Bounds(lo=lo, lo_open=lo_open, choices=tuple(choices), note=note)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class SweepOptions:
+    """Everything ``fedtune sweep`` takes (the CLI flags, one to one).
+
+    ``target_domain``: a domain, ``"all"`` (leave-one-domain-out over every domain) or None
+    (the dataset's default target). ``metric``: the objective metric(s), first = selection
+    metric; None = ``val_acc`` (``target_acc`` under oracle), plus ``server_s`` with nsga2.
+    ``overrides``: ``--set`` fields, applied to every trial (a field the space samples is an
+    error). ``max_concurrent``: None = as many as the cluster fits.
+
+    >>> SweepOptions(algorithms=["fedavg"]).metrics()
+    ['val_acc']
+    >>> SweepOptions(sampler="nsga2", selection="oracle").metrics()
+    ['oracle_acc', 'server_s']
+    >>> SweepOptions(metric=["target_val_acc"]).protocol()
+    'target-val'
+    >>> SweepOptions(num_samples=0).validate()
+    Traceback (most recent call last):
+    ...
+    fedtune.errors.ConfigError: option '--num-samples': 0 is out of range; allowed: >= 1
+    """
+
+    spaces: list[str] = field(default_factory=list)
+    algorithms: list[str] = field(default_factory=list)
+    dataset: str | None = None
+    data_root: str | None = None
+    target_domain: str | None = None
+    rounds: int | None = _opt(None, "rounds", kind=int, lo=1)
+    num_samples: int = _opt(8, "num-samples", kind=int, lo=1)
+    seeds: int = _opt(1, "seeds", kind=int, lo=1)
+    max_concurrent: int | None = _opt(None, "max-concurrent", kind=int, lo=1)
+    scheduler: str = _opt("fifo", "scheduler", choices=SCHEDULERS)
+    sampler: str = _opt("tpe", "sampler", choices=SAMPLERS)
+    metric: list[str] | None = None
+    selection: str | None = None  # None: the protocol of --metric's first metric, else val
+    trial_seeds: int = _opt(1, "trial-seeds", kind=int, lo=1)
+    address: str | None = None
+    output: str = "fedtune_results"
+    name: str | None = None
+    verbose: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)
+    sampler_seed: int = 0
+    grace_period: int = _opt(1, "grace-period", kind=int, lo=1)
+    reduction_factor: float = _opt(2.0, "reduction-factor", kind=float, lo=1, lo_open=True)
+    report: bool = True
+    # --max-failures: restarts of a failed trial (from its last checkpoint); -1: unlimited
+    max_failures: int = _opt(0, "max-failures", kind=int, lo=-1, note="restarts of a failed trial; -1: unlimited")
+    storage_path: str | None = None  # --storage-path: Tune's storage (shared dir or URI); None: <study>/tune
+    # --scale-up-timeout: how long trials may wait for the autoscaler
+    scale_up_timeout_s: float = _opt(900.0, "scale-up-timeout", kind=float, lo=0, lo_open=True, note="seconds")
+    optuna_storage: str | None = None  # --optuna-storage: a shared Optuna storage URL (fedtune.results.optuna_url)
+    loggers: tuple[str, ...] = ()  # --logger: Ray Tune logger callbacks (csv, tensorboard, mlflow, wandb)
+    config: str | None = None  # --config FILE.yaml: where config_fields came from (messages, study.json)
+    config_fields: dict[str, Any] = field(default_factory=dict)  # its run fields; overrides (--set) win
+    # --knobs: None/"all": every parameter; "own": each algorithm's own, shared ones fixed
+    knobs: str | None = _opt(None, "knobs", choices=KNOBS)
+
+    def metrics(self) -> list[str]:
+        """The objective metrics, first = the selection metric."""
+        if self.metric:
+            return list(self.metric)
+        first = _protocol.SCORE.get(self.protocol(), "val_acc")
+        return [first, "server_s"] if self.sampler == "nsga2" else [first]
+
+    def protocol(self) -> str:
+        """The selection protocol: ``selection``, else the one ``--metric``'s first metric belongs
+        to, else ``val``."""
+        if self.selection is not None:
+            return self.selection
+        if self.metric:
+            return _protocol.protocol_of_metric(self.metric[0]) or _protocol.DEFAULT
+        return _protocol.DEFAULT
+
+    def modes(self) -> list[str]:
+        """``max``/``min`` per objective metric."""
+        return [METRICS[m] for m in self.metrics()]
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the option and the allowed values: each bounded option, then
+        the objective metrics against the selection protocol, then the sampler, storages and names."""
+        self._check_bounded()
+        self._check_metrics()
+        self._check_sampler()
+        self._check_places()
+
+    def _check_bounded(self) -> None:
+        for f in fields(self):
+            bounds = f.metadata.get("bounds")
+            value = getattr(self, f.name)
+            if bounds is None or value is None:
+                continue
+            where, kind = f"option '--{f.metadata['flag']}'", f.metadata["kind"]
+            if kind is int and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ConfigError(f"{where}: expected an integer, got {shown(value)}")
+            if kind is float and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise ConfigError(f"{where}: expected a number, got {shown(value)}")
+            bounds.check(where, value)
+        Bounds(choices=SELECTIONS).check("option '--selection'", self.protocol())
+        if self.seeds > 1 and self.trial_seeds > 1:
+            raise ConfigError(f"options '--seeds {self.seeds}' and '--trial-seeds {self.trial_seeds}' cannot be "
+                              "combined; allowed: --trial-seeds K (K whole searches: ± includes selection variance) "
+                              "or --seeds K (K re-runs of each selected configuration)")
+
+    def _check_metrics(self) -> None:
+        metrics = self.metrics()
+        for m in metrics:
+            if m in _REPORTED and m == metrics[0]:
+                raise ConfigError(f"option '--metric': '{m}' is the reported target accuracy and never chooses "
+                                  "(honest selection never chooses by the target domain's reported examples); "
+                                  f"allowed first metrics: {', '.join(v for p in SELECTIONS for v in _SELECTION_METRICS[p])} "
+                                  "(--selection oracle chooses by a held-out slice of the target: oracle_acc)")
+            if m not in _REPORTED:
+                Bounds(choices=tuple(METRICS)).check("option '--metric'", m)
+        if len(set(metrics)) != len(metrics):
+            raise ConfigError(f"option '--metric': {','.join(metrics)} names a metric twice")
+        allowed_first = _SELECTION_METRICS[self.protocol()]
+        if metrics[0] not in allowed_first:
+            raise ConfigError(f"option '--metric': '{metrics[0]}' cannot be the selection metric under --selection "
+                              f"{self.protocol()} (it chooses by {_protocol.SCORE[self.protocol()]}); allowed: "
+                              f"{', '.join(allowed_first)}")
+        for m in metrics[1:]:
+            if m not in _COST_METRICS:
+                raise ConfigError(f"option '--metric': a further objective must be a cost metric, not '{m}'; "
+                                  f"allowed: {', '.join(_COST_METRICS)}")
+
+    def _check_sampler(self) -> None:
+        if self.sampler != "cmaes":
+            return
+        import importlib.util
+
+        if len(self.metrics()) > 1:
+            raise ConfigError("option '--sampler': cmaes optimises one objective; use nsga2 or tpe for "
+                              f"{', '.join(self.metrics())}")
+        if importlib.util.find_spec("cmaes") is None:
+            raise ConfigError("option '--sampler': cmaes needs the 'cmaes' package (pip install cmaes); "
+                              "allowed without it: tpe, random, nsga2")
+
+    def _check_places(self) -> None:
+        """Storages, loggers, the study's name and output folder, the target domain."""
+        if self.storage_path is not None:
+            from fedtune.tune.tuner.storage import check_storage_path
+
+            check_storage_path(self.storage_path)
+        _check_loggers(self.loggers)
+        if self.optuna_storage is not None:
+            from fedtune.results.optuna_url import check_optuna_storage
+
+            check_optuna_storage(self.optuna_storage)
+        if self.name is not None:
+            from fedtune.results.study_dir import NAME_RULE, name_problem
+
+            problem = name_problem(self.name)
+            if problem is not None:
+                raise ConfigError(f"option '--name': {shown(self.name, 60)} is not a valid study name ({problem}); "
+                                  f"allowed: {NAME_RULE}")
+        if self.output is not None:
+            from fedtune.results.store import check_output_dir
+
+            check_output_dir(self.output, "option '--output'")
+        if self.target_domain is not None and str(self.target_domain).strip() == "":
+            raise ConfigError("option '--target-domain': empty; allowed: a domain name or 'all'")
+
+    def to_json(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self), default=str))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SweepOptions:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _check_loggers(loggers: Sequence[str]) -> None:
+    """``--logger``: known names, each once, and its package installed (else which extra to install).
+
+    >>> _check_loggers(["csv"])
+    >>> _check_loggers(["neptune"])
+    Traceback (most recent call last):
+    ...
+    fedtune.errors.ConfigError: option '--logger': 'neptune' is not allowed; allowed: csv, tensorboard, mlflow, wandb
+    """
+    import importlib.util
+
+    for name in loggers:
+        Bounds(choices=tuple(LOGGERS)).check("option '--logger'", name)
+        needs = LOGGERS[name]
+        if needs is not None and importlib.util.find_spec(needs[0]) is None:
+            module, extra = needs
+            raise ConfigError(f"option '--logger': {name} needs the '{module}' package, which is not installed; "
+                              f"install it with: pip install 'fedtune[{extra}]'")
+    if len(set(loggers)) != len(loggers):
+        raise ConfigError(f"option '--logger': {', '.join(loggers)} names a logger twice; allowed: each once")

@@ -1,0 +1,484 @@
+"""``fedtune sweep``: hyperparameter studies on Ray Tune + Optuna, with resume and seeds.
+
+A *study* (``--name``) lives in ``OUTPUT/<study>/`` (every file name: :mod:`fedtune.results.study_dir`)::
+
+    study.json              options, selection (val|target-val|oracle), algorithms, targets, searches, seed runs
+    spaces/<algorithm>.yaml the study's own copy of its search spaces (what ``--resume`` reads)
+    optuna.db               SQLite; one Optuna study per search, named "<study>/<search key>"
+                            (with --optuna-storage URL: in that storage instead, same names)
+    tune/<search>/          Ray Tune's experiment of each search (what ``--resume`` restores)
+    rounds/<trial>.parquet  every (trial, round), written by ArrowCallback (the single writer)
+    trials.parquet          one row per finished trial
+    report.md, plots/       ``fedtune report``'s output, refreshed at the end of the sweep
+
+This module runs a study; the rooms it uses: :mod:`fedtune.tune.study.plan` (options, searches, the
+objective, the cluster-capacity check: everything checked before Ray starts),
+:mod:`fedtune.tune.tuner.optuna_search` (the searcher, its storage, samplers, schedulers),
+:mod:`fedtune.tune.trial.progress` (the live view and its Tune callback), :mod:`fedtune.tune.tuner.env`
+(Tune's environment and logs) and :mod:`fedtune.cli` (the ``sweep`` command line).
+
+**Resume.** ``--resume`` reads ``study.json`` and continues: searches marked done are skipped;
+a started one is ``Tuner.restore``-d from ``tune/<search>`` (unfinished trials continue from
+their last Tune checkpoint, ``--set checkpoint_every=N``, else from round 1; the Arrow
+callback keeps each (trial, round) once); one never started begins. The searcher (with its
+Optuna storage) comes back from Tune's experiment snapshot, taken every
+:data:`fedtune.tune.tuner.env.EXPERIMENT_SNAPSHOT_S` seconds; trials asked from Optuna after the
+last snapshot of a killed driver are left RUNNING in optuna.db and are told FAIL
+(``fedtune_status: orphaned``) when the search ends, so Optuna finally holds every trial in a
+finished state.
+Ray restores Tune's own settings (``--verbose`` included) from the first run.
+Without ``--name``, a new study is named ``sweep-<UTC time>`` and ``--resume`` continues the
+most recently started study in OUTPUT. A study directory that already holds a study is never
+overwritten: pass ``--resume`` or another ``--name``.
+
+**Seeds.** ``--seeds K``: :mod:`fedtune.tune.study.seed_runs`.
+
+**Resources.** Ray is joined at ``--address`` or started like ``fedtune run`` (explicit
+``num_cpus``, no dashboard). A trial reserves what :func:`fedtune.tune.trial.trainable.resources_for`
+says (by default as many client actors as the cluster fits, so trials run one at a time;
+``--set max_client_actors=1`` lets more run side by side). ``--max-concurrent`` above what
+the cluster can place is capped, with a warning naming the numbers
+(:func:`fedtune.tune.tuner.capacity.concurrency_cap`).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedtune.config import FederatedRunConfig
+from fedtune.errors import ConfigError
+from fedtune.results import status
+from fedtune.results.store import check_output_dir
+from fedtune.results.study_dir import STUDY_FILE, TUNE_DIR, check_name, check_path_text, latest_study, write_study
+from fedtune.tune.study.active import ACTIVE as _ACTIVE
+from fedtune.tune.study.active import SESSIONS as _SESSIONS
+from fedtune.tune.tuner.capacity import concurrency_cap
+from fedtune.tune.study.default_study import apply_default_study, is_default_study
+from fedtune.tune.study.moved_modules import old_module_names
+from fedtune.tune.study.plan import Search, StudyPlan, abs_path, plan_study, seeds_for
+from fedtune.tune.study.options import SweepOptions
+from fedtune.tune.study.ray_lost import fit_stop
+from fedtune.tune.study.resume import rebuild_trial_rows, recover_trial_rows, repair_round_files, resumed_study
+from fedtune.tune.study.seed_runs import seed_trial_id, selected_config
+from fedtune.tune.study.study_start import command_line, new_study_data, now, relative, say_knobs, snapshot_spaces
+from fedtune.tune.tuner.env import signal_handlers_kept, tune_env
+from fedtune.tune.tuner.storage import restorable
+
+__all__ = ["StudyInterrupted", "SweepResult", "run_sweep", "trial_dirname"]
+
+
+class StudyInterrupted(RuntimeError):
+    """The study stopped before its end (Ctrl-C: Ray Tune saved its state); ``--resume`` continues it."""
+
+
+@dataclass
+class SweepResult:
+    """What :func:`run_sweep` did: the study, its searches' states, the report (if made)."""
+
+    study_dir: Path
+    name: str
+    searches: dict[str, dict[str, Any]]
+    report: Any = None
+    report_path: Path | None = None
+    elapsed_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+class _Study:
+    """One sweep invocation: the plan, the study file, Ray, the view; runs every phase."""
+
+    def __init__(self, plan: StudyPlan, data: dict[str, Any], console: Any, trainable: Any = None):
+        from fedtune.tune.trial.progress import LiveView
+
+        self.plan = plan
+        self.data = data
+        self.console = console
+        self.opts = plan.options
+        self.trainable = trainable
+        self.warnings: list[str] = []
+        self.view = LiveView(plan, console, live=not self.opts.verbose)
+        self.cap: int | None = None
+
+    def save(self) -> None:
+        self.data["updated_at"] = now()
+        write_study(self.plan.study_dir, self.data)
+
+    def search_state(self, key: str) -> dict[str, Any]:
+        return self.data.setdefault("searches", {}).setdefault(key, {"status": status.PENDING})
+
+    # -- phases ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        from fedtune.runtime.cluster import cluster_view
+
+        if self.trainable is None:
+            from fedtune.tune.trial.trainable import fedtune_trainable
+
+            self.trainable = fedtune_trainable()
+        cluster = cluster_view(fresh=True)  # alive nodes and those the autoscaler may add
+        try:
+            self.cap, warning = concurrency_cap(list(self._probe_configs()), self.opts.max_concurrent,
+                                                cluster.total, cluster.nodes)
+        except ConfigError as exc:  # no node (alive or launchable) can ever hold a trial
+            if cluster.autoscaler is None:
+                raise
+            raise ConfigError(f"{exc} (the cluster: {cluster.describe()})") from None
+        if warning:
+            self.warnings.append(warning)
+            self.console.print(f"[yellow]warning: {warning}[/yellow]")
+        self.data["max_concurrent"] = self.cap
+        from fedtune.tune.tuner.optuna_search import constant_liar
+
+        self.data["constant_liar"] = constant_liar(self.opts.sampler, self.cap)  # TPE with trials side by side
+        self.save()
+        _ACTIVE["view"] = self.view
+        _ACTIVE["autoscaler"] = cluster.autoscaler is not None  # what ScaleUpWatch may speak of
+        # Tune's saved experiment (tuner.pkl, searcher state) holds the Optuna storage pickled where
+        # the study was created; while this study runs, it unpickles onto this study directory.
+        _ACTIVE["study_dir"] = self.plan.study_dir
+        _ACTIVE["optuna_url"] = self.plan.optuna_url  # and onto this study's Optuna storage
+        self.view.start()
+        try:
+            with tune_env(self.opts.verbose):
+                for search in self.plan.searches:
+                    self.run_search(search)
+                if self.opts.seeds > 1:
+                    for search in self.plan.searches:
+                        self.run_seeds(search)
+        finally:
+            self.view.stop()
+            _ACTIVE["view"] = None
+            _ACTIVE.pop("autoscaler", None)
+            _ACTIVE.pop("study_dir", None)
+            _ACTIVE.pop("optuna_url", None)
+
+    def _probe_configs(self) -> Iterator[dict[str, Any]]:
+        from fedtune.spaces.lookup import load_space
+        from fedtune.spaces.model import strip_switches
+
+        for s in self.plan.searches:
+            yield {**self.plan.fixed[s.key], **strip_switches(load_space(s.space).defaults())}
+
+    def _run_config(self, name: str, key: str, total: int):
+        from ray import tune
+
+        from fedtune.tune.trial.callback import ArrowCallback
+        from fedtune.tune.trial.progress import SweepProgress
+        from fedtune.tune.trial.scale_up import ScaleUpWatch
+
+        progress = SweepProgress(key, self._rounds(), self.plan.metrics[0], self.plan.modes[0], total)
+        return tune.RunConfig(
+            name=name, storage_path=self.plan.tune_storage,
+            callbacks=[ArrowCallback(str(self.plan.study_dir.parent), self.plan.name), progress,
+                       ScaleUpWatch(key, self.opts.scale_up_timeout_s),
+                       *self._loggers(key)],
+            verbose=1 if self.opts.verbose else 0, log_to_file=False,
+            failure_config=tune.FailureConfig(max_failures=self.opts.max_failures),
+            checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False))
+
+    def _loggers(self, key: str) -> list[Any]:
+        """``--logger``'s Tune callbacks (:mod:`fedtune.tune.trial.loggers`)."""
+        if not self.opts.loggers:
+            return []
+        from fedtune.tune.trial.loggers import logger_callbacks
+
+        return logger_callbacks(self.opts.loggers, self.plan.study_dir, self.plan.name, key)
+
+    def _restore(self, exp_dir: str) -> Any:
+        """``Tuner.restore`` of ``exp_dir`` (in this study directory, wherever the study was created):
+        Tune takes the experiment's location from ``exp_dir``; the Optuna storage unpickles onto
+        this study (``_ACTIVE["study_dir"]``); the Arrow callback pickled in ``tuner.pkl`` is
+        pointed at this study directory too, so a copied or moved study writes only here."""
+        from ray import tune
+
+        from fedtune.results.store import ResultsStore
+        from fedtune.tune.trial.callback import ArrowCallback
+
+        with old_module_names():  # a study started before a module moved (fedtune.tune.study.moved_modules)
+            tuner = tune.Tuner.restore(str(exp_dir), trainable=self.trainable, resume_unfinished=True,
+                                       resume_errored=False)
+        run_config = tuner._local_tuner.get_run_config()  # Ray keeps the callbacks of the first run
+        for cb in run_config.callbacks or []:
+            if isinstance(cb, ArrowCallback):
+                cb.store = ResultsStore(self.plan.study_dir.parent, self.plan.name)
+                cb.study = cb.store.study
+        return tuner
+
+    def _rounds(self) -> int:
+        return int(next(iter(self.plan.fixed.values())).get("rounds") or FederatedRunConfig().rounds)
+
+    def _fit(self, tuner: Any, key: str, tune_name: str, total: int,
+             complete_anyway: Callable[[], bool] | None = None) -> None:
+        """Run ``tuner``; a fit that left a trial unfinished or made fewer than ``total`` trials is
+        an interruption, unless only the count is short and ``complete_anyway()`` (the searcher
+        finished the search: its budget was spent before this driver, or the space is exhausted)."""
+        from fedtune.tune.trial.progress import interrupted
+
+        state = self.search_state(key)
+        # relative to the study dir, unless --storage-path puts Tune elsewhere
+        state.update(status=status.RUNNING, tune_dir=self.plan.tune_location(tune_name) if self.opts.storage_path
+                     else f"{TUNE_DIR}/{tune_name}")
+        self.save()
+        _SESSIONS.pop(key, None)
+        row = self.view.row(key, total)
+        row["state"] = "starting"
+        hint = f"fedtune sweep --resume --name {self.plan.name} --output {self.plan.study_dir.parent}"
+        error: Exception | None = None
+        try:
+            with signal_handlers_kept(), old_module_names():  # the searcher's saved state unpickles here
+                tuner.fit()
+        except Exception as exc:  # noqa: BLE001 - re-raised below unless it is a reason to stop the study
+            error = exc
+        stop = fit_stop(error, key, self.plan.study_dir, hint)
+        if error is not None and stop is None:
+            raise error
+        session = _SESSIONS.get(key, {})
+        if stop is None and interrupted(session, total) and not (
+                complete_anyway is not None and not interrupted(session, 0) and complete_anyway()):
+            stop = StudyInterrupted(f"study '{self.plan.name}' was interrupted during search '{key}'; continue it "
+                                    f"with: {hint}")
+        if stop is not None:
+            from fedtune.results.atomic import ResultsWriteError
+
+            row["state"] = state["status"] = status.INTERRUPTED
+            try:
+                self.save()
+            except ResultsWriteError:
+                pass  # study.json may not fit on a full disk either
+            raise stop from None
+        row["state"] = status.DONE
+
+    def run_search(self, search: Search) -> None:
+        from ray import tune
+
+        from fedtune.tune.tuner.optuna_search import (
+            EXHAUSTED,
+            FedtuneOptunaSearch,
+            ended_early,
+            make_sampler,
+            make_scheduler,
+            optuna_storage,
+            optuna_trials,
+            reconcile_optuna,
+        )
+        from fedtune.spaces.lookup import load_space
+
+        state = self.search_state(search.key)
+        total = self.opts.num_samples
+        space = load_space(search.space)
+        if not space.switches and not any(p.sampled for p in space.params.values()):
+            total = 1  # nothing is searched (FedAvg under --knobs own): its one configuration, run once
+        if state.get("status") == status.DONE:
+            self.view.row(search.key, total)["state"] = "done (earlier run)"
+            return
+        exp_dir = self.plan.tune_location(search.tune_name)
+        study_name = search.optuna_study(self.plan.name)
+        state.update(optuna_study=study_name, algorithm=search.algorithm, target_domain=search.target,
+                     space=relative(self.plan.study_dir, search.space))
+        if restorable(exp_dir):
+            tuner = self._restore(exp_dir)
+        else:
+            sampler = make_sampler(self.opts.sampler, self.opts.sampler_seed + search.trial_seed, total,
+                                   concurrency=self.cap)
+            searcher = FedtuneOptunaSearch(
+                space.optuna_define_by_run, metrics=self.plan.metrics, modes=self.plan.modes,
+                rounds=self._rounds(), fixed=self.plan.fixed[search.key], sampler=sampler,
+                study_name=study_name, storage=optuna_storage(self.plan.study_dir, url=self.plan.optuna_url),
+                first_point=space.default_point(), num_samples=total)
+            scheduler = make_scheduler(self.opts.scheduler, self.plan.metrics[0], self.plan.modes[0], self._rounds(),
+                                       self.opts.grace_period, self.opts.reduction_factor)
+            tuner = tune.Tuner(
+                self.trainable, param_space=dict(self.plan.fixed[search.key]),
+                tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=total,
+                                            max_concurrent_trials=self.cap, reuse_actors=True,
+                                            trial_dirname_creator=trial_dirname),
+                run_config=self._run_config(search.tune_name, search.key, total))
+        ended: dict[str, str | None] = {"why": None}
+
+        def complete_anyway() -> bool:  # the searcher ended the search before Tune's count
+            ended["why"] = ended_early(optuna_storage(self.plan.study_dir, url=self.plan.optuna_url), study_name, total)
+            return ended["why"] is not None
+
+        self._fit(tuner, search.key, search.tune_name, total, complete_anyway)
+        storage = optuna_storage(self.plan.study_dir, url=self.plan.optuna_url)
+        orphans = reconcile_optuna(storage, study_name)
+        # a trial a killed driver left unfinished that no driver continued: its round file gets a row
+        self.warnings.extend(recover_trial_rows(self.plan.study_dir, optuna_trials(storage, study_name), self.console))
+        state.update(status=status.DONE, ended_at=now(), orphaned_trials=orphans)
+        if ended["why"] and ended["why"].startswith(EXHAUSTED):  # not when earlier drivers ran the rest
+            state["ended_early"] = ended["why"]
+            self.warnings.append(f"search '{search.key}': {ended['why']}")
+            self.console.print(f"[yellow]warning: search '{search.key}': {ended['why']}[/yellow]")
+        self.save()
+
+    def run_seeds(self, search: Search) -> None:
+        from ray import tune
+
+        key = f"{search.key} seeds"
+        state = self.search_state(key)
+        seeds = seeds_for(self.plan.base_seed, self.opts.seeds)
+        extra = seeds[1:]
+        total = len(extra)
+        if state.get("status") in (status.DONE, status.SKIPPED):
+            self.view.row(key, total)["state"] = f"{state['status']} (earlier run)"
+            return
+        name = f"{search.tune_name}--seeds"
+        exp_dir = self.plan.tune_location(name)
+        if restorable(exp_dir):
+            tuner = self._restore(exp_dir)
+        else:
+            try:
+                chosen = selected_config(self.plan.study_dir, search, self.plan.base_seed, self.opts.protocol())
+            except ConfigError as exc:  # e.g. every trial of the search failed: the other searches go on
+                state.update(status=status.SKIPPED, reason=str(exc))
+                self.warnings.append(str(exc))
+                self.view.row(key, total)["state"] = "skipped"
+                self.console.print(f"[yellow]warning: {exc}[/yellow]")
+                self.save()
+                return
+            state.update(selected_trial=chosen["trial_id"], seeds=seeds, config=chosen["config"],
+                         algorithm=search.algorithm, target_domain=search.target)
+            config = {**chosen["config"], "output": self.plan.fixed[search.key]["output"],
+                      "name": self.plan.name, "seed": tune.grid_search(extra)}
+            tuner = tune.Tuner(
+                self.trainable, param_space=config,
+                tune_config=tune.TuneConfig(num_samples=1, max_concurrent_trials=self.cap, reuse_actors=True,
+                                            trial_dirname_creator=trial_dirname),
+                run_config=self._run_config(name, key, total))
+        self._fit(tuner, key, name, total)
+        state.update(status=status.DONE, ended_at=now(),
+                     trial_ids=[state.get("selected_trial")] + [seed_trial_id({**state["config"], "seed": s})
+                                                               for s in extra])
+        self.save()
+
+
+def trial_dirname(trial: Any) -> str:
+    """Tune's folder of a trial: its Tune id (Tune's default lists the whole config)."""
+    return f"trial_{trial.trial_id}"
+
+
+# ------------------------------------------------------------------------------------------------
+def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, trainable: Any = None,
+              on_ray: Callable[[], None] | None = None) -> SweepResult:
+    """Run (or, with ``resume``, continue) the study ``opts`` describes; see the module docstring.
+
+    Validates everything before Ray starts; starts a local Ray (or joins ``opts.address``)
+    unless Ray is already initialised, and shuts down only a Ray it started. ``trainable``
+    replaces :func:`fedtune.tune.trial.trainable.fedtune_trainable` (tests). Raises ConfigError on bad
+    input and :class:`StudyInterrupted` when the study was interrupted (``--resume`` continues it).
+    """
+    from rich.console import Console
+
+    console = console or Console()
+    t0 = time.time()
+    if opts.output is not None:  # NUL, a name too long: one line before any path is resolved
+        check_path_text(opts.output, "option '--output'")
+    output = Path(abs_path(opts.output) or "fedtune_results")
+    from fedtune.tune.study.driver_lock import study_driver
+
+    if resume:
+        name = opts.name or latest_study(output)
+        if name is None:
+            raise ConfigError(f"--resume: no sweep study in '{output}' (no */{STUDY_FILE}); start one without --resume")
+        study_dir = output / check_name(name, "option '--name'")
+        opts = copy.copy(opts)
+        opts.name = name
+    else:
+        if is_default_study(opts):
+            opts = apply_default_study(opts)
+        plan = plan_study(opts)
+        study_dir, name = plan.study_dir, plan.name
+    check_output_dir(output, "option '--output'", study=name)  # a folder that refuses writes: before anything
+    try:
+        # One driver per study, refused at once otherwise; taken before study.json is read or written.
+        with study_driver(study_dir, command_line(), create=not resume):
+            data = None
+            if resume:
+                plan, data = resumed_study(opts, output)
+            return _start_or_continue(opts, plan, data, output, console=console, trainable=trainable, on_ray=on_ray,
+                                      t0=t0)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside Tune's graceful stop (Ray's start, between searches, report)
+        if not (study_dir / STUDY_FILE).is_file():
+            raise StudyInterrupted(f"study '{name}' was interrupted before it started; nothing ran") from None
+        raise StudyInterrupted(f"study '{name}' was interrupted; continue it with: fedtune sweep --resume "
+                               f"--name {name} --output {output}") from None
+
+
+def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any] | None, output: Path, *,
+                       console: Any, trainable: Any, on_ray: Callable[[], None] | None, t0: float) -> SweepResult:
+    resume = data is not None
+    if "wandb" in plan.options.loggers:  # what W&B would refuse later, in a logging actor: now, in one line
+        from fedtune.tune.trial.loggers import check_wandb
+
+        check_wandb(plan.name)
+    if data is not None:
+        from fedtune.tune.study.resume import check_optuna_storage
+
+        check_optuna_storage(plan, data)
+        data.setdefault("resumed_at", []).append(now())
+    else:
+        if (plan.study_dir / STUDY_FILE).exists() or (plan.study_dir / TUNE_DIR).exists():
+            raise ConfigError(f"option '--name': study '{plan.name}' already exists in '{output}'; continue it "
+                              f"with --resume --name {plan.name}, or choose another --name")
+        opts, plan = snapshot_spaces(opts, plan)
+        data = new_study_data(opts, plan, output)
+        if opts.knobs == "own":
+            say_knobs(console, data["knobs"])
+    return _drive(opts, plan, data, resume=resume, console=console, trainable=trainable, on_ray=on_ray, t0=t0)
+
+
+def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume: bool, console: Any,
+           trainable: Any, on_ray: Callable[[], None] | None, t0: float) -> SweepResult:
+    """The study's phases once its driver lock is held: Ray, the searches and seed runs, the report."""
+    import ray
+
+    from fedtune.runtime.cluster import cluster_address, connect_ray
+    from fedtune.runtime.driver import sigterm_as_interrupt
+
+    base_cfg = FederatedRunConfig.from_dict(dict(plan.fixed[plan.searches[0].key]),
+                                            source="study").replace(address=opts.address)
+    if plan.options.optuna_storage:  # a shared storage that cannot be opened fails before Ray starts
+        from fedtune.tune.tuner.optuna_search import check_storage_opens
+
+        check_storage_opens(plan.options.optuna_storage)
+    # SIGTERM (kill, a batch scheduler's stop) does what Ctrl-C does in every phase: Tune's graceful
+    # stop while a search runs, else an interrupt; either way exit 130 and the --resume line.
+    # ray.init installs its own SIGTERM handler (sys.exit): re-installed after it, kept through the report.
+    with sigterm_as_interrupt():
+        started_ray = connect_ray(base_cfg, verbose=opts.verbose)
+        # a local Ray started for this study: no other job on it (fedtune.tune.trial.scale_up)
+        _ACTIVE["own_ray"] = started_ray and cluster_address(base_cfg.address) is None
+        with sigterm_as_interrupt():
+            study = _Study(plan, data, console, trainable)
+            try:
+                if on_ray is not None:
+                    on_ray()
+                if resume:
+                    from fedtune.results.store import clean_stray_temp_files
+
+                    removed = clean_stray_temp_files(plan.study_dir)
+                    if removed:
+                        study.warnings.append(f"removed {len(removed)} temporary file(s) a stopped driver left: "
+                                              + ", ".join(p.name for p in removed))
+                    study.warnings.extend(repair_round_files(plan.study_dir, console))
+                    study.warnings.extend(rebuild_trial_rows(plan, data, console))
+                study.run()
+            finally:
+                _ACTIVE.pop("own_ray", None)
+                if started_ray:
+                    ray.shutdown()
+    with sigterm_as_interrupt():  # again: ray.shutdown puts SIGTERM back to the default (die at once)
+        result = SweepResult(plan.study_dir, plan.name, dict(data.get("searches", {})),
+                             elapsed_s=time.time() - t0, warnings=study.warnings)
+        data["completed_at"] = now()
+        write_study(plan.study_dir, data)
+        if opts.report:
+            from fedtune.reports.report import make_report
+
+            result.report = make_report(plan.study_dir)
+            result.report_path = result.report.markdown_path
+    return result

@@ -1,0 +1,6 @@
+"""What fedtune hands Ray Tune's ``Tuner`` besides the trainable: the Optuna searcher, storage, capacity.
+
+``optuna_search`` (the Optuna searcher, samplers, schedulers, Optuna storages) · ``storage``
+(``--storage-path``, Tune's experiment storage) · ``capacity`` (how many trials run at once) ·
+``env`` (muting Tune; the signal handlers it leaves behind put back).
+"""
