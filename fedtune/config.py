@@ -102,6 +102,7 @@ class FederatedRunConfig:
     global_lr: float | None = _f(None, "server learning rate: theta <- theta + global_lr * aggregate(updates); unset: the server rule's default (fedavg 1.0, fedomg 0.05)", lo=0.0, lo_open=True, hp=True)
     server_optimizer: str = _f("sgd", "server optimiser on the server rule's step d (any rule): sgd (theta + global_lr d, the rule as it is), avgm (FedAvgM: server_momentum), adam (FedAdam: server_beta1, server_beta2, server_tau, server_v_start, server_adam_bias_correction), yogi (FedYogi), adagrad (FedAdagrad: server_tau, server_v_start); global_lr is its learning rate; its state is checkpointed", choices=tuple(SERVER_OPTIMIZERS), hp=True)
     eval_batch_size: int = _f(256, "batch size of evaluation", lo=1)
+    eval_batch_mib: float = _f(160.0, "at most this many MiB of float32 inputs in an evaluation batch: fewer images than eval_batch_size where they are large (256 at 224 px are 147 MiB; at 448 px a batch is 69 images)", lo=0.0, lo_open=True)
     eval_every: int = _f(1, "evaluate every N rounds (and always the last round); other rounds have no accuracy columns", lo=1)
     seed: int = _f(0, "seed of partitions, client sampling, initialisation and data order (32 bits: the "
                       "per-client, per-round seeds keep 32 bits of it)", lo=0, hi=2**32 - 1)
@@ -147,6 +148,7 @@ class FederatedRunConfig:
         hints = get_type_hints(cls)
         kwargs: dict[str, Any] = {}
         params: dict[str, Any] = {}
+        flat: set[str] = set()
         for key, value in values.items():
             if key == "params":
                 if not isinstance(value, dict):
@@ -154,6 +156,7 @@ class FederatedRunConfig:
                 params.update(value)
             elif key in component:
                 params[key] = value
+                flat.add(key)
             elif key in RENAMED_FIELDS:
                 if value is not None:  # null means the clients_per_domain split under both names: old studies read
                     raise ConfigError(f"{source}: {renamed_field_message(key, value)}")
@@ -161,6 +164,11 @@ class FederatedRunConfig:
                 raise ConfigError(_unknown_key_message(key, list(known) + list(component), source))
             else:
                 kwargs[key] = _coerce(key, value, hints[key])
+        nested = values.get("params") if isinstance(values.get("params"), dict) else {}
+        twice = sorted(flat & set(nested))
+        if twice:  # one spelling: a hyperparameter is written by its name; `params` is how to_dict() nests it
+            raise ConfigError(f"{source}: {twice[0]} is given twice, at the top level and under 'params'; "
+                              f"write it once, as {twice[0]}: VALUE")
         kwargs["params"] = params
         cfg = cls(**kwargs)
         cfg.validate()
@@ -193,8 +201,13 @@ class FederatedRunConfig:
         return cls.from_dict(data, source=str(path))
 
     def replace(self, **changes: Any) -> FederatedRunConfig:
-        """A validated copy with some fields changed."""
-        return FederatedRunConfig.from_dict({**self.to_dict(), **changes})
+        """A validated copy with some fields changed (a hyperparameter by its name, as anywhere else)."""
+        from fedtune.algorithms import all_hparams
+
+        values = self.to_dict()
+        component = all_hparams()
+        values["params"].update({k: changes.pop(k) for k in list(changes) if k in component})
+        return FederatedRunConfig.from_dict({**values, **changes})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -325,7 +338,7 @@ class FederatedRunConfig:
 
     def trial_id(self) -> str:
         """A stable id of what this run computes: equal configs (up to output/naming/backends) share it."""
-        ignore = {"backend", "address", "eval_every", "eval_batch_size", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
+        ignore = {"backend", "address", "eval_every", "eval_batch_size", "eval_batch_mib", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
                   "placement_timeout_s", "on_client_failure", "client_cpus", "client_gpus",
                   "coordinator_cpus", "coordinator_gpus", "checkpoint_every", "cache_dir", "cache_key", "cache_wait_s"}
         values = {**self.to_dict(), "augment": self.effective_augment}  # what ran, not "auto"

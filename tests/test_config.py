@@ -444,3 +444,16 @@ def test_sweep_options_share_the_bounded_field_wording():
                                                          "random, cmaes, nsga2")):
         with pytest.raises(ConfigError, match=message):
             opts.validate()
+
+
+def test_a_hyperparameter_has_one_spelling_given_twice_is_one_line():
+    """A hyperparameter is written by its name (`omg_kappa: 0.3`, `--set omg_kappa=0.3`); `params` is
+    how to_dict() nests it in records, read back as written. Both at once is refused, whatever the values."""
+    for kappa in (0.3, 0.5):
+        msg = _err({"algorithm": "fedomg", "omg_kappa": 0.3, "params": {"omg_kappa": kappa}})
+        assert msg == ("config: omg_kappa is given twice, at the top level and under 'params'; "
+                       "write it once, as omg_kappa: VALUE")
+    flat = FederatedRunConfig.from_dict({"algorithm": "fedomg", "omg_kappa": 0.3})
+    assert FederatedRunConfig.from_dict(flat.to_dict()) == flat  # the record form reads back
+    assert flat.replace(omg_kappa=0.6).params["omg_kappa"] == 0.6  # replace takes the name too
+    assert flat.replace(omg_kappa=0.6, rounds=2).rounds == 2

@@ -137,7 +137,7 @@ def test_a_suspended_builder_is_named_and_the_wait_ends(tmp_path, caplog):
         message = str(err.value)
         assert f"is locked by pid {builder.pid} on host" in message and "stopped (suspended)" in message
         assert "no progress for 1 s" in message and "cache_wait_s" in message and "\n" not in message
-        assert 1.0 <= waited < 4.0
+        assert 1.0 <= waited < 20.0  # ends after about wait_s; generous for a loaded machine
         assert any(f"being built by pid {builder.pid}" in r.getMessage() for r in caplog.records)
     finally:
         os.kill(builder.pid, signal.SIGKILL)  # the builder this test started, by its pid

@@ -269,7 +269,12 @@ def sigterm_as_interrupt() -> Iterator[None]:
     def on_sigterm(signum, frame):
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler) and handler is not signal.default_int_handler:
-            handler(signal.SIGINT, frame)
+            try:
+                handler(signal.SIGINT, frame)
+            except KeyboardInterrupt as exc:  # a handler that raises Ctrl-C's exception: it is SIGTERM's
+                if isinstance(exc, Terminated):
+                    raise
+                raise Terminated("SIGTERM") from None
         else:
             raise Terminated("SIGTERM")
 
