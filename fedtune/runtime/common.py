@@ -70,10 +70,12 @@ class EvalCounts:
         return self.loss_sum / self.count if self.count else float("nan")
 
 
-def evaluate(model, examples, batch_size: int, precision: str = "fp32") -> EvalCounts:
+def evaluate(model, examples, batch_size: int, precision: str = "fp32", max_mib: float | None = None) -> EvalCounts:
     """Accuracy counts and summed cross-entropy of ``model`` (eval mode) on ``examples``
-    (:class:`fedtune.runtime.examples.Examples`), streamed in batches of ``batch_size``, never
-    augmented, forward passes under ``precision`` (the loss summed in float32)."""
+    (:class:`fedtune.runtime.examples.Examples`), streamed in batches of ``batch_size`` (fewer
+    where a batch's inputs would pass ``max_mib`` MiB), never augmented, forward passes under
+    ``precision`` (the loss summed in float32). One batch is alive at a time: each is freed before
+    the next is fetched."""
     import torch
 
     from fedtune.algorithms.client.precision import autocast
@@ -83,11 +85,13 @@ def evaluate(model, examples, batch_size: int, precision: str = "fp32") -> EvalC
         return out
     model.eval()
     with torch.no_grad():
-        for xb, yb in examples.batches(batch_size):
+        for xb, yb in examples.batches(batch_size, max_mib):
             with autocast(xb.device, precision):
                 logits = model(xb)
+            del xb  # the batch's inputs go before the next batch is made
             logits = logits.float()
             out.loss_sum += float(torch.nn.functional.cross_entropy(logits, yb, reduction="sum"))
             out.correct += int((logits.argmax(1) == yb).sum())
             out.count += len(yb)
+            del logits, yb
     return out

@@ -49,10 +49,12 @@ class Examples:
         """``(x, y)`` on the device for ``rows`` (positions in this split, a CPU int64 tensor)."""
         raise NotImplementedError
 
-    def batches(self, batch_size: int):
-        """Every example in order, in batches of ``batch_size`` (evaluation)."""
-        for start in range(0, len(self), batch_size):
-            yield self.batch(torch.arange(start, min(start + batch_size, len(self))))
+    def batches(self, batch_size: int, max_mib: float | None = None):
+        """Every example in order, in batches of ``batch_size`` (evaluation), fewer where a batch's
+        float32 inputs would pass ``max_mib`` MiB (:func:`rows_per_batch`)."""
+        step = rows_per_batch(self, batch_size, max_mib)
+        for start in range(0, len(self), step):
+            yield self.batch(torch.arange(start, min(start + step, len(self))))
 
     def value_range(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-channel minimum and maximum of the (normalised, un-augmented) inputs, on the host."""
@@ -125,22 +127,35 @@ class CachedImages(Examples):
         return out
 
     def _host_buffer(self, n: int) -> torch.Tensor:
-        shape = (n, *self.maps[0].array.shape[1:])
-        if not self._pinned:
-            return torch.empty(shape, dtype=torch.uint8)
-        return _STAGING.buffer(shape)
+        """A pinned staging buffer for ``n`` rows (CUDA devices only)."""
+        return _STAGING.buffer((n, *self.maps[0].array.shape[1:]))
 
     def batch(self, rows, augment=None, generator=None):
+        """One float32 buffer per batch, filled from uint8 and normalised in place (the batch's only
+        float copy; an un-augmented batch is allocated in its final memory format, so ``_finish``
+        copies nothing). On the host the uint8 rows are gathered in chunks of :data:`GATHER_ROWS`
+        through one reused buffer; on CUDA through the pinned double buffers, a batch at a time.
+        An augmented batch keeps the channels-last strides ``permute().float()`` gave it before
+        (the augmentation's reductions then add in the same order: the same bits)."""
         r = rows.cpu().numpy()
-        host = self._host_buffer(len(r))
-        self.gather(r, host.numpy())
-        x = host.to(self.device, non_blocking=self._pinned)
+        n, side = len(r), self.input_shape[1]
+        layout = torch.channels_last if (augment is not None or self.channels_last) else torch.contiguous_format
+        x = torch.empty((n, 3, side, side), dtype=torch.float32, device=self.device, memory_format=layout)
         if self._pinned:
+            host = self._host_buffer(n)
+            self.gather(r, host.numpy())
+            x.copy_(host.to(self.device, non_blocking=True).permute(0, 3, 1, 2))
             _STAGING.copied()
-        x = x.permute(0, 3, 1, 2).float().div_(255.0)
+        else:
+            for start in range(0, n, GATHER_ROWS):
+                part = r[start:start + GATHER_ROWS]
+                chunk = _gather_buffer((len(part), side, side, 3))
+                self.gather(part, chunk.numpy())
+                x[start:start + len(part)].copy_(chunk.permute(0, 3, 1, 2))
+        x.div_(255.0)
         if augment is not None:
             x = augment(x, generator)
-        x = (x - self.mean) / self.std
+        x.sub_(self.mean).div_(self.std)
         return self._finish(x), self.labels.index_select(0, rows.cpu()).to(self.device)
 
     def value_range(self):
@@ -182,6 +197,33 @@ class _PinnedStaging:
 
 
 _STAGING = _PinnedStaging()
+
+GATHER_ROWS = 32
+"""Rows a host batch gathers from the cache at a time (a few MB of uint8 at 224 px)."""
+_GATHER: list[torch.Tensor] = []  # the process's one uint8 gather buffer, grown as needed
+
+
+def _gather_buffer(shape: tuple[int, ...]) -> torch.Tensor:
+    size = int(np.prod(shape))
+    if not _GATHER or _GATHER[0].numel() < size:
+        _GATHER[:] = [torch.empty(size, dtype=torch.uint8)]
+    return _GATHER[0][:size].view(shape)
+
+
+def rows_per_batch(examples: Examples, batch_size: int, max_mib: float | None) -> int:
+    """``batch_size``, lowered so that a batch's float32 inputs hold at most ``max_mib`` MiB (at
+    least one example a batch): evaluation's memory then stays flat whatever the image size.
+
+    >>> ex = TensorExamples(torch.zeros(4, 3, 224, 224), torch.zeros(4))
+    >>> rows_per_batch(ex, 256, 128.0), rows_per_batch(ex, 64, 128.0), rows_per_batch(ex, 256, None)
+    (222, 64, 256)
+    >>> rows_per_batch(TensorExamples(torch.zeros(1, 3, 448, 448), torch.zeros(1)), 256, 160.0)
+    69
+    """
+    if max_mib is None:
+        return batch_size
+    per_example = 4 * int(np.prod(examples.input_shape)) or 1
+    return max(1, min(batch_size, int(max_mib * 2**20) // per_example))
 
 
 def client_examples(dataset: DomainDataset, pieces: Pieces, device: torch.device | str = "cpu",
