@@ -5,7 +5,7 @@ Used by ``test_cluster_local.py`` (a head and a second node by ``ray start``) an
 ``test_cluster_local.py``'s docstring for why): a private short ``--temp-dir`` per cluster, free
 ports, a fresh auth token per cluster (``RAY_AUTH_MODE=token`` + ``RAY_AUTH_TOKEN``), every
 subprocess with a timeout and its output in a file, and never ``ray stop``: :func:`stop_cluster`
-takes the process groups of the ``ray start`` calls, every process naming the temp dir, and their
+SIGKILLs the process groups of the ``ray start`` calls, every process naming the temp dir, and their
 descendants.
 """
 
@@ -32,7 +32,8 @@ RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` CLI of this Pyt
 # ------------------------------------------------------------------------------------------------
 # Processes, from /proc (no psutil here).
 def _proc_table() -> dict[int, tuple[int, int, str, str]]:
-    """pid -> (ppid, pgid, start time in ticks, command line) of every visible process."""
+    """pid -> (ppid, pgid, start time in ticks, command line) of every visible process that has
+    not exited (a zombie waiting for its parent to reap it counts as gone)."""
     table: dict[int, tuple[int, int, str, str]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -45,6 +46,8 @@ def _proc_table() -> dict[int, tuple[int, int, str, str]]:
         except OSError:
             continue
         rest = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ... starttime
+        if rest[0] in ("Z", "X"):
+            continue
         table[int(name)] = (int(rest[1]), int(rest[2]), rest[19], cmd)
     return table
 
@@ -85,18 +88,31 @@ def _signal_all(procs: set[tuple[int, str]], sig: int) -> None:
             pass
 
 
-def stop_cluster(pgids: set[int], marker: str, grace_s: float = 5.0) -> None:
-    """Stop exactly this test's Ray processes (see the module docstring): SIGTERM, then SIGKILL."""
+def stop_cluster(pgids: set[int], marker: str, grace_s: float = 0.0) -> None:
+    """Stop exactly this test's Ray processes (see the module docstring): SIGKILL, then again for
+    anything started meanwhile, until none is left.
+
+    No SIGTERM first by default (``grace_s`` > 0 asks for one): Ray's GCS, raylet, runtime-env
+    agent and autoscaler monitor do not exit on a SIGTERM sent to all of them at once (each waits
+    for the others), so a grace period was always waited out in full; a test's cluster keeps
+    nothing worth a graceful stop (its temp dir is removed next)."""
     procs = _cluster_processes(pgids, marker)
-    _signal_all(procs, signal.SIGTERM)
-    deadline = time.time() + grace_s
-    while _alive(procs) and time.time() < deadline:
-        time.sleep(0.1)
-    procs = _alive(procs) | _cluster_processes(pgids, marker)  # and anything started meanwhile
-    _signal_all(procs, signal.SIGKILL)
-    deadline = time.time() + 10.0
-    while _alive(procs) and time.time() < deadline:
-        time.sleep(0.1)
+    if grace_s > 0:
+        _signal_all(procs, signal.SIGTERM)
+        deadline = time.time() + grace_s
+        while _alive(procs) and time.time() < deadline:
+            time.sleep(0.1)
+    deadline = time.time() + 20.0
+    while True:
+        _signal_all(procs, signal.SIGKILL)
+        while _alive(procs) and time.time() < deadline:
+            time.sleep(0.05)
+        # A process forked meanwhile (a worker, a fake node's daemon) is in the groups, names the
+        # temp dir or descends from one still listed; killed in the next pass.
+        more = _alive(procs) | _cluster_processes(pgids, marker)
+        if not more or time.time() >= deadline:
+            return
+        procs = more
 
 
 def kill_group(proc: subprocess.Popen | None) -> None:
@@ -144,6 +160,11 @@ class LocalCluster:
         return f"127.0.0.1:{self.port}"
 
     def start_node(self, name: str, args: list[str]) -> None:
+        """``ray start`` a node and wait until it has returned."""
+        self.wait_node(self.launch_node(name, args))
+
+    def launch_node(self, name: str, args: list[str]) -> tuple[str, subprocess.Popen, Path]:
+        """``ray start`` a node without waiting; :meth:`wait_node` waits for it."""
         listen, grpc, runtime_env, metrics = free_ports(4)
         log = self.temp_dir / f"ray-start-{name}.log"
         cmd = [*RAY, "start", *args, "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp_dir}",
@@ -153,13 +174,34 @@ class LocalCluster:
         with open(log, "w") as out:
             proc = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-            self.pgids.add(proc.pid)  # its daemons stay in this process group
-            try:
-                rc = proc.wait(timeout=START_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                kill_group(proc)
-                pytest.fail(f"`ray start` ({name}) did not return in {START_TIMEOUT_S:.0f} s:\n{tail(log)}")
+        self.pgids.add(proc.pid)  # its daemons stay in this process group
+        return name, proc, log
+
+    def wait_node(self, launched: tuple[str, subprocess.Popen, Path]) -> None:
+        name, proc, log = launched
+        try:
+            rc = proc.wait(timeout=START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            pytest.fail(f"`ray start` ({name}) did not return in {START_TIMEOUT_S:.0f} s:\n{tail(log)}")
         assert rc == 0, f"`ray start` ({name}) exited {rc}:\n{tail(log)}"
+
+    def wait_for_gcs(self, head: tuple[str, subprocess.Popen, Path]) -> None:
+        """Until the head's GCS accepts connections (what another node's ``ray start`` needs; the
+        head's own ``ray start`` goes on with its raylet and agents meanwhile), or its ``ray start``
+        has returned (:meth:`wait_node` then says how)."""
+        deadline = time.time() + START_TIMEOUT_S
+        while head[1].poll() is None and time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+    def processes(self) -> set[tuple[int, str]]:
+        """(pid, start time) of every process of this cluster now (worker nodes that its autoscaler
+        launched included: they descend from its head's processes)."""
+        return _cluster_processes(self.pgids, str(self.temp_dir))
 
     def stop(self) -> None:
         stop_cluster(self.pgids, str(self.temp_dir))
@@ -179,7 +221,9 @@ def short_temp_dir(prefix: str) -> Path:
 
 
 def processes_with_env(name: str, value: str) -> set[tuple[int, str]]:
-    """(pid, start time) of every process whose environment has ``name=value``."""
+    """(pid, start time) of every process whose environment has ``name=value``, whoever started
+    it: intersect with :meth:`LocalCluster.processes` (Ray's fake provider gives the worker nodes
+    of every fake cluster the same node ids, ``fff...00001`` first)."""
     want = f"{name}={value}".encode()
     out = set()
     for pid, (_, _, start, _) in _proc_table().items():

@@ -8,7 +8,7 @@ with 2 CPUs and no GPU and an autoscaler whose ``gpu_worker`` node type (2 CPUs,
 1. **Scale up from zero.** ``fedtune sweep --address ... --set client_gpus=0.5``: the study
    starts with no GPU anywhere, is not refused (the GPU fits the autoscaler's node types), the
    autoscaler adds a GPU worker node and the trials' client actors run there.
-2. **Ray Jobs.** The same sweep through ``ray job submit`` (no ``--address``: the job's driver
+2. **Ray Jobs.** The same sweep (of one trial) through ``ray job submit`` (no ``--address``: the job's driver
    finds the cluster through ``RAY_ADDRESS``, which Ray Jobs sets); the job succeeds and the
    study is on the driver's disk.
 3. **Preemption.** Mid-trial, every process of the GPU worker node running the trial is killed
@@ -18,6 +18,12 @@ with 2 CPUs and no GPU and an autoscaler whose ``gpu_worker`` node type (2 CPUs,
    --storage-path <shared dir> --set checkpoint_every=1`` the trial restarts on a new node from
    its last checkpoint, the study completes with no failed trial, and every (trial, round) is in
    the Arrow store once.
+
+Tests 1 and 2 share one cluster (started once for the module; test 1 gets it while nothing has run
+on it, else a cluster of its own), whose copy of the example keeps an idle worker node for 10
+minutes instead of 12 s: test 2's trial then runs on the GPU node test 1 added, never on one the
+autoscaler is removing. Test 3 needs its own cluster (the preemptible provider); it is defined
+first, so the shared cluster does not idle beside it.
 
 A monitor driver connected to the cluster polls every 0.25 s and writes timestamped events
 (first pending placement group, GPU node up, node dead, client actor alive on a node), from
@@ -29,13 +35,14 @@ again". The cluster's processes are stopped as ``tests/cluster_harness.py`` says
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -101,6 +108,7 @@ class FakeCluster:
     cluster: LocalCluster
     dashboard_port: int
     tmp: Path
+    users: list[str] = field(default_factory=list)  # the tests that ran on it (shared with its copies)
 
     @property
     def address(self) -> str:
@@ -110,10 +118,20 @@ class FakeCluster:
     def env(self) -> dict[str, str]:
         return self.cluster.env
 
+    def for_test(self, request: pytest.FixtureRequest, tmp_path: Path) -> FakeCluster:
+        """This cluster with ``tmp_path`` as the test's folder, recorded as used by the test."""
+        self.users.append(request.node.name)
+        return dataclasses.replace(self, tmp=tmp_path)
 
-def start_fake_cluster(tmp_path: Path, preemptible: bool = False):
+
+def start_fake_cluster(tmp_path: Path, preemptible: bool = False, keep_idle_nodes: bool = False):
     """The example's fake autoscaling cluster on private ports and a private temp dir; stopped after.
-    ``preemptible``: with :mod:`preemptible_provider` (a killed node vanishes, as on a cloud)."""
+    ``preemptible``: with :mod:`preemptible_provider` (a killed node vanishes, as on a cloud), and
+    without the dashboard (only Ray Jobs needs it; its process and its nine module processes take
+    CPU from a 2-core machine).
+    ``keep_idle_nodes``: a cluster shared by several tests keeps an idle worker node
+    (``idle_timeout_minutes`` 10 instead of the example's 0.2) so that the autoscaler never removes
+    the node that the next test's first trial is being placed on."""
     temp_dir = short_temp_dir("fedtune-fake-")
     env = {**cluster_env(), "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
     if preemptible:
@@ -126,20 +144,43 @@ def start_fake_cluster(tmp_path: Path, preemptible: bool = False):
         config["provider"]["gcs_address"] = cluster.address  # worker nodes join this head, not :6379
         if preemptible:
             config["provider"].update(type="external", module="preemptible_provider.PreemptibleFakeProvider")
+        if keep_idle_nodes:
+            config["idle_timeout_minutes"] = 10
         config_path = temp_dir / "cluster-local.yaml"
         config_path.write_text(yaml.safe_dump(config))
+        dashboard = (["--include-dashboard=false"] if preemptible else
+                     ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"])
         cluster.start_node("head", ["--head", f"--port={cluster.port}", "--num-cpus=2", "--num-gpus=0",
-                                    f"--autoscaling-config={config_path}", "--include-dashboard=true",
-                                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"])
+                                    f"--autoscaling-config={config_path}", *dashboard])
         yield FakeCluster(cluster, dashboard_port, tmp_path)
     finally:
         cluster.stop()
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def shared_fake_cluster(tmp_path_factory):
+    """One fake cluster for the tests of this module that can share it (their own output folders;
+    see :func:`fake_cluster` and :func:`fresh_fake_cluster`): a cluster's start and stop once."""
+    yield from start_fake_cluster(tmp_path_factory.mktemp("fake-cluster"), keep_idle_nodes=True)
+
+
 @pytest.fixture
-def fake_cluster(tmp_path):
-    yield from start_fake_cluster(tmp_path)
+def fake_cluster(shared_fake_cluster, request, tmp_path):
+    """The shared fake cluster, whatever ran on it before (a GPU worker node may be up already)."""
+    return shared_fake_cluster.for_test(request, tmp_path)
+
+
+@pytest.fixture
+def fresh_fake_cluster(request, tmp_path):
+    """A fake cluster nothing has run on yet: only its head, no GPU worker node, an actor table
+    holding no other test's actors. The shared one while no test has used it (the usual order:
+    this test first), else a cluster of its own."""
+    shared = request.getfixturevalue("shared_fake_cluster")
+    if not shared.users:
+        yield shared.for_test(request, tmp_path)
+    else:
+        yield from start_fake_cluster(tmp_path)
 
 
 @pytest.fixture
@@ -178,8 +219,8 @@ class Monitor:
         return final[-1]
 
 
-def sweep_args(out: Path, name: str, *extra: str) -> list[str]:
-    return ["sweep", "--algorithm", "fedavg", "--dataset", "rotated-digits", "--num-samples", "2",
+def sweep_args(out: Path, name: str, *extra: str, samples: int = 2) -> list[str]:
+    return ["sweep", "--algorithm", "fedavg", "--dataset", "rotated-digits", "--num-samples", str(samples),
             "--set", "local_steps=1", "--set", "max_client_actors=1", "--set", "client_gpus=0.5",
             "--max-concurrent", "2", "--output", str(out), "--name", name, "--no-report", *extra]
 
@@ -230,67 +271,16 @@ def clients_on(final: dict) -> collections.Counter:
 
 
 # ------------------------------------------------------------------------------------------------
-def test_sweep_scales_up_a_gpu_worker_from_zero(fake_cluster):
-    fc = fake_cluster
-    monitor = Monitor(fc)
-    assert [e["gpus"] for e in monitor.events("node_up")] == [0.0]  # the head only: no GPU node yet
-    log = fc.tmp / "sweep.log"
-    try:
-        # A trial no node type can hold (2 GPUs; gpu_worker has 1) is refused at once, not waited for.
-        t0 = time.time()
-        refused = run_driver([sys.executable, "-m", "fedtune.cli", *sweep_args(fc.tmp, "never", "--rounds", "1"),
-                              "--set", "client_gpus=2", "--address", fc.address], fc, fc.tmp / "never.log", 120)
-        assert refused == 2, tail(fc.tmp / "never.log")
-        text = " ".join(tail(fc.tmp / "never.log").split())
-        assert "client_gpus=2" in text and "no node has room" in text, text
-        assert "up to 2 more from the autoscaler's node types" in text, text
-        assert [e["gpus"] for e in monitor.events("node_up")] == [0.0], "a node was added for a refused study"
-        print(f"\nrefused in {time.time() - t0:.1f} s")
-        rc = run_driver([sys.executable, "-m", "fedtune.cli", *sweep_args(fc.tmp, "auto", "--rounds", "2"),
-                         "--address", fc.address], fc, log)
-    finally:
-        final = monitor.stop()
-    assert rc == 0, tail(log)
-    check_store(fc.tmp / "auto", rounds=2, trials=2)
-
-    gpu_up = [e for e in monitor.events("node_up") if e["gpus"] > 0]
-    assert gpu_up, "the autoscaler added no GPU worker node"
-    pending = monitor.events("pg_pending")
-    assert pending and pending[0]["t"] <= gpu_up[0]["t"], (pending, gpu_up)
-    # Every client actor ran on a GPU worker node the autoscaler added, none on the head.
-    assert set(clients_on(final)) and set(clients_on(final)) <= gpu_nodes(final), final["actors"]
-    print(f"\ntrial pending -> GPU worker node up: {gpu_up[0]['t'] - pending[0]['t']:.1f} s")
-
-
-def test_sweep_submitted_as_a_ray_job(fake_cluster):
-    fc = fake_cluster
-    log = fc.tmp / "job.log"
-    entry = [sys.executable, "-m", "fedtune.cli", *sweep_args(fc.tmp, "job", "--rounds", "2")]
-    cmd = [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address",
-           f"http://127.0.0.1:{fc.dashboard_port}", "--submission-id", "fedtune-job", "--", *entry]
-    rc = run_driver(cmd, fc, log)
-    assert rc == 0, tail(log)
-    status = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "job", "status", "--address",
-                             f"http://127.0.0.1:{fc.dashboard_port}", "fedtune-job"],
-                            env=fc.env, capture_output=True, text=True, timeout=120)
-    assert "Job 'fedtune-job' succeeded" in status.stdout + status.stderr, status.stdout + status.stderr
-    assert "connecting to an existing cluster, num_cpus" not in tail(log, 100000)
-    study = json.loads((fc.tmp / "job" / "study.json").read_text())
-    assert study["searches"]["fedavg"]["status"] == "done"
-    assert study["options"]["address"] is None  # found through RAY_ADDRESS, set by Ray Jobs
-    check_store(fc.tmp / "job", rounds=2, trials=2)
-
-
 def test_preempted_trial_restarts_on_a_new_node_from_its_checkpoint(preemptible_cluster):
     from fedtune.results.store import load
 
     fc = preemptible_cluster
-    rounds = 8
+    rounds = 5  # the kill comes once 2 are stored: 3 rounds of margin (seconds) to land before the last one
     shared = fc.tmp / "shared"
     monitor = Monitor(fc)
     log = fc.tmp / "sweep.log"
     cmd = [sys.executable, "-m", "fedtune.cli", "sweep", "--algorithm", "fedavg", "--dataset", "rotated-digits",
-           "--num-samples", "1", "--rounds", str(rounds), "--set", "local_steps=30", "--set", "max_client_actors=1",
+           "--num-samples", "1", "--rounds", str(rounds), "--set", "local_steps=3", "--set", "max_client_actors=1",
            "--set", "client_gpus=0.5", "--set", "checkpoint_every=1", "--max-failures", "2",
            "--storage-path", str(shared), "--address", fc.address, "--output", str(fc.tmp), "--name", "spot",
            "--no-report"]
@@ -306,7 +296,9 @@ def test_preempted_trial_restarts_on_a_new_node_from_its_checkpoint(preemptible_
                 done = len(load(files[0]).to_pylist()) if files else 0
                 if done >= 2:  # mid-trial, with checkpoints written: the GPU node vanishes
                     (node,) = [e["node"] for e in monitor.events("client_alive")]
-                    procs = processes_with_env("RAY_OVERRIDE_NODE_ID_FOR_TESTING", node)
+                    # This cluster's node only: every fake cluster on the machine (another test's,
+                    # another pytest-xdist worker's, someone else's) numbers its nodes alike.
+                    procs = processes_with_env("RAY_OVERRIDE_NODE_ID_FOR_TESTING", node) & fc.cluster.processes()
                     assert procs, f"no process of node {node}"
                     kill_processes(procs)
                     killed_at, stored_at_kill, killed_node = time.time(), done, node
@@ -341,4 +333,58 @@ def test_preempted_trial_restarts_on_a_new_node_from_its_checkpoint(preemptible_
     assert [e["node"] for e in clients][0] == killed_node and len(clients) == 2, clients
     new_node = clients[1]["node"]
     assert new_node != killed_node and new_node in gpu_nodes(final), final["nodes"]
-    print(f"\nnode killed -> trial running again on a new node: {clients[1]['t'] - killed_at:.1f} s")
+    print(f"\nnode killed -> trial running again on a new node: {clients[1]['t'] - killed_at:.1f} s "
+          f"(killed with {stored_at_kill} of {rounds} rounds stored; rounds {after} ran after the restart)")
+
+
+def test_sweep_scales_up_a_gpu_worker_from_zero(fresh_fake_cluster):
+    fc = fresh_fake_cluster
+    monitor = Monitor(fc)
+    assert [e["gpus"] for e in monitor.events("node_up")] == [0.0]  # the head only: no GPU node yet
+    log = fc.tmp / "sweep.log"
+    try:
+        # A trial no node type can hold (2 GPUs; gpu_worker has 1) is refused at once, not waited for.
+        t0 = time.time()
+        refused = run_driver([sys.executable, "-m", "fedtune.cli", *sweep_args(fc.tmp, "never", "--rounds", "1"),
+                              "--set", "client_gpus=2", "--address", fc.address], fc, fc.tmp / "never.log", 120)
+        assert refused == 2, tail(fc.tmp / "never.log")
+        text = " ".join(tail(fc.tmp / "never.log").split())
+        assert "client_gpus=2" in text and "no node has room" in text, text
+        assert "up to 2 more from the autoscaler's node types" in text, text
+        assert [e["gpus"] for e in monitor.events("node_up")] == [0.0], "a node was added for a refused study"
+        print(f"\nrefused in {time.time() - t0:.1f} s")
+        rc = run_driver([sys.executable, "-m", "fedtune.cli", *sweep_args(fc.tmp, "auto", "--rounds", "2"),
+                         "--address", fc.address], fc, log)
+    finally:
+        final = monitor.stop()
+    assert rc == 0, tail(log)
+    check_store(fc.tmp / "auto", rounds=2, trials=2)
+
+    gpu_up = [e for e in monitor.events("node_up") if e["gpus"] > 0]
+    assert gpu_up, "the autoscaler added no GPU worker node"
+    pending = monitor.events("pg_pending")
+    assert pending and pending[0]["t"] <= gpu_up[0]["t"], (pending, gpu_up)
+    # Every client actor ran on a GPU worker node the autoscaler added, none on the head.
+    assert set(clients_on(final)) and set(clients_on(final)) <= gpu_nodes(final), final["actors"]
+    print(f"\ntrial pending -> GPU worker node up: {gpu_up[0]['t'] - pending[0]['t']:.1f} s")
+
+
+def test_sweep_submitted_as_a_ray_job(fake_cluster):
+    fc = fake_cluster
+    log = fc.tmp / "job.log"
+    # One trial: what this test checks is the Ray Jobs path (the driver finds the cluster through
+    # RAY_ADDRESS, the job succeeds, the study is on disk); two concurrent trials are the test above's.
+    entry = [sys.executable, "-m", "fedtune.cli", *sweep_args(fc.tmp, "job", "--rounds", "2", samples=1)]
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address",
+           f"http://127.0.0.1:{fc.dashboard_port}", "--submission-id", "fedtune-job", "--", *entry]
+    rc = run_driver(cmd, fc, log)
+    assert rc == 0, tail(log)
+    status = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "job", "status", "--address",
+                             f"http://127.0.0.1:{fc.dashboard_port}", "fedtune-job"],
+                            env=fc.env, capture_output=True, text=True, timeout=120)
+    assert "Job 'fedtune-job' succeeded" in status.stdout + status.stderr, status.stdout + status.stderr
+    assert "connecting to an existing cluster, num_cpus" not in tail(log, 100000)
+    study = json.loads((fc.tmp / "job" / "study.json").read_text())
+    assert study["searches"]["fedavg"]["status"] == "done"
+    assert study["options"]["address"] is None  # found through RAY_ADDRESS, set by Ray Jobs
+    check_store(fc.tmp / "job", rounds=2, trials=1)

@@ -33,7 +33,10 @@ Choices (the brief left room):
   raylet, agents, log monitor, autoscaler monitor) keep its process group; Ray's workers move
   to groups of their own, so the finaliser takes every process of those two groups, every
   process whose command line names the temp dir, and all their descendants (``/proc``),
-  sends SIGTERM, waits up to 5 s and SIGKILLs what is left, then removes the temp dir.
+  SIGKILLs them (and whatever they started meanwhile), then removes the temp dir. No SIGTERM
+  first: Ray's GCS and raylets, signalled together, wait for each other and outlast any grace.
+* **Starting.** Node 2's ``ray start`` begins as soon as the head's GCS port answers, while the
+  head's own ``ray start`` still brings up its raylet and agents; both must return 0.
 * **No hang.** Every subprocess has a timeout (generous, for a loaded 2-core machine); output
   goes to files, not pipes, because Ray's daemons inherit and keep the starter's descriptors.
 * The node of an actor comes from ``ray._private.state.actors()`` (the GCS actor table, which
@@ -71,10 +74,13 @@ def local_cluster():
     cluster = LocalCluster(temp_dir, env)
     try:
         cluster.port = free_ports(1)[0]
-        cluster.start_node("head", ["--head", f"--port={cluster.port}", "--num-cpus=1", "--num-gpus=0",
-                                    "--include-dashboard=false"])
-        cluster.start_node("node2", [f"--address={cluster.address}", "--num-cpus=1", "--num-gpus=0",
-                                     '--resources={"node2": 1}'])
+        head = cluster.launch_node("head", ["--head", f"--port={cluster.port}", "--num-cpus=1", "--num-gpus=0",
+                                            "--include-dashboard=false"])
+        cluster.wait_for_gcs(head)  # node 2 starts while the head still starts its raylet and agents
+        node2 = cluster.launch_node("node2", [f"--address={cluster.address}", "--num-cpus=1", "--num-gpus=0",
+                                              '--resources={"node2": 1}'])
+        cluster.wait_node(head)
+        cluster.wait_node(node2)
         yield cluster
     finally:
         cluster.stop()

@@ -20,6 +20,9 @@ The test config is the shipped file loaded with ``yaml.safe_load`` with only wha
 needs changed: head_ip 127.0.0.1, no workers (a second raylet on the same host would need its own
 agent ports), the SSH user/key/proxy, the token file, free ports for the head (never 6379, 8265...),
 a unique cluster name, and the untracked-but-ignored folders of this checkout kept out of the rsync.
+The three commands run from a copy of the checkout's files that the sync sends, ``.git`` included
+(``_checkout_copy``): ``ray up`` first hashes every file under the mount's local path, and this
+checkout's ignored virtualenv alone is gigabytes.
 
 Isolation from the shared machine: ``ray stop`` runs only as the throwaway user (a root process named
 ``raylet`` started by the test checks it survives), the user's ``RAY_TMPDIR`` and the launcher's are
@@ -252,6 +255,34 @@ def _traversable_by_others(path: Path) -> bool:
     return all(os.stat(p).st_mode & 0o001 for p in [path, *path.parents])
 
 
+def _checkout_copy(dest: Path) -> Path:
+    """A copy of what ``ray up`` syncs of this checkout: its files that git tracks or would track
+    (``git ls-files -co --exclude-standard``: ignored ones left out, as the config's
+    ``rsync_filter: [.gitignore]`` and the test's excludes leave them out of the sync), as they are
+    in the work tree, and its ``.git`` (which the config's ``rsync_exclude`` must keep off the box).
+
+    ``ray up`` runs from this copy instead of the checkout itself because before syncing anything it
+    hashes every file under each local ``file_mounts`` path (``hash_runtime_conf``), rsync's excludes
+    not applying: in a checkout holding its virtualenv that is gigabytes read (tens of seconds)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "-c", "-o", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, timeout=60, check=True).stdout.split(b"\0")
+    for name in filter(None, listed):
+        src, dst = REPO / os.fsdecode(name), dest / os.fsdecode(name)
+        if src.is_file() or src.is_symlink():  # not one deleted from the work tree
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst, follow_symlinks=False)
+    git = REPO / ".git"
+    try:
+        if git.is_dir():
+            shutil.copytree(git, dest / ".git", symlinks=True)
+        else:
+            shutil.copy2(git, dest / ".git")
+    except (shutil.Error, OSError):  # a file git replaced meanwhile: what matters is that .git exists
+        pass
+    assert (dest / "pyproject.toml").is_file() and (dest / ".git").exists(), sorted(dest.iterdir())
+    return dest
+
+
 # ------------------------------------------------------------------------------------------------
 # The loopback "lab box"
 @dataclass
@@ -262,6 +293,7 @@ class Box:
     home: Path
     config: Path
     cluster_name: str
+    checkout: Path  # what `ray up` runs from: see _checkout_copy
     env: dict[str, str]
     sentinel: subprocess.Popen
 
@@ -386,7 +418,8 @@ def box():
         launcher.mkdir()
         # The local provider's state file (RAY_TMPDIR) and `ray down`'s config cache (TMPDIR) go here.
         env.update(RAY_TMPDIR=str(launcher), TMPDIR=str(launcher), RAY_USAGE_STATS_ENABLED="0")
-        yield Box(tmp, user, uid, home, config, cluster_name, env, sentinel)
+        checkout = _checkout_copy(tmp / "checkout")
+        yield Box(tmp, user, uid, home, config, cluster_name, checkout, env, sentinel)
     finally:
         if uid >= 0:
             for _ in range(50):
@@ -443,7 +476,7 @@ def test_shipped_onprem_config_passes_rays_validation():
 def test_ray_up_exec_down_over_ssh_on_loopback(box: Box, tmp_path: Path):
     times = {}  # the commands' logs stay in tmp_path
     rc, up, times["up"] = _run([*RAY, "up", "-y", "--no-config-cache", str(box.config)], tmp_path / "up.log",
-                               UP_TIMEOUT_S, cwd=REPO, env=box.env)
+                               UP_TIMEOUT_S, cwd=box.checkout, env=box.env)
     assert rc == 0, up[-6000:]
     # The checkout was synced (without .git) and fedtune installed editable from it into the venv.
     assert (box.home / "fedtune" / "pyproject.toml").is_file() and not (box.home / "fedtune" / ".git").exists()
@@ -455,7 +488,7 @@ def test_ray_up_exec_down_over_ssh_on_loopback(box: Box, tmp_path: Path):
     cmd = (f"cd ~/fedtune && fedtune run --address auto --rounds 1 --no-progress --output ~/onprem-out --name onprem"
            f" --set local_steps=1 --set max_client_actors=1 && python {box.tmp / 'check.py'}")
     rc, out, times["exec"] = _run([*RAY, "exec", "--no-config-cache", str(box.config), cmd],
-                                  tmp_path / "exec.log", EXEC_TIMEOUT_S, cwd=REPO, env=box.env)
+                                  tmp_path / "exec.log", EXEC_TIMEOUT_S, cwd=box.checkout, env=box.env)
     assert rc == 0, out[-6000:]
     line = next((ln for ln in out.splitlines() if ln.startswith("ONPREM_CHECK ")), None)
     assert line is not None, out[-6000:]
@@ -470,7 +503,7 @@ def test_ray_up_exec_down_over_ssh_on_loopback(box: Box, tmp_path: Path):
     assert list((box.home / "onprem-out").rglob("*.parquet")), "the fedtune run wrote no Arrow store"
 
     rc, down, times["down"] = _run([*RAY, "down", "-y", str(box.config)],
-                                   tmp_path / "down.log", DOWN_TIMEOUT_S, cwd=REPO, env=box.env)
+                                   tmp_path / "down.log", DOWN_TIMEOUT_S, cwd=box.checkout, env=box.env)
     assert rc == 0, down[-6000:]
     _kill(_pids_with_cmdline(_control_dir(box.cluster_name)))  # SSH sessions kept open by ControlPersist
     deadline = time.monotonic() + GONE_TIMEOUT_S
