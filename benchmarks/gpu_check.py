@@ -3,6 +3,7 @@
     PYTHONPATH=. python3 benchmarks/gpu_check.py [--data-root .gpu_data/PACS64] [--budget-s 420]
                        [--out FILE.md] [--models resnet18,resnet50] [--precisions fp32,bf16,fp16] [--pack 4]
     PYTHONPATH=. python3 benchmarks/gpu_check.py --smoke-cpu   # the whole harness, tiny, on the CPU
+    PYTHONPATH=. python3 benchmarks/gpu_check.py --smoke-cpu --local-steps 1 --batch-size 4   # tinier still
 
 Each run is a real fedtune run on the local backend, in a fresh process (Ray and Optuna made
 unimportable, as on the GPU machine): PACS at ``--image-size`` px, fdg, target photo, 3 source
@@ -69,6 +70,7 @@ NO_GPU = "gpu_check: no CUDA GPU here (torch.cuda.is_available() is False); noth
 PRECISIONS = ("fp32", "bf16", "fp16")
 RESERVE_S = 15.0  # kept back from the budget for the tables and the clean-up
 GUESS_S = {"resnet18": 45.0, "resnet50": 60.0}  # a run's wall time before one was seen (H100: 20-35 s)
+SIZES = {"rounds": (2, 1), "local_steps": (30, 2), "batch_size": (32, 16)}  # option: (default, --smoke-cpu's default)
 
 
 class Stop(Exception):
@@ -87,7 +89,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """Options, checked; ``--smoke-cpu`` replaces the run sizes by its tiny ones."""
+    """Options, checked; ``--smoke-cpu`` replaces the models, precisions, ``--pack`` and ``--image-size``
+    by its tiny ones, and takes its own defaults for the ``--rounds``, ``--local-steps`` and
+    ``--batch-size`` not given."""
     p = _Parser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--data-root", default=".gpu_data/PACS64", help="folder holding PACS/<domain>/<class>/*.jpg")
     p.add_argument("--budget-s", type=float, default=420.0, help="wall seconds for everything (default 420)")
@@ -96,19 +100,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--precisions", default="fp32,bf16,fp16", help="comma list of fp32, bf16, fp16")
     p.add_argument("--pack", type=int, default=4, help="processes sharing the GPU at once (0: none)")
     p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--local-steps", type=int, default=30)
-    p.add_argument("--batch-size", type=int, default=32)
+    for flag, (full, smoke) in SIZES.items():
+        p.add_argument(f"--{flag.replace('_', '-')}", type=int, help=f"default {full} (--smoke-cpu: {smoke})")
     p.add_argument("--work-dir", help="keep cache, results and logs here (default: a temporary folder, removed)")
     p.add_argument("--smoke-cpu", action="store_true",
-                   help="32 px, resnet18 fp32, 1 round of 2 steps, 2 packed processes, on the CPU: no GPU numbers")
+                   help="32 px, resnet18 fp32, 1 round of 2 steps of 16 images (unless --rounds, --local-steps, "
+                        "--batch-size say otherwise), 2 packed processes, on the CPU: no GPU numbers")
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
         return a
     if a.smoke_cpu:
-        a.models, a.precisions, a.pack, a.image_size, a.rounds, a.local_steps, a.batch_size = \
-            "resnet18", "fp32", 2, 32, 1, 2, 16
+        a.models, a.precisions, a.pack, a.image_size = "resnet18", "fp32", 2, 32
+    for name, (full, smoke) in SIZES.items():
+        if getattr(a, name) is None:
+            setattr(a, name, smoke if a.smoke_cpu else full)
     a.models = [m.strip() for m in a.models.split(",") if m.strip()]
     a.precisions = [q.strip() for q in a.precisions.split(",") if q.strip()]
     bad = [q for q in a.precisions if q not in PRECISIONS]

@@ -18,10 +18,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from test_sweep import ASHA_SPACE  # the same study as test_sweep's uninterrupted ASHA test
+from test_sweep import ASHA_SPACE, TINY_SET, paused_driver, wait_until_paused  # the same study as test_sweep's
+# uninterrupted ASHA test, and its way of stopping a driver at a chosen point
 
 
 @pytest.mark.ray
@@ -43,24 +43,22 @@ def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty
     # without a break, ASHA stops both lr = 1e-5 trials after round 1 (test_sweep pins that).
     cmd = [sys.executable, "-m", "fedtune.cli", "sweep", str(space), "--rounds", "3", "--num-samples", "4",
            "--scheduler", "asha", "--grace-period", "1", "--reduction-factor", "2", "--sampler", "random",
-           "--sampler-seed", "13", "--max-concurrent", "1", "--set", "local_steps=2", "--logger", "csv",
+           "--sampler-seed", "13", "--max-concurrent", "1", "--set", "local_steps=2", *TINY_SET, "--logger", "csv",
            "--output", str(tmp_path), "--name", "asha", "--no-report",
            "--address", ray_session.get_runtime_context().gcs_address]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env, flag, go = paused_driver(tmp_path, "end:2")  # the driver holds once its second trial has ended
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None:
-            if (study_dir / "trials.parquet").is_file() and load(study_dir, "trials").num_rows >= 2:
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        wait_until_paused(proc, flag)
         # Ctrl-C (SIGTERM reads the same): Tune stops gracefully and saves its experiment, with
         # every trial that has ended; fedtune exits 130 and says how to resume.
         os.kill(proc.pid, signal.SIGTERM)
+        go.touch()
         assert proc.wait(timeout=120) == 130, proc.stderr.read().decode()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
+        proc.stderr.close()
     before = {t["trial_id"]: t for t in load(study_dir, "trials").to_pylist()}
     rounds_before = {}
     for row in load(study_dir).to_pylist():

@@ -115,14 +115,18 @@ def test_smoke_cpu_runs_the_whole_harness_without_ray_or_optuna(tiny_pacs, tmp_p
     (tmp_path / "block").mkdir()
     (tmp_path / "block" / "sitecustomize.py").write_text(BLOCKER)
     log, md = tmp_path / "imports.log", tmp_path / "report.md"
-    out = subprocess.run([sys.executable, str(SCRIPT), "--smoke-cpu", "--data-root", str(tiny_pacs), "--out", str(md),
-                          "--work-dir", str(tmp_path / "work")], cwd=REPO, capture_output=True, text=True, timeout=600,
+    # the smoke's runs, smaller still (one local step of 4 images per client): what is checked is the
+    # harness (processes, cache, packing, bit-identity, report), not the training
+    out = subprocess.run([sys.executable, str(SCRIPT), "--smoke-cpu", "--local-steps", "1", "--batch-size", "4",
+                          "--data-root", str(tiny_pacs), "--out", str(md), "--work-dir", str(tmp_path / "work")],
+                         cwd=REPO, capture_output=True, text=True, timeout=600,
                          env=_env(PYTHONPATH=str(tmp_path / "block"), GPU_CHECK_TEST_LOG=str(log)))
     assert out.returncode == 0, out.stdout + out.stderr
     report = md.read_text()
     assert out.stdout.endswith(report)
     assert "CPU smoke run (--smoke-cpu): no GPU numbers" in report
     assert f"{len(DOMAINS) * len(CLASSES) * 6} images" in report and "3 of 3 runs completed" in report
+    assert "1 round(s) x 1 local steps of 4 images" in report  # the sizes given, not the smoke's own
     tables = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
               for line in report.splitlines() if line.startswith("| ")}
     columns = tables["run"]

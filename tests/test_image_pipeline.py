@@ -433,9 +433,11 @@ def test_a_sweep_of_several_trials_decodes_every_image_once(ray_session, tmp_pat
 
     root = image_tree(tmp_path / "ds", per_class=5)
     cache = tmp_path / "cache"
+    # two trials at once, one client actor each (each reads every domain: its clients' and the target's)
     o = SweepOptions(algorithms=["fedavg"], dataset="folder", data_root=str(root), rounds=1, num_samples=3,
                      max_concurrent=2, output=str(tmp_path / "out"), name="once", report=False,
-                     overrides={"local_steps": 1, "image_size": 16, "cache_dir": str(cache), "client_cpus": 0.5})
+                     overrides={"local_steps": 1, "image_size": 16, "cache_dir": str(cache), "client_cpus": 0.5,
+                                "max_client_actors": 1})
     run_sweep(o)
     trials = load(tmp_path / "out" / "once", "trials").to_pylist()
     assert len(trials) == 3 and {t["status"] for t in trials} == {"completed"}

@@ -177,7 +177,7 @@ def test_sqlite_outside_the_study_survives_a_killed_driver_and_nsga2_gets_a_pare
             if (study_dir / "trials.parquet").is_file() and load(study_dir, "trials").num_rows >= 1 \
                     and any((study_dir / "tune" / "fedavg").glob("experiment_state-*.json")):
                 break
-            time.sleep(0.2)
+            time.sleep(0.05)
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
         os.kill(proc.pid, signal.SIGKILL)  # the driver dies mid-study, after its first trial and a Tune snapshot
         proc.wait(timeout=30)

@@ -112,12 +112,17 @@ def test_a_space_with_nothing_new_ends_the_search_with_a_note(tmp_path, monkeypa
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_sweep_on_a_two_point_space_runs_two_trials_and_says_why(ray_session, tmp_path):
+def test_sweep_on_a_two_point_space_runs_two_trials_and_says_why(ray_session, tmp_path, monkeypatch):
     import optuna
 
     from fedtune.results.store import load
     from fedtune.tune.study.options import SweepOptions
     from fedtune.tune.study.sweep import run_sweep
+    from fedtune.tune.tuner import optuna_search
+
+    # 10 duplicates in a row end the search, not 50 (each one an Optuna FAIL trial in SQLite); the seeded
+    # random sampler on two points still finds the second one first
+    monkeypatch.setattr(optuna_search, "MAX_DUPLICATE_ASKS", 10)
 
     space = tmp_path / "two.yaml"
     space.write_text("algorithm: fedavg\ncomplete: true\nparams:\n"  # two points: nothing derived
@@ -250,7 +255,7 @@ def test_driver_killed_between_optunas_tell_and_the_trials_row(ray_session, tmp_
     try:
         deadline = time.time() + 180
         while time.time() < deadline and proc.poll() is None and not flag.exists():
-            time.sleep(0.1)
+            time.sleep(0.05)
         assert flag.exists(), proc.stderr.read().decode()[-3000:] if proc.poll() is not None else "no second trial"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)

@@ -284,6 +284,68 @@ def test_cli_help_and_bad_input_exit_2_without_a_traceback(tmp_path):
 
 # ------------------------------------------------------------------------------------------------
 # Real studies on the session's Ray (2 CPUs: one trial at a time).
+# A sweep driver subprocess is stopped at a chosen point of its study: PAUSE_DRIVER (its sitecustomize)
+# holds Tune's loop right after the Arrow callback handled that event, and the test signals it there.
+# Polling the store instead races the (millisecond) trials of a tiny study.
+PAUSE_DRIVER = '''
+import os, time
+from fedtune.tune.trial import callback
+
+_event, _nth = os.environ["PAUSE_AT"].split(":")  # result:N = the N-th trial's first result; end:N = its end
+_trials, _ends = [], []
+_result, _complete = callback.ArrowCallback.on_trial_result, callback.ArrowCallback.on_trial_complete
+
+
+def _hold():
+    open(os.environ["PAUSE_FLAG"], "w").close()
+    deadline = time.time() + 240
+    while time.time() < deadline and not os.path.exists(os.environ["PAUSE_GO"]):
+        time.sleep(0.02)
+
+
+def on_trial_result(self, *args, **kwargs):
+    out = _result(self, *args, **kwargs)
+    trial = kwargs["trial"] if "trial" in kwargs else args[2]
+    if trial.trial_id not in _trials:
+        _trials.append(trial.trial_id)
+        if _event == "result" and len(_trials) == int(_nth):
+            _hold()
+    return out
+
+
+def on_trial_complete(self, *args, **kwargs):
+    out = _complete(self, *args, **kwargs)
+    _ends.append(1)
+    if _event == "end" and len(_ends) == int(_nth):
+        _hold()
+    return out
+
+
+callback.ArrowCallback.on_trial_result = on_trial_result
+callback.ArrowCallback.on_trial_complete = on_trial_complete
+'''
+
+
+def paused_driver(tmp_path: Path, at: str) -> tuple[dict, Path, Path]:
+    """The environment of a driver subprocess held at ``at`` (see PAUSE_DRIVER), the file it
+    touches once held there and the file that lets it go on."""
+    patch = tmp_path / "pause"
+    patch.mkdir()
+    (patch / "sitecustomize.py").write_text(PAUSE_DRIVER)
+    flag, go = tmp_path / "paused", tmp_path / "go-on"
+    env = {**os.environ, "PAUSE_AT": at, "PAUSE_FLAG": str(flag), "PAUSE_GO": str(go),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(patch), os.environ.get("PYTHONPATH")) if p)}
+    return env, flag, go
+
+
+def wait_until_paused(proc: subprocess.Popen, flag: Path, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None and not flag.exists():
+        time.sleep(0.05)
+    assert flag.exists(), proc.stderr.read().decode()[-3000:] if proc.poll() is not None else "never paused"
+    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+
+
 def load_optuna(study_dir: Path, name: str):
     import optuna
 
@@ -300,6 +362,11 @@ def rounds_by_trial(study_dir: Path) -> dict[str, dict[int, dict]]:
         out[row["trial_id"]][row["round"]] = row
     return out
 
+
+# A small model on one client actor: a trial's rounds take milliseconds and it starts one torch
+# process, not two (the studies below are about Tune, Optuna and the store, not about learning).
+TINY = {"model": "mlp", "mlp_hidden": [32], "max_client_actors": 1}
+TINY_SET = [a for k, v in TINY.items() for a in ("--set", f"{k}={json.dumps(v)}")]  # the same on the command line
 
 ASHA_SPACE = """algorithm: fedavg
 complete: true  # this space alone: nothing derived from the declarations
@@ -323,8 +390,8 @@ def test_asha_stops_trials_early_and_optuna_records_them_pruned(ray_session, tmp
     # time, so ASHA's rung-1 cutoff (median of the recorded round-1 val_acc) is set by the first two,
     # which learn, and both lr = 1e-5 trials (still at the initial accuracy) stop after round 1.
     o = opts(tmp_path, algorithms=[], spaces=[space], rounds=3, num_samples=4, scheduler="asha", grace_period=1,
-             reduction_factor=2.0, max_concurrent=1, name="asha", overrides={"local_steps": 2}, sampler="random",
-             sampler_seed=13)
+             reduction_factor=2.0, max_concurrent=1, name="asha", overrides=dict(TINY, local_steps=2),
+             sampler="random", sampler_seed=13)
     result = run_sweep(o)
     study_dir = result.study_dir
     data = json.loads((study_dir / "study.json").read_text())
@@ -365,21 +432,19 @@ def test_killed_driver_resumes_exactly_once_then_reruns_the_selected_config_with
     study_dir = tmp_path / "res"
     address = ray_session.get_runtime_context().gcs_address
     cmd = [sys.executable, "-m", "fedtune.cli", "sweep", "--algorithm", "fedavg", "--rounds", "3",
-           "--num-samples", "2", "--seeds", "2", "--set", "local_steps=1", "--output", str(tmp_path),
-           "--name", "res", "--address", address, "--no-report"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+           "--num-samples", "2", "--seeds", "2", "--max-concurrent", "1", "--set", "local_steps=1", *TINY_SET,
+           "--output", str(tmp_path), "--name", "res", "--address", address, "--no-report"]
+    env, flag, _ = paused_driver(tmp_path, "result:2")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None:
-            if (study_dir / "trials.parquet").is_file() and load(study_dir, "trials").num_rows >= 1:
-                break
-            time.sleep(0.3)
-        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-        os.kill(proc.pid, signal.SIGKILL)  # the driver dies mid-study, after its first trial
+        wait_until_paused(proc, flag)
+        # the driver dies mid-study: after its first trial, while the second one runs (round 1 on disk)
+        os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
+        proc.stderr.close()
     before = load(study_dir, "trials").to_pylist()
     assert len(before) == 1 and json.loads((study_dir / "study.json").read_text())["searches"]["fedavg"]["status"] == "running"
 
@@ -434,7 +499,7 @@ def test_trial_seeds_run_whole_searches_and_the_report_is_over_searches(ray_sess
     from fedtune.spaces.lookup import load_space
 
     o = opts(tmp_path, name="ts", trial_seeds=2, rounds=1, num_samples=2, sampler="random", max_concurrent=1,
-             overrides={"local_steps": 1, "model": "mlp", "mlp_hidden": [8]})
+             overrides={"local_steps": 1, "model": "mlp", "mlp_hidden": [8], "max_client_actors": 1})
     result = run_sweep(o)
     study_dir = result.study_dir
     data = json.loads((study_dir / "study.json").read_text())

@@ -330,7 +330,7 @@ def test_tuner_example_stores_every_round_once_with_trial_statuses(ray_session, 
     deadline = time.time() + 20
     while time.time() < deadline and any(
             pg["state"] != "REMOVED" for pg in ray_session.util.placement_group_table().values()):
-        time.sleep(0.5)
+        time.sleep(0.05)
     assert all(pg["state"] == "REMOVED" for pg in ray_session.util.placement_group_table().values())
 
 

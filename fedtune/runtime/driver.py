@@ -252,21 +252,32 @@ class Terminated(KeyboardInterrupt):
     everything that handles Ctrl-C handles it the same way)."""
 
 
+@dataclass
+class SigtermSeen:
+    """What :func:`sigterm_as_interrupt` yields: ``received`` is True once SIGTERM came while it
+    was active. Needed because the exception does not always survive: a SIGTERM that lands in a
+    blocking ``ray.get`` is re-raised by Ray's C++ layer as a fresh, plain ``KeyboardInterrupt``."""
+
+    received: bool = False
+
+
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[SigtermSeen]:
     """While active (main thread only; elsewhere a no-op), SIGTERM does what SIGINT (Ctrl-C) does:
     it calls the current SIGINT handler (Ray Tune's graceful stop during a sweep), or raises
     :class:`Terminated` where that handler is Python's default. Without it, ``ray.init``'s handler
     turns SIGTERM into ``sys.exit`` and a plain Python process dies without writing anything.
-    The previous SIGTERM handler is restored on exit."""
+    The previous SIGTERM handler is restored on exit. Yields a :class:`SigtermSeen`."""
     import signal
     import threading
 
+    seen = SigtermSeen()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield seen
         return
 
     def on_sigterm(signum, frame):
+        seen.received = True
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler) and handler is not signal.default_int_handler:
             try:
@@ -280,7 +291,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
     old = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        yield
+        yield seen
     finally:
         signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
 
@@ -350,13 +361,14 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
     fr = FederatedRun(cfg)
     print_run_notes(cfg)  # the augmentation that runs; the image cache reused or decoded
     signals = contextlib.ExitStack()
+    sigterm: SigtermSeen | None = None
     failure: BaseException | None = None
     try:
         if cfg.backend == "ray":
             started_ray = connect_ray(cfg, verbose=verbose)
         # After ray.init (which installs a SIGTERM -> sys.exit handler): SIGTERM ends the run as
         # "interrupted", with its trial row written, like Ctrl-C.
-        signals.enter_context(sigterm_as_interrupt())
+        sigterm = signals.enter_context(sigterm_as_interrupt())
         startup = {"ray_init_s": time.perf_counter() - t_start}
         fr.start()
         info = fr.describe()  # returns once the coordinator and every client actor are ready
@@ -386,8 +398,9 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
             status = COMPLETED
     except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, SIGTERM (also Ray's sys.exit on SIGTERM)
         status = INTERRUPTED
-        error = ("interrupted by SIGTERM" if isinstance(exc, Terminated) or isinstance(exc, SystemExit)
-                 else "interrupted by the user")
+        # A SIGTERM inside a blocking ray.get comes back from Ray as a plain KeyboardInterrupt.
+        by_sigterm = isinstance(exc, (Terminated, SystemExit)) or (sigterm is not None and sigterm.received)
+        error = "interrupted by SIGTERM" if by_sigterm else "interrupted by the user"
         failure = exc
     except BaseException as exc:
         status, error = FAILED, f"{type(exc).__name__}: {exc}"
