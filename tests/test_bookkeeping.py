@@ -7,7 +7,6 @@ example-weighted train_loss."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import sqlite3

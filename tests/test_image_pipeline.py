@@ -21,7 +21,7 @@ from fedtune.errors import ConfigError
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import DataError
 from fedtune.data.registry import get_dataset
-from fedtune.data.cache import build_log, cache_entry, cached_images, check_cache
+from fedtune.data.cache import build_log, cache_entry, check_cache
 from fedtune.results.store import load
 from fedtune.runtime.driver import run
 from fedtune.runtime.augment import (DomainBedAugment, adjust_brightness, adjust_contrast, adjust_hue,
