@@ -331,6 +331,14 @@ def round_row(cfg: FederatedRunConfig, run: FederatedRun, trial_id: str, result)
     return row
 
 
+def diverged_error(round: int) -> str:
+    """The trial row's ``error`` of a run that diverged in ``round``."""
+    from fedtune.runtime.coordinator import LOSS_EXPLOSION_FACTOR
+
+    return (f"non-finite loss or weights, or a loss over {LOSS_EXPLOSION_FACTOR:g} times the first round's, "
+            f"in round {round}")
+
+
 def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False,
         on_round: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Run ``cfg`` to the end (or divergence), writing every round to the results store.
@@ -388,11 +396,7 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
             if on_round is not None:
                 on_round(row)
             if result.status == DIVERGED:
-                from fedtune.runtime.coordinator import LOSS_EXPLOSION_FACTOR
-
-                status = DIVERGED
-                error = (f"non-finite loss or weights, or a loss over {LOSS_EXPLOSION_FACTOR:g} times the first "
-                         f"round's, in round {result.round}")
+                status, error = DIVERGED, diverged_error(result.round)
                 break
         if status == RUNNING:
             status = COMPLETED
