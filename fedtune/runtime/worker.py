@@ -72,7 +72,7 @@ class ClientWorker:
         from fedtune.config import FederatedRunConfig
         from fedtune.data.registry import get_dataset
         from fedtune.layout import FlatLayout
-        from fedtune.models import build_model, check_model_size, prepare_for_device
+        from fedtune.models import bind_flat, build_model, check_model_size, prepare_for_device
         from fedtune.runtime.augment import make_augment
         from fedtune.runtime.examples import client_examples
 
@@ -123,6 +123,8 @@ class ClientWorker:
                                  pretrained_path=self.cfg.pretrained_path, weights=self.cfg.weights, **head)
         self.model = prepare_for_device(self.model, self.device, channels_last=self.channels_last)
         self.layout = FlatLayout.of(self.model)
+        # the state in one buffer: loading the weights and copying a trained state out are one copy each
+        bind_flat(self.model, self.layout)
         self.method = resolved.client_method(self.cfg)
         # What the server rule asks of every participant around its training (its declared hooks).
         self.hooks = self._hooks(resolved.rule_spec.hooks(self.cfg))
