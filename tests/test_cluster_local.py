@@ -3,7 +3,8 @@
 The test does by hand what ``ray up cluster.yaml`` does on a cloud (docs/cluster.md): a head
 node (``ray start --head``, 1 CPU) and a second node (``ray start --address=...``, 1 CPU and a
 custom resource ``node2``), then ``fedtune sweep --address 127.0.0.1:<port>`` as a separate
-driver process, with a tiny study (2 trials of 2 rounds, one client actor each, 2 at a time).
+driver process, with a tiny study (2 trials of 2 rounds of an 8-unit mlp, one client actor each, 2 at
+a time).
 Each trial reserves 1 CPU (its client actor; the coordinator shares that bundle), so with 1 CPU
 per node the two trials can only run side by side on *different* nodes. It checks:
 
@@ -135,7 +136,8 @@ def test_sweep_runs_on_a_two_node_local_cluster(local_cluster, tmp_path):
 
         cmd = [sys.executable, "-m", "fedtune.cli", "sweep", "--address", cluster.address,
                "--algorithm", "fedavg", "--dataset", "rotated-digits", "--rounds", "2", "--num-samples", "2",
-               "--set", "local_steps=1", "--set", "max_client_actors=1", "--max-concurrent", "2",
+               "--set", "local_steps=1", "--set", "model=mlp", "--set", "mlp_hidden=[8]",
+               "--set", "max_client_actors=1", "--max-concurrent", "2",
                "--output", str(tmp_path), "--name", "cluster", "--no-report"]
         with open(sweep_log, "w") as out:
             sweep = subprocess.Popen(cmd, cwd=tmp_path, env=cluster.env, stdout=out, stderr=subprocess.STDOUT,

@@ -12,9 +12,9 @@ and runs the whole cycle a lab would run, with the shipped file's own setup and 
   ``auth.ssh_proxy_command`` (the knob a lab uses for a gateway) with a 10-line TCP relay;
 * ``ray up -y`` (rsync of the checkout and of a fresh auth token, setup commands, ``ray stop`` +
   ``ray start --head`` as that user), then ``ray exec`` of a real ``fedtune run --address auto`` (1
-  round) and of a check that the driver *and a Ray worker process* of the cluster import fedtune
-  from the user's ``~/fedtune`` with the venv's Python, under token authentication; then
-  ``ray down -y``, after which no process of that user is left.
+  round of a tiny mlp) and, beside it, of a check that the driver *and a Ray worker process* of the
+  cluster import fedtune from the user's ``~/fedtune`` with the venv's Python, under token
+  authentication; then ``ray down -y``, after which no process of that user is left.
 
 The test config is the shipped file loaded with ``yaml.safe_load`` with only what a loopback box
 needs changed: head_ip 127.0.0.1, no workers (a second raylet on the same host would need its own
@@ -485,11 +485,17 @@ def test_ray_up_exec_down_over_ssh_on_loopback(box: Box, tmp_path: Path):
 
     # As docs/cluster.md says: from ~/fedtune (Ray puts the driver's cwd on its workers' sys.path; from ~,
     # the checkout folder ~/fedtune would shadow the package as a namespace package there).
-    cmd = (f"cd ~/fedtune && fedtune run --address auto --rounds 1 --no-progress --output ~/onprem-out --name onprem"
-           f" --set local_steps=1 --set max_client_actors=1 && python {box.tmp / 'check.py'}")
+    # The import check runs beside the fedtune run (two drivers of the cluster at once, each starting
+    # its own worker processes): its output goes to a file, printed once both have exited; the
+    # command exits with the fedtune run's status, the check's is printed after it.
+    run = ("fedtune run --address auto --rounds 1 --no-progress --output ~/onprem-out --name onprem"
+           " --set local_steps=1 --set model=mlp --set 'mlp_hidden=[8]' --set max_client_actors=1")
+    check_cmd = f"python {box.tmp / 'check.py'} > ~/check.log 2>&1; echo ONPREM_CHECK_RC $? >> ~/check.log"
+    cmd = f"cd ~/fedtune && {{ {check_cmd}; }} & cd ~/fedtune && {run}; rc=$?; wait; cat ~/check.log; exit $rc"
     rc, out, times["exec"] = _run([*RAY, "exec", "--no-config-cache", str(box.config), cmd],
                                   tmp_path / "exec.log", EXEC_TIMEOUT_S, cwd=box.checkout, env=box.env)
     assert rc == 0, out[-6000:]
+    assert "ONPREM_CHECK_RC 0" in out, out[-6000:]
     line = next((ln for ln in out.splitlines() if ln.startswith("ONPREM_CHECK ")), None)
     assert line is not None, out[-6000:]
     check = json.loads(line.split(" ", 1)[1])
@@ -508,7 +514,7 @@ def test_ray_up_exec_down_over_ssh_on_loopback(box: Box, tmp_path: Path):
     _kill(_pids_with_cmdline(_control_dir(box.cluster_name)))  # SSH sessions kept open by ControlPersist
     deadline = time.monotonic() + GONE_TIMEOUT_S
     while _pids_of_uid(box.uid) and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
     left = [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in _pids_of_uid(box.uid) if _alive(p)]
     assert not left, f"processes of {box.user} left after `ray down`: {left}"
     # The user's `ray stop` (in head_start_ray_commands and in `ray down`) did not reach root's `raylet`.
