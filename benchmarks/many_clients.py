@@ -1,0 +1,156 @@
+"""Many clients: fedtune's round time against the compute floor, side by side in one run.
+
+A script, not a test (this machine is noisy: only ratios taken side by side mean something)::
+
+    python benchmarks/many_clients.py                      # the three workloads, 3 repeats, ~6 min on 2 cores
+    python benchmarks/many_clients.py --workloads 100 --repeats 5
+
+The workloads of issue 29 (rotated-digits, the fedtune mlp [256, 256], 5 local steps of batch 32,
+setting ``fl``):
+
+* ``100``: 100 clients, every client every round;
+* ``100p``: 100 clients, participation 0.2;
+* ``1000``: 1,000 clients over the 10,782 digits, participation 0.05.
+
+Measured per workload and repeat, interleaved (floor, fedtune local, fedtune Ray, then again):
+
+* **floor**: the same clients' local training in this process with plain torch, one after another
+  (the model built once, the global weights copied in with one ``copy_`` of a flat buffer, the
+  same batches fedtune draws, ``torch.optim.SGD`` with the run's momentum and weight decay, a float64 weighted sum of the trained vectors), divided by the cores
+  the Ray run uses (``--cores``, 2): what no framework can beat;
+* **fedtune local**: ``backend=local``, the same clients in one process (fedtune's sequential
+  reference);
+* **fedtune ray**: ``backend=ray``, ``client_cpus=1`` (one client actor per core).
+
+Each fedtune number is the median ``wall_s`` of rounds 2..R-1 (evaluation only on the last round:
+``eval_every=R``), so start-up and evaluation are out of it. Printed: min / median / max seconds
+per round and fedtune ÷ floor, with the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+WORKLOADS = {
+    "100": dict(num_clients=100, participation=1.0),
+    "100p": dict(num_clients=100, participation=0.2),
+    "1000": dict(num_clients=1000, participation=0.05),
+}
+
+
+def base_config(workload: str, rounds: int, out: str) -> dict:
+    return dict(dataset="rotated-digits", setting="fl", model="mlp", mlp_hidden=[256, 256], local_steps=5,
+                batch_size=32, rounds=rounds, eval_every=rounds, seed=0, output=out, name=f"many-{workload}",
+                dirichlet_alpha=100.0, **WORKLOADS[workload])
+
+
+def fedtune_round_s(cfg_dict: dict, backend: str, cores: int) -> float:
+    from fedtune.config import FederatedRunConfig
+    from fedtune.runtime.driver import run
+
+    extra = {"backend": backend, "client_cpus": 1.0, "num_cpus": cores} if backend == "ray" else {"backend": backend}
+    res = run(FederatedRunConfig.from_dict({**cfg_dict, **extra}), progress=False)
+    walls = [r["wall_s"] for r in res.rows[1:-1]] or [r["wall_s"] for r in res.rows]
+    return statistics.median(walls)
+
+
+def floor_round_s(cfg_dict: dict, rounds: int, cores: int) -> float:
+    """The floor: plain torch, one process, the run's clients and batches, ÷ ``cores``."""
+    import torch
+    import torch.nn.functional as F
+
+    from fedtune.algorithms.client.method import batches, local_steps
+    from fedtune.config import FederatedRunConfig
+    from fedtune.data.partition import sample_participants
+    from fedtune.runtime.common import derive_seed
+    from fedtune.runtime.driver import FederatedRun
+    from fedtune.runtime.worker import ClientWorker
+
+    torch.set_num_threads(1)
+    cfg = FederatedRunConfig.from_dict({**cfg_dict, "backend": "local"})
+    plan = FederatedRun(cfg).plan
+    worker = ClientWorker(cfg.to_dict(), list(plan.clients), 0, [], manage_threads=False)
+    model = worker.model
+    params = [p for p in model.parameters()]
+    flat = torch.cat([p.detach().reshape(-1) for p in params]).clone()
+    with torch.no_grad():  # the model's parameters as views of one buffer: loading is one copy
+        off = 0
+        for p in params:
+            n = p.numel()
+            p.set_(flat.untyped_storage(), off, p.shape, p.stride())
+            off += n
+    data = {c: (worker.data[c]["train"].x, worker.data[c]["train"].labels) for c in worker.data}
+    global_w = flat.clone()
+    times = []
+    for rnd in range(1, rounds + 1):
+        ids = sample_participants(plan.num_clients, plan.participation, cfg.seed, rnd).tolist()
+        t0 = time.perf_counter()
+        acc = torch.zeros(flat.numel(), dtype=torch.float64)
+        total = 0
+        for cid in ids:
+            x_all, y_all = data[cid]
+            with torch.no_grad():
+                flat.copy_(global_w)
+            seed = derive_seed(cfg.seed, cid, rnd)
+            gen = torch.Generator().manual_seed(seed)
+            opt = torch.optim.SGD(params, lr=cfg.local_lr, momentum=cfg.local_momentum,
+                                  weight_decay=cfg.weight_decay, foreach=False)  # fedtune's local SGD
+            n = len(y_all)
+            for idx in batches(n, cfg.batch_size, local_steps(n, cfg), gen):
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(model(x_all[idx]), y_all[idx]).backward()
+                opt.step()
+            acc.add_(flat, alpha=float(n))
+            total += n
+        global_w = (acc / total).float()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:-1] or times) / cores
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workloads", default="100,100p,1000", help="comma list of " + ", ".join(WORKLOADS))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--cores", type=int, default=2, help="cores of the Ray run (client actors at 1 CPU each)")
+    args = p.parse_args()
+    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    bad = [w for w in names if w not in WORKLOADS]
+    if bad:
+        raise SystemExit(f"many_clients: --workloads: {bad} unknown; allowed: {', '.join(WORKLOADS)}")
+    load0 = os.getloadavg()
+    results: dict[str, dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory() as out:
+        for rep in range(args.repeats):
+            for w in names:
+                cfg = base_config(w, args.rounds, out)
+                r = results.setdefault(w, {"floor": [], "local": [], "ray": []})
+                r["floor"].append(floor_round_s(cfg, args.rounds, args.cores))
+                r["local"].append(fedtune_round_s(cfg, "local", args.cores))
+                r["ray"].append(fedtune_round_s(cfg, "ray", args.cores))
+                print(f"repeat {rep + 1} {w}: floor {r['floor'][-1]:.3f}  local {r['local'][-1]:.3f}  "
+                      f"ray {r['ray'][-1]:.3f} s/round", flush=True)
+    load1 = os.getloadavg()
+
+    def mmm(v: list[float]) -> str:
+        return f"{min(v):.3f} / {statistics.median(v):.3f} / {max(v):.3f}"
+
+    print(f"\nload average before {load0[0]:.2f}, after {load1[0]:.2f}; {args.repeats} repeats, "
+          f"rounds 2..{args.rounds - 1}, min / median / max")
+    print("| workload | floor s/round | fedtune local | fedtune ray | ray ÷ floor (per repeat: min / median / max) |")
+    print("|---|---|---|---|---|")
+    for w in names:
+        r = results[w]
+        ratio = [a / b for a, b in zip(r["ray"], r["floor"])]
+        print(f"| {w} | {mmm(r['floor'])} | {mmm(r['local'])} | {mmm(r['ray'])} | {mmm(ratio)} |")
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
