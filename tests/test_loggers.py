@@ -152,9 +152,13 @@ def wandb_runs(wandb_dir: Path, trial_id: str) -> list[tuple[object, list[tuple[
     paths = sorted(wandb_dir.glob(f"offline-run-*-{trial_id}/run-{trial_id}.wandb"))
     # W&B's service process finishes a run file on its own, after the logging actor that ran the run
     # is gone: read each one once it is whole (ends with its exit record), not while it is written
-    deadline = time.time() + 60
+    # (under a load of 12 on 2 cores that took over 60 s once: a clean-clone CI run read a file
+    # without its run record)
+    deadline = time.time() + 240
     while time.time() < deadline and not all(_wandb_file_is_whole(p) for p in paths):
         time.sleep(0.1)
+    unfinished = [str(p) for p in paths if not _wandb_file_is_whole(p)]
+    assert not unfinished, f"W&B did not finish these run files in 240 s: {unfinished}"
     runs = []
     for path in paths:
         records = wandb_records(path)
