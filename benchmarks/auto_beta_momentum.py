@@ -39,7 +39,8 @@ from fedtune.algorithms.client.method import SGD, ClientContext
 from fedtune.algorithms.server.fedgp_auto_beta import auto_beta_estimates
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout
-from fedtune.models import build_model, get_flat, set_flat
+from fedtune.models import build_model
+from fedtune.flat_weights import get_flat, set_flat
 from fedtune.algorithms.client.step_records import StepRecorder
 
 

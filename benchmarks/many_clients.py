@@ -68,6 +68,7 @@ def floor_round_s(cfg_dict: dict, rounds: int, cores: int) -> float:
     from fedtune.algorithms.client.method import batches, local_steps
     from fedtune.config import FederatedRunConfig
     from fedtune.data.partition import sample_participants
+    from fedtune.flat_weights import bind_flat
     from fedtune.runtime.common import derive_seed
     from fedtune.runtime.driver import FederatedRun
     from fedtune.runtime.worker import ClientWorker
@@ -78,13 +79,7 @@ def floor_round_s(cfg_dict: dict, rounds: int, cores: int) -> float:
     worker = ClientWorker(cfg.to_dict(), list(plan.clients), 0, [], manage_threads=False)
     model = worker.model
     params = [p for p in model.parameters()]
-    flat = torch.cat([p.detach().reshape(-1) for p in params]).clone()
-    with torch.no_grad():  # the model's parameters as views of one buffer: loading is one copy
-        off = 0
-        for p in params:
-            n = p.numel()
-            p.set_(flat.untyped_storage(), off, p.shape, p.stride())
-            off += n
+    flat = bind_flat(model, worker.layout)  # the state as views of one buffer: loading it is one copy
     data = {c: (worker.data[c]["train"].x, worker.data[c]["train"].labels) for c in worker.data}
     global_w = flat.clone()
     times = []

@@ -456,7 +456,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     from fedtune.results.arrow import CorruptResultsError
     from fedtune.runtime.pools import ClientFailure
-    from fedtune.runtime.driver import sigterm_as_interrupt
+    from fedtune.runtime.signals import sigterm_as_interrupt
 
     args = build_parser().parse_args(argv)
     try:

@@ -142,6 +142,8 @@ MOVED_NAMES: dict[str, str] = {
     **_moved("fedtune.runtime", "fedtune.runtime.pools", "ClientFailure", "assign_clients"),
     **_moved("fedtune.runtime", "fedtune.runtime.resources", "ResourcePlan", "plan_resources"),
     **_moved("fedtune.runtime", "fedtune.errors", "ResourceError"),
+    # the flat-weight copies left fedtune.models for their own module (issue 29)
+    **_moved("fedtune.models", "fedtune.flat_weights", "get_flat", "set_flat"),
     # fedtune.data's __all__
     "fedtune.data.list_datasets": "fedtune.list_datasets",
     **_moved("fedtune.data", "fedtune.data.base", "ClientSpec", "DatasetInfo", "DomainDataset", "FederatedPlan",

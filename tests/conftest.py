@@ -52,16 +52,8 @@ def _signal_handlers_put_back():
     """Each test starts with the signal handlers the worker had: a test that calls ``Tuner.fit``
     itself leaves Ray Tune's SIGINT handler installed (Tune never removes it), and a later test's
     SIGTERM would then only set the finished fit's stop flag (``sigterm_as_interrupt`` calls the
-    SIGINT handler). Users are covered by fedtune's own ``signal_handlers_kept`` around its fits."""
-    import signal
-    import threading
+    SIGINT handler). The same guard fedtune's own sweeps put around every fit."""
+    from fedtune.tune.tuner.env import signal_handlers_kept
 
-    if threading.current_thread() is not threading.main_thread():
+    with signal_handlers_kept():
         yield
-        return
-    names = [n for n in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, n)]
-    saved = {n: signal.getsignal(getattr(signal, n)) for n in names}
-    yield
-    for n, handler in saved.items():
-        if handler is not None and signal.getsignal(getattr(signal, n)) is not handler:
-            signal.signal(getattr(signal, n), handler)

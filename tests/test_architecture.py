@@ -353,7 +353,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedtune.errors", "fedtune.bounds", "fedtune.yaml_safe", "fedtune.old_names", "fedtune.results.atomic",
      "fedtune.results.study_dir", "fedtune.results.status"),
     ("fedtune.data", "fedtune.layout"),
-    ("fedtune.algorithms", "fedtune.models", "fedtune.model_heads", "fedtune.model_check", "fedtune.weight_files"),
+    ("fedtune.algorithms", "fedtune.models", "fedtune.flat_weights", "fedtune.model_heads", "fedtune.model_check", "fedtune.weight_files"),
     ("fedtune.config",),
     ("fedtune.results",),
     ("fedtune.runtime",),

@@ -15,7 +15,8 @@ from fedtune.algorithms.client.method import SGD, ClientContext, batches, local_
 from fedtune.algorithms.server.rule import FedAvg, RoundInfo
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout
-from fedtune.models import build_model, get_flat
+from fedtune.models import build_model
+from fedtune.flat_weights import get_flat
 
 
 # ================================================================================ server math

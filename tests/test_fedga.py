@@ -266,7 +266,7 @@ def test_missing_losses_and_bad_hyperparameters_are_refused():
 
 # ------------------------------------------------------------------------ the worker
 def test_the_worker_evaluates_received_and_trained_models_only_when_the_rule_asks(tmp_path):
-    from fedtune.models import set_flat
+    from fedtune.flat_weights import set_flat
     from fedtune.runtime.common import evaluate
     from fedtune.runtime.driver import FederatedRun
 

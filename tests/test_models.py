@@ -12,7 +12,8 @@ import torch
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.layout import FlatLayout
-from fedtune.models import build_model, count_parameters, encode, get_flat, set_flat
+from fedtune.models import build_model, count_parameters, encode
+from fedtune.flat_weights import get_flat, set_flat
 
 
 @pytest.fixture(scope="module")

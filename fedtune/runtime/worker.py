@@ -72,7 +72,8 @@ class ClientWorker:
         from fedtune.config import FederatedRunConfig
         from fedtune.data.registry import get_dataset
         from fedtune.layout import FlatLayout
-        from fedtune.models import bind_flat, build_model, check_model_size, prepare_for_device
+        from fedtune.models import build_model, check_model_size, prepare_for_device
+        from fedtune.flat_weights import bind_flat
         from fedtune.runtime.augment import make_augment
         from fedtune.runtime.examples import client_examples
 
@@ -158,12 +159,13 @@ class ClientWorker:
 
     def initial_state(self) -> tuple[np.ndarray, Any, int]:
         """(initial flat weights, FlatLayout, number of model parameters)."""
-        from fedtune.models import count_parameters, get_flat
+        from fedtune.models import count_parameters
+        from fedtune.flat_weights import get_flat
 
         return get_flat(self.model, self.layout), self.layout, count_parameters(self.model)
 
     def _load(self, weights: np.ndarray) -> None:
-        from fedtune.models import set_flat
+        from fedtune.flat_weights import set_flat
 
         set_flat(self.model, self.layout, weights)
 
@@ -175,7 +177,7 @@ class ClientWorker:
 
         from fedtune.algorithms.client.method import ClientContext, effective_batch_size
         from fedtune.algorithms.client.precision import grad_scaler
-        from fedtune.models import get_flat
+        from fedtune.flat_weights import get_flat
 
         client_ids = sorted(client_ids)
         states = np.empty((len(client_ids), self.layout.size), dtype=np.float32)

@@ -437,7 +437,7 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
     import ray
 
     from fedtune.runtime.cluster import cluster_address, connect_ray
-    from fedtune.runtime.driver import sigterm_as_interrupt
+    from fedtune.runtime.signals import sigterm_as_interrupt
 
     base_cfg = FederatedRunConfig.from_dict(dict(plan.fixed[plan.searches[0].key]),
                                             source="study").replace(address=opts.address)

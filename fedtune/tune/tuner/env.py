@@ -72,7 +72,7 @@ def tune_env(verbose: bool) -> Iterator[None]:
 def signal_handlers_kept() -> Iterator[None]:
     """Put back the SIGINT and SIGUSR1 handlers after a ``Tuner.fit``: Ray Tune installs its own
     graceful-stop handler for the fit and leaves it in place after the fit ends, where it would
-    swallow a Ctrl-C or SIGTERM (:func:`~fedtune.runtime.driver.sigterm_as_interrupt` calls the
+    swallow a Ctrl-C or SIGTERM (:func:`~fedtune.runtime.signals.sigterm_as_interrupt` calls the
     SIGINT handler) between searches or while the report is built."""
     import signal
     import threading
