@@ -184,3 +184,17 @@ def test_a_study_saved_before_a_module_moved_still_unpickles():
         assert pickle.loads(old) is Switch
     with pytest.raises(ImportError, match=r"^fedtune.tune.spaces_model moved: use fedtune.spaces.model$"):
         pickle.loads(old)
+
+
+def test_restoring_a_study_imports_a_moved_module_only_when_a_pickle_asks_for_it():
+    code = (
+        "import pickle, sys\n"
+        "from fedtune.tune.study.moved_modules import old_module_names\n"
+        "with old_module_names():\n"
+        "    before = {'fedtune.spaces.model', 'torch'} & set(sys.modules)\n"
+        "    old = b'cfedtune.tune.spaces_model\\nSwitch\\np0\\n.'\n"
+        "    cls = pickle.loads(old)\n"
+        "    print(sorted(before), cls.__module__, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "fedtune.spaces.model", "False"], out.stdout + out.stderr
