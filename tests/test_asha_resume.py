@@ -78,6 +78,7 @@ def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty
         return action
 
     monkeypatch.setattr(async_hyperband._Bracket, "on_result", spy)
+    before_resume = json.loads((study_dir / "study.json").read_text())  # the killed driver's
     run_sweep(SweepOptions(output=str(tmp_path), name="asha", report=False), resume=True)
 
     # The study completed; every (trial, round) once; Optuna holds every trial in a finished state.
@@ -92,6 +93,13 @@ def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty
     for tid, t in trials.items():
         assert sorted(rows[tid]) == list(range(1, max(rows[tid]) + 1))
         assert (t["status"] == "completed") == (max(rows[tid]) == 3)
+    # the search's start is the first driver's (the resume keeps it): before every trial, before its end
+    from datetime import datetime
+
+    started = datetime.fromisoformat(data["searches"]["fedavg"]["started_at"])
+    assert started <= min(t["started_at"] for t in trials.values())
+    assert started <= datetime.fromisoformat(data["searches"]["fedavg"]["ended_at"])
+    assert data["searches"]["fedavg"]["started_at"] == before_resume["searches"]["fedavg"]["started_at"]
     import optuna
 
     study = optuna.load_study(study_name="asha/fedavg", storage=optuna_storage_url(study_dir))

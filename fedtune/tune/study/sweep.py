@@ -222,6 +222,7 @@ class _Study:
         # relative to the study dir, unless --storage-path puts Tune elsewhere
         state.update(status=status.RUNNING, tune_dir=self.plan.tune_location(tune_name) if self.opts.storage_path
                      else f"{TUNE_DIR}/{tune_name}")
+        state.setdefault("started_at", now())  # the first driver's start of this search's Tune fit
         self.save()
         _SESSIONS.pop(key, None)
         row = self.view.row(key, total)

@@ -1,0 +1,384 @@
+"""Frameworks: pfl-research and Flower against the compute floor on the issue-29 workloads.
+
+A script, not a test (this machine is noisy: only ratios taken side by side mean something).
+One command times, interleaved per repeat, on the same three workloads as
+``benchmarks/many_clients.py`` (rotated-digits, the fedtune mlp [256, 256], 5 local steps of
+batch 32, local SGD at fedtune's ``local_lr`` / ``local_momentum`` / ``weight_decay`` defaults,
+FedAvg weighted by the clients' example counts):
+
+* ``100``: 100 clients, every client every round;
+* ``100p``: 100 clients, participation 0.2;
+* ``1000``: 1,000 clients, participation 0.05.
+
+What is timed, in this order within each repeat and workload:
+
+* **floor**: ``many_clients.floor_round_s`` (plain torch, the run's clients and batches, one
+  process, divided by ``--cores``): what no framework can beat;
+* **pfl**: pfl-research (``pfl`` 0.6.0, PyTorch backend) in one process:
+  ``FederatedAveraging`` + ``SimulatedBackend`` + ``PyTorchModel`` over a ``FederatedDataset``
+  whose users are fedtune's clients, the cohorts fedtune's ``sample_participants`` draws
+  (``WeightByDatapoints``, central ``SGD(lr=1)``, so the update is FedAvg's weighted mean;
+  local optimiser ``SGD(momentum, weight_decay)`` recreated per client; torch at ``--cores``
+  intra-op threads). pfl evaluates the cohort only in round 1, which is not counted;
+* **flower**: Flower (``flwr``) simulation engine (Ray inside), FedAvg strategy, a
+  ``NumPyClient`` per client, client resources 1 CPU, ``--cores`` CPUs in all, the same
+  sampling fraction (Flower draws its own cohorts of the same size), no evaluation rounds;
+* with ``--with-fedtune``: fedtune ``backend=local`` and ``backend=ray``
+  (``many_clients.fedtune_round_s``).
+
+Every framework trains on identical data: the parent builds fedtune's plan and client worker for
+the workload (as ``floor_round_s`` does), writes each client's training arrays (and the per-round
+cohorts) to an ``.npz`` and hands it to the child. The child runs in the framework's own virtual
+environment (pfl pins ``wheel<0.46`` and ``packaging<26``, Flower brings its own Ray) as
+``<venv python> benchmarks/frameworks.py --child pfl|flower --data FILE.npz ...`` and reports its
+per-round wall times as one JSON line on stdout. Each number is the median of rounds 2..R-1
+(start-up, the first round and the last are out of it). Printed: min / median / max seconds per
+round over the repeats and each framework ÷ floor, with the load average before and after.
+
+The two environments (the same torch as fedtune's venv; pip reads PyPI)::
+
+    python3.11 -m venv /work/scratch/pflvenv
+    /work/scratch/pflvenv/bin/pip install "pfl==0.6.0" "torch==2.14.1" numpy
+    python3.11 -m venv /work/scratch/flwrvenv
+    /work/scratch/flwrvenv/bin/pip install "flwr[simulation]" "torch==2.14.1" numpy
+
+The command (fedtune's venv runs the parent)::
+
+    .venv/bin/python benchmarks/frameworks.py \\
+        --pfl-python /work/scratch/pflvenv/bin/python \\
+        --flower-python /work/scratch/flwrvenv/bin/python
+    .venv/bin/python benchmarks/frameworks.py --workloads 100p --repeats 1 --rounds 4 \\
+        --pfl-python ... --flower-python ... --with-fedtune
+
+A framework whose python is not given is printed as ``not run (pass --pfl-python)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MARK = "FRAMEWORKS_RESULT "
+FRAMEWORKS = ("pfl", "flower")
+
+
+# ----------------------------------------------------------------------------------- the child
+# Runs in the framework's own venv: numpy, torch and the framework only (no fedtune).
+
+
+def _mlp(hidden: list[int], in_dim: int, classes: int):
+    """fedtune's ``mlp``: Flatten, then Linear+ReLU per hidden width, then the classifier."""
+    import torch.nn as nn
+
+    layers: list = [nn.Flatten()]
+    d = in_dim
+    for h in hidden:
+        layers += [nn.Linear(d, h), nn.ReLU(inplace=True)]
+        d = h
+    layers.append(nn.Linear(d, classes))
+    return nn.Sequential(*layers)
+
+
+def _batches(n: int, batch_size: int, steps: int, gen):
+    """fedtune's ``batches``: ``steps`` index batches epoch by epoch from fresh permutations,
+    a trailing single example joining the batch before it."""
+    import torch
+
+    done = 0
+    while done < steps and n > 0:
+        perm = torch.randperm(n, generator=gen)
+        starts = list(range(0, n, batch_size))
+        if batch_size > 1 and len(starts) > 1 and n - starts[-1] == 1:
+            starts.pop()
+        for i, start in enumerate(starts):
+            if done == steps:
+                return
+            end = starts[i + 1] if i + 1 < len(starts) else n
+            yield perm[start:end]
+            done += 1
+
+
+def _load(path: str):
+    import torch
+
+    z = np.load(path)
+    x = torch.from_numpy(z["x"])
+    y = torch.from_numpy(z["y"])
+    off = z["offsets"]
+    clients = [(x[off[i]:off[i + 1]], y[off[i]:off[i + 1]]) for i in range(len(off) - 1)]
+    meta = json.loads(str(z["meta"]))
+    return clients, z["cohorts"], meta
+
+
+def _client_gen(seed: int, cid: int, rnd: int):
+    import torch
+
+    return torch.Generator().manual_seed((seed * 1_000_003 + cid) * 10_007 + rnd)
+
+
+def child_pfl(args) -> list[float]:
+    import torch
+    import torch.nn.functional as F
+    from pfl.aggregate.simulate import SimulatedBackend
+    from pfl.aggregate.weighting import WeightByDatapoints
+    from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
+    from pfl.callback.base import TrainingProcessCallback
+    from pfl.data.dataset import Dataset
+    from pfl.data.federated_dataset import FederatedDataset
+    from pfl.hyperparam import NNEvalHyperParams, NNTrainHyperParams
+    from pfl.metrics import Metrics, Weighted
+    from pfl.model.pytorch import PyTorchModel
+
+    torch.set_num_threads(args.cores)
+    clients, cohorts, meta = _load(args.data)
+    torch.manual_seed(meta["seed"])
+    steps, bs = meta["local_steps"], meta["batch_size"]
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = _mlp(meta["hidden"], meta["in_dim"], meta["classes"])
+
+        def forward(self, x):
+            return self.net(x)
+
+        def loss(self, x, y, eval=False):  # noqa: A002 - pfl's signature
+            self.eval() if eval else self.train()
+            return F.cross_entropy(self(x), y)
+
+        def metrics(self, x, y, eval=False):  # noqa: A002
+            self.eval() if eval else self.train()
+            with torch.no_grad():
+                loss = F.cross_entropy(self(x), y, reduction="sum").item()
+            return {"loss": Weighted(loss, len(y))}
+
+    class ClientData(Dataset):
+        """A client's arrays; ``iter`` yields the run's 5 local batches (fedtune's scheme, a
+        new draw per round) instead of one pass over the data."""
+
+        def __init__(self, cid: int):
+            x, y = clients[cid]
+            super().__init__((x, y), user_id=str(cid))
+            self.cid = cid
+
+        def iter(self, batch_size):  # noqa: A003 - pfl's name
+            x, y = self.raw_data
+            gen = _client_gen(meta["seed"], self.cid, state["round"])
+            for idx in _batches(len(y), batch_size, steps, gen):
+                yield [x[idx], y[idx]]
+
+    order = iter(int(c) for row in cohorts for c in row)
+    state = {"round": 1}
+    train = FederatedDataset(ClientData, lambda: next(order))
+    val = FederatedDataset(ClientData, lambda: 0)
+    net = Net()
+    model = PyTorchModel(
+        model=net,
+        local_optimizer_create=lambda params, lr: torch.optim.SGD(
+            params, lr=lr, momentum=meta["momentum"], weight_decay=meta["weight_decay"]),
+        central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0))
+    backend = SimulatedBackend(training_data=train, val_data=val, postprocessors=[WeightByDatapoints()])
+    rounds = args.rounds
+    algo_params = NNAlgorithmParams(central_num_iterations=rounds, evaluation_frequency=rounds,
+                                    train_cohort_size=int(cohorts.shape[1]), val_cohort_size=0)
+    train_params = NNTrainHyperParams(local_num_epochs=1, local_learning_rate=meta["lr"],
+                                      local_batch_size=bs, local_num_steps=None)
+    eval_params = NNEvalHyperParams(local_batch_size=bs)
+    times: list[float] = []
+
+    class Clock(TrainingProcessCallback):
+        def on_train_begin(self, *, model):
+            self.t = time.perf_counter()
+            return Metrics()
+
+        def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
+            now = time.perf_counter()
+            times.append(now - self.t)
+            self.t = now
+            state["round"] += 1
+            return False, Metrics()
+
+    FederatedAveraging().run(algorithm_params=algo_params, backend=backend, model=model,
+                             model_train_params=train_params, model_eval_params=eval_params,
+                             callbacks=[Clock()])
+    return times
+
+
+def child_flower(args) -> list[float]:
+    raise NotImplementedError
+
+
+def child_main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="frameworks.py --child")
+    p.add_argument("--child", choices=FRAMEWORKS, required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("--cores", type=int, default=2)
+    args = p.parse_args(argv)
+    times = (child_pfl if args.child == "pfl" else child_flower)(args)
+    sys.stdout.flush()
+    print(MARK + json.dumps({"framework": args.child, "round_s": times}), flush=True)
+
+
+# ---------------------------------------------------------------------------------- the parent
+
+
+def export_workload(workload: str, rounds: int, out: str, path: str) -> dict:
+    """Write fedtune's partition for ``workload`` (each client's training x/y, the cohorts of
+    rounds 1..R) to ``path``; return fedtune's config dict for the floor."""
+    from many_clients import base_config
+
+    from fedtune.config import FederatedRunConfig
+    from fedtune.data.partition import sample_participants
+    from fedtune.runtime.driver import FederatedRun
+    from fedtune.runtime.worker import ClientWorker
+
+    cfg_dict = base_config(workload, rounds, out)
+    cfg = FederatedRunConfig.from_dict({**cfg_dict, "backend": "local"})
+    plan = FederatedRun(cfg).plan
+    worker = ClientWorker(cfg.to_dict(), list(plan.clients), 0, [], manage_threads=False)
+    ids = sorted(worker.data)
+    assert ids == list(range(plan.num_clients)), "client ids are not 0..N-1"
+    xs = [worker.data[c]["train"].x.numpy() for c in ids]
+    ys = [worker.data[c]["train"].labels.numpy() for c in ids]
+    offsets = np.cumsum([0] + [len(y) for y in ys]).astype(np.int64)
+    cohorts = np.stack([sample_participants(plan.num_clients, plan.participation, cfg.seed, r)
+                        for r in range(1, rounds + 1)])
+    out_layer = [m for m in worker.model.modules() if hasattr(m, "out_features")][-1]
+    meta = dict(workload=workload, num_clients=plan.num_clients, participation=plan.participation,
+                hidden=list(cfg.mlp_hidden), in_dim=int(np.prod(xs[0].shape[1:])),
+                classes=int(out_layer.out_features), local_steps=int(cfg.local_steps),
+                batch_size=int(cfg.batch_size), lr=float(cfg.local_lr),
+                momentum=float(cfg.local_momentum), weight_decay=float(cfg.weight_decay), seed=int(cfg.seed))
+    np.savez(path, x=np.concatenate(xs).astype(np.float32), y=np.concatenate(ys).astype(np.int64),
+             offsets=offsets, cohorts=cohorts.astype(np.int64), meta=np.array(json.dumps(meta)))
+    return cfg_dict
+
+
+def run_child(python: str, framework: str, data: str, rounds: int, cores: int, timeout: float) -> float:
+    """Median seconds per round (rounds 2..R-1) of one child run; raises RuntimeError on failure."""
+    cmd = [python, os.path.abspath(__file__), "--child", framework, "--data", data,
+           "--rounds", str(rounds), "--cores", str(cores)]
+    env = {**os.environ, "PYTHONPATH": "", "RAY_DEDUP_LOGS": "0"}
+    env.pop("VIRTUAL_ENV", None)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=HERE)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"{framework}: timed out after {timeout:.0f} s") from e
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
+        raise RuntimeError(f"{framework}: exit {proc.returncode}\n    " + "\n    ".join(tail))
+    times = json.loads(lines[-1][len(MARK):])["round_s"]
+    if len(times) != rounds:
+        raise RuntimeError(f"{framework}: {len(times)} round times for {rounds} rounds")
+    return statistics.median(times[1:-1] or times)
+
+
+def mmm(v: list[float]) -> str:
+    return f"{min(v):.3f} / {statistics.median(v):.3f} / {max(v):.3f}" if v else "—"
+
+
+def main() -> None:
+    from many_clients import WORKLOADS
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workloads", default="100,100p,1000", help="comma list of " + ", ".join(WORKLOADS))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--cores", type=int, default=2, help="cores: the floor's divisor, Flower's CPUs, pfl's threads")
+    p.add_argument("--pfl-python", help="python of a venv with pfl==0.6.0 and torch (see the docstring)")
+    p.add_argument("--flower-python", help="python of a venv with flwr[simulation] and torch")
+    p.add_argument("--with-fedtune", action="store_true", help="also time fedtune backend=local and ray")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed to one framework run")
+    args = p.parse_args()
+
+    def bad(option: str, why: str) -> None:
+        print(f"frameworks: {option}: {why}", file=sys.stderr)
+        raise SystemExit(2)
+
+    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in names if w not in WORKLOADS]
+    if unknown or not names:
+        bad("--workloads", f"{', '.join(unknown) or 'none given'} unknown; allowed: {', '.join(WORKLOADS)}")
+    for opt, val in (("--repeats", args.repeats), ("--cores", args.cores)):
+        if val < 1:
+            bad(opt, f"{val} must be at least 1")
+    if args.rounds < 3:
+        bad("--rounds", f"{args.rounds} must be at least 3 (rounds 2..R-1 are timed)")
+    pythons = {"pfl": args.pfl_python, "flower": args.flower_python}
+    for fw, py in pythons.items():
+        if py is not None and not (os.path.isfile(py) and os.access(py, os.X_OK)):
+            bad(f"--{fw}-python", f"{py} is not an executable file")
+
+    from many_clients import fedtune_round_s, floor_round_s
+
+    columns = ["floor", "pfl", "flower"] + (["local", "ray"] if args.with_fedtune else [])
+    results = {w: {c: [] for c in columns} for w in names}
+    errors: dict[str, str] = {}
+    load0 = os.getloadavg()
+    with tempfile.TemporaryDirectory() as out:
+        cfgs = {}
+        for w in names:
+            data = os.path.join(out, f"{w}.npz")
+            cfgs[w] = (export_workload(w, args.rounds, out, data), data)
+        for rep in range(args.repeats):
+            for w in names:
+                cfg, data = cfgs[w]
+                r = results[w]
+                r["floor"].append(floor_round_s(cfg, args.rounds, args.cores))
+                for fw in FRAMEWORKS:
+                    if pythons[fw] is None or fw in errors:
+                        continue
+                    try:
+                        r[fw].append(run_child(pythons[fw], fw, data, args.rounds, args.cores, args.timeout))
+                    except RuntimeError as e:
+                        errors[fw] = str(e)
+                        print(f"repeat {rep + 1} {w}: {e}", file=sys.stderr, flush=True)
+                if args.with_fedtune:
+                    r["local"].append(fedtune_round_s(cfg, "local", args.cores))
+                    r["ray"].append(fedtune_round_s(cfg, "ray", args.cores))
+                got = "  ".join(f"{c} {r[c][-1]:.3f}" for c in columns if len(r[c]) == rep + 1)
+                print(f"repeat {rep + 1} {w}: {got} s/round", flush=True)
+    load1 = os.getloadavg()
+
+    def cell(w: str, c: str) -> str:
+        if c in FRAMEWORKS and pythons[c] is None:
+            return f"not run (pass --{c}-python)"
+        if c in errors and not results[w][c]:
+            return "failed"
+        return mmm(results[w][c])
+
+    def ratio(w: str, c: str) -> str:
+        r = results[w]
+        return mmm([a / b for a, b in zip(r[c], r["floor"])]) if r[c] else "—"
+
+    others = columns[1:]
+    print(f"\nload average before {load0[0]:.2f}, after {load1[0]:.2f}; {args.repeats} repeat(s), "
+          f"rounds 2..{args.rounds - 1}, {args.cores} cores; s/round min / median / max")
+    print("| workload | floor | " + " | ".join(others) + " | " + " | ".join(f"{c} ÷ floor" for c in others) + " |")
+    print("|---" * (2 + 2 * len(others)) + "|")
+    for w in names:
+        print(f"| {w} | {mmm(results[w]['floor'])} | " + " | ".join(cell(w, c) for c in others) + " | "
+              + " | ".join(ratio(w, c) for c in others) + " |")
+    for fw, e in errors.items():
+        print(f"\n{fw} failed: {e}")
+
+
+if __name__ == "__main__":
+    if "--child" in sys.argv[1:]:
+        child_main(sys.argv[1:])
+    else:
+        sys.path.insert(0, HERE)
+        sys.path.insert(0, os.path.dirname(HERE))
+        np.seterr(all="ignore")
+        main()
