@@ -119,6 +119,11 @@ def _load(path: str):
     return clients, z["cohorts"], meta
 
 
+def _check_rounds(cohorts, rounds: int, path: str) -> None:
+    if len(cohorts) < rounds:
+        raise SystemExit(f"frameworks --child: --rounds {rounds}: {path} holds cohorts for {len(cohorts)} rounds")
+
+
 def _client_gen(seed: int, cid: int, rnd: int):
     import torch
 
@@ -140,6 +145,7 @@ def child_pfl(args) -> list[float]:
 
     torch.set_num_threads(args.cores)
     clients, cohorts, meta = _load(args.data)
+    _check_rounds(cohorts, args.rounds, args.data)
     torch.manual_seed(meta["seed"])
     steps, bs = meta["local_steps"], meta["batch_size"]
 
@@ -214,7 +220,80 @@ def child_pfl(args) -> list[float]:
 
 
 def child_flower(args) -> list[float]:
-    raise NotImplementedError
+    import logging
+
+    import torch
+    import torch.nn.functional as F
+    from flwr.client import ClientApp, NumPyClient
+    from flwr.common import ndarrays_to_parameters
+    from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+    from flwr.server.strategy import FedAvg
+    from flwr.simulation import run_simulation
+
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    data_path, rounds, cores = args.data, args.rounds, args.cores
+    _, cohorts, meta = _load(data_path)
+    _check_rounds(cohorts, rounds, data_path)
+    torch.manual_seed(meta["seed"])
+    init = [v.detach().numpy().copy() for v in _mlp(meta["hidden"], meta["in_dim"], meta["classes"]).state_dict().values()]
+    times: list[float] = []
+    clock = {"t": None}
+
+    def evaluate_fn(server_round, parameters, config):
+        """Called by the strategy with the initial weights (round 0) and after each round's
+        aggregation: the gaps between the calls are the rounds' wall times."""
+        now = time.perf_counter()
+        if clock["t"] is not None:
+            times.append(now - clock["t"])
+        clock["t"] = now
+        return None
+
+    cache: dict = {}  # per Ray actor (process): the data and one model, loaded once
+
+    class Client(NumPyClient):
+        def __init__(self, cid: int):
+            if not cache:
+                torch.set_num_threads(1)
+                cache["clients"], _, _ = _load(data_path)
+                cache["model"] = _mlp(meta["hidden"], meta["in_dim"], meta["classes"])
+            self.cid = cid
+            self.model = cache["model"]
+            self.x, self.y = cache["clients"][cid]
+
+        def get_parameters(self, config):
+            return [v.detach().numpy() for v in self.model.state_dict().values()]
+
+        def fit(self, parameters, config):
+            model = self.model
+            model.load_state_dict({k: torch.from_numpy(v) for k, v in zip(model.state_dict(), parameters)})
+            model.train()
+            opt = torch.optim.SGD(model.parameters(), lr=meta["lr"], momentum=meta["momentum"],
+                                  weight_decay=meta["weight_decay"])
+            gen = _client_gen(meta["seed"], self.cid, int(config["round"]))
+            for idx in _batches(len(self.y), meta["batch_size"], meta["local_steps"], gen):
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(model(self.x[idx]), self.y[idx]).backward()
+                opt.step()
+            return self.get_parameters({}), len(self.y), {}
+
+    def client_fn(context):
+        return Client(int(context.node_config["partition-id"])).to_client()
+
+    n, k = meta["num_clients"], int(cohorts.shape[1])
+
+    def server_fn(context):
+        strategy = FedAvg(fraction_fit=k / n, min_fit_clients=k, fraction_evaluate=0.0,
+                          min_evaluate_clients=0, min_available_clients=n, evaluate_fn=evaluate_fn,
+                          on_fit_config_fn=lambda rnd: {"round": rnd},
+                          initial_parameters=ndarrays_to_parameters(init))
+        return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds))
+
+    run_simulation(server_app=ServerApp(server_fn=server_fn), client_app=ClientApp(client_fn=client_fn),
+                   num_supernodes=n,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"num_cpus": cores, "num_gpus": 0,
+                                                 "include_dashboard": False}})
+    return times
 
 
 def child_main(argv: list[str]) -> None:
@@ -269,7 +348,8 @@ def run_child(python: str, framework: str, data: str, rounds: int, cores: int, t
     cmd = [python, os.path.abspath(__file__), "--child", framework, "--data", data,
            "--rounds", str(rounds), "--cores", str(cores)]
     env = {**os.environ, "PYTHONPATH": "", "RAY_DEDUP_LOGS": "0"}
-    env.pop("VIRTUAL_ENV", None)
+    for var in ("VIRTUAL_ENV", "RAY_ADDRESS"):
+        env.pop(var, None)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=HERE)
     except subprocess.TimeoutExpired as e:

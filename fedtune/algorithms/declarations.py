@@ -134,6 +134,10 @@ CORAL_WEIGHT = HParam("coral_weight", 1.0, "DeepCORAL weight of the CORAL penalt
                       "of the squared differences of feature means and covariances; DomainBed's mmd_gamma, default 1, "
                       "searched 10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
                       lo=0.0, search={**_log(0.1, 10.0, 1.0), "help": "weight of the CORAL penalty"})
+MMD_WEIGHT = HParam("mmd_weight", 1.0, "MMD weight of the penalty (mean over the batch's domain pairs of the "
+                    "Gaussian-kernel MMD of the encoder features; DomainBed's mmd_gamma, default 1, searched "
+                    "10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
+                    lo=0.0, search={**_log(0.1, 10.0, 1.0), "help": "weight of the MMD penalty"})
 
 
 # ================================================================== server rules' hyperparameters
@@ -322,6 +326,10 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      "DeepCORAL: local SGD on CE + coral_weight * mean over the batch's domain pairs of the CORAL "
                      "distance of the encoder features (clients holding several domains: domain_homogeneity > 0)",
                      (CORAL_WEIGHT,)),
+    ClientMethodSpec("mmd", "fedtune.algorithms.client.mmd:MMD",
+                     "MMD: local SGD on CE + mmd_weight * mean over the batch's domain pairs of the Gaussian-kernel "
+                     "MMD of the encoder features (clients holding several domains: domain_homogeneity > 0)",
+                     (MMD_WEIGHT,)),
 )
 
 _TARGET_SOURCE_HPARAMS = (GP_BETA, GP_ALIGN)

@@ -45,28 +45,40 @@ def coral_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (mean_x - mean_y).pow(2).mean() + (cova_x - cova_y).pow(2).mean()
 
 
-def coral_penalty(features: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
-    """The mean :func:`coral_distance` over the pairs of domains present in a batch with at least 2
-    examples each (``domains``: one id per row, on any device); 0 with fewer than 2 such domains."""
+def domain_pair_mean(features: torch.Tensor, domains: torch.Tensor, distance, min_examples: int) -> torch.Tensor:
+    """The mean of ``distance(features_i, features_j)`` over the pairs of domains present in a batch
+    with at least ``min_examples`` rows each (``domains``: one id per row, on any device); 0 with
+    fewer than 2 such domains. DomainBed's ``MMD.update`` loop over domain pairs, shared by CORAL
+    and MMD."""
     ids, counts = torch.unique(domains.cpu(), return_counts=True)
-    groups = [torch.nonzero(domains.cpu() == d).flatten().to(features.device) for d in ids[counts >= 2]]
+    groups = [torch.nonzero(domains.cpu() == d).flatten().to(features.device) for d in ids[counts >= min_examples]]
     if len(groups) < 2:
         return features.new_zeros(())
     total = features.new_zeros(())
     for i in range(len(groups)):
         for j in range(i + 1, len(groups)):
-            total = total + coral_distance(features[groups[i]], features[groups[j]])
+            total = total + distance(features[groups[i]], features[groups[j]])
     return total / (len(groups) * (len(groups) - 1) / 2)
 
 
+def coral_penalty(features: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
+    """The mean :func:`coral_distance` over the pairs of domains present in a batch with at least 2
+    examples each (a covariance needs two); 0 with fewer than 2 such domains."""
+    return domain_pair_mean(features, domains, coral_distance, 2)
+
+
 class DeepCORAL(ClientMethod):
-    """Local SGD on cross-entropy plus ``coral_weight`` times the batch's CORAL penalty."""
+    """Local SGD on cross-entropy plus ``coral_weight`` times the batch's CORAL penalty. Subclasses
+    (:class:`fedtune.algorithms.client.mmd.MMD`) swap the penalty, its weight and its metric."""
 
     name = "coral"
+    weight_hparam = CORAL_WEIGHT
+    metric = "coral_penalty"
+    penalty = staticmethod(coral_penalty)
 
     def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
-        self.weight = float(CORAL_WEIGHT.of(cfg))
+        self.weight = float(self.weight_hparam.of(cfg))
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         model, opt = ctx.model, self.start_round(ctx)
@@ -75,14 +87,14 @@ class DeepCORAL(ClientMethod):
 
         def step(x: torch.Tensor, y: torch.Tensor) -> float:
             logits = model(x)
-            penalty = coral_penalty(tap.take(), ctx.data.domains[ctx.rows])
+            penalty = self.penalty(tap.take(), ctx.data.domains[ctx.rows])
             penalties.append(float(penalty.detach()))
             return descend(opt, F.cross_entropy(logits, y) + self.weight * penalty, ctx.record_step)
 
         try:
-            return self.local_loop(ctx, step, lambda steps: {"coral_penalty": sum(penalties) / max(len(penalties), 1)})
+            return self.local_loop(ctx, step, lambda steps: {self.metric: sum(penalties) / max(len(penalties), 1)})
         finally:
             tap.remove()
 
 
-__all__ = ["DeepCORAL", "coral_distance", "coral_penalty"]
+__all__ = ["DeepCORAL", "coral_distance", "coral_penalty", "domain_pair_mean"]
