@@ -405,14 +405,19 @@ def main() -> None:
     columns = ["floor", "pfl", "flower"] + (["local", "ray"] if args.with_fedtune else [])
     results = {w: {c: [] for c in columns} for w in names}
     errors: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory() as out:
         cfgs = {}
         for w in names:
             data = os.path.join(out, f"{w}.npz")
-            cfgs[w] = (export_workload(w, args.rounds, out, data), data)
+            try:
+                cfgs[w] = (export_workload(w, args.rounds, out, data), data)
+            except Exception as e:  # e.g. fedtune's DataError: too few examples for the clients
+                skipped[w] = f"{type(e).__name__}: {e}"
+                print(f"workload {w}: fedtune cannot build it, skipped: {skipped[w]}", file=sys.stderr, flush=True)
         for rep in range(args.repeats):
-            for w in names:
+            for w in cfgs:
                 cfg, data = cfgs[w]
                 r = results[w]
                 r["floor"].append(floor_round_s(cfg, args.rounds, args.cores))
@@ -448,6 +453,9 @@ def main() -> None:
     print("| workload | floor | " + " | ".join(others) + " | " + " | ".join(f"{c} ÷ floor" for c in others) + " |")
     print("|---" * (2 + 2 * len(others)) + "|")
     for w in names:
+        if w in skipped:
+            print(f"| {w} | not run: {skipped[w]} |" + " |" * (2 * len(others)))
+            continue
         print(f"| {w} | {mmm(results[w]['floor'])} | " + " | ".join(cell(w, c) for c in others) + " | "
               + " | ".join(ratio(w, c) for c in others) + " |")
     for fw, e in errors.items():

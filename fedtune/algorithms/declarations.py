@@ -134,6 +134,15 @@ CORAL_WEIGHT = HParam("coral_weight", 1.0, "DeepCORAL weight of the CORAL penalt
                       "of the squared differences of feature means and covariances; DomainBed's mmd_gamma, default 1, "
                       "searched 10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
                       lo=0.0, search={**_log(0.1, 10.0, 1.0), "help": "weight of the CORAL penalty"})
+VREX_LAMBDA = HParam("vrex_lambda", 10.0, "V-REx weight of the variance of the per-domain risks from iteration "
+                     "vrex_anneal_iters on (before it: 1; DomainBed's default 10, searched 10^U(-1, 5)); 0 with "
+                     "vrex_anneal_iters 0 = the mean of the domain risks alone (what Bai et al.'s code trains)",
+                     lo=0.0, search={**_log(0.1, 1e5, 10.0), "help": "weight of the risks' variance"})
+VREX_ANNEAL_ITERS = HParam("vrex_anneal_iters", 500, "V-REx warm-up: the variance weighs 1 before this iteration "
+                           "((round - 1) * local steps per round + step, rounds from 1), vrex_lambda from it on, "
+                           "when the local optimiser is reset (DomainBed's default 500, searched int 10^U(0, 4))",
+                           kind="int", lo=0,
+                           search={**_int(1, 10000, 500), "log": True, "help": "iteration the weight switches at"})
 MMD_WEIGHT = HParam("mmd_weight", 1.0, "MMD weight of the penalty (mean over the batch's domain pairs of the "
                     "Gaussian-kernel MMD of the encoder features; DomainBed's mmd_gamma, default 1, searched "
                     "10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
@@ -330,6 +339,10 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      "MMD: local SGD on CE + mmd_weight * mean over the batch's domain pairs of the Gaussian-kernel "
                      "MMD of the encoder features (clients holding several domains: domain_homogeneity > 0)",
                      (MMD_WEIGHT,)),
+    ClientMethodSpec("vrex", "fedtune.algorithms.client.vrex:VREx",
+                     "V-REx: local SGD on the mean of the batch's per-domain risks + vrex_lambda * their variance "
+                     "(weight 1 before vrex_anneal_iters; clients holding several domains: domain_homogeneity > 0)",
+                     (VREX_LAMBDA, VREX_ANNEAL_ITERS)),
 )
 
 _TARGET_SOURCE_HPARAMS = (GP_BETA, GP_ALIGN)

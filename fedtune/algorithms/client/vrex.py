@@ -1,0 +1,83 @@
+"""V-REx as a client method (Krueger et al., "Out-of-Distribution Generalization via Risk
+Extrapolation (REx)", ICML 2021; DomainBed's ``VREx``; in Bai et al.'s FedDG benchmark, ICLR 2024,
+``src/client.py`` ``VREx``; docs/methods.md §17).
+
+A client whose training examples come from several source domains (``domain_homogeneity > 0``)
+trains on the mean of its per-domain risks plus the variance of those risks, over the domains
+present in each batch::
+
+    R_d  = mean CE over the batch's examples of domain d
+    loss = mean_d R_d + w · mean_d (R_d − mean R)²,   w = vrex_lambda from iteration
+           vrex_anneal_iters on, 1 before (DomainBed's penalty_weight)
+
+Iterations count the client's optimiser steps across rounds as Fishr's do (step ``s`` of round
+``r`` is ``(r − 1) · local steps + s``; :func:`fedtune.algorithms.client.fishr.iterations_behind`);
+at the switch (``vrex_anneal_iters > 0``) the local optimiser is rebuilt, as DomainBed resets Adam.
+A batch from one domain has no variance: its step is the cross-entropy. The round's reported loss
+is the mean risk (the penalty's weight jumps at the switch; the divergence check reads the loss).
+Metric ``vrex_penalty``: the mean variance over the round's steps.
+
+Departures (docs/methods.md §17): batches are drawn uniformly from the client's examples (DomainBed
+takes one minibatch per domain); Bai et al.'s ``IRM.step``, which their ``VREx`` inherits, sets the
+penalty weight to 0 at every step (and their ``VREx.irm_penalty`` is the variance of the per-example
+losses *within* each group): their rows train on the mean of the group risks alone, which
+``vrex_lambda: 0`` with ``vrex_anneal_iters: 0`` runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.nn import functional as F
+
+from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.client.fishr import iterations_behind
+from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend, local_steps
+from fedtune.algorithms.declarations import VREX_ANNEAL_ITERS, VREX_LAMBDA
+
+
+def domain_risks(logits: torch.Tensor, y: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
+    """The mean cross-entropy of each domain present in the batch (``domains``: one id per row, on
+    any device), in ascending domain id."""
+    ce = F.cross_entropy(logits, y, reduction="none")
+    d = domains.to(ce.device)
+    return torch.stack([ce[d == k].mean() for k in torch.unique(d)])
+
+
+def risk_variance(risks: torch.Tensor) -> torch.Tensor:
+    """REx's penalty: the (population) variance of the per-domain risks."""
+    return ((risks - risks.mean()) ** 2).mean()
+
+
+class VREx(ClientMethod):
+    """Local SGD on the mean per-domain risk plus the weighted variance of the risks."""
+
+    name = "vrex"
+
+    def __init__(self, cfg: RunConfig):
+        super().__init__(cfg)
+        self.weight, self.anneal = float(VREX_LAMBDA.of(cfg)), int(VREX_ANNEAL_ITERS.of(cfg))
+
+    def train(self, ctx: ClientContext) -> ClientOutcome:
+        model = ctx.model
+        run = {"opt": self.start_round(ctx), "penalty": 0.0,
+               "it": iterations_behind(ctx.round, local_steps(ctx.num_examples, self.cfg))}
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> float:
+            it, run["it"] = run["it"], run["it"] + 1
+            if it == self.anneal != 0:
+                run["opt"] = self.start_round(ctx)  # DomainBed resets its optimiser when the weight switches
+            risks = domain_risks(model(x), y, ctx.data.domains[ctx.rows])
+            mean, penalty = risks.mean(), risk_variance(risks)
+            value = descend(run["opt"], mean + (self.weight if it >= self.anneal else 1.0) * penalty,
+                            ctx.record_step)
+            if not math.isfinite(value):
+                return value
+            run["penalty"] += float(penalty.detach())
+            return float(mean.detach())
+
+        return self.local_loop(ctx, step, lambda steps: {"vrex_penalty": run["penalty"] / max(steps, 1)})
+
+
+__all__ = ["VREx", "domain_risks", "risk_variance"]
