@@ -143,6 +143,15 @@ VREX_ANNEAL_ITERS = HParam("vrex_anneal_iters", 500, "V-REx warm-up: the varianc
                            "when the local optimiser is reset (DomainBed's default 500, searched int 10^U(0, 4))",
                            kind="int", lo=0,
                            search={**_int(1, 10000, 500), "log": True, "help": "iteration the weight switches at"})
+IRM_LAMBDA = HParam("irm_lambda", 100.0, "IRM weight of the IRMv1 penalty from iteration irm_anneal_iters on (before "
+                    "it: 1; DomainBed's default 100, searched 10^U(-1, 5)); 0 with irm_anneal_iters 0 = the mean of the "
+                    "domain risks alone (what Bai et al.'s code trains)",
+                    lo=0.0, search={**_log(0.1, 1e5, 100.0), "help": "weight of the IRMv1 penalty"})
+IRM_ANNEAL_ITERS = HParam("irm_anneal_iters", 500, "IRM warm-up: the penalty weighs 1 before this iteration ((round - 1) "
+                          "* local steps per round + step, rounds from 1), irm_lambda from it on, when the local "
+                          "optimiser is reset (DomainBed's default 500, searched int 10^U(0, 4))",
+                          kind="int", lo=0,
+                          search={**_int(1, 10000, 500), "log": True, "help": "iteration the weight switches at"})
 MMD_WEIGHT = HParam("mmd_weight", 1.0, "MMD weight of the penalty (mean over the batch's domain pairs of the "
                     "Gaussian-kernel MMD of the encoder features; DomainBed's mmd_gamma, default 1, searched "
                     "10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
@@ -343,6 +352,11 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      "V-REx: local SGD on the mean of the batch's per-domain risks + vrex_lambda * their variance "
                      "(weight 1 before vrex_anneal_iters; clients holding several domains: domain_homogeneity > 0)",
                      (VREX_LAMBDA, VREX_ANNEAL_ITERS)),
+    ClientMethodSpec("irm", "fedtune.algorithms.client.irm:IRM",
+                     "IRM (IRMv1): local SGD on the mean of the batch's per-domain risks + irm_lambda * the mean "
+                     "IRMv1 penalty (weight 1 before irm_anneal_iters; clients holding several domains)",
+                     (IRM_LAMBDA, IRM_ANNEAL_ITERS),
+                     scales_fp16_gradients=False),  # the penalty's inner gradients go through torch.autograd.grad
 )
 
 _TARGET_SOURCE_HPARAMS = (GP_BETA, GP_ALIGN)

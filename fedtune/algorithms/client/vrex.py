@@ -51,13 +51,22 @@ def risk_variance(risks: torch.Tensor) -> torch.Tensor:
 
 
 class VREx(ClientMethod):
-    """Local SGD on the mean per-domain risk plus the weighted variance of the risks."""
+    """Local SGD on the mean per-domain risk plus the weighted variance of the risks. Subclasses
+    (:class:`fedtune.algorithms.client.irm.IRM`) swap the two terms (:meth:`terms`), the
+    hyperparameters and the metric; the warm-up and the optimiser reset are shared."""
 
     name = "vrex"
+    weight_hparam, anneal_hparam = VREX_LAMBDA, VREX_ANNEAL_ITERS
+    metric = "vrex_penalty"
 
     def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
-        self.weight, self.anneal = float(VREX_LAMBDA.of(cfg)), int(VREX_ANNEAL_ITERS.of(cfg))
+        self.weight, self.anneal = float(self.weight_hparam.of(cfg)), int(self.anneal_hparam.of(cfg))
+
+    def terms(self, logits: torch.Tensor, y: torch.Tensor, domains: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the mean risk, the penalty) of a batch."""
+        risks = domain_risks(logits, y, domains)
+        return risks.mean(), risk_variance(risks)
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         model = ctx.model
@@ -68,8 +77,7 @@ class VREx(ClientMethod):
             it, run["it"] = run["it"], run["it"] + 1
             if it == self.anneal != 0:
                 run["opt"] = self.start_round(ctx)  # DomainBed resets its optimiser when the weight switches
-            risks = domain_risks(model(x), y, ctx.data.domains[ctx.rows])
-            mean, penalty = risks.mean(), risk_variance(risks)
+            mean, penalty = self.terms(model(x), y, ctx.data.domains[ctx.rows])
             value = descend(run["opt"], mean + (self.weight if it >= self.anneal else 1.0) * penalty,
                             ctx.record_step)
             if not math.isfinite(value):
@@ -77,7 +85,7 @@ class VREx(ClientMethod):
             run["penalty"] += float(penalty.detach())
             return float(mean.detach())
 
-        return self.local_loop(ctx, step, lambda steps: {"vrex_penalty": run["penalty"] / max(steps, 1)})
+        return self.local_loop(ctx, step, lambda steps: {self.metric: run["penalty"] / max(steps, 1)})
 
 
 __all__ = ["VREx", "domain_risks", "risk_variance"]
