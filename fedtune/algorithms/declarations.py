@@ -152,6 +152,9 @@ IRM_ANNEAL_ITERS = HParam("irm_anneal_iters", 500, "IRM warm-up: the penalty wei
                           "optimiser is reset (DomainBed's default 500, searched int 10^U(0, 4))",
                           kind="int", lo=0,
                           search={**_int(1, 10000, 500), "log": True, "help": "iteration the weight switches at"})
+GROUPDRO_ETA = HParam("groupdro_eta", 0.01, "GroupDRO step size of the client's domain weights q <- q * "
+                      "exp(eta * risk), normalised (DomainBed's default 1e-2, searched 10^U(-3, -1)); 0 = the mean "
+                      "of the domain risks", lo=0.0, search={**_log(1e-3, 0.1, 0.01), "help": "step size of the domain weights"})
 MMD_WEIGHT = HParam("mmd_weight", 1.0, "MMD weight of the penalty (mean over the batch's domain pairs of the "
                     "Gaussian-kernel MMD of the encoder features; DomainBed's mmd_gamma, default 1, searched "
                     "10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
@@ -357,6 +360,10 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      "IRMv1 penalty (weight 1 before irm_anneal_iters; clients holding several domains)",
                      (IRM_LAMBDA, IRM_ANNEAL_ITERS),
                      scales_fp16_gradients=False),  # the penalty's inner gradients go through torch.autograd.grad
+    ClientMethodSpec("groupdro", "fedtune.algorithms.client.groupdro:GroupDRO",
+                     "GroupDRO: local SGD on sum_d q_d R_d, the client's domain weights q <- q exp(groupdro_eta R_d) "
+                     "normalised at each step and kept across rounds (clients holding several domains)",
+                     (GROUPDRO_ETA,)),
 )
 
 _TARGET_SOURCE_HPARAMS = (GP_BETA, GP_ALIGN)
