@@ -18,8 +18,13 @@ What is timed, in this order within each repeat and workload:
   ``FederatedAveraging`` + ``SimulatedBackend`` + ``PyTorchModel`` over a ``FederatedDataset``
   whose users are fedtune's clients, the cohorts fedtune's ``sample_participants`` draws
   (``WeightByDatapoints``, central ``SGD(lr=1)``, so the update is FedAvg's weighted mean;
-  local optimiser ``SGD(momentum, weight_decay)`` recreated per client; torch at ``--cores``
-  intra-op threads). pfl evaluates the cohort only in round 1, which is not counted;
+  local optimiser ``SGD(momentum, weight_decay)`` recreated per client). pfl evaluates the cohort
+  only in round 1, which is not counted. pfl's simulator trains the cohort one user after another
+  in one process (its multi-process mode needs a distributed launcher, not set up here), with
+  ``--pfl-threads`` torch intra-op threads, 1 by default, as the floor's clients: a second thread
+  makes these tiny steps no faster, and on a loaded machine many times slower (measured here,
+  100p: 27, 13, 7, 6, 3, 1.4 s for rounds 1..6 at 2 threads against 0.25 s per round at 1).
+  So pfl uses one core while the floor is divided by ``--cores``: pfl ÷ floor includes that factor;
 * **flower**: Flower (``flwr``) simulation engine (Ray inside), FedAvg strategy, a
   ``NumPyClient`` per client, client resources 1 CPU, ``--cores`` CPUs in all, the same
   sampling fraction (Flower draws its own cohorts of the same size), no evaluation rounds;
@@ -143,7 +148,7 @@ def child_pfl(args) -> list[float]:
     from pfl.metrics import Metrics, Weighted
     from pfl.model.pytorch import PyTorchModel
 
-    torch.set_num_threads(args.cores)
+    torch.set_num_threads(args.threads)
     clients, cohorts, meta = _load(args.data)
     _check_rounds(cohorts, args.rounds, args.data)
     torch.manual_seed(meta["seed"])
@@ -302,6 +307,7 @@ def child_main(argv: list[str]) -> None:
     p.add_argument("--data", required=True)
     p.add_argument("--rounds", type=int, required=True)
     p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     times = (child_pfl if args.child == "pfl" else child_flower)(args)
     sys.stdout.flush()
@@ -343,10 +349,11 @@ def export_workload(workload: str, rounds: int, out: str, path: str) -> dict:
     return cfg_dict
 
 
-def run_child(python: str, framework: str, data: str, rounds: int, cores: int, timeout: float) -> float:
+def run_child(python: str, framework: str, data: str, rounds: int, cores: int, timeout: float,
+              threads: int = 1) -> float:
     """Median seconds per round (rounds 2..R-1) of one child run; raises RuntimeError on failure."""
     cmd = [python, os.path.abspath(__file__), "--child", framework, "--data", data,
-           "--rounds", str(rounds), "--cores", str(cores)]
+           "--rounds", str(rounds), "--cores", str(cores), "--threads", str(threads)]
     env = {**os.environ, "PYTHONPATH": "", "RAY_DEDUP_LOGS": "0"}
     for var in ("VIRTUAL_ENV", "RAY_ADDRESS"):
         env.pop(var, None)
@@ -375,7 +382,8 @@ def main() -> None:
     p.add_argument("--workloads", default="100,100p,1000", help="comma list of " + ", ".join(WORKLOADS))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--cores", type=int, default=2, help="cores: the floor's divisor, Flower's CPUs, pfl's threads")
+    p.add_argument("--cores", type=int, default=2, help="cores: the floor's divisor, Flower's (and fedtune Ray's) CPUs")
+    p.add_argument("--pfl-threads", type=int, default=1, help="torch intra-op threads of the pfl process")
     p.add_argument("--pfl-python", help="python of a venv with pfl==0.6.0 and torch (see the docstring)")
     p.add_argument("--flower-python", help="python of a venv with flwr[simulation] and torch")
     p.add_argument("--with-fedtune", action="store_true", help="also time fedtune backend=local and ray")
@@ -390,7 +398,7 @@ def main() -> None:
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown or not names:
         bad("--workloads", f"{', '.join(unknown) or 'none given'} unknown; allowed: {', '.join(WORKLOADS)}")
-    for opt, val in (("--repeats", args.repeats), ("--cores", args.cores)):
+    for opt, val in (("--repeats", args.repeats), ("--cores", args.cores), ("--pfl-threads", args.pfl_threads)):
         if val < 1:
             bad(opt, f"{val} must be at least 1")
     if args.rounds < 3:
@@ -425,7 +433,8 @@ def main() -> None:
                     if pythons[fw] is None or fw in errors:
                         continue
                     try:
-                        r[fw].append(run_child(pythons[fw], fw, data, args.rounds, args.cores, args.timeout))
+                        r[fw].append(run_child(pythons[fw], fw, data, args.rounds, args.cores, args.timeout,
+                                               args.pfl_threads))
                     except RuntimeError as e:
                         errors[fw] = str(e)
                         print(f"repeat {rep + 1} {w}: {e}", file=sys.stderr, flush=True)

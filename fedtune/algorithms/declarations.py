@@ -451,6 +451,12 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("fediir-omg", "fediir", "fedomg", ("fdg", "fl"), "FedIIR+OMG (FedOMG paper's combination)",
            own_shared=("global_lr",)),
     Preset("fishr", "fishr", "fedavg", ("fdg", "fl"), "Fishr (Ramé et al.; federated as FedOMG Eq. 4): CE + fishr_penalty ‖Var[per-example classifier gradients] − clients' mean‖² (fishr_ema, fishr_anneal_iters, fishr_distance), FedAvg"),
+    # Bai et al.'s FedDG benchmark (ICLR 2024): DomainBed's penalties across the domains a client holds
+    Preset("coral", "coral", "fedavg", ("fdg", "fl"), "DeepCORAL (Sun & Saenko; DomainBed, FedDG benchmark): CE + coral_weight · CORAL distance of the features across the batch's domains, FedAvg"),
+    Preset("mmd", "mmd", "fedavg", ("fdg", "fl"), "MMD (Li et al.; DomainBed, FedDG benchmark): CE + mmd_weight · Gaussian-kernel MMD of the features across the batch's domains, FedAvg"),
+    Preset("vrex", "vrex", "fedavg", ("fdg", "fl"), "V-REx (Krueger et al.; DomainBed, FedDG benchmark): mean per-domain risk + vrex_lambda · their variance (warm-up vrex_anneal_iters), FedAvg"),
+    Preset("irm", "irm", "fedavg", ("fdg", "fl"), "IRM (Arjovsky et al., IRMv1; DomainBed, FedDG benchmark): mean per-domain risk + irm_lambda · IRMv1 penalty (warm-up irm_anneal_iters), FedAvg"),
+    Preset("groupdro", "groupdro", "fedavg", ("fdg", "fl"), "GroupDRO (Sagawa et al.; DomainBed, FedDG benchmark): Σ_d q_d R_d, the client's domain weights q ← q·exp(groupdro_eta R_d) kept across rounds, FedAvg"),
 )}
 
 __all__ = [name for name in dir() if name.isupper() and not name.startswith("_")]
