@@ -155,6 +155,14 @@ IRM_ANNEAL_ITERS = HParam("irm_anneal_iters", 500, "IRM warm-up: the penalty wei
 GROUPDRO_ETA = HParam("groupdro_eta", 0.01, "GroupDRO step size of the client's domain weights q <- q * "
                       "exp(eta * risk), normalised (DomainBed's default 1e-2, searched 10^U(-3, -1)); 0 = the mean "
                       "of the domain risks", lo=0.0, search={**_log(1e-3, 0.1, 0.01), "help": "step size of the domain weights"})
+FISH_META_LR = HParam("fish_meta_lr", 0.5, "Fish meta step: theta <- theta + fish_meta_lr * (inner - theta) after "
+                      "one inner step per domain of the batch (DomainBed's meta_lr, default 0.5, searched in "
+                      "{0.05, 0.1, 0.5})", lo=0.0, hi=1.0,
+                      search={**_categorical([0.05, 0.1, 0.5], 0.5), "help": "meta step size"})
+FISH_INNER_OPTIMIZER = HParam("fish_inner_optimizer", "fresh", "Fish inner steps' optimiser: fresh = a new local "
+                              "optimiser at every meta step (the paper's Algorithm 1, DomainBed), round = the round's "
+                              "optimiser, momentum kept across steps (Bai et al.'s code)",
+                              kind="choice", choices=("fresh", "round"), variant=True)
 MMD_WEIGHT = HParam("mmd_weight", 1.0, "MMD weight of the penalty (mean over the batch's domain pairs of the "
                     "Gaussian-kernel MMD of the encoder features; DomainBed's mmd_gamma, default 1, searched "
                     "10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
@@ -364,6 +372,10 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      "GroupDRO: local SGD on sum_d q_d R_d, the client's domain weights q <- q exp(groupdro_eta R_d) "
                      "normalised at each step and kept across rounds (clients holding several domains)",
                      (GROUPDRO_ETA,)),
+    ClientMethodSpec("fish", "fedtune.algorithms.client.fish:Fish",
+                     "Fish: each local step an inner step per domain of the batch, then theta moves fish_meta_lr of "
+                     "the way to where they ended (fish_inner_optimizer fresh|round; clients holding several domains)",
+                     (FISH_META_LR, FISH_INNER_OPTIMIZER)),
 )
 
 _TARGET_SOURCE_HPARAMS = (GP_BETA, GP_ALIGN)
@@ -456,6 +468,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("mmd", "mmd", "fedavg", ("fdg", "fl"), "MMD (Li et al.; DomainBed, FedDG benchmark): CE + mmd_weight · Gaussian-kernel MMD of the features across the batch's domains, FedAvg"),
     Preset("vrex", "vrex", "fedavg", ("fdg", "fl"), "V-REx (Krueger et al.; DomainBed, FedDG benchmark): mean per-domain risk + vrex_lambda · their variance (warm-up vrex_anneal_iters), FedAvg"),
     Preset("irm", "irm", "fedavg", ("fdg", "fl"), "IRM (Arjovsky et al., IRMv1; DomainBed, FedDG benchmark): mean per-domain risk + irm_lambda · IRMv1 penalty (warm-up irm_anneal_iters), FedAvg"),
+    Preset("fish", "fish", "fedavg", ("fdg", "fl"), "Fish (Shi et al.; DomainBed, FedDG benchmark): each local step an inner step per domain of the batch, then θ moves fish_meta_lr of the way (fish_inner_optimizer), FedAvg"),
     Preset("groupdro", "groupdro", "fedavg", ("fdg", "fl"), "GroupDRO (Sagawa et al.; DomainBed, FedDG benchmark): Σ_d q_d R_d, the client's domain weights q ← q·exp(groupdro_eta R_d) kept across rounds, FedAvg"),
 )}
 
