@@ -66,12 +66,30 @@ Faithfulness, checked once by hand (not part of the command): pfl's final weight
 of ``100p`` equal a plain-torch FedAvg over the same cohorts and batches to 7e-9; Flower's after
 2 rounds of ``100`` (every client, so the cohorts agree) to 1.3e-7.
 
-First reading (2026-11-26, 2 cores shared with other work, 1 repeat, rounds 2..5, load average
+Reading on a quiet machine (2026-11-26, ``--workloads 100,100p --repeats 2 --with-fedtune``, load
+average 1.89 before, 1.77 after; s/round min / median / max, and the median of the per-repeat
+ratios to the floor)::
+
+    | workload | floor               | pfl (1 core)        | flower              | fedtune local       | fedtune ray         |
+    | 100      | 0.419 / 0.448 / 0.476 | 0.840 / 0.954 / 1.069 (2.16×) | 3.944 / 4.011 / 4.077 (9.00×) | 0.787 / 1.035 / 1.284 (2.29×) | 0.626 / 0.760 / 0.895 (1.69×) |
+    | 100p     | 0.122 / 0.144 / 0.167 | 0.215 / 0.303 / 0.390 (2.05×) | 0.850 / 0.862 / 0.875 (6.11×) | 0.141 / 0.216 / 0.290 (1.45×) | 0.144 / 0.162 / 0.180 (1.17×) |
+
+pfl on its one core is at the one-core floor (2.16 and 2.05 against the 2 of two cores); fedtune on
+Ray with two client actors is 1.25× (100) and 1.87× (100p) faster than pfl per round, behind it per
+core at 100 clients; Flower is 6–9× the floor.
+
+Earlier readings, on a loaded machine (2026-11-26, 2 cores shared with other work, 1 repeat, rounds 2..5, load average
 4.20 before, 4.89 after; s/round, and ÷ floor)::
 
     | workload | floor | pfl          | flower        | fedtune local | fedtune ray  |
     | 100      | 0.446 | 1.466 (3.3×) | 5.479 (12.3×) | 1.562 (3.5×)  | 2.019 (4.5×) |
     | 100p     | 0.150 | 0.344 (2.3×) | 0.958 (6.4×)  | 0.358 (2.4×)  | 0.171 (1.1×) |
+
+Second reading (same day, 2 repeats, load average 4.36 before, 7.60 after; medians, and the
+median of the per-repeat ratios): ``100`` floor 0.468, pfl 1.190 (2.5×), flower 4.256 (9.3×),
+local 1.131 (2.5×), ray 1.153 (2.5×); ``100p`` floor 0.102, pfl 0.185 (2.0×), flower 0.979
+(10.4×), local 0.247 (2.7×), ray 0.302 (3.2×). At this load only the order is firm: Flower is
+several times slower than pfl and fedtune, which sit within noise of each other.
 """
 
 from __future__ import annotations

@@ -10,7 +10,10 @@ setting ``fl``):
 
 * ``100``: 100 clients, every client every round;
 * ``100p``: 100 clients, participation 0.2;
-* ``1000``: 1,000 clients over the 10,782 digits, participation 0.05.
+* ``1000``: 1,000 clients, participation 0.05 — not runnable today: rotated-digits holds 1,797
+  digits over its 6 domains, fewer than 1,000 clients × 4 examples, so fedtune refuses the
+  partition (``DataError``) and the workload is printed as not run (issue 29's 1,000-client
+  reading used 10k MNIST digits, which no embedded dataset offers).
 
 Measured per workload and repeat, interleaved (floor, fedtune local, fedtune Ray, then again):
 
@@ -109,6 +112,8 @@ def floor_round_s(cfg_dict: dict, rounds: int, cores: int) -> float:
 
 
 def main() -> None:
+    from fedtune.errors import DataError
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workloads", default="100,100p,1000", help="comma list of " + ", ".join(WORKLOADS))
     p.add_argument("--repeats", type=int, default=3)
@@ -121,12 +126,21 @@ def main() -> None:
         raise SystemExit(f"many_clients: --workloads: {bad} unknown; allowed: {', '.join(WORKLOADS)}")
     load0 = os.getloadavg()
     results: dict[str, dict[str, list[float]]] = {}
+    skipped: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as out:
         for rep in range(args.repeats):
             for w in names:
                 cfg = base_config(w, args.rounds, out)
+                if w in skipped:
+                    continue
+                try:
+                    floor = floor_round_s(cfg, args.rounds, args.cores)
+                except DataError as exc:  # the workload's partition is refused: say so, go on
+                    skipped[w] = str(exc)
+                    print(f"{w}: not run: {exc}", flush=True)
+                    continue
                 r = results.setdefault(w, {"floor": [], "local": [], "ray": []})
-                r["floor"].append(floor_round_s(cfg, args.rounds, args.cores))
+                r["floor"].append(floor)
                 r["local"].append(fedtune_round_s(cfg, "local", args.cores))
                 r["ray"].append(fedtune_round_s(cfg, "ray", args.cores))
                 print(f"repeat {rep + 1} {w}: floor {r['floor'][-1]:.3f}  local {r['local'][-1]:.3f}  "
@@ -141,6 +155,9 @@ def main() -> None:
     print("| workload | floor s/round | fedtune local | fedtune ray | ray ÷ floor (per repeat: min / median / max) |")
     print("|---|---|---|---|---|")
     for w in names:
+        if w in skipped:
+            print(f"| {w} | not run: {skipped[w]} | | | |")
+            continue
         r = results[w]
         ratio = [a / b for a, b in zip(r["ray"], r["floor"])]
         print(f"| {w} | {mmm(r['floor'])} | {mmm(r['local'])} | {mmm(r['ray'])} | {mmm(ratio)} |")
