@@ -274,7 +274,8 @@ def test_cli_help_and_bad_input_exit_2_without_a_traceback(tmp_path):
     for args, words in ((["--algorithm", "nope"], "'nope' is unknown"),
                         (["--resume", "--name", "missing"], "no study 'missing'"),
                         (["--resume", "--algorithm", "fedavg"], "--algorithms cannot change"),
-                        (["--metric", "target_acc"], "honest selection")):
+                        (["--metric", "target_acc"], "honest selection"),
+                        (["--algorithm", "irm", "groupdro"], "repeat the flag: --algorithm irm --algorithm groupdro")):
         res = fedtune_cli("sweep", "--output", str(tmp_path), *args, cwd=tmp_path)
         assert res.returncode == 2, res.stderr
         assert words in res.stderr and "Traceback" not in res.stderr, res.stderr

@@ -178,8 +178,12 @@ def _load_spaces(opts: SweepOptions) -> list[Any]:
         if opts.algorithms:
             missing = [a for a in opts.algorithms if a not in by_algo]
             if missing:
+                # `--algorithm a b` reads b as a SPACE: say how to name several algorithms
+                names = [p for p in opts.spaces if p in PRESETS and not Path(p).exists()]
+                hint = (f" (to search several algorithms repeat the flag: "
+                        f"{' '.join(f'--algorithm {a}' for a in [*opts.algorithms, *names])})" if names else "")
                 raise ConfigError(f"option '--algorithm': {', '.join(missing)} has no SPACE file among the given "
-                                  f"ones (for {', '.join(by_algo)}); allowed: the SPACE files' algorithms")
+                                  f"ones (for {', '.join(by_algo)}); allowed: the SPACE files' algorithms{hint}")
             return [by_algo[a] for a in opts.algorithms]
         return spaces
     algorithms = opts.algorithms or ["fedavg"]
