@@ -130,9 +130,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         for rep in range(args.repeats):
             for w in names:
-                cfg = base_config(w, args.rounds, out)
                 if w in skipped:
                     continue
+                cfg = base_config(w, args.rounds, out)
                 try:
                     floor = floor_round_s(cfg, args.rounds, args.cores)
                 except DataError as exc:  # the workload's partition is refused: say so, go on

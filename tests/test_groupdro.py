@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedtune.algorithms.client.groupdro import STATE_KEY, GroupDRO, batch_risks, reweighted
+from fedtune.algorithms.client.domain_groups import domain_risks
+from fedtune.algorithms.client.groupdro import STATE_KEY, GroupDRO, reweighted
 from fedtune.algorithms.client.method import ClientContext, batches
 from fedtune.config import FederatedRunConfig
 from fedtune.runtime.examples import TensorExamples
@@ -22,7 +23,7 @@ def test_risks_and_the_weights_update_match_float64_numpy():
     logits, y = rng.normal(size=(9, 3)), rng.integers(0, 3, size=9)
     domains = np.array([4, 1, 4, 4, 1, 4, 1, 4, 4])
     present = torch.tensor([1, 2, 4])  # domain 2 is the client's but not in this batch: risk 0
-    risks = batch_risks(torch.from_numpy(logits), torch.from_numpy(y), torch.from_numpy(domains), present)
+    risks = domain_risks(torch.from_numpy(logits), torch.from_numpy(y), torch.from_numpy(domains), present)
     lp = logits - np.log(np.exp(logits).sum(1, keepdims=True))
     ce = -lp[np.arange(9), y]
     ref = np.array([ce[domains == 1].mean(), 0.0, ce[domains == 4].mean()])

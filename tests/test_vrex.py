@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from fedtune.algorithms.client.method import ClientContext
-from fedtune.algorithms.client.vrex import VREx, domain_risks, risk_variance
+from fedtune.algorithms.client.domain_groups import domain_risks
+from fedtune.algorithms.client.vrex import VREx, risk_variance
 from fedtune.config import FederatedRunConfig
 from fedtune.runtime.examples import TensorExamples
 

@@ -29,6 +29,7 @@ import torch
 from torch.nn import functional as F
 
 from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.client.domain_groups import domain_pair_mean
 from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend
 from fedtune.algorithms.declarations import CORAL_WEIGHT
 from fedtune.algorithms.client.moon import FeatureTap
@@ -43,22 +44,6 @@ def coral_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     cova_x = (cent_x.t() @ cent_x) / (len(x) - 1)
     cova_y = (cent_y.t() @ cent_y) / (len(y) - 1)
     return (mean_x - mean_y).pow(2).mean() + (cova_x - cova_y).pow(2).mean()
-
-
-def domain_pair_mean(features: torch.Tensor, domains: torch.Tensor, distance, min_examples: int) -> torch.Tensor:
-    """The mean of ``distance(features_i, features_j)`` over the pairs of domains present in a batch
-    with at least ``min_examples`` rows each (``domains``: one id per row, on any device); 0 with
-    fewer than 2 such domains. DomainBed's ``MMD.update`` loop over domain pairs, shared by CORAL
-    and MMD."""
-    ids, counts = torch.unique(domains.cpu(), return_counts=True)
-    groups = [torch.nonzero(domains.cpu() == d).flatten().to(features.device) for d in ids[counts >= min_examples]]
-    if len(groups) < 2:
-        return features.new_zeros(())
-    total = features.new_zeros(())
-    for i in range(len(groups)):
-        for j in range(i + 1, len(groups)):
-            total = total + distance(features[groups[i]], features[groups[j]])
-    return total / (len(groups) * (len(groups) - 1) / 2)
 
 
 def coral_penalty(features: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
@@ -97,4 +82,4 @@ class DeepCORAL(ClientMethod):
             tap.remove()
 
 
-__all__ = ["DeepCORAL", "coral_distance", "coral_penalty", "domain_pair_mean"]
+__all__ = ["DeepCORAL", "coral_distance", "coral_penalty"]

@@ -23,22 +23,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.client.domain_groups import domain_risks
 from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend
 from fedtune.algorithms.declarations import GROUPDRO_ETA
 
 STATE_KEY = "groupdro.q"
 """``ctx.state`` entry: the client's domain weights ``q`` (float64 NumPy, its domains in ascending id)."""
-
-
-def batch_risks(logits: torch.Tensor, y: torch.Tensor, domains: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
-    """The mean cross-entropy of each domain of ``present`` (ascending ids) over the batch's rows of
-    that domain, 0 where the batch has none."""
-    ce = F.cross_entropy(logits, y, reduction="none")
-    d = domains.to(ce.device)
-    return torch.stack([ce[d == k].mean() if bool((d == k).any()) else ce.new_zeros(()) for k in present.tolist()])
 
 
 def reweighted(q: torch.Tensor, risks: torch.Tensor, eta: float) -> torch.Tensor:
@@ -67,7 +59,7 @@ class GroupDRO(ClientMethod):
                              f"{len(present)} domains")
 
         def step(x: torch.Tensor, y: torch.Tensor) -> float:
-            risks = batch_risks(model(x), y, ctx.data.domains[ctx.rows], present)
+            risks = domain_risks(model(x), y, ctx.data.domains[ctx.rows], present)
             run["q"] = reweighted(run["q"], risks, self.eta)
             return descend(opt, (run["q"].to(device=risks.device, dtype=risks.dtype) * risks).sum(), ctx.record_step)
 
@@ -76,4 +68,4 @@ class GroupDRO(ClientMethod):
         return out
 
 
-__all__ = ["GroupDRO", "STATE_KEY", "batch_risks", "reweighted"]
+__all__ = ["GroupDRO", "STATE_KEY", "reweighted"]

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from fedtune.algorithms.client.coral import DeepCORAL, domain_pair_mean
+from fedtune.algorithms.client.coral import DeepCORAL
+from fedtune.algorithms.client.domain_groups import domain_pair_mean
 from fedtune.algorithms.declarations import MMD_WEIGHT
 
 GAMMAS = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)

@@ -29,20 +29,12 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.nn import functional as F
 
 from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.client.domain_groups import domain_risks
 from fedtune.algorithms.client.fishr import iterations_behind
 from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend, local_steps
 from fedtune.algorithms.declarations import VREX_ANNEAL_ITERS, VREX_LAMBDA
-
-
-def domain_risks(logits: torch.Tensor, y: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
-    """The mean cross-entropy of each domain present in the batch (``domains``: one id per row, on
-    any device), in ascending domain id."""
-    ce = F.cross_entropy(logits, y, reduction="none")
-    d = domains.to(ce.device)
-    return torch.stack([ce[d == k].mean() for k in torch.unique(d)])
 
 
 def risk_variance(risks: torch.Tensor) -> torch.Tensor:
@@ -88,4 +80,4 @@ class VREx(ClientMethod):
         return self.local_loop(ctx, step, lambda steps: {self.metric: run["penalty"] / max(steps, 1)})
 
 
-__all__ = ["VREx", "domain_risks", "risk_variance"]
+__all__ = ["VREx", "risk_variance"]
