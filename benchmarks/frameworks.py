@@ -114,6 +114,8 @@ FRAMEWORKS = ("pfl", "flower")
 # Runs in the framework's own venv: numpy, torch and the framework only (no fedtune).
 
 
+# The children run in the frameworks' own venvs, which do not have fedtune (nor its pyarrow, rich, ...):
+# the two pieces of fedtune they need are written out again here, checked against fedtune's by hand.
 def _mlp(hidden: list[int], in_dim: int, classes: int):
     """fedtune's ``mlp``: Flatten, then Linear+ReLU per hidden width, then the classifier."""
     import torch.nn as nn
