@@ -68,7 +68,8 @@ def floor_round_s(cfg_dict: dict, rounds: int, cores: int) -> float:
     import torch
     import torch.nn.functional as F
 
-    from fedtune.algorithms.client.method import batches, local_steps
+    from fedtune.algorithms.client.method import batches
+    from fedtune.algorithms.client.steps import local_steps
     from fedtune.config import FederatedRunConfig
     from fedtune.data.partition import sample_participants
     from fedtune.flat_weights import bind_flat

@@ -79,7 +79,8 @@ def test_a_class_missing_from_one_domain_is_still_a_class(tmp_path):
 def test_batches_never_hold_one_example_and_cover_every_example_once_per_epoch(n, bs):
     import torch
 
-    from fedtune.algorithms.client.method import batches, batches_per_epoch
+    from fedtune.algorithms.client.method import batches
+    from fedtune.algorithms.client.steps import batches_per_epoch
 
     per_epoch = batches_per_epoch(n, bs)
     out = list(batches(n, bs, 3 * per_epoch, torch.Generator().manual_seed(0)))
@@ -97,7 +98,8 @@ def test_batches_never_hold_one_example_and_cover_every_example_once_per_epoch(n
 def test_batch_sizes_for_n_18_batch_17_is_one_batch_of_18():
     import torch
 
-    from fedtune.algorithms.client.method import batches, local_steps
+    from fedtune.algorithms.client.method import batches
+    from fedtune.algorithms.client.steps import local_steps
 
     cfg = FederatedRunConfig.from_dict({"batch_size": 17, "local_epochs": 2})
     assert local_steps(18, cfg) == 2  # two epochs of one batch each
@@ -123,7 +125,8 @@ def test_a_batchnorm_model_trains_on_18_examples_with_batch_size_17():
 # ------------------------------------------------------------------------------------------------
 # The order of a client's batches: a function of (seed, client, round), different every round.
 def _drawn_batches(cfg: FederatedRunConfig, round: int, client: int) -> list[list[int]]:
-    from fedtune.algorithms.client.method import batches, local_steps
+    from fedtune.algorithms.client.method import batches
+    from fedtune.algorithms.client.steps import local_steps
     from fedtune.runtime.driver import FederatedRun
 
     fr = FederatedRun(cfg)

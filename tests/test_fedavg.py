@@ -11,7 +11,8 @@ import torch
 from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import resolve
 from fedtune.algorithms.server.aggregate import fedavg_buffers, fedavg_step, fedavg_weights, weighted_sum
-from fedtune.algorithms.client.method import SGD, ClientContext, batches, local_steps
+from fedtune.algorithms.client.method import SGD, ClientContext, batches
+from fedtune.algorithms.client.steps import local_steps
 from fedtune.algorithms.server.rule import FedAvg, RoundInfo
 from fedtune.config import FederatedRunConfig
 from fedtune.layout import FlatLayout

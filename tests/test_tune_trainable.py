@@ -357,3 +357,37 @@ def test_a_trial_config_is_validated_in_the_trial_actor_without_importing_torch(
     out = subprocess.run([sys.executable, "-c", _DRIVER_CHILD], input=json.dumps(config), capture_output=True,
                          text=True, check=True).stdout
     assert json.loads(out) == {"torch": False, "params": {"gala_tau": 0.1}, "backend": "ray", "client_method": "gala"}
+
+
+_RAY_DRIVER_CHILD = r'''
+import json, sys
+import ray
+from fedtune.tune.trial.trainable import trial_run_config
+from fedtune.runtime.driver import FederatedRun
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+try:
+    run = FederatedRun(trial_run_config(json.loads(sys.stdin.read())))  # what FedtuneTrainable.setup does
+    run.start()
+    run.step()
+    run.close()
+finally:
+    ray.shutdown()
+print(json.dumps({"torch": "torch" in sys.modules, "round": run.round}))
+'''
+
+
+@pytest.mark.slow
+def test_the_trial_actors_process_runs_rounds_on_ray_without_importing_torch():
+    """The trainable (and ``fedtune run --backend ray``'s driver) only waits on the coordinator:
+    starting the run's actors and running a round must not load torch into it (2.7 CPU-s in every
+    trial actor, once per search of a sweep). A batch_size above every client's data takes the
+    warning path, which once imported the client methods' module."""
+    import json
+    import subprocess
+    import sys
+
+    config = {"dataset": "rect4", "model": "mlp", "mlp_hidden": [8], "rounds": 1, "local_steps": 1,
+              "batch_size": 100000, "client_cpus": 0.5}
+    out = subprocess.run([sys.executable, "-c", _RAY_DRIVER_CHILD], input=json.dumps(config), capture_output=True,
+                         text=True, check=True, timeout=240).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == {"torch": False, "round": 1}

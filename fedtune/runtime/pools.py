@@ -44,9 +44,9 @@ def assign_shards(shards: list[TargetShard], num_workers: int) -> list[list[Targ
 
 def warn_if_batch_exceeds_clients(cfg_dict: dict[str, Any], plan: FederatedPlan) -> str | None:
     """Log (once per run: its pool is made once) and return the warning of a ``batch_size`` above
-    every client's training set (:func:`~fedtune.algorithms.client.method.batch_size_note`); None otherwise.
+    every client's training set (:func:`~fedtune.algorithms.client.steps.batch_size_note`); None otherwise.
     The run goes on: each client trains full-batch, recorded as ``diag.batch_size_effective``."""
-    from fedtune.algorithms.client.method import batch_size_note
+    from fedtune.algorithms.client.steps import batch_size_note
 
     note = batch_size_note(int(cfg_dict["batch_size"]), [c.num_train for c in plan.clients],
                            cfg_dict.get("local_steps"), int(cfg_dict.get("local_epochs", 1)))

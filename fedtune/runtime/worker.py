@@ -171,11 +171,12 @@ class ClientWorker:
 
     def fit(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int, client_ids: list[int]) -> FitReply:
         """Train each of ``client_ids`` (ascending) from ``weights`` for one round. Each client's
-        metrics carry ``batch_size_effective`` (:func:`~fedtune.algorithms.client.method.effective_batch_size`):
+        metrics carry ``batch_size_effective`` (:func:`~fedtune.algorithms.client.steps.effective_batch_size`):
         ``batch_size``, or the client's whole training set when that is smaller."""
         import torch
 
-        from fedtune.algorithms.client.method import ClientContext, effective_batch_size
+        from fedtune.algorithms.client.method import ClientContext
+        from fedtune.algorithms.client.steps import effective_batch_size
         from fedtune.algorithms.client.precision import grad_scaler
         from fedtune.flat_weights import get_flat
 

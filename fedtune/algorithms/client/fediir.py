@@ -42,8 +42,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from fedtune.algorithms.base import RunConfig
-from fedtune.algorithms.client.method import (ClientContext, ClientMethod, ClientOutcome, batches, batches_per_epoch,
-                                       descend, local_steps)
+from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, batches, descend
+from fedtune.algorithms.client.steps import batches_per_epoch, local_steps
 from fedtune.algorithms.declarations import FEDIIR_PENALTY
 from fedtune.algorithms.server.fediir import BATCHES_KEY, GRAD_SUM_KEY, MEAN_KEY
 from fedtune.algorithms.client.precision import autocast

@@ -46,7 +46,8 @@ import torch
 from torch.nn import functional as F
 
 from fedtune.algorithms.base import RunConfig
-from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend, local_steps
+from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend
+from fedtune.algorithms.client.steps import local_steps
 from fedtune.algorithms.declarations import FISHR_ANNEAL_ITERS, FISHR_DISTANCE, FISHR_EMA, FISHR_PENALTY
 from fedtune.algorithms.client.fediir import ce_residual, classifier_layer, features_and_logits
 from fedtune.algorithms.server.fishr import MEAN_KEY, VARIANCE_KEY

@@ -8,7 +8,7 @@ state) and trains the model in place. The runtime then ships the trained weights
 the server rule needs, e.g. per-batch displacements) and ``metrics`` (diag columns).
 
 Every method trains through one loop, :meth:`ClientMethod.local_loop`: it draws the round's
-batches (:func:`batches`, :func:`local_steps`), fetches each (:meth:`ClientContext.batch`),
+batches (:func:`batches`, :func:`~fedtune.algorithms.client.steps.local_steps`), fetches each (:meth:`ClientContext.batch`),
 calls the method's *step function* ``step(x, y) -> loss`` on it under the run's ``precision``
 (:mod:`fedtune.algorithms.client.precision`; backward passes leave autocast), sums the losses, stops at the first non-finite one (the run diverged) and returns the
 :class:`ClientOutcome`. A step function trains on its batch and returns the batch's training
@@ -35,6 +35,7 @@ from torch.nn import functional as F
 
 from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client.optim import LocalSGD, local_optimizer
+from fedtune.algorithms.client.steps import local_steps
 from fedtune.algorithms.client.precision import autocast, autocast_off
 
 # One training step on a mini-batch (inputs x, labels y, on the device) -> its training loss.
@@ -111,57 +112,6 @@ class ClientOutcome:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def local_steps(num_examples: int, cfg: RunConfig) -> int:
-    """Steps of one round: ``local_steps`` if set, else ``local_epochs`` passes over the data
-    (:func:`batches_per_epoch` steps each). With ``batch_size`` at or above the client's data a
-    step is the whole training set: ``local_steps`` full-batch steps, or one per local epoch."""
-    if cfg.local_steps is not None:
-        return int(cfg.local_steps)
-    return int(cfg.local_epochs) * batches_per_epoch(num_examples, cfg.batch_size)
-
-
-def effective_batch_size(num_examples: int, batch_size: int) -> int:
-    """The mini-batch a client's steps use: ``batch_size``, or the client's whole training set
-    when that is smaller (an epoch's last batch may hold fewer, or one more so that no batch is a
-    single example; see :func:`batches`). Recorded per round as ``diag.batch_size_effective``.
-
-    >>> effective_batch_size(240, 32), effective_batch_size(240, 100000)
-    (32, 240)
-    """
-    return min(int(batch_size), int(num_examples))
-
-
-def batch_size_note(batch_size: int, train_sizes: Sequence[int], local_steps: int | None,
-                    local_epochs: int) -> str | None:
-    """The one-line warning of a run whose ``batch_size`` exceeds every client's training set
-    (``train_sizes``): no client ever trains on a mini-batch, so any larger value runs the same
-    thing. None when some client has at least ``batch_size`` examples.
-
-    >>> batch_size_note(100000, [120, 240], None, 1)
-    "batch_size 100000 exceeds the largest client's 240 training examples; each client runs full-batch steps of its own size (1 step per round: one per local epoch), recorded as diag.batch_size_effective"
-    >>> batch_size_note(64, [120, 240], None, 1) is None
-    True
-    """
-    largest = max(train_sizes, default=0)
-    if not train_sizes or batch_size <= largest:
-        return None
-    steps = (f"local_steps={local_steps} steps per round" if local_steps is not None else
-             f"{local_epochs} step{'s' if local_epochs != 1 else ''} per round: one per local epoch")
-    return (f"batch_size {batch_size} exceeds the largest client's {largest} training examples; each client runs "
-            f"full-batch steps of its own size ({steps}), recorded as diag.batch_size_effective")
-
-
-def batches_per_epoch(n: int, batch_size: int) -> int:
-    """Batches :func:`batches` cuts from one pass over ``n`` examples: ``ceil(n / batch_size)``,
-    one fewer when that would leave a last batch of a single example (it joins the batch before).
-
-    >>> batches_per_epoch(18, 17), batches_per_epoch(34, 17), batches_per_epoch(35, 17), batches_per_epoch(1, 17)
-    (1, 2, 2, 1)
-    """
-    full = max(1, math.ceil(n / batch_size))
-    return full - 1 if batch_size > 1 and full > 1 and n % batch_size == 1 else full
-
-
 def batches(n: int, batch_size: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
     """``steps`` index batches drawn epoch by epoch from fresh permutations of ``range(n)``.
 
@@ -169,7 +119,7 @@ def batches(n: int, batch_size: int, steps: int, generator: torch.Generator) -> 
     one): when the last
     batch of an epoch would hold a single example, it is merged into the batch before it (which
     then holds ``batch_size + 1``), so every example is still seen once per epoch and an epoch
-    is :func:`batches_per_epoch` steps. Deterministic given ``generator``'s state.
+    is :func:`~fedtune.algorithms.client.steps.batches_per_epoch` steps. Deterministic given ``generator``'s state.
     """
     done = 0
     while done < steps and n > 0:  # no examples: no batch (never an endless loop)
@@ -255,7 +205,7 @@ class ClientMethod:
     def local_loop(self, ctx: ClientContext, step: StepFunction,
                    metrics: Callable[[int], dict[str, float]] | None = None) -> ClientOutcome:
         """THE local training loop: ``step(x, y)`` on each of the round's batches of the
-        client's examples (:func:`local_steps` of them, rows drawn by :func:`batches` from
+        client's examples (:func:`~fedtune.algorithms.client.steps.local_steps` of them, rows drawn by :func:`batches` from
         ``ctx.generator``, fetched and augmented by :meth:`ClientContext.batch`), in order, each
         under the run's precision. A non-finite loss ends the round at once:
         ``ClientOutcome(loss, steps)`` with the steps taken, that one included. Otherwise the

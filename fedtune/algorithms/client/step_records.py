@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedtune.algorithms.client.method import ClientContext, ClientOutcome, local_steps
+from fedtune.algorithms.client.method import ClientContext, ClientOutcome
+from fedtune.algorithms.client.steps import local_steps
 from fedtune.algorithms.client.hooks import ClientHook, WorkerView
 from fedtune.errors import ConfigError
 from fedtune.models import MAX_MODEL_PARAMS

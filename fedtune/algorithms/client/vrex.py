@@ -33,7 +33,8 @@ import torch
 from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client.domain_groups import domain_risks
 from fedtune.algorithms.client.fishr import iterations_behind
-from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend, local_steps
+from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend
+from fedtune.algorithms.client.steps import local_steps
 from fedtune.algorithms.declarations import VREX_ANNEAL_ITERS, VREX_LAMBDA
 
 
