@@ -95,6 +95,7 @@ CONFIGS = [
     {"algorithm": "fedgala", "gala_weights": "whole", "gala_mix": 0.5},
     {"algorithm": "fedga"},
     {"algorithm": "fedomg", "server_optimizer": "adam", "global_lr": 0.01},
+    {"algorithm": "fedgma", "gma_mask": "bai"},
 ]
 
 CHILD = r'''
@@ -177,7 +178,7 @@ def test_the_coordinator_runs_every_server_rule_without_torch():
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.split("\n")[:-1]
     assert [line.split()[0] for line in lines] == ["FedAvg", "FedOMG", "FedOMG", "FedDA", "FedGP", "TargetOnly",
-                                                   "Gala", "Gala", "FedGA", "FedOMG"]
+                                                   "Gala", "Gala", "FedGA", "FedOMG", "FedGMA"]
     assert all(line.split()[1:] == ["False", "False"] for line in lines), lines
 
 

@@ -218,6 +218,14 @@ FEDGA_METRIC = HParam("fedga_metric", "loss", "FedGA generalization gap measured
 FEDGA_INIT = HParam("fedga_init", "uniform", "FedGA initial aggregation weights: uniform (the paper and the "
                     "authors' code) or size (n_i / n, FedAvg's)", "choice", choices=FEDGA_INITS)
 
+GMA_TAU = HParam("gma_tau", 0.4, "FedGMA sign-agreement threshold: a coordinate whose clients' agreement "
+                 "|mean sign(delta_u)| is at least gma_tau keeps FedAvg's step (Bai et al. search 0.1, 0.4, 0.9; "
+                 "0 with gma_mask soft = FedAvg)", lo=0.0, hi=1.0,
+                 search={**_uniform(0.1, 0.9, 0.4), "help": "sign-agreement threshold (Bai et al.: 0.1, 0.4, 0.9)"})
+GMA_MASK = HParam("gma_mask", "soft", "FedGMA mask: soft = 1 where the agreement passes gma_tau, the agreement "
+                  "elsewhere (the paper); bai = gma_tau * (1 + agreement) where it passes, 0 elsewhere (what Bai et "
+                  "al.'s code computes, with their step gma_tau folded in: run it with global_lr 1)", "choice",
+                  choices=("soft", "bai"), variant=True)
 
 # ================================================================== server optimisers' hyperparameters
 SERVER_MOMENTUM = HParam("server_momentum", 0.9, "server_optimizer avgm: server momentum mu (v <- mu v + delta)",
@@ -412,6 +420,9 @@ SERVER_RULE_SPECS: tuple[ServerRuleSpec, ...] = (
                    "FedGA: θ ← θ + global_lr · Σ a_u Δ_u, a_u moved towards clients with larger generalization gaps",
                    (FEDGA_STEP, FEDGA_DECAY, FEDGA_CENTER, FEDGA_METRIC, FEDGA_INIT), check=_check_fedga,
                    needs_supervised_client=True, client_hooks=_fedga_hooks),
+    ServerRuleSpec("fedgma", "fedtune.algorithms.server.fedgma:FedGMA",
+                   "FedGMA: θ ← θ + global_lr · m ⊙ Σ w_u Δ_u, m = 1 where the clients' sign agreement passes "
+                   "gma_tau, else the agreement (gma_mask soft|bai)", (GMA_TAU, GMA_MASK, CLIENT_WEIGHTING)),
 )
 
 _ADAPTIVE = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU, SERVER_V_START)
@@ -470,6 +481,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("irm", "irm", "fedavg", ("fdg", "fl"), "IRM (Arjovsky et al., IRMv1; DomainBed, FedDG benchmark): mean per-domain risk + irm_lambda · IRMv1 penalty (warm-up irm_anneal_iters), FedAvg"),
     Preset("fish", "fish", "fedavg", ("fdg", "fl"), "Fish (Shi et al.; DomainBed, FedDG benchmark): each local step an inner step per domain of the batch, then θ moves fish_meta_lr of the way (fish_inner_optimizer), FedAvg"),
     Preset("groupdro", "groupdro", "fedavg", ("fdg", "fl"), "GroupDRO (Sagawa et al.; DomainBed, FedDG benchmark): Σ_d q_d R_d, the client's domain weights q ← q·exp(groupdro_eta R_d) kept across rounds, FedAvg"),
+    Preset("fedgma", "sgd", "fedgma", ("fdg", "fl"), "FedGMA (Tenison et al.; FedDG benchmark): local SGD, FedAvg's step masked per coordinate by the clients' sign agreement (gma_tau, gma_mask soft|bai)"),
 )}
 
 __all__ = [name for name in dir() if name.isupper() and not name.startswith("_")]
