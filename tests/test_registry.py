@@ -200,6 +200,8 @@ SIDE_JOBS = [
     ({"algorithm": "fediir"}, FEDIIR_EXTRAS, "FedIIRServer FedAvg fediir_grad_mean"),
     ({"algorithm": "fediir-omg"}, FEDIIR_EXTRAS, "FedIIRServer FedOMG fediir_grad_mean"),
     ({"algorithm": "fishr"}, {"fishr_variance": [5]}, "FishrServer FedAvg fishr_mean_variance"),
+    # the plan below: domains ("d", "t"), the clients train on "d" (id 0)
+    ({"algorithm": "afl", "afl_lambda_lr": 0.1}, {"afl.loss_sum": [2], "afl.count": [2]}, "AFLServer FedAvg afl.lambda"),
 ]
 
 SIDE_CHILD = CHILD.split("\nfor line in sys.stdin:")[0] + r'''
@@ -222,7 +224,7 @@ class SidePool(FakePool):
 for line in sys.stdin:
     job = json.loads(line)
     clients = tuple(ClientSpec(c, f"c{c}", "source", "d", {"d": np.arange(10 + c)}) for c in range(4))
-    plan = FederatedPlan(job["cfg"]["setting"], clients, ("d",), ("t",), {})
+    plan = FederatedPlan(job["cfg"]["setting"], clients, ("d",), ("t",), {}, domains=("d", "t"))
 
     class Coordinator(coordinator.Coordinator):
         def _make_pool(self, spec):

@@ -168,6 +168,10 @@ MMD_WEIGHT = HParam("mmd_weight", 1.0, "MMD weight of the penalty (mean over the
                     "10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
                     lo=0.0, search={**_log(0.1, 10.0, 1.0), "help": "weight of the MMD penalty"})
 
+AFL_LAMBDA_LR = HParam("afl_lambda_lr", 0.01, "AFL step of the server's domain mixture weights: lambda <- "
+                       "Proj_simplex(lambda + afl_lambda_lr * per-domain loss) each round (Bai et al.'s hparam1: 0.01; "
+                       "0 keeps lambda uniform)", lo=0.0,
+                       search={**_log(1e-3, 1.0, 0.01), "help": "step of the domain mixture weights"})
 
 # ================================================================== server rules' hyperparameters
 CLIENT_WEIGHTING = HParam("client_weighting", "examples",
@@ -384,6 +388,10 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      "Fish: each local step an inner step per domain of the batch, then theta moves fish_meta_lr of "
                      "the way to where they ended (fish_inner_optimizer fresh|round; clients holding several domains)",
                      (FISH_META_LR, FISH_INNER_OPTIMIZER)),
+    ClientMethodSpec("afl", "fedtune.algorithms.client.afl:AFL",
+                     "AFL: local SGD on sum_d lambda_d R_d over the batch's domains, lambda the server's mixture weights "
+                     "over the training domains, moved by projected ascent on each domain's loss (afl_lambda_lr)",
+                     (AFL_LAMBDA_LR,), server_side="fedtune.algorithms.server.afl:AFLServer"),
 )
 
 _TARGET_SOURCE_HPARAMS = (GP_BETA, GP_ALIGN)
@@ -482,6 +490,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("fish", "fish", "fedavg", ("fdg", "fl"), "Fish (Shi et al.; DomainBed, FedDG benchmark): each local step an inner step per domain of the batch, then θ moves fish_meta_lr of the way (fish_inner_optimizer), FedAvg"),
     Preset("groupdro", "groupdro", "fedavg", ("fdg", "fl"), "GroupDRO (Sagawa et al.; DomainBed, FedDG benchmark): Σ_d q_d R_d, the client's domain weights q ← q·exp(groupdro_eta R_d) kept across rounds, FedAvg"),
     Preset("fedgma", "sgd", "fedgma", ("fdg", "fl"), "FedGMA (Tenison et al.; FedDG benchmark): local SGD, FedAvg's step masked per coordinate by the clients' sign agreement (gma_tau, gma_mask soft|bai)"),
+    Preset("afl", "afl", "fedavg", ("fdg", "fl"), "AFL (Mohri et al., agnostic FL; FedDG benchmark): local SGD on the λ-weighted domain risks, the server's domain weights λ ← Proj_simplex(λ + afl_lambda_lr · domain losses), FedAvg"),
 )}
 
 __all__ = [name for name in dir() if name.isupper() and not name.startswith("_")]

@@ -125,7 +125,15 @@ class FederatedPlan:
     # fdg/fda/ufdg: the oracle slice of the target domain (data_seed-determined, never in
     # target_test), scored as oracle_acc for the "oracle" selection protocol; empty in fl
     target_oracle: Pieces = field(default_factory=dict)
+    # the dataset's domains in its order: a domain's position here is the id clients see for it
+    # (fedtune.runtime.examples: Examples.domains); empty for a plan built by hand
+    domains: tuple[str, ...] = ()
 
     @property
     def num_clients(self) -> int:
         return len(self.clients)
+
+    def train_domain_ids(self) -> tuple[int, ...]:
+        """The ids (positions in :attr:`domains`) of the domains the source clients train on, ascending."""
+        held = {d for c in self.clients if c.role == "source" for d, idx in c.train.items() if len(idx)}
+        return tuple(k for k, d in enumerate(self.domains) if d in held)

@@ -250,7 +250,7 @@ def _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fra
     return FederatedPlan(
         setting=setting, clients=tuple(clients), source_domains=tuple(sources),
         target_domains=(target,), target_test={target: _sorted(test)}, target_probe=probe,
-        participation=participation, target_oracle=oracle,
+        participation=participation, target_oracle=oracle, domains=tuple(info.domains),
     )
 
 
@@ -313,7 +313,8 @@ def _plan_fl(info, labels, num_clients, alpha, val_fraction, test_fraction, part
         clients.append(ClientSpec(client_id=i, name=f"client-{i}", role="source", domain=None,
                                   train=pieces(train), val=pieces(val), test=pieces(test)))
     return FederatedPlan(setting="fl", clients=tuple(clients), source_domains=tuple(domains),
-                         target_domains=(), target_test={}, participation=participation)
+                         target_domains=(), target_test={}, participation=participation,
+                         domains=tuple(info.domains))
 
 
 def make_plan(

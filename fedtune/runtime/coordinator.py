@@ -124,7 +124,8 @@ class Coordinator:
         weights, self.layout, self.num_model_params = self.pool.initial_state()
         self.weights = np.array(weights, dtype=np.float32)  # own, writable copy
         self.rule = cfg.resolved.server_rule(cfg, self.layout)  # NumPy only: the client method stays unimported
-        self.side = server_side_of(cfg, self.layout, plan.num_clients)
+        self.side = server_side_of(cfg, self.layout, plan.num_clients, domains=plan.domains,
+                                   train_domains=plan.train_domain_ids())
         self.optimizer = SERVER_OPTIMIZERS[cfg.server_optimizer](cfg, self.rule.global_lr)
         self.first_loss: float | None = None  # round 1's training loss, the scale of loss_exploded
         self.shards = eval_shards(plan)  # target-test shards, then ufdg's target-probe shards

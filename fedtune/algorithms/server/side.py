@@ -41,6 +41,11 @@ class ServerSide:
     FedDyn's ``|S|/N`` scaling)."""
 
     name: ClassVar[str]  # the client method's name
+    # Set by :func:`server_side_of` before the first round (empty for a side built by hand): the
+    # dataset's domains in order (a domain's id is its position; the ids clients see in their
+    # examples) and the ids of the domains the source clients train on (AFL's mixture weights).
+    domains: tuple[str, ...] = ()
+    train_domains: tuple[int, ...] = ()
 
     def __init__(self, cfg: RunConfig, layout: Any, num_clients: int):
         self.cfg = cfg
@@ -78,12 +83,18 @@ class ServerSide:
         pass
 
 
-def server_side_of(cfg: RunConfig, layout: Any, num_clients: int) -> ServerSide | None:
-    """The server side of ``cfg``'s client method, built, or None when the method keeps no
-    server state (looked up in :data:`~fedtune.algorithms.SERVER_SIDES` by the client method's
-    name: the client method itself, and torch, stay unimported)."""
+def server_side_of(cfg: RunConfig, layout: Any, num_clients: int, *, domains: tuple[str, ...] = (),
+                   train_domains: tuple[int, ...] = ()) -> ServerSide | None:
+    """The server side of ``cfg``'s client method, built (with the run's ``domains`` and
+    ``train_domains``, see :class:`ServerSide`), or None when the method keeps no server state
+    (looked up in :data:`~fedtune.algorithms.SERVER_SIDES` by the client method's name: the
+    client method itself, and torch, stay unimported)."""
     name = cfg.resolved.client_method_name
-    return SERVER_SIDES[name](cfg, layout, num_clients) if name in SERVER_SIDES else None
+    if name not in SERVER_SIDES:
+        return None
+    side = SERVER_SIDES[name](cfg, layout, num_clients)
+    side.domains, side.train_domains = tuple(domains), tuple(int(k) for k in train_domains)
+    return side
 
 
 __all__ = ["ServerSide", "server_side_of"]
