@@ -164,3 +164,84 @@ def test_bad_value_is_one_line():
 
     with pytest.raises(ConfigError, match=r"^field 'afl_lambda_lr' \(client method afl\): -1.0 is out of range; allowed: >= 0$"):
         _cfg(afl_lambda_lr=-1)
+
+
+# ---------------------------------------------------------------- afl_lambda_at: aggregated (Bai et al.'s order)
+def _run_cfg(tmp_path, **kw):
+    return FederatedRunConfig.from_dict({
+        "algorithm": "afl", "afl_lambda_lr": 1.0, "afl_lambda_at": "aggregated", "dataset": "rect4",
+        "setting": "fdg", "domain_homogeneity": 0.5, "num_clients": 3, "rounds": 4, "local_steps": 2,
+        "batch_size": 16, "model": "mlp", "mlp_hidden": [8], "backend": "local", "output": str(tmp_path), **kw})
+
+
+def _metrics(rows):
+    return [(r["train_loss"], r["val_acc"], sorted((k, v) for k, v in r.items() if k.startswith("diag.afl")))
+            for r in rows]
+
+
+def test_the_aggregated_order_steps_lambda_on_the_losses_of_the_new_global_model(tmp_path):
+    from fedtune.flat_weights import set_flat
+    from fedtune.runtime.driver import FederatedRun
+
+    with FederatedRun(_run_cfg(tmp_path)) as fr:
+        row = fr.step().metrics
+        coord = fr.coordinator
+        worker = coord.pool.worker
+        # independently: every client's training examples at the aggregated model, in float64
+        model = worker.model
+        set_flat(model, worker.layout, coord.weights)
+        ref = _double_copy(model)
+        loss, count = np.zeros(4), np.zeros(4)
+        for cid in range(3):
+            data = worker.data[cid]["train"]
+            x, y = data.batch(torch.arange(len(data)))
+            with torch.no_grad():
+                ce = nn.functional.cross_entropy(ref(x.double()), y, reduction="none").numpy()
+            d = data.domains.numpy()
+            np.add.at(loss, d, ce)
+            np.add.at(count, d, 1.0)
+    side = coord.side
+    ids = list(side.train_domains)
+    pooled = loss[ids] / count[ids]
+    expect = _bisection_projection(np.full(len(ids), 1 / len(ids)) + 1.0 * pooled)
+    got = np.array([row[f"diag.afl_lambda.{side.domains[k]}"] for k in ids])
+    np.testing.assert_allclose(got, expect, rtol=1e-6)
+
+
+def _double_copy(model):
+    import copy
+
+    ref = copy.deepcopy(model).double()
+    ref.eval()
+    return ref
+
+
+def test_the_aggregated_order_resumes_exactly_from_a_checkpoint(tmp_path):
+    from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
+    from fedtune.runtime.driver import FederatedRun
+
+    cfg = _run_cfg(tmp_path)
+    with FederatedRun(cfg) as fr:
+        straight = [fr.step().metrics for _ in range(4)]
+    with FederatedRun(cfg) as fr:
+        first = [fr.step().metrics for _ in range(2)]
+        write_checkpoint(tmp_path / "ckpt", fr.get_state())
+    with FederatedRun(cfg) as fr:
+        fr.set_state(read_checkpoint(tmp_path / "ckpt"))
+        resumed = [fr.step().metrics for _ in range(2)]
+    assert _metrics(first + resumed) == _metrics(straight)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_aggregated_order_gives_the_same_rounds_on_ray_with_any_actor_count(ray_session, tmp_path):
+    from fedtune.runtime.driver import FederatedRun
+
+    with FederatedRun(_run_cfg(tmp_path / "local", rounds=3)) as fr:
+        expected = [fr.step().metrics for _ in range(3)]
+    for actors in (1, 2):
+        cfg = _run_cfg(tmp_path / f"ray{actors}", rounds=3, backend="ray", client_cpus=0.5,
+                       max_client_actors=actors)
+        with FederatedRun(cfg) as fr:
+            assert len(fr.client_handles()) == actors
+            assert _metrics([fr.step().metrics for _ in range(3)]) == _metrics(expected), actors

@@ -172,6 +172,10 @@ AFL_LAMBDA_LR = HParam("afl_lambda_lr", 0.01, "AFL step of the server's domain m
                        "Proj_simplex(lambda + afl_lambda_lr * per-domain loss) each round (Bai et al.'s hparam1: 0.01; "
                        "0 keeps lambda uniform)", lo=0.0,
                        search={**_log(1e-3, 1.0, 0.01), "help": "step of the domain mixture weights"})
+AFL_LAMBDA_AT = HParam("afl_lambda_at", "start", "AFL: where the domain losses that move lambda are taken: start = at "
+                       "the round's starting model, in the clients' one call (the paper's Stochastic-AFL); aggregated = "
+                       "at the aggregated model, the round's participants called again after aggregation (Bai et al.'s "
+                       "code)", "choice", choices=("start", "aggregated"), variant=True)
 
 # ================================================================== server rules' hyperparameters
 CLIENT_WEIGHTING = HParam("client_weighting", "examples",
@@ -391,7 +395,7 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
     ClientMethodSpec("afl", "fedtune.algorithms.client.afl:AFL",
                      "AFL: local SGD on sum_d lambda_d R_d over the batch's domains, lambda the server's mixture weights "
                      "over the training domains, moved by projected ascent on each domain's loss (afl_lambda_lr)",
-                     (AFL_LAMBDA_LR,), server_side="fedtune.algorithms.server.afl:AFLServer"),
+                     (AFL_LAMBDA_LR, AFL_LAMBDA_AT), server_side="fedtune.algorithms.server.afl:AFLServer"),
 )
 
 _TARGET_SOURCE_HPARAMS = (GP_BETA, GP_ALIGN)

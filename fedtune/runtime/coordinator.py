@@ -161,13 +161,15 @@ class Coordinator:
         train_loss, status, diagnostics = self._aggregate_fit(round, fit)
         metrics.update(diagnostics)
         server_s = time.perf_counter() - t0
-        client_s, timings, participants = fit.seconds, fit.timings(), len(fit.order)
+        client_s, timings, participants, cohort = fit.seconds, fit.timings(), len(fit.order), list(fit.order)
         del fit  # release the object-store buffers of the client states
 
         t0 = time.perf_counter()
         publish_s = 0.0
         if status == OK:
             publish_s = self._publish()
+            if self.side is not None and self.side.wants_probe():
+                metrics.update(self._probe_round(round, cohort))
             if evaluate:
                 metrics.update(self._evaluate_round())
         eval_s = time.perf_counter() - t0
@@ -255,6 +257,17 @@ class Coordinator:
         diagnostics = {f"diag.{key}": value for key, value in {**result.diagnostics, **side_diagnostics}.items()}
         diagnostics.update(client_metric_means(p, fit.of("metrics")))
         return new, diagnostics
+
+    def _probe_round(self, round: int, cohort: list[int]) -> dict[str, Any]:
+        """The server side's second call of the round's participants, at the published new model
+        (:meth:`~fedtune.algorithms.server.side.ServerSide.wants_probe`): their ``probe`` arrays,
+        ascending client id, to :meth:`~fedtune.algorithms.server.side.ServerSide.after_probe`;
+        its ``diag.*`` metrics. A participant whose worker was skipped sends none."""
+        payload = self.side.payload(round)
+        replies = self.pool.probe(self.weights_ref, self.pool.publish(payload) if payload else {}, round, cohort)
+        with one_blas_thread():
+            diagnostics = self.side.after_probe([replies[c] for c in sorted(replies)], round)
+        return {f"diag.{key}": value for key, value in diagnostics.items()}
 
     def _update_buffer(self, rows: int, size: int) -> np.ndarray:
         """A [rows, size] float32 scratch kept across rounds (no fresh 100s-of-MB allocation per round)."""

@@ -81,6 +81,10 @@ class LocalPool:
         self._set_threads()
         return [self.worker.fit(weights, payload, round, list(client_ids))], []
 
+    def probe(self, weights, payload, round, client_ids) -> dict[int, dict[str, np.ndarray]]:
+        self._set_threads()
+        return dict(self.worker.probe(weights, payload, round, list(client_ids)))
+
     def evaluate(self, weights) -> Any:
         self._set_threads()
         return self.worker.evaluate(weights)
@@ -219,6 +223,15 @@ class RayPool:
         replies, skipped_workers = self._call_all("fit", args)
         skipped = sorted(c for w in skipped_workers for c in args[w][3])
         return [replies[w] for w in sorted(replies)], skipped
+
+    def probe(self, weights_ref, payload, round, client_ids) -> dict[int, dict[str, np.ndarray]]:
+        """Each worker's ``probe`` of its clients among ``client_ids``; ``{client id: arrays}``
+        (a skipped worker's clients are absent)."""
+        wanted = set(int(c) for c in client_ids)
+        args = {w: (weights_ref, payload, round, [c for c in owned if c in wanted])
+                for w, owned in enumerate(self.assignment) if any(c in wanted for c in owned)}
+        replies, _ = self._call_all("probe", args)
+        return {cid: arrays for w in sorted(replies) for cid, arrays in replies[w]}
 
     def evaluate(self, weights_ref):
         return {w: (weights_ref,) for w in range(self.num_workers)}

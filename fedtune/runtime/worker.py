@@ -216,6 +216,27 @@ class ClientWorker:
             reply.compute_s.append(time.perf_counter() - t0)
         return reply
 
+    def probe(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int,
+              client_ids: list[int]) -> list[tuple[int, dict[str, np.ndarray]]]:
+        """Each of ``client_ids`` (ascending) runs its client method's ``probe`` at ``weights``, the
+        round's new global model (:meth:`fedtune.algorithms.server.side.ServerSide.wants_probe`):
+        ``[(client id, arrays)]``. Its generator is seeded from (seed, client, round) like the round's
+        training; a probe changes neither the weights the next round loads nor the client's training."""
+        import torch
+
+        from fedtune.algorithms.client.method import ClientContext
+
+        self._load(weights)
+        out = []
+        for cid in sorted(client_ids):
+            ctx = ClientContext(model=self.model, data=self.data[cid]["train"], cfg=self.cfg, round=round,
+                                client_id=cid, role=self.specs[cid].role,
+                                generator=torch.Generator().manual_seed(derive_seed(self.cfg.seed, cid, round)),
+                                device=self.device, payload=payload, state=self.client_state[cid],
+                                precision=self.precision)
+            out.append((cid, self.method.probe(ctx)))
+        return out
+
     def evaluate(self, weights: np.ndarray, client_ids: list[int] | None = None) -> EvalReply:
         """Accuracy of ``weights`` on each client's validation (and fl test) split and on this
         worker's target-test and oracle shards (``shard_ids`` lists both; the coordinator tells

@@ -6,7 +6,9 @@ The server keeps mixture weights ``λ`` over the training domains
 
 1. at the model it received, before training: the summed cross-entropy and the count of its
    training examples of each domain (eval mode, no gradient, un-augmented, in ``batch_size``
-   chunks), returned as extras for the server's ascent step on ``λ``;
+   chunks), returned as extras for the server's ascent step on ``λ`` (``afl_lambda_at: start``;
+   with ``aggregated`` the same sums are taken by :meth:`AFL.probe` at the aggregated model, when
+   the server calls the round's participants again);
 2. trains on the ``λ``-weighted domain risks of each batch, as Bai et al.'s ``AFLClient.step``::
 
        loss = Σ_{d in the batch} λ_d · R_d        (R_d: the mean cross-entropy of the batch's rows of d)
@@ -26,6 +28,7 @@ from torch.nn import functional as F
 from fedtune.algorithms.client.domain_groups import domain_risks
 from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend
 from fedtune.algorithms.client.precision import autocast
+from fedtune.algorithms.declarations import AFL_LAMBDA_AT
 from fedtune.algorithms.server.afl import COUNT_KEY, LAMBDA_KEY, LOSS_KEY
 
 
@@ -63,7 +66,9 @@ class AFL(ClientMethod):
         if len(ctx.data.domains) and int(ctx.data.domains.max()) >= lam.shape[0]:
             raise ValueError(f"AFL: client {ctx.client_id} holds domain id {int(ctx.data.domains.max())}, the "
                              f"mixture weights cover {lam.shape[0]} domains")
-        loss_sum, count = domain_loss_sums(ctx, lam.shape[0], int(self.cfg.batch_size))
+        at_start = AFL_LAMBDA_AT.of(self.cfg) == "start"
+        if at_start:  # the paper's order: the losses at the received model, in this call
+            loss_sum, count = domain_loss_sums(ctx, lam.shape[0], int(self.cfg.batch_size))
         model, opt = ctx.model, self.start_round(ctx)
         lam_t = torch.as_tensor(lam)
 
@@ -75,9 +80,16 @@ class AFL(ClientMethod):
 
         own = float(lam[torch.unique(ctx.data.domains).numpy()].sum()) if len(ctx.data.domains) else 0.0
         out = self.local_loop(ctx, step, lambda steps: {"afl_lambda_own": own})
-        out.extras[LOSS_KEY] = loss_sum
-        out.extras[COUNT_KEY] = count
+        if at_start:
+            out.extras[LOSS_KEY] = loss_sum
+            out.extras[COUNT_KEY] = count
         return out
+
+    def probe(self, ctx: ClientContext) -> dict[str, np.ndarray]:
+        """``afl_lambda_at: aggregated`` (Bai et al.'s order): the domain losses at the aggregated model."""
+        size = np.asarray(ctx.payload[LAMBDA_KEY]).shape[0]
+        loss_sum, count = domain_loss_sums(ctx, size, int(self.cfg.batch_size))
+        return {LOSS_KEY: loss_sum, COUNT_KEY: count}
 
 
 __all__ = ["AFL", "domain_loss_sums"]

@@ -186,6 +186,12 @@ class ClientMethod:
     def train(self, ctx: ClientContext) -> ClientOutcome:
         raise NotImplementedError
 
+    def probe(self, ctx: ClientContext) -> dict[str, np.ndarray]:
+        """Arrays the method's server side asks for at the round's new global model (``ctx.model``
+        holds it), when the side :meth:`~fedtune.algorithms.server.side.ServerSide.wants_probe`
+        (AFL's domain losses at the aggregated model). Must not train: the model is the global one."""
+        raise NotImplementedError(f"client method {self.name} has no probe, but its server side asked for one")
+
     def make_optimizer(self, model: nn.Module) -> LocalSGD:
         """The round's local optimiser (:func:`~fedtune.algorithms.client.optim.local_optimizer`); a mixin may
         swap it (FedGaLA's :class:`~fedtune.algorithms.client.gala.GatedClientMixin`)."""

@@ -18,10 +18,12 @@ Bai et al.'s ``euclidean_proj_simplex``). ``λ`` starts uniform over the trainin
 al.'s ``group_weights`` over the groups of the train split) and is in the coordinator's checkpoint.
 Diagnostics: ``afl_lambda.<domain>`` after the step and ``afl_lambda_max``.
 
-The losses are those of the round's starting model ``w_t``, as in the paper's Stochastic-AFL
-(both gradients at ``(w_t, λ_t)``), taken in the same round trip as the training. Bai et al.
-evaluate them at the *aggregated* model ``w_{t+1}`` on the same cohort, after aggregation, which
-needs a second round trip per round; fedtune does not build that order (docs/methods.md §22.2).
+Where the losses are taken (``afl_lambda_at``): ``start`` (default) at the round's starting model
+``w_t``, as in the paper's Stochastic-AFL (both gradients at ``(w_t, λ_t)``), in the clients' one
+call of the round; ``aggregated`` at the aggregated model ``w_{t+1}``, as Bai et al.'s code: the
+side asks the coordinator to call the round's participants again after aggregation
+(:meth:`AFLServer.wants_probe`) and steps in :meth:`AFLServer.after_probe`. Either way the new ``λ``
+weights the next round's training.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.declarations import AFL_LAMBDA_LR
+from fedtune.algorithms.declarations import AFL_LAMBDA_AT, AFL_LAMBDA_LR
 from fedtune.algorithms.server.side import ServerSide
 
 LAMBDA_KEY = "afl.lambda"
@@ -81,6 +83,7 @@ class AFLServer(ServerSide):
     def __init__(self, cfg: Any, layout: Any, num_clients: int):
         super().__init__(cfg, layout, num_clients)
         self.step = float(AFL_LAMBDA_LR.of(cfg))
+        self.at = AFL_LAMBDA_AT.of(cfg)
         self.weights: np.ndarray | None = None  # λ over the training domains (in train_domains' order)
 
     def _lambda(self) -> np.ndarray:
@@ -98,14 +101,23 @@ class AFLServer(ServerSide):
     def payload(self, round: int) -> dict[str, np.ndarray]:
         return {LAMBDA_KEY: self._full()}
 
-    def update(self, old, new, updates, weights, *, extras, round, info):
+    def wants_probe(self) -> bool:
+        return self.at == "aggregated"
+
+    def _step(self, extras: list[dict[str, np.ndarray]]) -> dict[str, Any]:
         size = len(self._full())
         losses = domain_losses(extras, size)[list(self.train_domains)]
         self.weights = project_to_simplex(self._lambda() + self.step * losses)
         names = self.domains or tuple(str(k) for k in range(size))
         diag: dict[str, Any] = {f"afl_lambda.{names[k]}": float(w) for k, w in zip(self.train_domains, self.weights)}
         diag["afl_lambda_max"] = float(self.weights.max())
-        return new, diag
+        return diag
+
+    def update(self, old, new, updates, weights, *, extras, round, info):
+        return new, ({} if self.wants_probe() else self._step(extras))
+
+    def after_probe(self, extras: list[dict[str, np.ndarray]], round: int) -> dict[str, Any]:
+        return self._step(extras)
 
     def state_dict(self) -> dict[str, Any]:
         return {"lambda": self._lambda().copy()}

@@ -17,6 +17,9 @@ each round:
    and new parameters, the updates, the weights and the clients' extras: the side updates its
    state from the extras and returns the parameters the round ends with (unchanged for every
    method but FedDyn, whose server model is the mean of the clients' models minus ``h/α``).
+3. when :meth:`ServerSide.wants_probe`, after the new model is published: calls the round's
+   participants again at it (their client method's ``probe``) and hands their arrays to
+   :meth:`ServerSide.after_probe` (AFL's domain losses at the aggregated model).
 
 Server sides are NumPy only, like server rules: the coordinator never imports torch. Their
 state is in the coordinator's checkpoint (:meth:`ServerSide.state_dict`).
@@ -74,6 +77,16 @@ class ServerSide:
         ``updates``/``weights``/``extras``/``info`` as the rule saw them (``updates`` is a scratch
         buffer valid during this call only). The default changes nothing."""
         return new, {}
+
+    def wants_probe(self) -> bool:
+        """Whether, after this round's aggregation, the round's participants are called again at
+        the new global model (their client method's ``probe``; AFL's losses at the aggregated model)."""
+        return False
+
+    def after_probe(self, extras: list[dict[str, np.ndarray]], round: int) -> dict[str, Any]:
+        """The participants' ``probe`` arrays (ascending client id) at the round's new global model,
+        when :meth:`wants_probe`; update this side's state; return diagnostics."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume (the coordinator's checkpoint)."""
