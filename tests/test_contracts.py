@@ -60,9 +60,10 @@ EXERCISE = {"simclr_proj_dim": 4, "fedsr_z_dim": 4, "gfm_interval": TINY["local_
 
 
 def dataset_for(client_method: str) -> str:
-    """rect4, or rotated-digits for a client method that augments images (one with an augmenter:
-    it declares the augmenter's update interval)."""
-    return "rotated-digits" if GFM_INTERVAL in CLIENT_METHODS.spec(client_method).hparams else "rect4"
+    """rect4, or rotated-digits for a client method that needs images or augments them (one with an
+    augmenter: it declares the augmenter's update interval)."""
+    spec = CLIENT_METHODS.spec(client_method)
+    return "rotated-digits" if spec.needs_images or GFM_INTERVAL in spec.hparams else "rect4"
 
 
 def tiny_config(out: Path, algorithm: str, setting: str | None, *, client_method: str | None = None,
@@ -308,8 +309,11 @@ def one_dataset_each(monkeypatch):
 
 
 def validated(values: dict[str, Any]) -> FederatedRunConfig:
-    """A config as a run checks it before anything starts: its fields, then its data plan."""
-    cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "num_clients": 4, "backend": "local", **values})
+    """A config as a run checks it before anything starts: its fields, then its data plan (on the
+    dataset :func:`dataset_for` its client method)."""
+    client = FederatedRunConfig.from_dict(values).resolved.client_method_name
+    cfg = FederatedRunConfig.from_dict({"dataset": dataset_for(client), "num_clients": 4, "backend": "local",
+                                        **values})
     build_plan(cfg)
     return cfg
 

@@ -150,12 +150,17 @@ class ClientMethodSpec(ComponentSpec):
     ``precision: fp16`` is refused. ``model_head(cfg)``: the ``build_model`` keywords of its
     model's head (SimCLR's projector, FedSR's probabilistic head); None: the classifier (or, for an
     unsupervised method, the projector at its default width). ``server_side``: where the NumPy class
-    that keeps its state on the server lives (:class:`~fedtune.algorithms.server.side.ServerSide`)."""
+    that keeps its state on the server lives (:class:`~fedtune.algorithms.server.side.ServerSide`).
+    ``needs_source_bank``: its clients read the run's *source bank*, every source client's training
+    examples un-augmented (``ClientContext.source_bank``; FedDG's shared amplitude spectra).
+    ``needs_images``: it runs only on image datasets (refused in one line before any actor starts)."""
 
     supervised: bool = True
     scales_fp16_gradients: bool = True
     model_head: Callable[[Any], dict[str, Any]] | None = None
     server_side: str | None = None
+    needs_source_bank: bool = False
+    needs_images: bool = False
 
     def head(self, cfg: RunConfig) -> dict[str, Any]:
         """The ``build_model`` keywords of this method's model under ``cfg``."""

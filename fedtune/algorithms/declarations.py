@@ -176,6 +176,14 @@ AFL_LAMBDA_AT = HParam("afl_lambda_at", "start", "AFL: where the domain losses t
                        "the round's starting model, in the clients' one call (the paper's Stochastic-AFL); aggregated = "
                        "at the aggregated model, the round's participants called again after aggregation (Bai et al.'s "
                        "code)", "choice", choices=("start", "aggregated"), variant=True)
+FEDDG_RATIO_LOW = HParam("feddg_ratio_low", 0.0, "FedDG: lower end of the interpolation ratio r ~ U(low, high) of a "
+                         "client's own low-frequency amplitudes against the source bank's (1 with high 1: no mixing, "
+                         "what Bai et al.'s sweeps ran)", lo=0.0, hi=1.0)
+FEDDG_RATIO_HIGH = HParam("feddg_ratio_high", 1.0, "FedDG: upper end of the interpolation ratio r ~ U(low, high) "
+                          "(r = 1 keeps the client's own amplitudes)", lo=0.0, hi=1.0)
+FEDDG_WINDOW = HParam("feddg_window", "centred", "FedDG low-frequency square: centred (clipped to the spectrum) or "
+                      "bai (Bai et al.'s slicing: for a window above about 1/2 its start goes negative and counts from "
+                      "the end, an off-centre block)", "choice", choices=("centred", "bai"), variant=True)
 
 # ================================================================== server rules' hyperparameters
 CLIENT_WEIGHTING = HParam("client_weighting", "examples",
@@ -267,6 +275,13 @@ def _check_feddyn(cfg: RunConfig) -> None:
     if FEDDYN_MEAN.of(cfg) == "uniform" and rule != "fedavg":
         raise ConfigError(f"field 'feddyn_mean': uniform (the paper's unweighted mean of the clients' models) "
                           f"replaces FedAvg's mean and needs server_rule fedavg, not {rule}; use feddyn_mean: rule")
+
+
+def _check_feddg(cfg: RunConfig) -> None:
+    low, high = FEDDG_RATIO_LOW.of(cfg), FEDDG_RATIO_HIGH.of(cfg)
+    if low > high:
+        raise ConfigError(f"fields 'feddg_ratio_low'/'feddg_ratio_high': the ratio is drawn from U(low, high), "
+                          f"but low {low:g} > high {high:g}; allowed: low <= high")
 
 
 def _check_fedga(cfg: RunConfig) -> None:
@@ -392,6 +407,12 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      "Fish: each local step an inner step per domain of the batch, then theta moves fish_meta_lr of "
                      "the way to where they ended (fish_inner_optimizer fresh|round; clients holding several domains)",
                      (FISH_META_LR, FISH_INNER_OPTIMIZER)),
+    ClientMethodSpec("feddg", "fedtune.algorithms.client.feddg:FedDG",
+                     "FedDG (ELCFS's frequency-space interpolation): local SGD on the batch with its low-frequency "
+                     "amplitude spectra interpolated (r ~ U(feddg_ratio_low, feddg_ratio_high), window ~ U(0, 1)) "
+                     "towards those of random images of every source client (images only)",
+                     (FEDDG_RATIO_LOW, FEDDG_RATIO_HIGH, FEDDG_WINDOW), check=_check_feddg, needs_source_bank=True,
+                     needs_images=True),
     ClientMethodSpec("afl", "fedtune.algorithms.client.afl:AFL",
                      "AFL: local SGD on sum_d lambda_d R_d over the batch's domains, lambda the server's mixture weights "
                      "over the training domains, moved by projected ascent on each domain's loss (afl_lambda_lr)",
@@ -495,6 +516,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("groupdro", "groupdro", "fedavg", ("fdg", "fl"), "GroupDRO (Sagawa et al.; DomainBed, FedDG benchmark): Σ_d q_d R_d, the client's domain weights q ← q·exp(groupdro_eta R_d) kept across rounds, FedAvg"),
     Preset("fedgma", "sgd", "fedgma", ("fdg", "fl"), "FedGMA (Tenison et al.; FedDG benchmark): local SGD, FedAvg's step masked per coordinate by the clients' sign agreement (gma_tau, gma_mask soft|bai)"),
     Preset("afl", "afl", "fedavg", ("fdg", "fl"), "AFL (Mohri et al., agnostic FL; FedDG benchmark): local SGD on the λ-weighted domain risks, the server's domain weights λ ← Proj_simplex(λ + afl_lambda_lr · domain losses), FedAvg"),
+    Preset("feddg", "feddg", "fedavg", ("fdg", "fl"), "FedDG (Liu et al., ELCFS's continuous frequency-space interpolation; FedDG benchmark): local SGD on images whose low-frequency amplitudes are interpolated towards other clients' (feddg_ratio_low, feddg_ratio_high), FedAvg"),
 )}
 
 __all__ = [name for name in dir() if name.isupper() and not name.startswith("_")]

@@ -133,6 +133,16 @@ class FederatedPlan:
     def num_clients(self) -> int:
         return len(self.clients)
 
+    def source_train_pieces(self) -> Pieces:
+        """Every source client's training examples, by domain (ascending indices): the *source bank*
+        a client method declaring ``needs_source_bank`` samples from (FedDG's amplitude spectra)."""
+        parts: dict[str, list[np.ndarray]] = {}
+        for c in self.clients:
+            if c.role == "source":
+                for domain, idx in c.train.items():
+                    parts.setdefault(domain, []).append(np.asarray(idx, np.int64))
+        return {d: np.unique(np.concatenate(v)) for d, v in parts.items()}
+
     def train_domain_ids(self) -> tuple[int, ...]:
         """The ids (positions in :attr:`domains`) of the domains the source clients train on, ascending."""
         held = {d for c in self.clients if c.role == "source" for d, idx in c.train.items() if len(idx)}

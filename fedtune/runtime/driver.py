@@ -48,6 +48,9 @@ def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
     if model != "mlp" and not info.is_image:
         raise ConfigError(f"field 'model': '{model}' needs image input but dataset '{cfg.dataset}' gives vectors of "
                           f"shape {info.input_shape}; allowed here: mlp")
+    if resolved.client_spec.needs_images and not info.is_image:
+        raise ConfigError(f"field 'client_method': {resolved.client_method_name} needs images (C, H, W) but dataset "
+                          f"'{cfg.dataset}' gives vectors of shape {info.input_shape}; use an image dataset")
     if cfg.pretrained_path:
         from fedtune.weight_files import check_pretrained_file
 
@@ -207,8 +210,9 @@ class FederatedRun:
             factory = ActorFactory.of(cfg_dict, plan, self._pg, self.resources)
             try:
                 actors = self.client_handles()  # the live ones (a restarted actor has a new handle)
+                bank = plan.source_train_pieces()
                 ray.get([a.reconfigure.remote(cfg_dict, [plan.clients[c] for c in factory.assignment[w]], w,
-                                              factory.shards[w]) for w, a in enumerate(actors)])
+                                              factory.shards[w], source_bank=bank) for w, a in enumerate(actors)])
                 ray.get(self.coordinator.reconfigure.remote(cfg_dict, plan, factory.pool_spec(actors)))
             except RayActorError:
                 keep = False  # an actor died meanwhile: start over below

@@ -67,7 +67,7 @@ class LocalPool:
         self._set_threads = lambda: set_torch_threads(client_threads)
         self._set_threads()
         self.worker = ClientWorker(cfg_dict, list(plan.clients), 0, eval_shards(plan),
-                                   manage_threads=False)
+                                   manage_threads=False, source_bank=plan.source_train_pieces())
         self.num_workers = 1
         self.restarts = 0
 
@@ -131,7 +131,7 @@ class ActorFactory:
         return client_actor_class().options(
             num_cpus=self.cpus, num_gpus=self.gpus, scheduling_strategy=strategy,
             name=None, max_concurrency=1,
-        ).remote(self.cfg_dict, specs, w, self.shards[w])
+        ).remote(self.cfg_dict, specs, w, self.shards[w], source_bank=self.plan.source_train_pieces())
 
 
 class RayPool:

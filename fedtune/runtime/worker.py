@@ -67,7 +67,8 @@ class ClientWorker:
     """Holds logical clients ``specs``; trains and evaluates them on request."""
 
     def __init__(self, cfg_dict: dict[str, Any], specs: list[ClientSpec], worker_index: int = 0,
-                 shards: list[TargetShard] | None = None, manage_threads: bool = True):
+                 shards: list[TargetShard] | None = None, manage_threads: bool = True,
+                 source_bank: dict[str, np.ndarray] | None = None):
         from fedtune.algorithms.client.precision import check_device
         from fedtune.config import FederatedRunConfig
         from fedtune.data.registry import get_dataset
@@ -110,6 +111,14 @@ class ClientWorker:
         for s in specs:
             self.data[s.client_id] = {split: client_examples(dataset, getattr(s, split), self.device, self.channels_last)
                                       for split in ("train", "val", "test")}
+        # a method that samples from every source client's data (FedDG's amplitude bank): its examples
+        # (the plan's FederatedPlan.source_train_pieces, which the pools pass to every worker)
+        self.source_bank = None
+        if self.method_spec.needs_source_bank:
+            if source_bank is None:
+                raise ValueError(f"client method {self.method_spec.name} samples the source bank: pass "
+                                 "source_bank=plan.source_train_pieces() to its ClientWorker")
+            self.source_bank = client_examples(dataset, source_bank, self.device, self.channels_last)
         self.shards: dict[int, tuple[str, Any]] = {}  # shard id -> (domain, Examples)
         self.shard_split = {sh.shard_id: sh.split for sh in shards or []}  # "test" | "probe" (ufdg)
         for sh in shards or []:
@@ -197,7 +206,7 @@ class ClientWorker:
             ctx = ClientContext(model=self.model, data=train, cfg=self.cfg, round=round, client_id=cid,
                                 role=spec.role, generator=gen, device=self.device, payload=payload,
                                 state=self.client_state[cid], augment=self.augment, precision=self.precision,
-                                scaler=grad_scaler(self.device, self.precision))
+                                scaler=grad_scaler(self.device, self.precision), source_bank=self.source_bank)
             for hook in self.hooks:
                 hook.before_train(ctx)
             out = self.method.train(ctx)
@@ -274,14 +283,15 @@ class ClientWorker:
 
     # --- Tune support: actor reuse and checkpoints (fedtune.tune.trial.trainable) ---------------------
     def reconfigure(self, cfg_dict: dict[str, Any], specs: list[ClientSpec], worker_index: int = 0,
-                    shards: list[TargetShard] | None = None) -> dict[str, float]:
+                    shards: list[TargetShard] | None = None,
+                    source_bank: dict[str, np.ndarray] | None = None) -> dict[str, float]:
         """Become the worker of another run in this same process (Tune ``reuse_actors``).
 
         Runs the constructor again: the new config, clients, data, shards and model (built from the
         new seed), fresh per-client state. Only the process, its imports (torch) and its resources
         are kept, so the new run computes exactly what a freshly started worker would. Returns the
         new start-up stamps."""
-        self.__init__(cfg_dict, specs, worker_index, shards)
+        self.__init__(cfg_dict, specs, worker_index, shards, source_bank=source_bank)
         return dict(self.startup)
 
     def get_client_state(self) -> dict[int, dict[str, Any]]:

@@ -94,6 +94,9 @@ class ClientContext:
     # a step function that needs more than ``(x, y)`` of its rows reads them here
     # (``data.domains[rows]``: each example's domain, for methods that compare domains in a batch).
     rows: torch.Tensor | None = None
+    # Every source client's training examples (the run's plan; read un-augmented): set only for a
+    # method that declares ``needs_source_bank`` (FedDG samples amplitude spectra from it).
+    source_bank: ClientData | None = None
 
     @property
     def num_examples(self) -> int:
