@@ -171,8 +171,12 @@ MOVED_NAMES: dict[str, str] = {
     **_moved("fedtune.algorithms", "fedtune.algorithms.client.simclr", "SimCLR", "GalaSimCLR"),
     # issue 28: the modules fedtune.algorithms.client and .server became packages
     **_moved("fedtune.algorithms.client", "fedtune.algorithms.client.method", "StepFunction", "RecordStep", "Augment",
-             "ClientData", "ClientContext", "ClientOutcome", "local_steps", "effective_batch_size",
-             "batch_size_note", "batches_per_epoch", "batches", "descend", "ClientMethod", "SGD"),
+             "ClientData", "ClientContext", "ClientOutcome", "batches", "descend", "ClientMethod", "SGD"),
+    **_moved("fedtune.algorithms.client", "fedtune.algorithms.client.steps", "local_steps", "effective_batch_size",
+             "batch_size_note", "batches_per_epoch"),
+    # the step counts left the client methods' module for a torch-free one (the trial actor loads no torch)
+    **_moved("fedtune.algorithms.client.method", "fedtune.algorithms.client.steps", "effective_batch_size",
+             "batch_size_note", "batches_per_epoch"),
     **_moved("fedtune.algorithms.server", "fedtune.algorithms.server.rule", "RoundInfo", "AggregateResult",
              "ServerRule", "FedAvg"),
     # names docs/ used in modules that moved, where they are not in the module's new home

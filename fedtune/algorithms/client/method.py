@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Iterator, NoReturn, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ from torch.nn import functional as F
 from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client.optim import LocalSGD, local_optimizer
 from fedtune.algorithms.client.steps import local_steps
+from fedtune.old_names import old_name_error
 from fedtune.algorithms.client.precision import autocast, autocast_off
 
 # One training step on a mini-batch (inputs x, labels y, on the device) -> its training loss.
@@ -240,3 +241,9 @@ class SGD(ClientMethod):
         model, opt = ctx.model, self.start_round(ctx)
         return self.local_loop(
             ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step))
+
+
+def __getattr__(name: str) -> NoReturn:
+    """A name that left this module (the step counts, for :mod:`fedtune.algorithms.client.steps`)
+    raises one line naming its new home."""
+    raise old_name_error(__name__, name)
