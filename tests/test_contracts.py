@@ -56,7 +56,8 @@ TINY = {"num_clients": 4, "participation": 0.5, "local_steps": 2, "batch_size": 
 # what happens every few steps (an augmenter update, the end of a warm-up) inside the run. A value
 # is set only where the run's components declare the name.
 EXERCISE = {"simclr_proj_dim": 4, "fedsr_z_dim": 4, "gfm_interval": TINY["local_steps"],
-            "fishr_anneal_iters": TINY["local_steps"]}
+            "fishr_anneal_iters": TINY["local_steps"], "fedadg_noise": 4, "fedadg_latent": 8,
+            "fedadg_disc_width": 8}
 
 
 def dataset_for(client_method: str) -> str:

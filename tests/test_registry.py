@@ -202,6 +202,7 @@ SIDE_JOBS = [
     ({"algorithm": "fishr"}, {"fishr_variance": [5]}, "FishrServer FedAvg fishr_mean_variance"),
     # the plan below: domains ("d", "t"), the clients train on "d" (id 0)
     ({"algorithm": "afl", "afl_lambda_lr": 0.1}, {"afl.loss_sum": [2], "afl.count": [2]}, "AFLServer FedAvg afl.lambda"),
+    ({"algorithm": "fedadg"}, {"fedadg.generator": [6]}, "FedADGServer FedAvg fedadg.generator"),
 ]
 
 SIDE_CHILD = CHILD.split("\nfor line in sys.stdin:")[0] + r'''

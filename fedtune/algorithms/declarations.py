@@ -184,6 +184,28 @@ FEDDG_RATIO_HIGH = HParam("feddg_ratio_high", 1.0, "FedDG: upper end of the inte
 FEDDG_WINDOW = HParam("feddg_window", "centred", "FedDG low-frequency square: centred (clipped to the spectrum) or "
                       "bai (Bai et al.'s slicing: for a window above about 1/2 its start goes negative and counts from "
                       "the end, an off-centre block)", "choice", choices=("centred", "bai"), variant=True)
+FEDADG_ALPHA = HParam("fedadg_alpha", 0.15, "FedADG: weight of the (label-smoothed) cross-entropy against the "
+                      "feature alignment (1 - alpha) in the adversarial steps (Bai et al.'s hparam1: 0.15, 0.1)",
+                      lo=0.0, hi=1.0, search={**_uniform(0.05, 0.5, 0.15), "help": "cross-entropy weight"})
+FEDADG_EPOCHS = HParam("fedadg_epochs", 1, "FedADG: passes of adversarial steps over the client's data after its "
+                       "local_steps of plain cross-entropy (Bai et al.'s hparam2: 1; 0 = FedAvg's local training)",
+                       kind="int", lo=0)
+FEDADG_GEN_LR = HParam("fedadg_gen_lr", 1e-4, "FedADG generator's SGD learning rate (momentum 0.9, weight decay "
+                       "1e-5; Bai et al.'s hparam3: 1e-4 to 1e-3)", lo=0.0,
+                       search={**_log(1e-5, 1e-2, 1e-4), "help": "generator learning rate"})
+FEDADG_DISC_LR = HParam("fedadg_disc_lr", 1e-4, "FedADG discriminator's SGD learning rate (momentum 0.9, weight "
+                        "decay 1e-5; Bai et al.'s hparam4: 1e-4 to 1e-3)", lo=0.0,
+                        search={**_log(1e-5, 1e-2, 1e-4), "help": "discriminator learning rate"})
+FEDADG_NOISE = HParam("fedadg_noise", 1024, "FedADG generator's noise inputs (Bai et al.'s hparam5: 1024)",
+                      kind="int", lo=1)
+FEDADG_LATENT = HParam("fedadg_latent", 4096, "FedADG generator's hidden width (Bai et al.'s GeneDistrNet: 4096)",
+                       kind="int", lo=1)
+FEDADG_DISC_WIDTH = HParam("fedadg_disc_width", 1024, "FedADG discriminator's width: its projection and hidden "
+                           "layer (Bai et al.'s Discriminator: 1024 and 1024)", kind="int", lo=1)
+FEDADG_VARIANT = HParam("fedadg_variant", "fixed", "FedADG: fixed = the generator trains on its loss and the model "
+                        "returns to training mode after the discriminator's step; bai = Bai et al.'s code as it is "
+                        "(the generator's output is detached, so it never trains; the encoder stays in eval mode)",
+                        "choice", choices=("fixed", "bai"), variant=True)
 
 # ================================================================== server rules' hyperparameters
 CLIENT_WEIGHTING = HParam("client_weighting", "examples",
@@ -413,6 +435,13 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      "towards those of random images of every source client (images only)",
                      (FEDDG_RATIO_LOW, FEDDG_RATIO_HIGH, FEDDG_WINDOW), check=_check_feddg, needs_source_bank=True,
                      needs_images=True),
+    ClientMethodSpec("fedadg", "fedtune.algorithms.client.fedadg:FedADG",
+                     "FedADG: local SGD, then adversarial steps aligning the encoder features to a federated "
+                     "generator's class-conditional distribution through the client's own discriminator",
+                     (FEDADG_ALPHA, FEDADG_EPOCHS, FEDADG_GEN_LR, FEDADG_DISC_LR, FEDADG_NOISE, FEDADG_LATENT,
+                      FEDADG_DISC_WIDTH, FEDADG_VARIANT),
+                     scales_fp16_gradients=False,  # the discriminator's and generator's steps bypass the scaler
+                     server_side="fedtune.algorithms.server.fedadg:FedADGServer"),
     ClientMethodSpec("afl", "fedtune.algorithms.client.afl:AFL",
                      "AFL: local SGD on sum_d lambda_d R_d over the batch's domains, lambda the server's mixture weights "
                      "over the training domains, moved by projected ascent on each domain's loss (afl_lambda_lr)",
@@ -517,6 +546,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("fedgma", "sgd", "fedgma", ("fdg", "fl"), "FedGMA (Tenison et al.; FedDG benchmark): local SGD, FedAvg's step masked per coordinate by the clients' sign agreement (gma_tau, gma_mask soft|bai)"),
     Preset("afl", "afl", "fedavg", ("fdg", "fl"), "AFL (Mohri et al., agnostic FL; FedDG benchmark): local SGD on the λ-weighted domain risks, the server's domain weights λ ← Proj_simplex(λ + afl_lambda_lr · domain losses), FedAvg"),
     Preset("feddg", "feddg", "fedavg", ("fdg", "fl"), "FedDG (Liu et al., ELCFS's continuous frequency-space interpolation; FedDG benchmark): local SGD on images whose low-frequency amplitudes are interpolated towards other clients' (feddg_ratio_low, feddg_ratio_high), FedAvg"),
+    Preset("fedadg", "fedadg", "fedavg", ("fdg", "fl"), "FedADG (Zhang et al.; FedDG benchmark): local SGD, then the encoder features aligned adversarially to a federated generator's distribution (fedadg_alpha, fedadg_epochs, fedadg_gen_lr, fedadg_disc_lr, fedadg_variant), FedAvg"),
 )}
 
 __all__ = [name for name in dir() if name.isupper() and not name.startswith("_")]

@@ -1,0 +1,64 @@
+"""FedADG's server side: the federated generator (docs/methods.md §24; the client is
+:mod:`fedtune.algorithms.client.fedadg`).
+
+Bai et al.'s ``FedADGServer`` averages the clients' generators with the models' coefficients
+(``len(client) / selected_total_size``). Here each participant returns its generator's parameters
+as one float32 vector (extras :data:`GENERATOR_KEY`); the side keeps their example-weighted mean
+(``p_u``, accumulated in float64 in ascending client id, then float32) and broadcasts it with the
+next round's weights. Round 1 broadcasts none: every client builds the run's initial generator
+from its own seed, the same everywhere. The generator is in the coordinator's checkpoint. Whatever
+the server rule does with the model, the generator is averaged (it is the method's state, not the
+model's). Diagnostic ``fedadg_generator_norm``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fedtune.algorithms.server.side import ServerSide
+
+GENERATOR_KEY = "fedadg.generator"
+"""Payload and extras: the generator's parameters, one float32 vector."""
+
+
+def mean_generator(rows: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
+    """``Σ_u weights[u] · rows[u]`` in float64, in the given order, as float32.
+
+    >>> mean_generator([np.array([1., 2.], np.float32), np.array([3., 4.], np.float32)], np.array([.25, .75]))
+    array([2.5, 3.5], dtype=float32)
+    """
+    if not rows:
+        raise ValueError("FedADG: no generator arrived this round")
+    acc = np.zeros(np.asarray(rows[0]).shape, np.float64)
+    for w, row in zip(np.asarray(weights, np.float64), rows):
+        acc += w * np.asarray(row, np.float64)
+    return acc.astype(np.float32)
+
+
+class FedADGServer(ServerSide):
+    """The example-weighted mean of the participants' generators, broadcast each round."""
+
+    name = "fedadg"
+
+    def __init__(self, cfg: Any, layout: Any, num_clients: int):
+        super().__init__(cfg, layout, num_clients)
+        self.generator: np.ndarray | None = None
+
+    def payload(self, round: int) -> dict[str, np.ndarray]:
+        return {} if self.generator is None else {GENERATOR_KEY: self.generator}
+
+    def update(self, old, new, updates, weights, *, extras, round, info):
+        self.generator = mean_generator([e[GENERATOR_KEY] for e in extras], weights)
+        return new, {"fedadg_generator_norm": float(np.linalg.norm(self.generator.astype(np.float64)))}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": np.zeros(0, np.float32) if self.generator is None else self.generator.copy()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        g = np.asarray(state["generator"], np.float32)
+        self.generator = None if g.size == 0 else g.copy()
+
+
+__all__ = ["FedADGServer", "GENERATOR_KEY", "mean_generator"]
