@@ -15,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+METHODS = REPO / "benchmarks" / "gpu_methods.py"
 DOMAINS = ("art_painting", "cartoon", "photo", "sketch")
 CLASSES = ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person")
 
@@ -145,3 +146,23 @@ def test_smoke_cpu_runs_the_whole_harness_without_ray_or_optuna(tiny_pacs, tmp_p
     assert len(lines) == 5, lines
     assert sum("--child" in ln for ln in lines) == 4
     assert all(ln.endswith("held=[]") for ln in lines), lines
+
+
+# ------------------------------------------------------------------ benchmarks/gpu_methods.py
+def test_gpu_methods_without_a_gpu_says_so_and_on_the_cpu_runs_presets_without_ray(tiny_pacs, tmp_path):
+    out = subprocess.run([sys.executable, str(METHODS)], cwd=REPO, env=_env(), capture_output=True, text=True,
+                         timeout=60)
+    assert (out.returncode, out.stdout) == (0, "gpu_methods: no CUDA GPU here (torch.cuda.is_available() is False); "
+                                               "nothing to check\n"), out.stderr
+    bad = subprocess.run([sys.executable, str(METHODS), "--presets", "fedavg,nope"], cwd=REPO, env=_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stdout.startswith("gpu_methods: --presets nope: not a preset; allowed: ")
+    report = tmp_path / "methods.md"
+    run = subprocess.run([sys.executable, str(METHODS), "--cpu", "--data-root", str(tiny_pacs),
+                          "--image-size", "32", "--model", "cnn", "--rounds", "1", "--local-steps", "1",
+                          "--presets", "feddg,afl", "--out", str(report)], cwd=REPO, env=_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    rows = [line for line in report.read_text().splitlines() if line.startswith("| feddg") or line.startswith("| afl")]
+    assert len(rows) == 2 and all("| completed | cpu |" in r for r in rows), rows
+    assert report.read_text().rstrip().endswith("forbidden modules loaded: none")
