@@ -433,6 +433,8 @@ def test_a_non_finite_loss_is_returned_at_once(method):
     x[:] = float("nan")
     cfg = _cfg(algorithm="fedavg", client_method=method, local_steps=3, batch_size=4)
     ctx = _ctx(_small_cnn(), x, y, cfg)
+    if CLIENT_METHODS.spec(method).needs_source_bank:  # FedDG: the run's source bank (here its own data)
+        ctx.source_bank = ctx.data
     calls = []
     ctx.record_step = lambda params, grads: calls.append(1)
     out = CLIENT_METHODS[method](cfg).train(ctx)

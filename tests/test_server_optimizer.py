@@ -299,6 +299,10 @@ def _rule_case(algorithm: str, **params):
         before = np.empty(14, np.float32)
         weighted_rows(updates, sol.lam * sol.gamma[support], before, base=theta, scale=0.3 / (1 + rule.kappa ** 2),
                       offset=g_fl, rows=support)
+    elif algorithm == "fedgma":  # its masked FedAvg direction (its math: tests/test_fedgma.py)
+        from fedtune.algorithms.server.fedgma import fedgma_direction
+
+        before = old(fused=fedgma_direction(updates, p, rule.tau, rule.mask)[0])
     elif algorithm == "fedgala":
         from fedtune.algorithms.server.gala import gala_global_weights
 
