@@ -84,19 +84,26 @@ def test_resolved_looks_up_each_class_on_first_use():
 # Configs are validated here (validation looks at the client method, so this process may import
 # torch); the child process rebuilds each one as the coordinator does (from_validated) and runs
 # three rounds of fedtune.runtime.coordinator.Coordinator on a fake pool of random float32 states.
-CONFIGS = [
-    {"algorithm": "fedavg"},
+def rule_config(rule: str) -> dict:
+    """A run of server rule ``rule``: a preset pairing it with plain SGD where one exists (else any
+    preset that uses it), in the fda setting for a rule that needs the target client."""
+    uses = [p for p in PRESETS.values() if p.server_rule == rule]
+    preset = next((p for p in uses if p.client_method == "sgd"), uses[0] if uses else None)
+    values = {"algorithm": preset.name} if preset else {"algorithm": "fedavg", "server_rule": rule}
+    return {**values, "setting": "fda" if SERVER_RULES.spec(rule).needs_target_client else "fdg"}
+
+
+# Every registered rule (from the registry: a new rule needs no line here), then the rules' less
+# plain paths (options, not methods).
+VARIANTS = [
     {"algorithm": "fedomg", "omg_kappa": 0.3},
     {"algorithm": "fedomg", "omg_solver": "sgd", "omg_rescale": True},
-    {"algorithm": "fedda", "setting": "fda"},
     {"algorithm": "fedgp", "setting": "fda", "gp_beta": "auto", "local_steps": 3},
-    {"algorithm": "target-only", "setting": "fda"},
-    {"algorithm": "fedgala"},
     {"algorithm": "fedgala", "gala_weights": "whole", "gala_mix": 0.5},
-    {"algorithm": "fedga"},
     {"algorithm": "fedomg", "server_optimizer": "adam", "global_lr": 0.01},
     {"algorithm": "fedgma", "gma_mask": "bai"},
 ]
+CONFIGS = [rule_config(rule) for rule in SERVER_RULES] + VARIANTS
 
 CHILD = r'''
 import json, sys
@@ -177,8 +184,9 @@ def test_the_coordinator_runs_every_server_rule_without_torch():
                          text=True, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.split("\n")[:-1]
-    assert [line.split()[0] for line in lines] == ["FedAvg", "FedOMG", "FedOMG", "FedDA", "FedGP", "TargetOnly",
-                                                   "Gala", "Gala", "FedGA", "FedOMG", "FedGMA"]
+    classes = [SERVER_RULES.spec(FederatedRunConfig.from_dict(v).resolved.server_rule_name).where.split(":")[1]
+               for v in CONFIGS]
+    assert [line.split()[0] for line in lines] == classes
     assert all(line.split()[1:] == ["False", "False"] for line in lines), lines
 
 
