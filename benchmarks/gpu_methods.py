@@ -52,7 +52,7 @@ def options(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = options(argv)
-    from fedtune.algorithms.declarations import PRESETS
+    from fedtune.algorithms.presets import PRESETS
 
     unknown = [n for n in (a.presets.split(",") if a.presets else []) if n and n not in PRESETS]
     if unknown:

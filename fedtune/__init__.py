@@ -35,7 +35,7 @@ from fedtune.old_names import install_finder, old_name_error
 
 if TYPE_CHECKING:  # for type checkers; at run time each name loads on first use (__getattr__)
     from fedtune.algorithms import CLIENT_METHODS, SERVER_OPTIMIZERS, SERVER_RULES
-    from fedtune.algorithms.declarations import PRESETS
+    from fedtune.algorithms.presets import PRESETS
     from fedtune.config import FederatedRunConfig
     from fedtune.data.registry import list_datasets
     from fedtune.errors import ConfigError
@@ -61,7 +61,7 @@ _HOMES: dict[str, str] = {
     "fedtune_trainable": "fedtune.tune.trial.trainable",
     "ArrowCallback": "fedtune.tune.trial.callback",
     # registries
-    "PRESETS": "fedtune.algorithms.declarations",
+    "PRESETS": "fedtune.algorithms.presets",
     "CLIENT_METHODS": "fedtune.algorithms",
     "SERVER_RULES": "fedtune.algorithms",
     "SERVER_OPTIMIZERS": "fedtune.algorithms",

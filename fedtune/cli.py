@@ -188,7 +188,7 @@ def cmd_algorithms() -> int:
     from rich.table import Table
 
     from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES
-    from fedtune.algorithms.declarations import PRESETS
+    from fedtune.algorithms.presets import PRESETS
 
     console = Console()
     table = Table(title="algorithms (--algorithm NAME)")

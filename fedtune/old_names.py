@@ -174,6 +174,8 @@ MOVED_NAMES: dict[str, str] = {
              "ClientData", "ClientContext", "ClientOutcome", "batches", "descend", "ClientMethod", "SGD"),
     **_moved("fedtune.algorithms.client", "fedtune.algorithms.client.steps", "local_steps", "effective_batch_size",
              "batch_size_note", "batches_per_epoch"),
+    # the named algorithms left the components' declarations for a module of their own
+    **_moved("fedtune.algorithms.declarations", "fedtune.algorithms.presets", "PRESETS"),
     # the step counts left the client methods' module for a torch-free one (the trial actor loads no torch)
     **_moved("fedtune.algorithms.client.method", "fedtune.algorithms.client.steps", "effective_batch_size",
              "batch_size_note", "batches_per_epoch"),

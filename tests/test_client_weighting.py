@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedtune.algorithms import SERVER_RULES
-from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.presets import PRESETS
 from fedtune.algorithms.server.aggregate import fedavg_weights
 from fedtune.algorithms.server.rule import RoundInfo
 from fedtune.config import FederatedRunConfig

@@ -36,7 +36,8 @@ import pytest
 from fedtune.algorithms import (ALL_SETTINGS, CLIENT_METHODS, SERVER_OPTIMIZERS, SERVER_RULES, Resolved, all_hparams,
                                 resolve_names)
 from fedtune.algorithms.base import HParam
-from fedtune.algorithms.declarations import GFM_INTERVAL, PRESETS
+from fedtune.algorithms.declarations import GFM_INTERVAL
+from fedtune.algorithms.presets import PRESETS
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.runtime import driver

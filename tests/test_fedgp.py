@@ -7,7 +7,7 @@ import pytest
 
 from fedtune.algorithms.declarations import GP_ALIGN, GP_BETA
 from fedtune.algorithms import SERVER_RULES
-from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.presets import PRESETS
 from fedtune.algorithms.server.fedgp import (FedDA, FedGP, TargetOnly, align_source_magnitude, alignment_factor,
                                      combine_with_target, fedgp_combine, proj_plus, proj_plus_per_tensor)
 from fedtune.algorithms.server.fedgp_auto_beta import auto_beta, auto_beta_estimates, beta_from, source_step_scales

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from fedtune.algorithms import CLIENT_METHODS, SERVER_SIDES, own_knobs
-from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.presets import PRESETS
 from fedtune.algorithms.client.method import ClientContext, batches
 from fedtune.algorithms.client.fediir import FedIIR, round_gradient_sum
 from fedtune.algorithms.server.fediir import BATCHES_KEY, GRAD_SUM_KEY, FedIIRServer

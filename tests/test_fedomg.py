@@ -11,7 +11,7 @@ import pytest
 import fedtune.algorithms.server.fedomg as fedomg_mod
 from fedtune.algorithms.declarations import OMG_KAPPA, OMG_RESCALE, OMG_SOLVER
 from fedtune.algorithms import SERVER_RULES, resolve
-from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.presets import PRESETS
 from fedtune.algorithms.server.aggregate import fedavg_step, fedavg_weights, weighted_sum
 from fedtune.algorithms.server.fedomg import FedOMG, fedomg_direction, fedomg_step, gram_matrix
 from fedtune.algorithms.server.fedomg_solvers import (_norm_floor, cosines, omg_objective, omg_solution, solve_omg_exact,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedtune.algorithms import CLIENT_METHODS, own_knobs
-from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.presets import PRESETS
 from fedtune.algorithms.client.method import SGD, ClientContext
 from fedtune.algorithms.client.fedsr import PRIOR_STATE_KEYS, FedSR
 from fedtune.config import FederatedRunConfig

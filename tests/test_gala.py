@@ -12,7 +12,7 @@ import torch
 from fedtune.algorithms.declarations import GALA_GATE, GALA_ITERS, GALA_MIX, GALA_TAU, GALA_WEIGHTS
 from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES, SERVER_SIDES
-from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.presets import PRESETS
 from fedtune.algorithms.server.aggregate import fedavg_step
 from fedtune.algorithms.client.method import SGD, ClientContext
 from fedtune.algorithms.server.rule import RoundInfo

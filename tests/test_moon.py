@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from fedtune.algorithms import CLIENT_METHODS
-from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.presets import PRESETS
 from fedtune.algorithms.client.method import ClientContext
 from fedtune.algorithms.client.moon import STATE_KEY, FeatureTap, model_contrastive_loss
 from fedtune.config import FederatedRunConfig

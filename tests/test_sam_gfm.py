@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedtune.algorithms.declarations import GFM_INTERVAL, PRESETS, SAM_RHO
+from fedtune.algorithms.declarations import GFM_INTERVAL, SAM_RHO
+from fedtune.algorithms.presets import PRESETS
 from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import CLIENT_METHODS, all_hparams
 from fedtune.algorithms.client.method import ClientContext

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from fedtune.algorithms import CLIENT_METHODS, SERVER_OPTIMIZERS, SERVER_SIDES
-from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.presets import PRESETS
 from fedtune.algorithms.server.aggregate import fedavg_step, fedavg_weights, weighted_sum
 from fedtune.algorithms.client.method import ClientContext
 from fedtune.algorithms.client.feddyn import STATE_KEY as DYN_KEY, DynamicRegulariser

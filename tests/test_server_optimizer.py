@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedtune.algorithms import SERVER_OPTIMIZERS, SERVER_RULES
-from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.presets import PRESETS
 from fedtune.algorithms.declarations import SERVER_V_START
 from fedtune.algorithms.server.rule import RoundInfo
 from fedtune.algorithms.server.optimizer import FedAdagrad, FedAdam, FedAvgM, FedYogi, ServerOptimizer

@@ -10,7 +10,7 @@ import torch
 
 from fedtune.runtime.examples import TensorExamples
 from fedtune.algorithms import CLIENT_METHODS, SERVER_SIDES, resolve
-from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.presets import PRESETS
 from fedtune.algorithms.client.method import ClientContext
 from fedtune.algorithms.client.simclr import (
     GalaSimCLR,

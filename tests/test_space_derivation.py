@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from fedtune.algorithms import SERVER_OPTIMIZERS, SERVER_RULES
-from fedtune.algorithms.declarations import PRESETS
+from fedtune.algorithms.presets import PRESETS
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.spaces import derive, shared

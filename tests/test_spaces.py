@@ -17,7 +17,7 @@ import fedtune  # noqa: E402
 from fedtune import algorithms  # noqa: E402
 from fedtune.algorithms import SERVER_OPTIMIZERS  # noqa: E402
 from fedtune.algorithms.base import Preset  # noqa: E402
-from fedtune.algorithms.declarations import PRESETS  # noqa: E402
+from fedtune.algorithms.presets import PRESETS  # noqa: E402
 from fedtune.algorithms.base import ClientMethodSpec, HParam  # noqa: E402
 from fedtune.algorithms.client.method import SGD  # noqa: E402
 from fedtune.errors import ConfigError

@@ -69,7 +69,7 @@ def _names(constants: Mapping[str, Any]) -> tuple[Any, Any, Any] | None:
     """(preset, client method spec, server rule spec) of ``constants``; None for unknown names
     (the config's own check then says which)."""
     from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES, resolve_names
-    from fedtune.algorithms.declarations import PRESETS
+    from fedtune.algorithms.presets import PRESETS
 
     algorithm = constants.get("algorithm")
     if algorithm not in PRESETS:

@@ -114,7 +114,7 @@ def list_spaces() -> list[str]:
     >>> "fedavg" in list_spaces(), "simclr" in list_spaces()
     (True, True)
     """
-    from fedtune.algorithms.declarations import PRESETS
+    from fedtune.algorithms.presets import PRESETS
 
     names = {p.stem for d in _search_dirs() if d.is_dir() for p in d.glob("*.yaml")}
     return sorted(names | set(PRESETS))
@@ -148,7 +148,7 @@ def load_space(path_or_name: str | os.PathLike[str]) -> SearchSpace:
     elif os.sep in text or "/" in text or as_path.suffix in (".yaml", ".yml"):
         raise ConfigError(f"search space file '{text}' does not exist")
     else:
-        from fedtune.algorithms.declarations import PRESETS
+        from fedtune.algorithms.presets import PRESETS
 
         expected = text
         found = [d / f"{text}.yaml" for d in _search_dirs() if (d / f"{text}.yaml").is_file()]

@@ -261,7 +261,7 @@ def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
 
 
 def _preset_description(algorithm: str) -> str:
-    from fedtune.algorithms.declarations import PRESETS
+    from fedtune.algorithms.presets import PRESETS
 
     return PRESETS[algorithm].description
 

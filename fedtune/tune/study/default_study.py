@@ -37,7 +37,7 @@ def is_default_study(opts: SweepOptions) -> bool:
 def apply_default_study(opts: SweepOptions) -> SweepOptions:
     """The no-argument study: :data:`DEFAULT_STUDY` on the algorithms of :data:`DEFAULT_ALGORITHMS`
     that are registered and have a search space."""
-    from fedtune.algorithms.declarations import PRESETS
+    from fedtune.algorithms.presets import PRESETS
     from fedtune.spaces.lookup import list_spaces
 
     spaces = set(list_spaces())

@@ -159,7 +159,7 @@ def _default_name() -> str:
 
 def _load_spaces(opts: SweepOptions) -> list[Any]:
     """The search spaces of the study: the SPACE files, else one per ``--algorithm``."""
-    from fedtune.algorithms.declarations import PRESETS
+    from fedtune.algorithms.presets import PRESETS
     from fedtune.spaces.lookup import load_space
 
     for a in opts.algorithms:
