@@ -37,10 +37,9 @@ from typing import Any
 import numpy as np
 
 from fedtune.algorithms.base import RunConfig
-from fedtune.algorithms.declarations import CLIENT_WEIGHTING, GMA_MASK, GMA_TAU
-from fedtune.algorithms.server.aggregate import (BLOCK, check_updates, fedavg_buffers, mean_weights, server_step,
-                                                weighted_sum)
-from fedtune.algorithms.server.rule import AggregateResult, ServerRule
+from fedtune.algorithms.declarations import GMA_MASK, GMA_TAU
+from fedtune.algorithms.server.aggregate import BLOCK, check_updates, mean_weights, server_step, weighted_sum
+from fedtune.algorithms.server.rule import AggregateResult, FedAvg
 
 
 def agreement(updates: np.ndarray, block: int = BLOCK) -> np.ndarray:
@@ -99,9 +98,10 @@ def fedgma_direction(updates: np.ndarray, weights: np.ndarray, tau: float, mask:
     return g, m, agree
 
 
-class FedGMA(ServerRule):
+class FedGMA(FedAvg):
     """FedGMA (docs/methods.md §21): ``θ ← θ + global_lr · m ⊙ Σ_u w_u Δ_u``, ``m`` from the clients'
-    sign agreement (``gma_tau``, ``gma_mask``); buffers averaged with the same ``w``."""
+    sign agreement (``gma_tau``, ``gma_mask``); FedAvg's weights ``w`` (``client_weighting``) and
+    its buffers."""
 
     name = "fedgma"
 
@@ -109,10 +109,6 @@ class FedGMA(ServerRule):
         super().__init__(cfg, layout)
         self.tau = float(GMA_TAU.of(cfg))
         self.mask = GMA_MASK.of(cfg)
-        self.weighting = CLIENT_WEIGHTING.of(cfg)
-
-    def aggregate_buffers(self, buffers, client_buffers, weights, *, info):
-        return fedavg_buffers(client_buffers, mean_weights(weights, self.weighting))
 
     def aggregate(self, params, updates, weights, *, extras, round, info):
         d, m, agree = fedgma_direction(updates, mean_weights(weights, self.weighting), self.tau, self.mask,
