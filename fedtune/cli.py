@@ -71,9 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
                                         "accuracy tables, STUDY_DIR/report.md, PNG plots in STUDY_DIR/plots/. "
                                         "Works while the study is still running.")
     report.add_argument("study_dir", metavar="STUDY_DIR", help="study directory, e.g. fedtune_results/default")
-    report.add_argument("--selection", choices=["val", "target-val", "oracle"],
-                        help="val: by source validation (honest); target-val (fda): by the target client's "
-                             "held-out labels; oracle: by a held-out slice of the target, last round (labelled "
+    from fedtune.results.selection import PROTOCOLS
+
+    report.add_argument("--selection", choices=list(PROTOCOLS),
+                        help="val: by source validation (honest; with split_scheme the file's ID validation); "
+                             "target-val (fda): by the target client's held-out labels; ood-val (split_scheme): "
+                             "by the split file's OOD validation domain; oracle: by a held-out slice of the target, last round (labelled "
                              "oracle); default: STUDY_DIR/study.json's, else val")
     report.add_argument("--no-plots", action="store_true", help="skip the PNG plots and Optuna importances")
     return parser
@@ -260,12 +263,12 @@ def add_sweep_parser(sub: Any) -> Any:
                    help="Optuna sampler (seeded; nsga2: multi-objective); default tpe")
     p.add_argument("--metric", metavar="NAME[,NAME]",
                    help="objective metric(s), first = selection metric (its protocol: val_acc/val_loss -> val, "
-                        "target_val_acc/target_val_loss -> target-val, oracle_acc/oracle_loss -> oracle); default "
-                        "the protocol's accuracy, "
-                        "with nsga2 also server_s")
+                        "target_val_acc/target_val_loss -> target-val, ood_val_acc/ood_val_loss -> ood-val, "
+                        "oracle_acc/oracle_loss -> oracle); default the protocol's accuracy, with nsga2 also server_s")
     p.add_argument("--selection", choices=SELECTIONS, default=None,
                    help="val (default): by source validation (honest); target-val (fda only): by the target "
-                        "client's held-out labels; oracle: by a held-out slice of the target domain, last round "
+                        "client's held-out labels; ood-val (split_scheme): by the split file's OOD validation "
+                        "domain; oracle: by a held-out slice of the target domain, last round "
                         "(DomainBed's test-domain validation; labelled oracle)")
     p.add_argument("--trial-seeds", type=int, default=None, metavar="K",
                    help="repeat every search K times with other seeds, data seeds and sampler seeds; the report's "

@@ -73,6 +73,7 @@ class FederatedRunConfig:
     num_clients: int = _f(10, "number of clients in the fl setting, and of source clients in fdg/fda/ufdg when domain_homogeneity is set (the fda target client comes on top)", lo=1)
     domain_homogeneity: float | None = _f(None, "fdg/fda/ufdg: spread the source domains over num_clients clients with Bai et al.'s (ICLR 2024) lambda, their code's iid: 1 = homogeneous (every client holds the source-domain proportions), 0.1 = heterogeneous, 0 = each client one domain; null: clients_per_domain clients per source domain (`fedtune partition` shows the split)", lo=0.0, hi=1.0)
     domain_homogeneity_rounding: str = _f("authors", "domain_homogeneity's counts: authors (NonIIDSplitter's: truncate, each domain's leftover examples to the first clients) or largest-remainder (exact; lambda 0 is then exactly one domain per client)", choices=ROUNDINGS)
+    split_scheme: str | None = _f(None, "fdg: the protocol of WILDS and of Bai et al.'s FedDG benchmark instead of leave-one-domain-out: the dataset's split file beside its domain folders (official: metadata.csv; NAME: NAME.csv, e.g. the benchmark's pacs_v1.0 files) names each image's split: train (the clients'), val (OOD validation: ood_val_acc, selection ood-val), test (OOD test: target_acc), id_val (ID validation: val_acc), id_test (id_test_acc); target_domain, val_fraction and oracle_fraction are then unused; null: leave-one-domain-out")
     dirichlet_alpha: float = _f(0.5, "Dirichlet concentration of the fl label skew (smaller = more skew)", lo=0.0, lo_open=True)
     participation: float = _f(1.0, "fraction of clients sampled each round", lo=0.0, hi=1.0, lo_open=True)
     target_fraction: float = _f(0.05, "fda: fraction of the target domain given to the target client as labelled data", lo=0.0, hi=1.0, lo_open=True)
@@ -304,6 +305,17 @@ class FederatedRunConfig:
             resolve_weights(self.model, self.weights)  # the weight set's name, then the head, then the file
             check_replaceable_head(self.model)
             ensure_weights_file(self.model, self.weights)
+        if self.split_scheme is not None:
+            from fedtune.data.split_file import check_scheme
+
+            check_scheme(self.split_scheme)
+            if not is_image_folder(self.dataset):
+                raise ConfigError(f"field 'split_scheme': a split file lists image paths of a folder dataset (folder, "
+                                  f"{', '.join(DOMAINBED)}); dataset {shown(self.dataset)} allows: null")
+            if self.setting not in (None, "fdg"):
+                raise ConfigError(f"field 'split_scheme': {self.split_scheme!r} gives a split file's train / OOD "
+                                  f"validation / OOD test splits, which setting {self.setting!r} does not use; "
+                                  "allowed: setting fdg, or split_scheme null")
         if self.augment == "domainbed" and not is_image_folder(self.dataset):
             raise ConfigError(f"field 'augment': domainbed applies to image-folder datasets (folder, "
                               f"{', '.join(DOMAINBED)}); dataset {shown(self.dataset)} allows: none")

@@ -19,10 +19,12 @@ from fedtune.errors import ConfigError
 # a  val_acc             0.60  0.90  0.70     <- val: a, round 2 (0.90 > b's 0.80)
 #    target_val_acc      0.20  0.30  0.40
 #    oracle_acc          0.95  0.50  0.40     <- the oracle never looks at round 1's 0.95
+#    ood_val_acc         0.10  0.20  0.30
 #    target_acc          0.11  0.12  0.13
 # b  val_acc             0.80  0.50  0.40
 #    target_val_acc      0.70  0.60  0.65     <- target-val: b, round 1
 #    oracle_acc          0.30  0.60  0.55     <- oracle: b, last round (0.55 > a's 0.40)
+#    ood_val_acc         0.35  0.45  0.40     <- ood-val (a split file's): b, round 2
 #    target_acc          0.21  0.22  0.23
 TABLE = pa.table({
     "trial_id": ["a"] * 3 + ["b"] * 3,
@@ -31,6 +33,7 @@ TABLE = pa.table({
     "val_acc": [0.60, 0.90, 0.70, 0.80, 0.50, 0.40],
     "target_val_acc": [0.20, 0.30, 0.40, 0.70, 0.60, 0.65],
     "oracle_acc": [0.95, 0.50, 0.40, 0.30, 0.60, 0.55],
+    "ood_val_acc": [0.10, 0.20, 0.30, 0.35, 0.45, 0.40],
     "target_acc": [0.11, 0.12, 0.13, 0.21, 0.22, 0.23],
 })
 
@@ -38,6 +41,7 @@ EXPECTED = {  # protocol -> (selected trial, its reported round, score, reported
     "val": ("a", 2, 0.90, 0.12),
     "target-val": ("b", 1, 0.70, 0.21),
     "oracle": ("b", 3, 0.55, 0.23),
+    "ood-val": ("b", 2, 0.45, 0.22),
 }
 
 
@@ -66,6 +70,8 @@ def test_report_and_trials_parquet_agree_with_the_protocol(tmp_path):
         store.write_trial(summarize_trial(rows, config={"trial_id": t}, status="completed", error=None,
                                           started_at=None, ended_at=None))
     for protocol, (trial, rnd, score, target) in EXPECTED.items():
+        if protocol == "ood-val":  # needs a split file's trials: tests/test_split_file.py
+            continue
         r = make_report(store.study_dir, selection=protocol, plots=False, write=False)
         (row,) = r.selected.to_dict("records")
         assert (row["trial_id"], row["round"], row["score"], row["target_acc"]) == (trial, rnd, score, target)
@@ -95,7 +101,7 @@ def test_protocols_outside_their_settings_are_clear_errors():
         selection.check_protocol("oracle", "fl")
     with pytest.raises(ConfigError, match="oracle_fraction"):
         selection.check_protocol("oracle", "fdg", oracle_fraction=0.0)
-    with pytest.raises(ConfigError, match="allowed: val, target-val, oracle"):
+    with pytest.raises(ConfigError, match="allowed: val, target-val, ood-val, oracle"):
         selection.check_protocol("best-target")
 
 

@@ -128,6 +128,13 @@ class FederatedPlan:
     # the dataset's domains in its order: a domain's position here is the id clients see for it
     # (fedtune.runtime.examples: Examples.domains); empty for a plan built by hand
     domains: tuple[str, ...] = ()
+    # split_scheme (fedtune.data.split_file): the file's name, and its splits the coordinator scores:
+    # ood_val (its "val" rows: ood_val_acc, selection ood-val), id_val ("id_val": val_acc, selection
+    # val) and id_test ("id_test": id_test_acc); all empty without a split file
+    split_scheme: str | None = None
+    ood_val: Pieces = field(default_factory=dict)
+    id_val: Pieces = field(default_factory=dict)
+    id_test: Pieces = field(default_factory=dict)
 
     @property
     def num_clients(self) -> int:

@@ -24,6 +24,15 @@ Settings (``SETTINGS``):
 * ``ufdg`` - as fdg; the target domain (minus the oracle slice) is split into ``target_probe``
   (``max(1, round(probe_fraction * n_target))``, stratified) and ``target_test`` (rest).
 
+* ``split_scheme`` (fdg only) - the dataset's split file (:mod:`fedtune.data.split_file`; WILDS'
+  and Bai et al.'s protocol) instead of leave-one-domain-out: the file's ``train`` rows are the
+  source clients' training examples (cut as above: ``clients_per_domain`` per domain, or
+  ``domain_homogeneity`` over ``num_clients``, each domain's train rows shuffled by the same
+  per-domain stream), with no per-client validation split (``val_fraction`` unused); ``test`` rows
+  are ``target_test`` (``target_domains``: their domains; no oracle slice, ``oracle_fraction``
+  unused); ``val`` rows ``ood_val``, ``id_val`` rows ``id_val`` and ``id_test`` rows ``id_test``,
+  all scored by the coordinator. ``target_domain`` is unused (the file says what is tested).
+
 **Oracle slice** (fdg/fda/ufdg; DomainBed's test-domain validation): ``target_oracle`` holds
 ``round(oracle_fraction * n_target)`` examples of the target domain (stratified; at least 1
 when ``oracle_fraction > 0``, leaving at least 2 others), drawn from a Generator of
@@ -254,6 +263,32 @@ def _plan_lodo(info, labels, setting, target_domain, clients_per_domain, val_fra
     )
 
 
+def _in_pool(clients: list[ClientSpec], pool: Pieces) -> list[ClientSpec]:
+    """``clients`` cut from positions into ``pool``'s index arrays, mapped back to dataset indices."""
+    def back(pieces: Pieces) -> Pieces:
+        return {d: _sorted(pool[d][idx]) for d, idx in pieces.items()}
+
+    return [ClientSpec(client_id=c.client_id, name=c.name, role=c.role, domain=c.domain,
+                       train=back(c.train), val=back(c.val)) for c in clients]
+
+
+def _plan_split(info, labels, split: dict[str, Pieces], scheme: str, clients_per_domain, participation, seed,
+                homogeneity=None, num_clients=0, rounding="authors") -> FederatedPlan:
+    train = split["train"]
+    sources = [d for d in info.domains if d in train]
+    pool_labels = {d: labels[d][train[d]] for d in sources}
+    if homogeneity is None:
+        clients = _source_clients(info, pool_labels, sources, clients_per_domain, 0.0, seed)
+    else:
+        clients = _homogeneity_clients(pool_labels, sources, num_clients, homogeneity, rounding, 0.0, seed)
+    return FederatedPlan(
+        setting="fdg", clients=tuple(_in_pool(clients, train)), source_domains=tuple(sources),
+        target_domains=tuple(d for d in info.domains if d in split["test"]), target_test=dict(split["test"]),
+        participation=participation, domains=tuple(info.domains), split_scheme=scheme,
+        ood_val=dict(split["val"]), id_val=dict(split["id_val"]), id_test=dict(split["id_test"]),
+    )
+
+
 def _dirichlet_shares(y: np.ndarray, num_clients: int, alpha: float,
                       rng: np.random.Generator) -> list[np.ndarray]:
     classes, inverse = np.unique(y, return_inverse=True)
@@ -336,13 +371,17 @@ def make_plan(
     data_seed: int = 0,
     domain_homogeneity: float | None = None,
     domain_homogeneity_rounding: str = "authors",
+    split: dict[str, Pieces] | None = None,
+    split_scheme: str | None = None,
 ) -> FederatedPlan:
     """Partition ``labels`` (domain -> int64 labels, canonical order) for ``setting``.
 
     ``oracle_fraction`` / ``data_seed``: the oracle slice of the target domain (see the module
     docstring; ignored in fl). ``domain_homogeneity``: None, or lambda in [0, 1] to spread the
     source domains over ``num_clients`` clients (fdg/fda/ufdg; module docstring), counts rounded as
-    ``domain_homogeneity_rounding`` says (:data:`fedtune.data.heterogeneity.ROUNDINGS`)."""
+    ``domain_homogeneity_rounding`` says (:data:`fedtune.data.heterogeneity.ROUNDINGS`). ``split``: the
+    splits :func:`fedtune.data.split_file.read_split_file` read for ``split_scheme`` (setting fdg only;
+    module docstring), None for leave-one-domain-out."""
     if setting not in SETTINGS:
         raise DataError(f"setting {setting!r} is unknown; choose one of: {', '.join(SETTINGS)}")
     clients_per_domain = _check_int("clients_per_domain", clients_per_domain, 1)
@@ -364,6 +403,13 @@ def make_plan(
                         f"{val_fraction} + {test_fraction}")
     homogeneity = _check_homogeneity(domain_homogeneity, domain_homogeneity_rounding, setting, clients_per_domain)
     labels = _check_labels(info, labels)
+    if split is not None:
+        if setting != "fdg":
+            raise ConfigError(f"field 'split_scheme': {split_scheme!r} gives a split file's train / OOD validation / "
+                              f"OOD test splits, which setting {setting!r} does not use; allowed: setting fdg, or "
+                              "split_scheme null")
+        return _plan_split(info, labels, split, split_scheme or "official", clients_per_domain, participation,
+                           seed, homogeneity, num_clients, domain_homogeneity_rounding)
     if setting == "fl":
         return _plan_fl(info, labels, num_clients, float(dirichlet_alpha), val_fraction,
                         test_fraction, participation, seed)

@@ -39,7 +39,9 @@ def partition_json(plan: FederatedPlan, dataset: str, homogeneity: float | None)
             "clients": [{"id": c.client_id, "name": c.name, "role": c.role, "domain": c.domain} for c in plan.clients],
             "train": train.tolist(), "val": val.tolist(),
             "target_test": sum(len(v) for v in plan.target_test.values()),
-            "target_oracle": sum(len(v) for v in plan.target_oracle.values())}
+            "target_oracle": sum(len(v) for v in plan.target_oracle.values()),
+            "split_scheme": plan.split_scheme,
+            **{name: {d: len(v) for d, v in getattr(plan, name).items()} for name in ("ood_val", "id_val", "id_test")}}
 
 
 def partition_lines(plan: FederatedPlan, dataset: str, homogeneity: float | None) -> list[str]:
@@ -56,4 +58,9 @@ def partition_lines(plan: FederatedPlan, dataset: str, homogeneity: float | None
     widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
     for r in [head, *rows]:
         lines.append("  ".join(r[0].ljust(widths[0]) if j == 0 else r[j].rjust(widths[j]) for j in range(len(r))))
+    if plan.split_scheme is not None:  # the file's coordinator-scored splits
+        lines.append(f"split_scheme {plan.split_scheme!r}, scored by the coordinator: " + "; ".join(
+            f"{label} " + (", ".join(f"{d} {len(v)}" for d, v in pieces.items()) or "none")
+            for label, pieces in (("OOD test (target_acc)", plan.target_test), ("OOD val (ood_val_acc)", plan.ood_val),
+                                  ("ID val (val_acc)", plan.id_val), ("ID test (id_test_acc)", plan.id_test))))
     return lines

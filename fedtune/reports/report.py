@@ -137,6 +137,18 @@ def read_variance(study_dir: str | os.PathLike[str]) -> tuple[str | None, int]:
     return ("seeds", k) if k > 1 else (None, 1)
 
 
+def _scheme_for(rounds: pd.DataFrame, setting: str, selection: str) -> str | None:
+    """The split scheme to check ``selection`` against in ``setting``'s rows: ``ood-val`` needs one trial
+    with a split file, ``oracle`` one without (a study may hold both protocols' trials)."""
+    if "split_scheme" not in rounds:
+        return None
+    schemes = rounds.loc[rounds["setting"] == setting, "split_scheme"]
+    named = sorted(str(x) for x in schemes.dropna().unique())
+    if not named or (selection == "oracle" and schemes.isna().any()):
+        return None
+    return named[0]
+
+
 def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = None,
                 plots: bool = True, write: bool = True) -> Report:
     """Summarise the study in ``study_dir``; write ``report.md`` and the plots there.
@@ -160,7 +172,7 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
     rounds = load(study_dir).to_pandas()
     settings = {str(s) for s in rounds["setting"].dropna().unique()} if "setting" in rounds else set()
     for s in sorted(settings):  # target-val outside fda, oracle in fl: a clear error, not an empty table
-        protocol.check_protocol(selection, s)
+        protocol.check_protocol(selection, s, split_scheme=_scheme_for(rounds, s, selection))
     has_trials_file = files.trials.is_file()
     trial_rows = load(study_dir, "trials").to_pandas() if has_trials_file else pd.DataFrame()
     notes: list[str] = []

@@ -141,6 +141,7 @@ def summarise_trials(rounds: pd.DataFrame, trial_rows: pd.DataFrame, selection: 
         row: dict[str, Any] = {"trial_id": tid}
         for c in (*TRIAL_IDENTITY, *hp_cols):
             row[c] = last_value(g[c]) if c in g else None
+        row["split_scheme"] = last_value(g["split_scheme"]) if "split_scheme" in g else None
         cols = [c for c in dict.fromkeys(("round", "status", "val_acc", "target_acc", *protocol.SCORE.values()))
                 if c in g]
         records = [{k: (None if missing(v) else v) for k, v in rec.items()}
@@ -168,10 +169,12 @@ def summarise_trials(rounds: pd.DataFrame, trial_rows: pd.DataFrame, selection: 
                "round": None, "score": math.nan, "val_acc": math.nan, "target_acc": math.nan,
                "rounds_done": 0, "has_trial_row": True, "status": tr.get("status") or "unknown"}
         out.append(row)
-    cols = ["trial_id", *TRIAL_IDENTITY, "status", "rounds_done", "has_trial_row", "round", "score", "val_acc",
-            "target_acc", *hp_cols]
+    cols = ["trial_id", *TRIAL_IDENTITY, "split_scheme", "status", "rounds_done", "has_trial_row", "round", "score",
+            "val_acc", "target_acc", *hp_cols]
     df = pd.DataFrame(out, columns=cols)
-    df["domain"] = [NO_DOMAIN if missing(d) else str(d) for d in df["target_domain"]]
+    # a split file's trials get their own column (the WILDS protocol beside leave-one-domain-out)
+    df["domain"] = [NO_DOMAIN if missing(d) else str(d) if missing(s) else f"{d} ({s})"
+                    for d, s in zip(df["target_domain"], df["split_scheme"])]
     return df.sort_values("trial_id", kind="stable").reset_index(drop=True)
 
 

@@ -72,6 +72,10 @@ _TRIAL_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("best_target_val_acc", pa.float64(), "fda: highest finite `target_val_acc` (the trial's score under selection `target-val`)."),
     ("target_val_round", pa.int64(), "fda: round with the highest `target_val_acc` (earliest on ties): the reported round under `target-val`."),
     ("target_acc_at_best_target_val", pa.float64(), "fda: `target_acc` at `target_val_round`."),
+    ("id_test_acc_at_best_val", pa.float64(), "split_scheme: `id_test_acc` at `best_round` (the ID-validation-selected ID test accuracy, Bai et al.'s `best_id_val_acc`)."),
+    ("best_ood_val_acc", pa.float64(), "split_scheme: highest finite `ood_val_acc` (the trial's score under selection `ood-val`)."),
+    ("ood_val_round", pa.int64(), "split_scheme: round with the highest `ood_val_acc` (earliest on ties): the reported round under `ood-val`."),
+    ("target_acc_at_best_ood_val", pa.float64(), "split_scheme: `target_acc` at `ood_val_round`."),
     ("final_oracle_acc", pa.float64(), "`oracle_acc` of the last evaluated round (the trial's score under selection `oracle`, which reports `final_target_acc`); null for a diverged trial."),
     ("total_wall_s", pa.float64(), "`ended_at - started_at` in seconds, else the sum of the rounds' `wall_s`."),
     ("restarts", pa.int64(), "Sweeps: how many times Ray Tune restarted the trial after a failure (`--max-failures`; e.g. its node was preempted)."),
@@ -126,7 +130,9 @@ def schema_markdown() -> str:
         *table(_ROUND_COLUMNS),
         "",
         "Extra columns follow the core ones, sorted by name, with inferred types: "
-        "`val_acc.<domain>`, `target_acc.<domain>`, `test_acc`, ... (float64); "
+        "`val_acc.<domain>`, `target_acc.<domain>`, `test_acc`, ... (float64); with a split file "
+        "(`split_scheme`) `ood_val_acc`, `ood_val_loss`, `id_test_acc`, `id_test_loss`, `id_test_worst_acc`, "
+        "`target_worst_acc` (the lowest per-domain accuracy) and their `.<domain>` columns; "
         "`hp.<name>` (one per hyperparameter: int64, float64, bool or string; "
         "lists and dicts as JSON strings); `diag.<name>` (float64 or list<float64>). "
         "A column mixing ints and floats is float64; one mixing strings with other values "

@@ -15,6 +15,11 @@ Protocols (:data:`PROTOCOLS`):
     The FDA target client holds out ``val_fraction`` of its labelled sample; the runtime scores
     it as ``target_val_acc`` (never part of ``val_acc``). Reported round: the highest finite
     ``target_val_acc``. Legitimate in FDA: those labels belong to the target client.
+``ood-val`` (a split file's OOD validation; WILDS' and Bai et al.'s ``val`` split)
+    A run with ``split_scheme`` (:mod:`fedtune.data.split_file`) holds out whole validation
+    domain(s) that neither train nor test; the runtime scores them as ``ood_val_acc``. Reported
+    round: the highest finite ``ood_val_acc``. Honest: no target example chooses anything. (Under
+    a split scheme ``val`` is the file's ID validation split, ``id_val``.)
 ``oracle`` (DomainBed's test-domain validation; *not* an honest result)
     A fixed slice of the target domain (``oracle_fraction``, stratified, determined by
     ``data_seed`` only) is held out of the reported target set in every run, whatever the
@@ -51,20 +56,23 @@ __all__ = [
     "is_finite", "objective", "objective_values", "protocol_of_metric", "select", "variance_note",
 ]
 
-PROTOCOLS: tuple[str, ...] = ("val", "target-val", "oracle")
+PROTOCOLS: tuple[str, ...] = ("val", "target-val", "ood-val", "oracle")
 """The selection protocols, honest first."""
 
 DEFAULT = "val"
 
-SCORE: dict[str, str] = {"val": "val_acc", "target-val": "target_val_acc", "oracle": "oracle_acc"}
+SCORE: dict[str, str] = {"val": "val_acc", "target-val": "target_val_acc", "ood-val": "ood_val_acc",
+                         "oracle": "oracle_acc"}
 """The round column each protocol chooses by."""
 
-LOSS: dict[str, str] = {"val": "val_loss", "target-val": "target_val_loss", "oracle": "oracle_loss"}
+LOSS: dict[str, str] = {"val": "val_loss", "target-val": "target_val_loss", "ood-val": "ood_val_loss",
+                        "oracle": "oracle_loss"}
 """The loss on the same examples (a sweep may minimise it instead)."""
 
 LABELS: dict[str, str] = {
     "val": "selection by source validation accuracy (training-domain validation)",
     "target-val": "selection by the FDA target client's validation accuracy (target-val)",
+    "ood-val": "selection by OOD validation accuracy (the split file's held-out validation domain)",
     "oracle": "ORACLE selection by a held-out target slice, last round (test-domain validation; not an honest result)",
 }
 """Words for titles: what chose the reported round and the trial."""
@@ -82,27 +90,38 @@ class Choice(NamedTuple):
 
 
 def check_protocol(protocol: Any, setting: str | None = None, *, oracle_fraction: float | None = None,
-                   val_fraction: float | None = None, field: str = "selection") -> str:
-    """``protocol`` if it is allowed (in ``setting`` when given), else a ConfigError naming the
-    allowed values.
+                   val_fraction: float | None = None, split_scheme: str | None = None,
+                   field: str = "selection") -> str:
+    """``protocol`` if it is allowed (in ``setting`` when given, with ``split_scheme`` when the runs
+    read one), else a ConfigError naming the allowed values.
 
     >>> check_protocol("target-val", "fdg")
     Traceback (most recent call last):
     ...
     fedtune.errors.ConfigError: selection 'target-val' needs setting fda (the target client's held-out labels); setting 'fdg' allows: val, oracle
+    >>> check_protocol("ood-val", "fdg", split_scheme="official")
+    'ood-val'
     """
     if protocol not in PROTOCOLS:
         raise ConfigError(f"{field} {protocol!r} is not allowed; allowed: {', '.join(PROTOCOLS)}")
     if setting is None:
         return protocol
-    allowed = allowed_in(setting)
+    allowed = allowed_in(setting, split_scheme)
     if protocol == "target-val" and setting != "fda":
         raise ConfigError(f"{field} 'target-val' needs setting fda (the target client's held-out labels); "
                           f"setting '{setting}' allows: {', '.join(allowed)}")
+    if protocol == "ood-val" and split_scheme is None:
+        raise ConfigError(f"{field} 'ood-val' needs an OOD validation domain, which only a split file gives (field "
+                          f"'split_scheme', whose 'val' rows are held out as ood_val_acc); setting '{setting}' without "
+                          f"one allows: {', '.join(allowed)}")
+    if protocol == "oracle" and split_scheme is not None:
+        raise ConfigError(f"{field} 'oracle': split_scheme {split_scheme!r} takes its test split from the file, with no "
+                          f"oracle slice; allowed: {', '.join(allowed)}")
     if protocol == "oracle" and setting == "fl":
         raise ConfigError(f"{field} 'oracle' needs a held-out target domain; setting 'fl' has none (its "
                           f"target_acc is the clients' own test splits); allowed: {', '.join(allowed)}")
-    if protocol in ("val", "target-val") and val_fraction is not None and not val_fraction > 0:
+    if (protocol in ("val", "target-val") and split_scheme is None and val_fraction is not None
+            and not val_fraction > 0):
         held = "each source client's" if protocol == "val" else "the target client's"
         raise ConfigError(f"{field} {protocol!r} selects by {held} validation hold-out, but field 'val_fraction' "
                           f"is 0 (no hold-out: nothing would be selectable); allowed: val_fraction in (0, 0.9], "
@@ -113,15 +132,17 @@ def check_protocol(protocol: Any, setting: str | None = None, *, oracle_fraction
     return protocol
 
 
-def allowed_in(setting: str) -> tuple[str, ...]:
-    """The protocols a setting supports.
+def allowed_in(setting: str, split_scheme: str | None = None) -> tuple[str, ...]:
+    """The protocols a setting supports (with a split file: its ID and OOD validation splits).
 
-    >>> allowed_in("fda"), allowed_in("fl")
-    (('val', 'target-val', 'oracle'), ('val',))
+    >>> allowed_in("fda"), allowed_in("fl"), allowed_in("fdg", "official")
+    (('val', 'target-val', 'oracle'), ('val',), ('val', 'ood-val'))
     """
+    if split_scheme is not None:
+        return ("val", "ood-val")
     if setting == "fl":
         return ("val",)
-    return PROTOCOLS if setting == "fda" else ("val", "oracle")
+    return ("val", "target-val", "oracle") if setting == "fda" else ("val", "oracle")
 
 
 def protocol_of_metric(metric: str) -> str | None:

@@ -52,7 +52,9 @@ def summarize_trial(
     :func:`fedtune.results.selection.choose_round`: ``best_round`` / ``best_val_acc`` /
     ``target_acc_at_best_val`` (``val``: the highest finite ``val_acc``, earliest on ties, and
     the target accuracy *at that round*), ``target_val_round`` / ``best_target_val_acc`` /
-    ``target_acc_at_best_target_val`` (``target-val``, fda) and ``final_oracle_acc``
+    ``target_acc_at_best_target_val`` (``target-val``, fda), ``id_test_acc_at_best_val`` (a split file's
+    ID test accuracy at ``best_round``: Bai et al.'s ID number), ``ood_val_round`` / ``best_ood_val_acc`` /
+    ``target_acc_at_best_ood_val`` (``ood-val``, a split file's) and ``final_oracle_acc``
     (``oracle``: the last evaluated round). ``final_*`` are the values of the last round that
     has one (NaN included, so a diverged trial ends in NaN).
     ``hp.*`` columns of the rows (and ``hp.*`` keys or an ``hp`` dict of ``config``) are
@@ -106,6 +108,7 @@ def _reported(ordered: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     val = selection.choose_round(ordered, "val")
     tval = selection.choose_round(ordered, "target-val")
+    ood = selection.choose_round(ordered, "ood-val")
     oracle = selection.choose_round(ordered, "oracle")
 
     def score(c: selection.Choice, v: float) -> float | None:
@@ -120,8 +123,20 @@ def _reported(ordered: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         best_target_val_acc=score(tval, tval.score),
         target_val_round=tval.round,
         target_acc_at_best_target_val=score(tval, tval.target_acc),
+        id_test_acc_at_best_val=_at(ordered, val.round, "id_test_acc"),
+        best_ood_val_acc=score(ood, ood.score),
+        ood_val_round=ood.round,
+        target_acc_at_best_ood_val=score(ood, ood.target_acc),
         final_oracle_acc=score(oracle, oracle.score),
     )
+
+
+def _at(ordered: Sequence[Mapping[str, Any]], rnd: int | None, col: str) -> float | None:
+    """``col`` of round ``rnd`` (None when that round has no value, or there is no round)."""
+    for r in ordered:
+        if rnd is not None and r.get("round") == rnd and r.get(col) is not None:
+            return float(r[col])
+    return None
 
 
 def _total_wall_s(ordered: Sequence[Mapping[str, Any]], start: _dt.datetime | None,

@@ -61,6 +61,12 @@ def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
         check_model_runs(model, info.input_shape, info.num_classes, resolved.client_spec.head(cfg),
                          weights=cfg.weights, pretrained_path=cfg.pretrained_path)
     labels = {d: dataset.labels(d) for d in info.domains}
+    split = None
+    if cfg.split_scheme is not None:
+        from fedtune.data.split_file import read_split_file
+
+        split = read_split_file(dataset.root, cfg.split_scheme, info.domains,
+                                {d: dataset.files(d) for d in info.domains})
     return make_plan(info, labels, setting=setting, target_domain=cfg.target_domain,
                      clients_per_domain=cfg.clients_per_domain, num_clients=cfg.num_clients,
                      dirichlet_alpha=cfg.dirichlet_alpha, participation=cfg.participation,
@@ -68,7 +74,8 @@ def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
                      test_fraction=cfg.test_fraction, probe_fraction=cfg.probe_fraction, seed=cfg.seed,
                      oracle_fraction=cfg.oracle_fraction, data_seed=cfg.data_seed,
                      domain_homogeneity=cfg.domain_homogeneity,
-                     domain_homogeneity_rounding=cfg.domain_homogeneity_rounding)
+                     domain_homogeneity_rounding=cfg.domain_homogeneity_rounding,
+                     split=split, split_scheme=cfg.split_scheme)
 
 
 class FederatedRun:
@@ -280,6 +287,8 @@ def round_row(cfg: FederatedRunConfig, run: FederatedRun, trial_id: str, result)
         "target_domain": ",".join(run.plan.target_domains) or None, "seed": cfg.seed,
         "round": result.round, "status": result.status,
     }
+    if cfg.split_scheme is not None:  # the WILDS protocol's trials: the report gives them their own column
+        row["split_scheme"] = cfg.split_scheme
     row.update(result.metrics)
     for k, v in cfg.hyperparameters().items():
         row[f"hp.{k}"] = v

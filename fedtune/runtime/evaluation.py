@@ -19,7 +19,7 @@ import numpy as np
 
 from fedtune.data.base import FederatedPlan
 from fedtune.runtime.common import EvalCounts
-from fedtune.runtime.messages import EvalReply, FeatureSet, TargetShard
+from fedtune.runtime.messages import SPLIT_FILE_SHARDS, EvalReply, FeatureSet, TargetShard
 
 
 def client_metric_means(p: np.ndarray, client_metrics: list[dict[str, float]]) -> dict[str, float]:
@@ -57,12 +57,18 @@ def eval_metrics(evals: list[EvalReply], plan: FederatedPlan, shards: list[Targe
         by_shard.update(zip(reply.shard_ids, reply.shards))
     target: dict[str, EvalCounts] = {}
     oracle = EvalCounts()
+    named: dict[str, dict[str, EvalCounts]] = {}  # a split file's ood_val / id_val / id_test, by domain
     for sh in shards:  # shard order: layout-independent sums
         if sh.shard_id in by_shard:
             if sh.split == "oracle":
                 oracle.add(by_shard[sh.shard_id])
             elif sh.split == "test":
                 target.setdefault(sh.domain, EvalCounts()).add(by_shard[sh.shard_id])
+            elif sh.split in SPLIT_FILE_SHARDS:
+                named.setdefault(sh.split, {}).setdefault(sh.domain, EvalCounts()).add(by_shard[sh.shard_id])
+    for d in sorted(named.get("id_val", {})):  # a split file's ID validation is the source validation
+        val_all.add(named["id_val"][d])
+        val_dom.setdefault(d, EvalCounts()).add(named["id_val"][d])
     target_val = EvalCounts()
     has_target_client = False
     for cid in sorted(per_client):  # fixed order: sums do not depend on the actor layout
@@ -91,6 +97,36 @@ def eval_metrics(evals: list[EvalReply], plan: FederatedPlan, shards: list[Targe
             tgt.add(target[d])
             out[f"target_acc.{d}"] = target[d].acc
         out["target_acc"], out["target_loss"] = tgt.acc, tgt.loss
+    if getattr(plan, "split_scheme", None) is not None:
+        out.update(_split_file_metrics(target, named))
+    return out
+
+
+def _split_file_metrics(target: dict[str, EvalCounts], named: dict[str, dict[str, EvalCounts]]) -> dict[str, Any]:
+    """A split file's extra metrics (WILDS' ``eval``, groups = domains): ``target_worst_acc`` (the
+    lowest per-domain accuracy of the OOD test split), ``ood_val_acc`` / ``ood_val_loss`` (and
+    ``ood_val_acc.<d>``) and ``id_test_acc`` / ``id_test_loss`` / ``id_test_worst_acc`` (and
+    ``id_test_acc.<d>``); a split the file lacks gives no columns.
+
+    >>> a, b = EvalCounts(), EvalCounts()
+    >>> a.correct, a.count, b.correct, b.count = 3, 4, 1, 4
+    >>> _split_file_metrics({"p": a, "s": b}, {})
+    {'target_worst_acc': 0.25}
+    """
+    out: dict[str, Any] = {}
+    if target:
+        out["target_worst_acc"] = min(c.acc for c in target.values())
+    for split in ("ood_val", "id_test"):
+        by_domain = named.get(split, {})
+        if not by_domain:
+            continue
+        total = EvalCounts()
+        for d in sorted(by_domain):
+            total.add(by_domain[d])
+            out[f"{split}_acc.{d}"] = by_domain[d].acc
+        out[f"{split}_acc"], out[f"{split}_loss"] = total.acc, total.loss
+        if split == "id_test":
+            out["id_test_worst_acc"] = min(c.acc for c in by_domain.values())
     return out
 
 

@@ -68,10 +68,13 @@ class TargetShard:
     domain: str
     indices: np.ndarray
     split: str = "test"  # "test": target-test data; "probe": ufdg's labelled target-probe split;
-    # "oracle": the oracle slice of the target domain (oracle_acc, never part of target_acc)
+    # "oracle": the oracle slice of the target domain (oracle_acc, never part of target_acc);
+    # a split file's (fedtune.data.split_file) "ood_val", "id_val" and "id_test" splits
 
 
 SHARD_SIZE = 512
+SPLIT_FILE_SHARDS = ("ood_val", "id_val", "id_test")
+"""The coordinator-scored splits of a split file (plan fields and shard ``split`` names)."""
 
 
 def target_shards(target_test: dict[str, np.ndarray], shard_size: int = SHARD_SIZE) -> list[TargetShard]:
@@ -87,11 +90,14 @@ def eval_shards(plan: Any, shard_size: int = SHARD_SIZE) -> list[TargetShard]:
     """Every shard the workers evaluate: the target-test shards (ids ``0..k-1``, exactly
     :func:`target_shards` of ``plan.target_test``) followed by ``plan.target_probe`` (ufdg's
     labelled probe split, empty elsewhere) cut the same way, with ``split="probe"``, then
-    ``plan.target_oracle`` (the oracle slice, empty in fl) with ``split="oracle"``. Every kind
-    is spread over the workers like test shards; the coordinator reassembles them in shard order."""
+    ``plan.target_oracle`` (the oracle slice, empty in fl) with ``split="oracle"``, then a split
+    file's ``plan.ood_val``, ``plan.id_val`` and ``plan.id_test`` (empty without one) with their
+    names. Every kind is spread over the workers like test shards; the coordinator reassembles them
+    in shard order."""
     shards = target_shards(plan.target_test, shard_size)
     for split, pieces in (("probe", getattr(plan, "target_probe", None)),
-                          ("oracle", getattr(plan, "target_oracle", None))):
+                          ("oracle", getattr(plan, "target_oracle", None)),
+                          *((name, getattr(plan, name, None)) for name in SPLIT_FILE_SHARDS)):
         for sh in target_shards(pieces or {}, shard_size):
             shards.append(TargetShard(len(shards), sh.domain, sh.indices, split))
     return shards

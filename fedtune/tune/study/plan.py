@@ -296,7 +296,8 @@ def _target_searches(opts: SweepOptions, space: Any, target: str | None, base: M
                           f"pools every domain, so all {n_targets} searches would be the same search; "
                           "allowed: one --target-domain (or none) with setting fl, or --set setting=fdg")
     _protocol.check_protocol(opts.protocol(), run_plan.setting, oracle_fraction=cfg.oracle_fraction,
-                             val_fraction=cfg.val_fraction, field="option '--selection':")
+                             val_fraction=cfg.val_fraction, split_scheme=cfg.split_scheme,
+                             field="option '--selection':")
     out = []
     for k in range(opts.trial_seeds):  # k >= 1: the whole search again, other seeds (DomainBed)
         rep = Search(space.algorithm, target, space.source, per_target=search.per_target, trial_seed=k)
