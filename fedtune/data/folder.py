@@ -100,7 +100,73 @@ def decode_image(path: Path, size: int, out: np.ndarray) -> None:
     out[...] = pixels
 
 
-class ImageFolderDataset(DomainDataset):
+class CachedImageDataset(DomainDataset):
+    """Images listed per domain (``files``: paths relative to ``root``, canonical order) with their
+    labels, decoded once per node into the image cache; subclasses list them (:class:`ImageFolderDataset`
+    from folders, :class:`fedtune.data.wilds_sets.WildsImageDataset` from the ``wilds`` package) and may
+    decode differently (:meth:`_decoder`)."""
+
+    root: Path
+    image_size: int
+    _files: dict[str, list[str]]
+    _labels: dict[str, np.ndarray]
+
+    def _init_cache(self, cache_dir, cache_key: str, cache_wait_s: float, image_size: int | None,
+                    default_size: int = 0) -> None:
+        self.cache_dir = resolve_cache_dir(cache_dir)
+        self.cache_key, self.cache_wait_s = cache_key, float(cache_wait_s)
+        self._pixels: dict[str, ImageMap] = {}
+        self.image_size = (default_size or DEFAULT_IMAGE_SIZE) if image_size is None else int(image_size)
+        if self.image_size < 1:
+            raise DataError(f"image_size must be a positive integer, got {image_size!r}")
+
+    def files(self, domain: str) -> list[str]:
+        """Paths of ``domain``'s images relative to the dataset's root (folders: ``<class>/<file>``
+        under the domain's folder), in canonical order."""
+        self.check_domain(domain)
+        return list(self._files[domain])
+
+    def labels(self, domain: str) -> np.ndarray:
+        self.check_domain(domain)
+        return self._labels[domain].copy()
+
+    def _decoder(self, domain: str):
+        """``fn(i, out)`` writing image ``i`` of ``domain`` into ``out`` (``(S, S, 3)`` uint8)."""
+        files, s, base = self._files[domain], self.image_size, self._file_root(domain)
+        return lambda i, out: decode_image(base / files[i], s, out)
+
+    def _file_root(self, domain: str) -> Path:
+        """The folder ``files(domain)`` are relative to."""
+        return self.root / domain
+
+    def pixels(self, domain: str) -> ImageMap:
+        """``domain``'s images mapped read-only from the node's cache (``.array``: uint8
+        ``(N, S, S, 3)``, canonical order; decoded on first use on this node; see
+        :mod:`fedtune.data.cache`)."""
+        self.check_domain(domain)
+        if domain not in self._pixels:
+            self._pixels[domain] = cached_images(self.cache_entry(domain), self._decoder(domain),
+                                                 wait_s=self.cache_wait_s)
+        return self._pixels[domain]
+
+    def cache_entry(self, domain: str) -> CacheEntry:
+        """Where ``domain``'s decoded images live in the cache (its key read from the files now)."""
+        self.check_domain(domain)
+        return cache_entry(self.cache_dir, dataset=self.info.name, domain=domain, root=self._file_root(domain),
+                           files=self._files[domain], image_size=self.image_size, key_mode=self.cache_key)
+
+    def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.check_domain(domain)
+        idx = self.check_indices(domain, indices, len(self._files[domain]))
+        out = self.pixels(domain).read(idx).astype(np.float32)
+        out /= 255.0
+        out -= IMAGENET_MEAN
+        out /= IMAGENET_STD
+        x = np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+        return x, self._labels[domain][idx].copy()
+
+
+class ImageFolderDataset(CachedImageDataset):
     """``ROOT/<domain>/<class>/<image>``; see the module docstring."""
 
     def __init__(
@@ -115,12 +181,7 @@ class ImageFolderDataset(DomainDataset):
         cache_wait_s: float = DEFAULT_WAIT_S,
     ):
         self.root = Path(root)
-        self.cache_dir = resolve_cache_dir(cache_dir)
-        self.cache_key, self.cache_wait_s = cache_key, float(cache_wait_s)
-        self._pixels: dict[str, ImageMap] = {}
-        self.image_size = DEFAULT_IMAGE_SIZE if image_size is None else int(image_size)
-        if self.image_size < 1:
-            raise DataError(f"image_size must be a positive integer, got {image_size!r}")
+        self._init_cache(cache_dir, cache_key, cache_wait_s, image_size)
         hint = layout_hint or f"{self.root}/<domain>/<class>/<image>"
         expected = (
             f"expected the layout {hint} (images: {', '.join(IMAGE_EXTENSIONS)})"
@@ -172,40 +233,3 @@ class ImageFolderDataset(DomainDataset):
             default_model="cnn",
             default_setting="fdg",
         )
-
-    def files(self, domain: str) -> list[str]:
-        """Relative paths ``<class>/<file>`` of ``domain``'s images, in canonical order."""
-        self.check_domain(domain)
-        return list(self._files[domain])
-
-    def labels(self, domain: str) -> np.ndarray:
-        self.check_domain(domain)
-        return self._labels[domain].copy()
-
-    def pixels(self, domain: str) -> ImageMap:
-        """``domain``'s images mapped read-only from the node's cache (``.array``: uint8
-        ``(N, S, S, 3)``, canonical order; decoded on first use on this node; see
-        :mod:`fedtune.data.cache`)."""
-        self.check_domain(domain)
-        if domain not in self._pixels:
-            files, s, base = self._files[domain], self.image_size, self.root / domain
-            self._pixels[domain] = cached_images(self.cache_entry(domain),
-                                                 lambda i, out: decode_image(base / files[i], s, out),
-                                                 wait_s=self.cache_wait_s)
-        return self._pixels[domain]
-
-    def cache_entry(self, domain: str) -> CacheEntry:
-        """Where ``domain``'s decoded images live in the cache (its key read from the files now)."""
-        self.check_domain(domain)
-        return cache_entry(self.cache_dir, dataset=self.info.name, domain=domain, root=self.root / domain,
-                           files=self._files[domain], image_size=self.image_size, key_mode=self.cache_key)
-
-    def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        self.check_domain(domain)
-        idx = self.check_indices(domain, indices, len(self._files[domain]))
-        out = self.pixels(domain).read(idx).astype(np.float32)
-        out /= 255.0
-        out -= IMAGENET_MEAN
-        out /= IMAGENET_STD
-        x = np.ascontiguousarray(out.transpose(0, 3, 1, 2))
-        return x, self._labels[domain][idx].copy()

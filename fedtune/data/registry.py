@@ -14,6 +14,7 @@ from fedtune.errors import DataError, shown
 
 from .base import DatasetInfo, DomainDataset
 from .cache_lock import DEFAULT_WAIT_S
+from .wilds_sets import WILDS_SETS
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ _ENTRIES: tuple[DatasetEntry, ...] = (
                  "noisy local boundaries; no data root needed", False),
     DatasetEntry("folder", "any image tree DATA_ROOT/<domain>/<class>/<image>", True),
     *(DatasetEntry(n, d, True) for n, (_, d) in DOMAINBED.items()),
+    *(DatasetEntry(n, spec.description, True) for n, spec in WILDS_SETS.items()),
     *(DatasetEntry(n, d, True) for n, d in _TV_DESC.items()),
 )
 _BY_NAME = {e.name: e for e in _ENTRIES}
@@ -109,13 +111,14 @@ def _check_domainbed_layout(name: str, path: Path, info: DatasetInfo) -> None:
 
 
 def is_image_folder(name: str) -> bool:
-    """Whether ``name`` is an image-folder dataset (``folder`` or a DomainBed one): what the
-    decoded-image cache applies to, and DomainBed's augmentation may (``augment: domainbed``).
+    """Whether ``name`` is a dataset of image files (``folder``, a DomainBed one, a WILDS one): what the
+    decoded-image cache applies to, DomainBed's augmentation may (``augment: domainbed``) and a split
+    scheme may split (``split_scheme``).
 
-    >>> is_image_folder("PACS"), is_image_folder("office_home"), is_image_folder("rotated-digits")
+    >>> is_image_folder("PACS"), is_image_folder("camelyon17"), is_image_folder("rotated-digits")
     (True, True, False)
     """
-    return str(name).strip().lower().replace("_", "-") in ("folder", *DOMAINBED)
+    return str(name).strip().lower().replace("_", "-") in ("folder", *DOMAINBED, *WILDS_SETS)
 
 
 def _layout(name: str) -> str:
@@ -123,6 +126,8 @@ def _layout(name: str) -> str:
         return "DIR/<domain>/<class>/<image>"
     if name in DOMAINBED:
         return f"DIR/{DOMAINBED[name][0]}/<domain>/<class>/<image>"
+    if name in WILDS_SETS:
+        return f"DIR/{WILDS_SETS[name].folder}/ ({', '.join(WILDS_SETS[name].expected)})"
     from .tvsets import SPECS
 
     return SPECS[name].expected.replace("ROOT", "DIR")
@@ -189,6 +194,11 @@ def get_dataset(
         from .rect4 import Rect4
 
         return Rect4(data_seed=data_seed)
+    if n in WILDS_SETS:
+        from .wilds_sets import WildsImageDataset
+
+        return WildsImageDataset(n, root, image_size=image_size, cache_dir=cache_dir,  # type: ignore[arg-type]
+                                 cache_key=cache_key, cache_wait_s=cache_wait_s)
     if n == "folder" or n in DOMAINBED:
         from .folder import ImageFolderDataset
 

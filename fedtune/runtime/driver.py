@@ -62,7 +62,9 @@ def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
                          weights=cfg.weights, pretrained_path=cfg.pretrained_path)
     labels = {d: dataset.labels(d) for d in info.domains}
     split = None
-    if cfg.split_scheme is not None:
+    if cfg.split_scheme is not None and hasattr(dataset, "split_pieces"):  # a WILDS dataset's own splits
+        split = dataset.split_pieces(cfg.split_scheme)
+    elif cfg.split_scheme is not None:
         from fedtune.data.split_file import read_split_file
 
         split = read_split_file(dataset.root, cfg.split_scheme, info.domains,
