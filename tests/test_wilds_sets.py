@@ -1,4 +1,4 @@
-"""WILDS datasets from a local copy (fedtune.data.wilds_sets): domains, labels, pixels and splits read
+"""WILDS datasets from a local copy (fedtune.data.wilds_sets; FEMNIST in Bai et al.'s layout, fedtune.data.femnist): domains, labels, pixels and splits read
 through the wilds package, checked against the copies' own files; runs on them; one-line errors."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from fedtune.results.store import load
 from fedtune.runtime.driver import build_plan, run
 
 ROOT = Path(__file__).resolve().parents[1]
-MAKERS = {"camelyon17": wilds_copies.camelyon17, "iwildcam": wilds_copies.iwildcam, "celeba": wilds_copies.celeba}
+MAKERS = {"camelyon17": wilds_copies.camelyon17, "iwildcam": wilds_copies.iwildcam, "celeba": wilds_copies.celeba,
+          "femnist": wilds_copies.femnist}
 
 
 def rows_of(path: Path) -> list[dict]:
@@ -44,6 +45,11 @@ def expected(name: str, root: Path):
         d = root / "iwildcam_v2.0"
         return d, [(f"location_{r['location_remapped']}", f"train/{r['filename']}", int(r["y"]), r["split"])
                    for r in rows_of(d / "metadata.csv")]
+    if name == "femnist":
+        d = root / "femnist_v1.0"
+        rows = rows_of(d / "metadata.csv")
+        rows.sort(key=lambda r: int(r["domain_remapped"]))  # stable: file order inside a writer
+        return d, [(f"writer_{r['domain_remapped']}", r["path"], int(r["y"]), r["split"]) for r in rows]
     d = root / "celebA_v1.0"
     parts = {r["image_id"]: ("train", "val", "test")[int(r["partition"])] for r in rows_of(d / "list_eval_partition.csv")}
     out = []
@@ -60,7 +66,7 @@ def test_domains_labels_pixels_and_splits_are_the_copys_own(tmp_path, name):
     root = MAKERS[name](tmp_path / "data")
     folder, examples = expected(name, root)
     ds = get_dataset(name, root=root, image_size=16, cache_dir=tmp_path / "cache")
-    domains = sorted({e[0] for e in examples})
+    domains = sorted({e[0] for e in examples}, key=lambda d: (len(d), d))
     assert list(ds.info.domains) == domains
     splits = ds.split_pieces("official")
     for d in domains:
@@ -112,6 +118,8 @@ def test_a_missing_copy_an_unknown_scheme_and_no_package_are_one_line(tmp_path, 
     ds = get_dataset("celeba", root=root, cache_dir=tmp_path / "cache")
     with pytest.raises(ConfigError, match="'mixed-to-test' is not a split scheme of dataset 'celeba'; allowed: official"):
         ds.split_pieces("mixed-to-test")
+    with pytest.raises(DataError, match=r"femnist_v1.0/metadata.csv' does not exist; data_root must hold femnist_v1.0/"):
+        get_dataset("femnist", root=tmp_path)
     monkeypatch.setitem(sys.modules, "wilds", None)
     with pytest.raises(DataError, match=r"read by the wilds package, which is not installed here .*pip install 'fedtune\[wilds\]'"):
         get_dataset("celeba", root=root, cache_dir=tmp_path / "cache")

@@ -78,3 +78,24 @@ def celeba(root: Path, n: int = 40) -> Path:
     _write(d / "list_attr_celeba.csv", ["image_id", "Male", "Smiling", "Blond_Hair"], attrs)
     _write(d / "list_eval_partition.csv", ["image_id", "partition"], parts)
     return root
+
+
+def femnist(root: Path, writers: int = 5, per_writer: int = 6) -> Path:
+    """``root/femnist_v1.0`` in Bai et al.'s layout: ``metadata.csv`` (split, domain_remapped, y, path) and
+    28 px grey PNGs; writers 0-2 train (last image id_val), 3 val, 4 test; labels cycle over 0, 10, 61."""
+    from PIL import Image
+
+    d = root / "femnist_v1.0"
+    (d / "data").mkdir(parents=True)
+    (d / "RELEASE_v1.0.txt").write_text("v1.0\n")
+    rng = np.random.default_rng(3)
+    rows = []
+    for w in range(writers):
+        split = ("train", "train", "train", "val", "test")[w]
+        for k in range(per_writer):
+            y, name = (0, 10, 61)[k % 3], f"data/w{w}_{k}.png"
+            Image.fromarray(rng.integers(0, 256, (28, 28), dtype=np.uint8), mode="L").save(d / name)
+            s = "id_val" if split == "train" and k == per_writer - 1 else split
+            rows.append([len(rows), s, w, y, name])
+    _write(d / "metadata.csv", ["", "split", "domain_remapped", "y", "path"], rows)
+    return root

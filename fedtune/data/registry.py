@@ -14,6 +14,7 @@ from fedtune.errors import DataError, shown
 
 from .base import DatasetInfo, DomainDataset
 from .cache_lock import DEFAULT_WAIT_S
+from .femnist import DESCRIPTION as FEMNIST_DESCRIPTION
 from .wilds_sets import WILDS_SETS
 
 
@@ -62,6 +63,7 @@ _ENTRIES: tuple[DatasetEntry, ...] = (
     DatasetEntry("folder", "any image tree DATA_ROOT/<domain>/<class>/<image>", True),
     *(DatasetEntry(n, d, True) for n, (_, d) in DOMAINBED.items()),
     *(DatasetEntry(n, spec.description, True) for n, spec in WILDS_SETS.items()),
+    DatasetEntry("femnist", FEMNIST_DESCRIPTION, True),
     *(DatasetEntry(n, d, True) for n, d in _TV_DESC.items()),
 )
 _BY_NAME = {e.name: e for e in _ENTRIES}
@@ -118,7 +120,7 @@ def is_image_folder(name: str) -> bool:
     >>> is_image_folder("PACS"), is_image_folder("camelyon17"), is_image_folder("rotated-digits")
     (True, True, False)
     """
-    return str(name).strip().lower().replace("_", "-") in ("folder", *DOMAINBED, *WILDS_SETS)
+    return str(name).strip().lower().replace("_", "-") in ("folder", *DOMAINBED, *WILDS_SETS, "femnist")
 
 
 def _layout(name: str) -> str:
@@ -128,6 +130,8 @@ def _layout(name: str) -> str:
         return f"DIR/{DOMAINBED[name][0]}/<domain>/<class>/<image>"
     if name in WILDS_SETS:
         return f"DIR/{WILDS_SETS[name].folder}/ ({', '.join(WILDS_SETS[name].expected)})"
+    if name == "femnist":
+        return "DIR/femnist_v1.0/ (metadata.csv and the images it lists)"
     from .tvsets import SPECS
 
     return SPECS[name].expected.replace("ROOT", "DIR")
@@ -194,6 +198,11 @@ def get_dataset(
         from .rect4 import Rect4
 
         return Rect4(data_seed=data_seed)
+    if n == "femnist":
+        from .femnist import FemnistDataset
+
+        return FemnistDataset(root, image_size=image_size, cache_dir=cache_dir,  # type: ignore[arg-type]
+                              cache_key=cache_key, cache_wait_s=cache_wait_s)
     if n in WILDS_SETS:
         from .wilds_sets import WildsImageDataset
 
