@@ -173,10 +173,28 @@ def test_bad_split_scheme_fields_are_one_line_before_any_data_is_read(tmp_path, 
 
 
 # ------------------------------------------------------------------------------------------ metrics
-def counts(correct: int, count: int, loss: float) -> EvalCounts:
+def counts(correct: int, count: int, loss: float, per_class=None) -> EvalCounts:
     c = EvalCounts()
-    c.correct, c.count, c.loss_sum = correct, count, loss
+    c.correct, c.count, c.loss_sum, c.per_class = correct, count, loss, per_class
     return c
+
+
+def test_macro_f1_of_the_evaluation_is_sklearns_over_batches():
+    import torch
+    from sklearn.metrics import f1_score
+
+    from fedtune.runtime.common import evaluate
+    from fedtune.runtime.examples import TensorExamples
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(50, 6, generator=g), torch.randint(0, 4, (50,), generator=g)
+    y[y == 3] = 2  # class 3 never true: sklearn's labels=unique(y_true) leaves it out
+    model = torch.nn.Linear(6, 4)
+    c = evaluate(model, TensorExamples(x, y), batch_size=7)  # 8 batches summed
+    pred = model(x).argmax(1).numpy()
+    assert c.count == 50 and c.correct == int((pred == y.numpy()).sum())
+    ref = f1_score(y.numpy(), pred, average="macro", labels=np.unique(y.numpy()))
+    assert c.macro_f1 == pytest.approx(ref, abs=1e-12)
 
 
 def test_the_splits_metrics_are_their_counts_summed_and_the_worst_domain(tmp_path):
@@ -186,8 +204,14 @@ def test_the_splits_metrics_are_their_counts_summed_and_the_worst_domain(tmp_pat
     shards = eval_shards(plan)
     assert [s.split for s in shards] == ["test", "ood_val", "id_val", "id_val", "id_test", "id_test"]
     rng = np.random.default_rng(3)
-    made = {s.shard_id: counts(int(rng.integers(0, len(s.indices) + 1)), len(s.indices), float(rng.random()))
-            for s in shards}
+    def per_class(n):  # true / predicted / both per class, consistent with n examples
+        true = rng.multinomial(n, [0.5, 0.5])
+        pred = rng.multinomial(n, [0.3, 0.7])
+        tp = np.minimum(true, pred) // 2
+        return np.stack([true, pred, tp]).astype(np.int64)
+
+    made = {s.shard_id: counts(int(rng.integers(0, len(s.indices) + 1)), len(s.indices), float(rng.random()),
+                               per_class(len(s.indices))) for s in shards}
     # every shard in its own reply, in reverse order: the sums must not depend on who computed what
     replies = [EvalReply(client_ids=[], val=[], test=[], shard_ids=[sid], shards=[made[sid]]) for sid in reversed(made)]
     replies.append(EvalReply(client_ids=[c.client_id for c in plan.clients], val=[EvalCounts() for _ in plan.clients],
@@ -209,6 +233,15 @@ def test_the_splits_metrics_are_their_counts_summed_and_the_worst_domain(tmp_pat
     assert m["id_test_acc"] == pytest.approx(acc("id_test"), abs=1e-15)
     assert m["id_test_worst_acc"] == min(acc("id_test", "a"), acc("id_test", "b"))
     assert "oracle_acc" not in m
+
+    def f1(split):  # WILDS' macro-F1 from the shards' summed per-class counts, in float64
+        true, pred, tp = sum(made[s.shard_id].per_class for s in shards if s.split == split).astype(np.float64)
+        return float(np.mean([2 * tp[k] / (true[k] + pred[k]) for k in range(2) if true[k] > 0]))
+
+    assert m["val_macro_f1"] == pytest.approx(f1("id_val"), abs=1e-15)
+    assert m["ood_val_macro_f1"] == pytest.approx(f1("ood_val"), abs=1e-15)
+    assert m["target_macro_f1"] == pytest.approx(f1("test"), abs=1e-15)
+    assert m["id_test_macro_f1"] == pytest.approx(f1("id_test"), abs=1e-15)
 
 
 def test_selection_by_ood_validation_and_its_one_line_refusals():

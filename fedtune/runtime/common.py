@@ -55,11 +55,30 @@ class EvalCounts:
     correct: int = 0
     count: int = 0
     loss_sum: float = 0.0
+    # int64 (3, classes): per class, how many examples are of it, predicted as it, and both; None
+    # where nothing counted them (the probe's counts)
+    per_class: np.ndarray | None = None
 
     def add(self, other: "EvalCounts") -> None:
         self.correct += other.correct
         self.count += other.count
         self.loss_sum += other.loss_sum
+        if other.per_class is not None:
+            self.per_class = other.per_class.copy() if self.per_class is None else self.per_class + other.per_class
+
+    @property
+    def macro_f1(self) -> float:
+        """WILDS' macro-F1: the mean over the classes present among the true labels of
+        ``2 TP / (true + predicted)`` (sklearn's ``f1_score(average="macro", labels=unique(y_true))``).
+
+        >>> EvalCounts(3, 4, 0.0, np.array([[2, 2], [1, 3], [1, 2]])).macro_f1  # F1 2/3 and 4/5
+        0.7333333333333334
+        """
+        if self.per_class is None or not self.per_class[0].any():
+            return float("nan")
+        true, pred, tp = self.per_class.astype(np.float64)
+        present = true > 0
+        return float(np.mean(2 * tp[present] / (true[present] + pred[present])))
 
     @property
     def acc(self) -> float:
@@ -71,7 +90,7 @@ class EvalCounts:
 
 
 def evaluate(model, examples, batch_size: int, precision: str = "fp32", max_mib: float | None = None) -> EvalCounts:
-    """Accuracy counts and summed cross-entropy of ``model`` (eval mode) on ``examples``
+    """Accuracy counts, per-class counts (macro-F1) and summed cross-entropy of ``model`` (eval mode) on ``examples``
     (:class:`fedtune.runtime.examples.Examples`), streamed in batches of ``batch_size`` (fewer
     where a batch's inputs would pass ``max_mib`` MiB), never augmented, forward passes under
     ``precision`` (the loss summed in float32). One batch is alive at a time: each is freed before
@@ -91,7 +110,10 @@ def evaluate(model, examples, batch_size: int, precision: str = "fp32", max_mib:
             del xb  # the batch's inputs go before the next batch is made
             logits = logits.float()
             out.loss_sum += float(torch.nn.functional.cross_entropy(logits, yb, reduction="sum"))
-            out.correct += int((logits.argmax(1) == yb).sum())
-            out.count += len(yb)
-            del logits, yb
+            pred = logits.argmax(1)
+            k = logits.shape[1]
+            counts = torch.stack([torch.bincount(yb, minlength=k), torch.bincount(pred, minlength=k),
+                                  torch.bincount(yb[pred == yb], minlength=k)]).cpu().numpy().astype(np.int64)
+            out.add(EvalCounts(int(counts[2].sum()), len(yb), 0.0, counts))
+            del logits, yb, pred
     return out

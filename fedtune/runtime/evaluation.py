@@ -105,24 +105,30 @@ def eval_metrics(evals: list[EvalReply], plan: FederatedPlan, shards: list[Targe
                 out[f"target_acc.{d}"] = target[d].acc
         out["target_acc"], out["target_loss"] = tgt.acc, tgt.loss
     if getattr(plan, "split_scheme", None) is not None:
+        out["val_macro_f1"] = val_all.macro_f1
         out.update(_split_file_metrics(target, named))
     return out
 
 
 def _split_file_metrics(target: dict[str, EvalCounts], named: dict[str, dict[str, EvalCounts]]) -> dict[str, Any]:
     """A split file's extra metrics (WILDS' ``eval``, groups = domains): ``target_worst_acc`` (the
-    lowest per-domain accuracy of the OOD test split), ``ood_val_acc`` / ``ood_val_loss`` (and
-    ``ood_val_acc.<d>``) and ``id_test_acc`` / ``id_test_loss`` / ``id_test_worst_acc`` (and
-    ``id_test_acc.<d>``); a split the file lacks gives no columns.
+    lowest per-domain accuracy of the OOD test split) and ``target_macro_f1``, ``ood_val_acc`` /
+    ``ood_val_loss`` / ``ood_val_macro_f1`` (and ``ood_val_acc.<d>``) and ``id_test_acc`` /
+    ``id_test_loss`` / ``id_test_worst_acc`` / ``id_test_macro_f1`` (and ``id_test_acc.<d>``); a
+    split the file lacks gives no columns.
 
     >>> a, b = EvalCounts(), EvalCounts()
     >>> a.correct, a.count, b.correct, b.count = 3, 4, 1, 4
     >>> _split_file_metrics({"p": a, "s": b}, {})
-    {'target_worst_acc': 0.25}
+    {'target_worst_acc': 0.25, 'target_macro_f1': nan}
     """
     out: dict[str, Any] = {}
     if target:
         out["target_worst_acc"] = min(c.acc for c in target.values())
+        total = EvalCounts()
+        for d in sorted(target):
+            total.add(target[d])
+        out["target_macro_f1"] = total.macro_f1
     for split in ("ood_val", "id_test"):
         by_domain = named.get(split, {})
         if not by_domain:
@@ -133,6 +139,7 @@ def _split_file_metrics(target: dict[str, EvalCounts], named: dict[str, dict[str
             if len(by_domain) <= MAX_DOMAIN_COLUMNS:
                 out[f"{split}_acc.{d}"] = by_domain[d].acc
         out[f"{split}_acc"], out[f"{split}_loss"] = total.acc, total.loss
+        out[f"{split}_macro_f1"] = total.macro_f1
         if split == "id_test":
             out["id_test_worst_acc"] = min(c.acc for c in by_domain.values())
     return out
