@@ -84,6 +84,7 @@ class FederatedRunConfig:
     model: str | None = _f(None, "cnn, mlp, or a torchvision classification model by name (resnet18, resnet50, convnext_tiny, efficientnet_b0, ...); default: the dataset's")
     mlp_hidden: list[int] = _f(None, "hidden layer widths of the mlp model ([] = linear model)", factory=lambda: [256, 256])
     weights: str = _f("none", "torchvision models: pretrained weights, none, DEFAULT or an enum name such as IMAGENET1K_V1 (read from $TORCH_HOME/hub/checkpoints); the classifier is replaced for the dataset's classes")
+    freeze_batchnorm: bool = _f(False, "keep the model's batch-norm layers in eval mode while clients train: normalisation by the running statistics they start with (pretrained or initial), never updated; their scale and shift still train (DomainBed's and Bai et al.'s ResNets); no effect on a model without batch norm")
     pretrained_path: str | None = _f(None, "local checkpoint to start from (torch.load weights_only=True; a plain, 'module.'-prefixed or {'state_dict'|'model': ...} state dict whose backbone keys all match; only the classifier may differ)")
     augment: str = _f("auto", "training augmentation applied per batch on the client's device: none, domainbed (DomainBed's crop, flip, colour jitter, greyscale), auto (domainbed for DomainBed's own datasets pacs, vlcs, office-home, terra-incognita, domain-net; none for the others, a generic folder included: a flip or crop may change what a folder's label means)", choices=("auto", *AUGMENTS))
     cache_dir: str | None = _f(None, "image-folder datasets: folder of the decoded-image cache (default: $FEDTUNE_CACHE_DIR, else ~/.cache/fedtune/images)")
@@ -367,7 +368,8 @@ class FederatedRunConfig:
 # the augmentation that runs: DomainBed's datasets augment by default, so their ids change.
 _HASHED_WHEN_SET = {"weights": "none", "augment": "none", "local_optimizer": "sgd", "precision": "fp32",
                     "channels_last": True, "cudnn_benchmark": True, "server_optimizer": "sgd",
-                    "domain_homogeneity": None, "domain_homogeneity_rounding": "authors", "target_lr_scale": 1.0}
+                    "domain_homogeneity": None, "domain_homogeneity_rounding": "authors", "target_lr_scale": 1.0,
+                    "split_scheme": None, "freeze_batchnorm": False}
 # The same for hyperparameters added later (in ``params``), at the value every earlier run computed with:
 # the example-weighted model mean, and Reddi et al.'s v start. A shipped space that now names them fixed
 # at these values keeps its trial ids.

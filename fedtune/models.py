@@ -11,6 +11,7 @@ Their weights travel between processes as one flat float32 vector laid out by
 from __future__ import annotations
 
 import contextlib
+import types
 from pathlib import Path
 from typing import Any, Iterator, NoReturn
 
@@ -295,6 +296,27 @@ def prepare_for_device(model: nn.Module, device: torch.device | str, channels_la
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     return model
+
+
+def freeze_batchnorm(model: nn.Module) -> nn.Module:
+    """Keep ``model``'s batch-norm layers in eval mode whatever ``model.train()`` is asked (DomainBed's
+    and Bai et al.'s ``ResNet.train``/``freeze_bn``): they normalise by their running statistics and
+    never update them; their affine scale and shift still train. ``model.train`` is replaced on this
+    instance (a deep copy keeps it, bound to the copy). Returns ``model``, in eval mode.
+
+    >>> m = freeze_batchnorm(nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)))
+    >>> _ = m.train(); m.training, m[0].training, m[1].training
+    (True, True, False)
+    """
+    def train(self: nn.Module, mode: bool = True) -> nn.Module:
+        nn.Module.train(self, mode)
+        for module in self.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.eval()
+        return self
+
+    model.train = types.MethodType(train, model)  # type: ignore[method-assign]
+    return model.eval()
 
 
 def _child(parent: nn.Module, key: str) -> nn.Module:

@@ -522,3 +522,53 @@ def test_auxiliary_classifier_models_train_to_one_tensor_of_logits(name, side):
         model = build_model(name, input_shape=(3, side, side), num_classes=5).train()
         out = model(torch.empty(2, 3, side, side))
     assert isinstance(out, torch.Tensor) and out.shape == (2, 5)
+
+
+# ------------------------------------------------------------------------------- frozen batch norm
+def _bn_step(model: torch.nn.Module) -> None:
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    torch.nn.functional.cross_entropy(model(x), torch.arange(8) % 3).backward()
+    opt.step()
+
+
+def test_frozen_batchnorm_keeps_running_statistics_and_trains_scale_and_shift():
+    import copy
+
+    from fedtune.models import build_model, freeze_batchnorm
+
+    torch.manual_seed(0)
+    free = build_model("resnet18", input_shape=(3, 16, 16), num_classes=3)
+    frozen = freeze_batchnorm(copy.deepcopy(free))
+    before = {k: v.clone() for k, v in frozen.state_dict().items()}
+    twin = copy.deepcopy(frozen)  # a deep copy (GFM's, MOON's frozen models) keeps the behaviour
+    for m in (free, frozen, twin):
+        _bn_step(m)
+    for model, kept in ((frozen, True), (twin, True), (free, False)):
+        state = model.state_dict()
+        assert torch.equal(state["bn1.running_mean"], before["bn1.running_mean"]) is kept
+        assert torch.equal(state["bn1.num_batches_tracked"], before["bn1.num_batches_tracked"]) is kept
+        assert not torch.equal(state["bn1.weight"], before["bn1.weight"])  # the affine part trains
+        assert model.training and model.conv1.training and model.bn1.training is not kept
+
+
+def test_freeze_batchnorm_reaches_the_clients_of_a_run(tmp_path):
+    from test_split_file import tree
+
+    from fedtune.config import FederatedRunConfig
+    from fedtune.results.store import load
+    from fedtune.runtime.driver import run
+
+    root = tree(tmp_path / "ds")
+    losses = {}
+    for frozen in (False, True):
+        cfg = FederatedRunConfig.from_dict({
+            "dataset": "folder", "data_root": str(root), "image_size": 16, "rounds": 1, "local_steps": 2,
+            "batch_size": 4, "model": "resnet18", "backend": "local", "output": str(tmp_path / "out"),
+            "name": f"f{frozen}", "cache_dir": str(tmp_path / "cache"), "freeze_batchnorm": frozen,
+            "oracle_fraction": 0.0})
+        assert run(cfg, progress=False).status == "completed"
+        (row,) = load(tmp_path / "out" / f"f{frozen}", "rounds").to_pylist()
+        losses[frozen] = row["train_loss"]
+    assert losses[True] != losses[False]  # batch statistics vs the running ones: another loss

@@ -297,3 +297,37 @@ def test_a_split_file_run_gives_the_same_rows_on_both_backends_and_any_actor_cou
         assert res.status == "completed"
         got.append([tuple(r[m] for m in metrics) for r in load(tmp_path / "out" / name, "rounds").to_pylist()])
     assert got[0] == got[1] == got[2] and len(got[0]) == 2
+
+
+# ------------------------------------------------------------------------------------------ the preset
+def test_the_feddg_benchmark_preset_and_its_fixed_spaces_validate(tmp_path, monkeypatch):
+    import hashlib
+
+    from torchvision.models import ResNet50_Weights
+
+    from fedtune.spaces.lookup import load_space
+    from fedtune.weight_files import weights_file
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    body, member = b"placeholder", ResNet50_Weights.IMAGENET1K_V1  # the file's name carries its SHA-256 prefix
+    monkeypatch.setattr(member.value, "url", member.url.replace("0676ba61", hashlib.sha256(body).hexdigest()[:8]))
+    path = weights_file(member)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(body)
+    from test_image_pipeline import image_tree
+
+    image_tree(tmp_path / "data" / "PACS", domains=("art_painting", "cartoon", "photo", "sketch"), per_class=1,
+               classes=("dog", "elephant", "giraffe", "guitar", "horse", "house", "person"), size=8)
+    folder = ROOT / "examples" / "feddg-benchmark"
+    cfg = FederatedRunConfig.from_yaml(folder / "pacs.yaml", {"data_root": str(tmp_path / "data")})
+    assert (cfg.split_scheme, cfg.num_clients, cfg.domain_homogeneity, cfg.rounds, cfg.batch_size) == ("official", 100, 0.1, 80, 32)
+    assert (cfg.model, cfg.weights, cfg.freeze_batchnorm, cfg.effective_augment) == ("resnet50", "IMAGENET1K_V1", True, "domainbed")
+    spaces = sorted(folder.glob("pacs-*.yaml"))
+    assert len(spaces) == 8
+    for space_file in spaces:
+        space = load_space(str(space_file))
+        assert not [p.name for p in space.params.values() if p.sampled], space_file.name  # one configuration
+        defaults = space.defaults()
+        assert defaults["local_optimizer"] == "adam" and defaults["global_lr"] == 1.0, space_file.name
+        assert defaults["local_lr"] in (1e-5, 3e-5), space_file.name
+        FederatedRunConfig.from_dict({**cfg.to_dict(), **defaults, "params": {}})

@@ -73,7 +73,7 @@ class ClientWorker:
         from fedtune.config import FederatedRunConfig
         from fedtune.data.registry import get_dataset
         from fedtune.layout import FlatLayout
-        from fedtune.models import build_model, check_model_size, prepare_for_device
+        from fedtune.models import build_model, check_model_size, freeze_batchnorm, prepare_for_device
         from fedtune.flat_weights import bind_flat
         from fedtune.runtime.augment import make_augment
         from fedtune.runtime.examples import client_examples
@@ -132,6 +132,8 @@ class ClientWorker:
                                  num_classes=info.num_classes, mlp_hidden=self.cfg.mlp_hidden,
                                  pretrained_path=self.cfg.pretrained_path, weights=self.cfg.weights, **head)
         self.model = prepare_for_device(self.model, self.device, channels_last=self.channels_last)
+        if self.cfg.freeze_batchnorm:
+            freeze_batchnorm(self.model)
         self.layout = FlatLayout.of(self.model)
         # the state in one buffer: loading the weights and copying a trained state out are one copy each
         bind_flat(self.model, self.layout)
