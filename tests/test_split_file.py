@@ -276,8 +276,12 @@ def test_a_run_records_every_split_and_the_report_gives_both_protocols_their_col
     trial = next(t for t in load(tmp_path / "out" / "both", "trials").to_pylist() if t["trial_id"] == wilds.trial_id)
     best = max(rows, key=lambda r: (r["ood_val_acc"], -r["round"]))
     assert trial["ood_val_round"] == best["round"] and trial["target_acc_at_best_ood_val"] == best["target_acc"]
-    rep = make_report(tmp_path / "out" / "both", plots=False, write=False)
+    rep = make_report(tmp_path / "out" / "both", plots=False)
     assert rep.domains == ["d", "d (official)"]  # leave-one-domain-out and the file's protocol side by side
+    # the report shows both of the split file's selections: ID validation first, OOD validation after
+    assert rep.companion is not None and rep.companion.selection == "ood-val"
+    text = (tmp_path / "out" / "both" / "report.md").read_text()
+    assert text.index(selection.LABELS["val"]) < text.index("## " + rep.companion.title())
     ood = make_report(tmp_path / "out" / "both", selection="ood-val", plots=False, write=False)
     picked = ood.selected.set_index("domain")
     assert picked.loc["d (official)", "target_acc"] == trial["target_acc_at_best_ood_val"]

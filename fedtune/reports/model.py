@@ -57,6 +57,9 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
     markdown_path: Path | None = None
     variance: tuple[str | None, int] = (None, 1)
+    # a study with split-file trials: the same study under the split file's other validation (val <->
+    # ood-val), its main table printed after this one's (the WILDS protocol's two selections)
+    companion: ReportData | None = None
 
     # -- labels ----------------------------------------------------------------------------
     @property

@@ -85,6 +85,11 @@ def markdown(report: ReportData) -> str:
         lines += _markdown_tables(report)
     else:
         lines += ["No trial has a round with accuracies yet.", ""]
+    if report.companion is not None and report.companion.algorithms:
+        other = report.companion
+        lines += [f"## {other.title()}", ""]
+        lines += md_table(["algorithm", *other.columns, "seeds", "trials"], other.main_rows())
+        lines += ["", protocol_text(other), ""]
     lines += ["## Plots", ""]
     for key, path in report.plots.items():
         rel = os.path.relpath(path, report.study_dir)
@@ -147,6 +152,8 @@ def print_report(report: ReportData, console: Console | None = None) -> None:
             console.print(f"[bold]{line}[/bold]" if i == 0 else f"  {line}")
         for a in report.algorithms:
             console.print(trials_table(report, a, console, title_style=style))
+        if report.companion is not None and report.companion.algorithms:
+            console.print(main_table(report.companion, console))
     for study, imp in report.importances.items():
         console.print(f"Optuna parameter importances (fANOVA) — study {study}")  # its own line: the name stays whole
         t = Table()

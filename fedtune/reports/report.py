@@ -150,12 +150,14 @@ def _scheme_for(rounds: pd.DataFrame, setting: str, selection: str) -> str | Non
 
 
 def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = None,
-                plots: bool = True, write: bool = True) -> Report:
+                plots: bool = True, write: bool = True, companion: bool = True) -> Report:
     """Summarise the study in ``study_dir``; write ``report.md`` and the plots there.
 
     ``selection`` (one of :data:`SELECTIONS`) overrides ``study.json``; ``plots=False`` skips
     the PNGs and the Optuna importances; ``write=False`` writes nothing (the plots are then
-    skipped too). See the module docstring for the protocol.
+    skipped too). See the module docstring for the protocol. A study with split-file trials
+    (``split_scheme``) also gets, under ``val`` or ``ood-val``, the other one's main table
+    (``Report.companion``; ``companion=False`` leaves it out).
 
     A path that is not a study folder (:func:`fedtune.results.store.check_study_dir`) or, with ``write``,
     a study folder that refuses new files is a ConfigError before anything is read or written; a
@@ -206,6 +208,9 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
     report = Report(study_dir=study_dir, selection=selection, trials=trials, selected=selected,
                     algorithms=algorithms, domains=domains, cells=cells, val_cells=val_cells, notes=notes,
                     variance=read_variance(study_dir))
+    other = {"val": "ood-val", "ood-val": "val"}.get(selection)
+    if companion and other and "split_scheme" in rounds and rounds["split_scheme"].notna().any():
+        report.companion = make_report(study_dir, selection=other, plots=False, write=False, companion=False)
     if write and plots:
         from fedtune.reports.importances import optuna_importances
         from fedtune.reports.plots import make_plots
