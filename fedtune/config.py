@@ -24,7 +24,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 import yaml
 
@@ -33,6 +33,7 @@ from fedtune.algorithms import LOCAL_OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS
 from fedtune.bounds import Bounds
 from fedtune.data.heterogeneity import ROUNDINGS
 from fedtune.errors import ConfigError, clipped, shown
+from fedtune.config_values import check_mlp_hidden, coerce, unknown_key_message
 
 if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
     from fedtune.algorithms import Resolved
@@ -163,9 +164,9 @@ class FederatedRunConfig:
                 if value is not None:  # null means the clients_per_domain split under both names: old studies read
                     raise ConfigError(f"{source}: {renamed_field_message(key, value)}")
             elif key not in known:
-                raise ConfigError(_unknown_key_message(key, list(known) + list(component), source))
+                raise ConfigError(unknown_key_message(key, list(known) + list(component), source))
             else:
-                kwargs[key] = _coerce(key, value, hints[key])
+                kwargs[key] = coerce(key, value, hints[key])
         nested = values.get("params") if isinstance(values.get("params"), dict) else {}
         twice = sorted(flat & set(nested))
         if twice:  # one spelling: a hyperparameter is written by its name; `params` is how to_dict() nests it
@@ -243,9 +244,9 @@ class FederatedRunConfig:
         hints = get_type_hints(type(self))
         for f in fields(self):
             value = getattr(self, f.name)
-            setattr(self, f.name, _coerce(f.name, value, hints[f.name]))
+            setattr(self, f.name, coerce(f.name, value, hints[f.name]))
             f.metadata["bounds"].check(f"field '{f.name}'", getattr(self, f.name))
-        _check_mlp_hidden(self.mlp_hidden)
+        check_mlp_hidden(self.mlp_hidden)
         for name in ("client_gpus", "coordinator_gpus"):
             v = getattr(self, name)
             if v > 1 and v != int(v):
@@ -271,7 +272,7 @@ class FederatedRunConfig:
             self.params.setdefault(key, value)
         for key, value in list(self.params.items()):
             if key not in owners:
-                raise ConfigError(_unknown_key_message(key, self.field_names() + list(owners), "params"))
+                raise ConfigError(unknown_key_message(key, self.field_names() + list(owners), "params"))
             if key not in specs:
                 raise ConfigError(
                     f"field '{key}' is a hyperparameter of {owners[key][0]}, which algorithm '{self.algorithm}' "
@@ -416,103 +417,3 @@ def parse_set_options(items: list[str] | None) -> dict[str, Any]:
             value = raw
         out[key] = value
     return out
-
-
-# ------------------------------------------------------------------------------------------------
-_INT64 = 1 << 63
-# mlp_hidden: what a model may hold before it is built (a width of 100000 is 10**10 weights per layer).
-MAX_MLP_LAYERS = 64
-MAX_MLP_WIDTH = 1 << 16
-MAX_MLP_WEIGHTS = 1 << 28  # between hidden layers: 1 GiB as float32, per copy of the model
-
-
-def _int64(name: str, value: int, given: Any = None) -> int:
-    """``value``, or a ConfigError (showing ``given``, else ``value``) when it does not fit the
-    int64 of the results tables and of torch."""
-    if not -_INT64 <= value < _INT64:
-        raise ConfigError(f"field '{name}': {shown(value if given is None else given, 40)} is out of range; allowed: an integer "
-                          f"between -2**63 and 2**63 - 1")
-    return value
-
-
-def _check_mlp_hidden(widths: list[int]) -> None:
-    """``mlp_hidden``'s widths, refused before any model is built when they cannot be (a width
-    below 1) or would allocate more than the limits above."""
-    bad = [w for w in widths if not 1 <= w <= MAX_MLP_WIDTH]
-    if bad:
-        raise ConfigError(f"field 'mlp_hidden': width {shown(bad[0], 40)} is out of range; allowed: widths from 1 "
-                          f"to {MAX_MLP_WIDTH}")
-    if len(widths) > MAX_MLP_LAYERS:
-        raise ConfigError(f"field 'mlp_hidden': {len(widths)} hidden layers; allowed: at most {MAX_MLP_LAYERS}")
-    weights = sum(a * b for a, b in zip(widths, widths[1:]))
-    if weights > MAX_MLP_WEIGHTS:
-        raise ConfigError(f"field 'mlp_hidden': {shown(widths, 80)} holds {weights} weights between hidden layers "
-                          f"({weights * 4 / 2**30:.1f} GiB as float32); allowed: at most {MAX_MLP_WEIGHTS}")
-
-
-def _unknown_key_message(key: str, known: list[str], source: str) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6) if isinstance(key, str) and len(key) < 100 else []
-    hint = f"; did you mean {', '.join(close)}?" if close else "; see `fedtune fields` for all fields"
-    return f"{source}: unknown field {shown(key, 80)}{hint}"
-
-
-def _coerce(name: str, value: Any, hint: Any) -> Any:
-    """Convert YAML/CLI values to the field's type, or raise a ConfigError naming the field."""
-    origin = get_origin(hint)
-    args = get_args(hint)
-    if origin is Union or (origin is not None and type(None) in args):
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
-            return None
-        inner = [a for a in args if a is not type(None)]
-        hint = inner[0]
-        origin = get_origin(hint)
-    if value is None:
-        raise ConfigError(f"field '{name}': a value is required")
-    if origin is list:
-        if isinstance(value, str):
-            try:
-                value = yaml_safe.load(value, f"field '{name}'")
-            except yaml.YAMLError:
-                raise ConfigError(f"field '{name}': expected a list such as [64, 64], got {shown(value)}") from None
-        if isinstance(value, tuple):
-            value = list(value)
-        if not isinstance(value, list):
-            raise ConfigError(f"field '{name}': expected a list such as [64, 64], got {shown(value)}")
-        (elem,) = get_args(hint)
-        return [_coerce(name, v, elem) for v in value]
-    if origin is Literal:
-        return value
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-            return value.lower() in ("true", "yes", "1")
-        raise ConfigError(f"field '{name}': expected true or false, got {shown(value)}")
-    if hint is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"field '{name}': expected an integer, got {shown(value)}")
-        if isinstance(value, float) and value.is_integer():
-            return _int64(name, int(value))
-        if isinstance(value, str):
-            try:
-                value = int(value)
-            except ValueError:  # not an integer, or more digits than int() converts
-                if value.strip().lstrip("+-").isdigit():
-                    _int64(name, 1 << 64, value)
-        if isinstance(value, int):
-            return _int64(name, value)
-        raise ConfigError(f"field '{name}': expected an integer, got {shown(value)}")
-    if hint is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"field '{name}': expected a number, got {shown(value)}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"field '{name}': expected a number, got {shown(value)}") from None
-    if hint is str:
-        if isinstance(value, (dict, list)):
-            raise ConfigError(f"field '{name}': expected a string, got {shown(value)}")
-        return str(value)
-    return value
