@@ -24,7 +24,7 @@ from fedtune.errors import ConfigError, DataError, shown
 from .base import DatasetInfo, Pieces
 from .cache_lock import DEFAULT_WAIT_S
 from .folder import CachedImageDataset
-from .split_file import SPLITS
+from .split_file import SPLITS, pieces_by_split
 
 FOLDER = "femnist_v1.0"
 NUM_CLASSES = 62
@@ -72,13 +72,8 @@ class FemnistDataset(CachedImageDataset):
         if scheme != "official":
             raise ConfigError(f"field 'split_scheme': {shown(scheme, 40)} is not a split scheme of dataset 'femnist'; "
                               "allowed: official, or null (leave-one-domain-out over its writers)")
-        out: dict[str, Pieces] = {}
-        for code, name in enumerate(SPLITS):
-            out[name] = {d: np.flatnonzero(s == code).astype(np.int64) for d, s in self._split.items() if (s == code).any()}
-        for need in ("train", "test"):
-            if not out[need]:
-                raise DataError(f"dataset 'femnist': {str(self.root / 'metadata.csv')!r} has no '{need}' rows")
-        return out
+        return pieces_by_split(self._split, {name: code for code, name in enumerate(SPLITS)},
+                               f"dataset 'femnist': {str(self.root / 'metadata.csv')!r}")
 
 
 def _read(meta: Path) -> list[tuple[str, str, int, int]]:

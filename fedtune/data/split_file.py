@@ -53,6 +53,26 @@ GET_THEM = ("the FedDG benchmark's PACS split files are resources/pacs_v1.0/*.cs
             "copy them beside the domain folders")
 
 
+def pieces_by_split(codes: dict[str, np.ndarray], code_of: dict[str, int], where: str) -> dict[str, Pieces]:
+    """Split name -> (domain -> sorted positions) for every name in :data:`SPLITS`, from each domain's
+    per-example split codes (``code_of``: split name -> code; a split without one is empty); a
+    DataError naming ``where`` when there are no ``train`` or no ``test`` examples.
+
+    >>> pieces_by_split({"a": np.array([0, 2, 0])}, {"train": 0, "test": 2}, "x")["train"]
+    {'a': array([0, 2])}
+    """
+    out: dict[str, Pieces] = {}
+    for name in SPLITS:
+        code = code_of.get(name)
+        hits = {d: np.flatnonzero(c == code).astype(np.int64) for d, c in codes.items()} if code is not None else {}
+        out[name] = {d: pos for d, pos in hits.items() if len(pos)}
+    for need in ("train", "test"):
+        if not out[need]:
+            raise DataError(f"{where} has no '{need}' examples; a split scheme needs training examples and an "
+                            "OOD test split")
+    return out
+
+
 def split_file_path(root: str | Path, scheme: str) -> Path:
     """The CSV that ``scheme`` names in ``root``: ``metadata.csv`` for ``official``, else ``<scheme>.csv``.
 

@@ -35,7 +35,7 @@ from fedtune.errors import ConfigError, DataError, shown
 from .base import DatasetInfo, Pieces
 from .cache_lock import DEFAULT_WAIT_S
 from .folder import CachedImageDataset
-from .split_file import SPLITS
+from .split_file import pieces_by_split
 
 
 @dataclass(frozen=True)
@@ -194,17 +194,5 @@ class WildsImageDataset(CachedImageDataset):
                               "(leave-one-domain-out over its domains)")
         ds = self._ds if scheme == "official" else self._open(scheme)
         split = np.asarray(ds.split_array).astype(np.int64)
-        out: dict[str, Pieces] = {}
-        for name in SPLITS:
-            code = ds.split_dict.get(name)
-            pieces: Pieces = {}
-            for d, ids in self._ids.items():
-                if code is not None:
-                    pos = np.flatnonzero(split[ids] == code).astype(np.int64)
-                    if len(pos):
-                        pieces[d] = pos
-            out[name] = pieces
-        for need in ("train", "test"):
-            if not out[need]:
-                raise DataError(f"dataset {self.name!r}: split scheme {scheme!r} has no '{need}' examples")
-        return out
+        return pieces_by_split({d: split[ids] for d, ids in self._ids.items()}, dict(ds.split_dict),
+                               f"dataset {self.name!r}, split scheme {scheme!r},")

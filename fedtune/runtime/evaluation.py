@@ -104,13 +104,14 @@ def eval_metrics(evals: list[EvalReply], plan: FederatedPlan, shards: list[Targe
             if len(target) <= MAX_DOMAIN_COLUMNS:
                 out[f"target_acc.{d}"] = target[d].acc
         out["target_acc"], out["target_loss"] = tgt.acc, tgt.loss
-    if getattr(plan, "split_scheme", None) is not None:
-        out["val_macro_f1"] = val_all.macro_f1
-        out.update(_split_file_metrics(target, named))
+        if getattr(plan, "split_scheme", None) is not None:  # fdg only
+            out["val_macro_f1"] = val_all.macro_f1
+            out.update(_split_file_metrics(target, tgt, named))
     return out
 
 
-def _split_file_metrics(target: dict[str, EvalCounts], named: dict[str, dict[str, EvalCounts]]) -> dict[str, Any]:
+def _split_file_metrics(target: dict[str, EvalCounts], total_target: EvalCounts,
+                        named: dict[str, dict[str, EvalCounts]]) -> dict[str, Any]:
     """A split file's extra metrics (WILDS' ``eval``, groups = domains): ``target_worst_acc`` (the
     lowest per-domain accuracy of the OOD test split) and ``target_macro_f1``, ``ood_val_acc`` /
     ``ood_val_loss`` / ``ood_val_macro_f1`` (and ``ood_val_acc.<d>``) and ``id_test_acc`` /
@@ -119,16 +120,13 @@ def _split_file_metrics(target: dict[str, EvalCounts], named: dict[str, dict[str
 
     >>> a, b = EvalCounts(), EvalCounts()
     >>> a.correct, a.count, b.correct, b.count = 3, 4, 1, 4
-    >>> _split_file_metrics({"p": a, "s": b}, {})
+    >>> _split_file_metrics({"p": a, "s": b}, EvalCounts(4, 8, 0.0), {})
     {'target_worst_acc': 0.25, 'target_macro_f1': nan}
     """
     out: dict[str, Any] = {}
     if target:
         out["target_worst_acc"] = min(c.acc for c in target.values())
-        total = EvalCounts()
-        for d in sorted(target):
-            total.add(target[d])
-        out["target_macro_f1"] = total.macro_f1
+        out["target_macro_f1"] = total_target.macro_f1
     for split in ("ood_val", "id_test"):
         by_domain = named.get(split, {})
         if not by_domain:
