@@ -307,11 +307,12 @@ import fedtune.runtime.coordinator as coordinator
 from fedtune.data.base import ClientSpec, FederatedPlan
 from fedtune.layout import FlatLayout, TensorSlot
 from fedtune.runtime.messages import FitReply
+from fedtune.runtime.pools import PoolBase
 
 LAYOUT = FlatLayout((TensorSlot("w", (3, 4), 0, 12, True), TensorSlot("bn.running_mean", (4,), 12, 4, False)), 12, 16)
 
 
-class FakePool:
+class FakePool(PoolBase):
     num_workers, restarts = 1, 0
 
     def __init__(self):

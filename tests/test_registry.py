@@ -115,13 +115,14 @@ from fedtune.config import FederatedRunConfig
 from fedtune.data.base import ClientSpec, FederatedPlan
 from fedtune.layout import FlatLayout, TensorSlot
 from fedtune.runtime.messages import FitReply
+from fedtune.runtime.pools import PoolBase
 
 SLOTS = (TensorSlot("w", (3, 4), 0, 12, True), TensorSlot("b", (4,), 12, 4, True),
          TensorSlot("bn.running_mean", (4,), 16, 4, False))
 LAYOUT = FlatLayout(SLOTS, 16, 20)
 
 
-class FakePool:
+class FakePool(PoolBase):
     """What the coordinator asks of a pool, with random float32 client states instead of training."""
     num_workers, restarts = 1, 0
 

@@ -26,7 +26,7 @@ def small_blocks(monkeypatch):
     scratches and chunks of 2^20 columns)."""
     monkeypatch.setattr(blocked, "SCRATCH_ELEMS", 2048)
     monkeypatch.setattr(blocked, "MIN_WIDTH", 64)
-    monkeypatch.setattr(blocked, "SUM_MIN_WIDTH", 256)
+    monkeypatch.setattr(blocked, "SUM_WIDTH", 256)
     monkeypatch.setattr(blocked, "CHUNK_COLS", 512)
 
 
@@ -42,15 +42,14 @@ def test_blocks_tile_the_columns_in_order_and_chunks_group_them(small_blocks):
     spans = [b for c in range(plan.num_chunks) for b in plan.blocks(c)]
     assert spans == [(0, 256), (256, 512), (512, 768), (768, 1000)]
     assert list(map_chunks(plan, lambda c: c * 10, threads=3)) == [0, 10]  # yielded in chunk order
-    plan, group = sum_blocks(10_000, 100)
-    assert plan.width == 256 and group == 8  # 2048 // 256 rows per group
+    plan = sum_blocks(10_000, 100)
+    assert (plan.width, plan.per_chunk) == (256, 2)  # whatever the row count
 
 
 def test_production_block_sizes():
     assert column_blocks(11_700_000, 100).width == 10_432
     assert column_blocks(200, 100_000).width == blocked.MIN_WIDTH
-    plan, group = sum_blocks(11_700_000, 1000)
-    assert (plan.width, group) == (16_384, 64)
+    assert sum_blocks(11_700_000, 1000).width == blocked.SUM_WIDTH == 32_768
 
 
 # ================================================================================ weighted sums
@@ -76,6 +75,31 @@ def test_weighted_rows_formula_and_float64_accumulation(small_blocks):
         weighted_rows(X, w[:3], np.empty(1501))
     with pytest.raises(ValueError, match="out has shape"):
         weighted_rows(X, w, np.empty(3))
+
+
+def test_weighted_rows_sums_row_after_row_and_a_streamed_sum_is_the_same_bits(small_blocks):
+    """The order of every weighted sum is the streamed one: each column's float64 sum takes
+    w_u · x_u (one rounding) then adds it (another), rows in the order given; a Python float loop
+    is an independent reference of exactly that, and RowSum fed the rows one at a time (the
+    coordinator's streamed FedAvg) gives the same bits, as does gram_pass's g."""
+    rng = np.random.default_rng(11)
+    X = _updates(rng, 7, 700)
+    w = fedavg_weights(rng.integers(1, 50, 7))
+    ref = []
+    for j in range(700):
+        acc = 0.0
+        for u in range(7):
+            acc = acc + float(w[u]) * float(X[u, j])
+        ref.append(acc)
+    got = weighted_sum(X, w)
+    assert got.tobytes() == np.array(ref).tobytes()
+    streamed = blocked.RowSum(700)
+    for u in range(7):
+        streamed.add(X[u], w[u])
+    assert streamed.total.tobytes() == got.tobytes() and streamed.rows == 7
+    assert gram_pass(X, w)[1].tobytes() == got.tobytes()
+    with pytest.raises(ValueError, match="row has shape"):
+        streamed.add(X[0, :5], 1.0)
 
 
 @pytest.mark.parametrize("threads", [2, 3, 8])
@@ -111,7 +135,7 @@ def test_gram_pass_is_exact_on_integer_data_and_thread_independent(small_blocks)
     G, g = gram_pass(Z, p)
     Zi = Z.astype(np.int64)
     np.testing.assert_array_equal(G, Zi @ Zi.T)
-    np.testing.assert_allclose(g, p @ Z.astype(np.float64), rtol=1e-15)
+    np.testing.assert_allclose(g, p @ Z.astype(np.float64), rtol=1e-13, atol=1e-13 * np.abs(Z).max())
     X = _updates(rng, 40, 5003)
     G1, g1 = gram_pass(X, fedavg_weights(np.ones(40)))
     np.testing.assert_array_equal(G1, G1.T)  # syrk: exactly symmetric

@@ -4,7 +4,9 @@ The coordinator holds the global model (a flat float32 vector) and the server ru
 One call of :meth:`Coordinator.run_round` is split as Flower splits a round:
 
 1. a *fit round* (:meth:`~Coordinator._fit_round`): sample the round's participants, broadcast
-   the weights (and the server rule's payload), collect the trained states;
+   the weights (and the server rule's payload), take each client's trained state as it arrives
+   (ascending client id): into float64 sums when the rule and the client method's server side
+   need only those (FedAvg, FedDyn, Scaffold: :class:`FitRound`), else into a row of the updates;
 2. the *aggregate* (:meth:`~Coordinator._aggregate_fit`): the server rule combines the updates
    (and the batch-norm buffers), and a NaN/Inf loss or model, or an exploded loss
    (:func:`loss_exploded`), marks the round diverged;
@@ -24,12 +26,12 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.server.blocked import one_blas_thread, subtract_rows
+from fedtune.algorithms.server.blocked import one_blas_thread
 from fedtune.algorithms import SERVER_OPTIMIZERS
 from fedtune.algorithms.server.rule import RoundInfo
 from fedtune.algorithms.server.side import server_side_of
@@ -38,7 +40,8 @@ from fedtune.results.status import DIVERGED, OK
 from fedtune.runtime.checkpoint import check_identity, run_identity
 from fedtune.runtime.common import torch_threads
 from fedtune.runtime.evaluation import client_metric_means, eval_metrics, preload_probe
-from fedtune.runtime.messages import EvalReply, FitReply, eval_shards
+from fedtune.runtime.fit_round import FitRound
+from fedtune.runtime.messages import EvalReply, eval_shards
 from fedtune.runtime.pools import LocalPool, RayPool
 from fedtune.runtime.pools import ClientFailure
 
@@ -69,33 +72,6 @@ class RoundResult:
     round: int
     metrics: dict[str, Any]
     status: str  # OK | DIVERGED (fedtune.results.status)
-
-
-@dataclass
-class FitRound:
-    """The replies of one fit round, by client: ``order`` lists the clients whose update arrived,
-    ascending (so what follows never depends on which worker trained whom)."""
-
-    replies: list[FitReply]
-    skipped: list[int]  # sampled clients whose worker died and was skipped (on_client_failure=skip)
-    seconds: float  # wall time of the fit phase: payload, broadcast, training, states back
-    rows: dict[int, tuple[FitReply, int]] = field(init=False)
-    order: list[int] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.rows = {cid: (reply, i) for reply in self.replies for i, cid in enumerate(reply.client_ids)}
-        self.order = sorted(self.rows)
-
-    def of(self, name: str) -> list:
-        """Field ``name`` of :class:`FitReply` (``states``, ``losses``, ``extras`` ...) per client, in ``order``."""
-        return [getattr(reply, name)[i] for reply, i in (self.rows[c] for c in self.order)]
-
-    def timings(self) -> dict[str, float]:
-        """``client_compute_s`` (all training), ``client_critical_s`` (the busiest worker's
-        training time), ``client_io_s`` (the busiest worker's weight copies in and out)."""
-        return {"client_compute_s": float(sum(sum(r.compute_s) for r in self.replies)),
-                "client_critical_s": float(max(sum(r.compute_s) for r in self.replies)),
-                "client_io_s": float(max(r.io_s for r in self.replies))}
 
 
 class Coordinator:
@@ -189,10 +165,12 @@ class Coordinator:
 
     def _fit_round(self, round: int) -> FitRound:
         """The round's participants train from the global model (with the server rule's payload,
-        and the last global move where the client method needs it); their replies, by client."""
+        and the last global move where the client method needs it); their replies, taken one
+        client at a time as they arrive (:class:`FitRound`): summed on the fly when the rule's
+        round is one weighted sum and the client method keeps no server side, else kept as rows."""
         from fedtune.data.partition import sample_participants
 
-        participants = sample_participants(self.plan.num_clients, self.plan.participation, self.cfg.seed, round)
+        participants = sample_participants(self.plan.num_clients, self.plan.participation, self.cfg.seed, round).tolist()
         t0 = time.perf_counter()
         payload = dict(self.rule.payload(round))
         if self.side is not None:
@@ -202,9 +180,40 @@ class Coordinator:
                 raise RuntimeError(f"payload keys {clash} are sent by both the server rule {self.rule.name} and "
                                    f"the client method {self.side.name}'s server side")
             payload.update(side)
-        replies, skipped = self.pool.fit(self.weights_ref, self.pool.publish(payload) if payload else {},
-                                         round, participants.tolist())
-        return FitRound(replies, skipped, time.perf_counter() - t0)
+        P = self.layout.num_params
+        planned = sorted(participants)
+        feeds = self._streamed_feeds(planned)
+        fit = FitRound(self.weights[:P], self.layout.size, planned,
+                       None if feeds is not None else self._update_buffer(len(planned), P), feeds)
+        for reply in self.pool.fit_stream(self.weights_ref, self.pool.publish(payload) if payload else {},
+                                          round, planned, fit.skipped):
+            if feeds is not None and reply.num_examples[0] != self.plan.clients[reply.client_ids[0]].num_train:
+                raise RuntimeError(f"client {reply.client_ids[0]} trained on {reply.num_examples[0]} examples, its "
+                                   f"plan says {self.plan.clients[reply.client_ids[0]].num_train}")
+            fit.add(reply)
+        fit.seconds = time.perf_counter() - t0
+        return fit
+
+    def _streamed_feeds(self, planned: list[int]) -> dict[str, tuple[str, dict[int, float], bool]] | None:
+        """The sums of a streamed round (:class:`FitRound`'s ``feeds``): the server rule's weighted
+        sum of the updates and of the buffers, weights from the sampled participants' example
+        counts (:meth:`~fedtune.algorithms.server.rule.ServerRule.streamed_weights`), and the
+        server side's (:meth:`~fedtune.algorithms.server.side.ServerSide.streamed_sums`), as
+        ``side.<name>``; None when either needs the whole matrix."""
+        from fedtune.algorithms.server.aggregate import fedavg_weights
+
+        n = np.array([self.plan.clients[c].num_train for c in planned], dtype=np.float64)
+        if not planned or n.sum() <= 0:
+            return None
+        weights = self.rule.streamed_weights(fedavg_weights(n))
+        side = {} if self.side is None else self.side.streamed_sums()
+        if weights is None or side is None:
+            return None
+        rule_w = dict(zip(planned, (float(w) for w in weights)))
+        feeds = {"rule.update": ("update", rule_w, True), "rule.buffers": ("buffers", rule_w, True)}
+        for name, spec in side.items():
+            feeds[f"side.{name}"] = (spec.source, dict.fromkeys(planned, spec.weight(len(planned))), spec.mean)
+        return feeds
 
     def _aggregate_fit(self, round: int, fit: FitRound) -> tuple[float, str, dict[str, Any]]:
         """The server side of the round (Flower's strategy ``aggregate_fit``) and its divergence
@@ -214,8 +223,8 @@ class Coordinator:
         diverged round keeps the old global model."""
         from fedtune.algorithms.server.aggregate import fedavg_weights
 
-        n = np.array(fit.of("num_examples"), dtype=np.float64)
-        losses = np.array(fit.of("losses"), dtype=np.float64)
+        n = np.array(fit.num_examples, dtype=np.float64)
+        losses = np.array(fit.losses, dtype=np.float64)
         p = fedavg_weights(n)
         train_loss = float(np.sum(p * losses))
         if not math.isfinite(train_loss) or loss_exploded(train_loss, self.first_loss):
@@ -231,31 +240,44 @@ class Coordinator:
     def _server_rule_step(self, round: int, fit: FitRound, n: np.ndarray,
                           p: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         """The new flat model from the clients' states: parameters by the server rule's
-        ``aggregate`` of the updates ``θ_u − θ``, buffers by its ``aggregate_buffers``; and the
-        ``diag.*`` metrics (the rule's diagnostics, then the client methods' own metrics)."""
+        ``aggregate`` of the updates ``θ_u − θ`` (or its streamed sum), buffers by its
+        ``aggregate_buffers`` (or their streamed sum); and the ``diag.*`` metrics (the rule's
+        diagnostics, then the client methods' own metrics)."""
         P = self.layout.num_params
         theta = self.weights[:P]
-        states = fit.of("states")
-        updates = subtract_rows(states, theta, self._update_buffer(len(fit.order), P), threads=self.rule.threads)
-        info = RoundInfo(tuple(fit.order), tuple(self.plan.clients[c].role for c in fit.order),
-                         tuple(int(s) for s in fit.of("steps")), tuple(int(x) for x in n))
-        extras = fit.of("extras")
-        result = self.rule.aggregate(theta, updates, p, extras=extras, round=round, info=info)
-        # one BLAS thread: the optimiser's and server side's sums and norms give the same bits on
-        # every backend (a multi-threaded BLAS sums in another order in another process)
-        with one_blas_thread():
-            if self.side is not None:  # a server side may replace the rule's step (a uniform mean)
-                result = self.side.proposal(theta, result, updates, info=info)
-            params, side_diagnostics = self.optimizer.step(theta, result.params, result.direction, round), {}
-            if self.side is not None:
-                params, side_diagnostics = self.side.update(theta, params, updates, p, extras=extras, round=round,
-                                                            info=info)
         new = np.empty_like(self.weights)
-        new[:P] = params
-        if self.layout.size > P:
-            new[P:] = self.rule.aggregate_buffers(self.weights[P:], np.stack([s[P:] for s in states]), p, info=info)
+        info = RoundInfo(tuple(fit.order), tuple(self.plan.clients[c].role for c in fit.order),
+                         tuple(fit.steps), tuple(int(x) for x in n))
+        if fit.streamed:
+            sums = fit.totals()
+            side_sums = {name[len("side."):]: total for name, total in sums.items() if name.startswith("side.")}
+            with one_blas_thread():
+                result = self.rule.streamed_result(theta, sums["rule.update"])
+                if self.side is not None:
+                    result = self.side.streamed_proposal(theta, result, side_sums, info=info)
+                params, side_diagnostics = self.optimizer.step(theta, result.params, result.direction, round), {}
+                if self.side is not None:
+                    params, side_diagnostics = self.side.streamed_update(theta, params, side_sums, round=round,
+                                                                         info=info)
+            new[:P] = params
+            new[P:] = sums["rule.buffers"].astype(np.float32)
+        else:
+            updates = fit.updates
+            result = self.rule.aggregate(theta, updates, p, extras=fit.extras, round=round, info=info)
+            # one BLAS thread: the optimiser's and server side's sums and norms give the same bits on
+            # every backend (a multi-threaded BLAS sums in another order in another process)
+            with one_blas_thread():
+                if self.side is not None:  # a server side may replace the rule's step (a uniform mean)
+                    result = self.side.proposal(theta, result, updates, info=info)
+                params, side_diagnostics = self.optimizer.step(theta, result.params, result.direction, round), {}
+                if self.side is not None:
+                    params, side_diagnostics = self.side.update(theta, params, updates, p, extras=fit.extras,
+                                                                round=round, info=info)
+            new[:P] = params
+            if self.layout.size > P:
+                new[P:] = self.rule.aggregate_buffers(self.weights[P:], fit.buffers, p, info=info)
         diagnostics = {f"diag.{key}": value for key, value in {**result.diagnostics, **side_diagnostics}.items()}
-        diagnostics.update(client_metric_means(p, fit.of("metrics")))
+        diagnostics.update(client_metric_means(p, fit.metrics))
         return new, diagnostics
 
     def _probe_round(self, round: int, cohort: list[int]) -> dict[str, Any]:

@@ -33,6 +33,17 @@ class FitReply:
     io_s: float = 0.0  # of which: copying weights into the model and the trained state out
     extras: list[dict[str, np.ndarray]] = field(default_factory=list)
     metrics: list[dict[str, float]] = field(default_factory=list)
+    worker: int = 0  # the worker that trained these clients (the round's busiest-worker timings)
+
+    def split(self) -> list["FitReply"]:
+        """One reply per client, ascending client id (views of ``states``; ``io_s`` spread evenly):
+        what :meth:`ClientWorker.fit_stream <fedtune.runtime.worker.ClientWorker.fit_stream>` sends."""
+        k = len(self.client_ids)
+        order = sorted(range(k), key=lambda i: self.client_ids[i])
+        return [FitReply([self.client_ids[i]], self.states[i:i + 1], [self.num_examples[i]], [self.losses[i]],
+                         [self.steps[i]], [self.compute_s[i]], self.io_s / max(k, 1),
+                         [self.extras[i]] if self.extras else [{}], [self.metrics[i]] if self.metrics else [{}],
+                         self.worker) for i in order]
 
 
 @dataclass

@@ -19,7 +19,7 @@ dies is handled by the run's ``on_client_failure`` policy: ``retry`` (restart it
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -30,6 +30,12 @@ from fedtune.runtime.remote_errors import input_error_of, ray_get
 
 class ClientFailure(RuntimeError):
     """A client actor died and the failure policy says to stop (or its retry failed too)."""
+
+
+class _ActorDied(Exception):
+    def __init__(self, cause: BaseException):
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def assign_clients(num_clients: int, num_workers: int) -> list[list[int]]:
@@ -56,7 +62,19 @@ def warn_if_batch_exceeds_clients(cfg_dict: dict[str, Any], plan: FederatedPlan)
 
 
 # ------------------------------------------------------------------------------------------------
-class LocalPool:
+class PoolBase:
+    """What every pool shares: :meth:`fit_stream` from a pool's ``fit`` (a pool that can send
+    each client as soon as it is trained overrides it)."""
+
+    def fit_stream(self, weights, payload, round, client_ids, skipped: list[int]) -> Iterator[FitReply]:
+        """The round's trained clients one reply each (:meth:`FitReply.split`), ascending client
+        id; clients left out by ``on_client_failure=skip`` are appended to ``skipped``."""
+        replies, left_out = self.fit(weights, payload, round, client_ids)
+        skipped.extend(left_out)
+        yield from sorted((one for reply in replies for one in reply.split()), key=lambda r: r.client_ids[0])
+
+
+class LocalPool(PoolBase):
     """All clients in this process, trained one after another (the reference sequential backend)."""
 
     def __init__(self, cfg_dict: dict[str, Any], plan: FederatedPlan, client_threads: int):
@@ -80,6 +98,10 @@ class LocalPool:
     def fit(self, weights, payload, round, client_ids) -> tuple[list[FitReply], list[int]]:
         self._set_threads()
         return [self.worker.fit(weights, payload, round, list(client_ids))], []
+
+    def fit_stream(self, weights, payload, round, client_ids, skipped: list[int]) -> Iterator[FitReply]:
+        self._set_threads()
+        yield from self.worker.fit_stream(weights, payload, round, list(client_ids))
 
     def probe(self, weights, payload, round, client_ids) -> dict[int, dict[str, np.ndarray]]:
         self._set_threads()
@@ -134,7 +156,7 @@ class ActorFactory:
         ).remote(self.cfg_dict, specs, w, self.shards[w], source_bank=self.plan.source_train_pieces())
 
 
-class RayPool:
+class RayPool(PoolBase):
     """Client actors, one per worker slot; failure handling per ``on_client_failure``."""
 
     def __init__(self, actors: list, factory: ActorFactory, assignment: list[list[int]], policy: str):
@@ -223,6 +245,67 @@ class RayPool:
         replies, skipped_workers = self._call_all("fit", args)
         skipped = sorted(c for w in skipped_workers for c in args[w][3])
         return [replies[w] for w in sorted(replies)], skipped
+
+    def fit_stream(self, weights_ref, payload, round, client_ids, skipped: list[int]) -> Iterator[FitReply]:
+        """Every worker trains its clients among ``client_ids`` at once (a streaming generator per
+        actor, :meth:`~fedtune.runtime.worker.ClientWorker.fit_stream`); the replies are taken in
+        ascending client id, each as soon as its client is trained, so the coordinator sums while
+        the workers train and at most the clients trained ahead of that order wait in the object
+        store. A dead actor meets ``on_client_failure``: ``fail`` raises, ``skip`` leaves out its
+        clients not yet received (appended to ``skipped``), ``retry`` restarts it and trains
+        those again (a second death raises :class:`ClientFailure`)."""
+        wanted = sorted(set(int(c) for c in client_ids))
+        owner = {c: w for w, owned in enumerate(self.assignment) for c in owned}
+        pending = {w: [c for c in wanted if owner[c] == w] for w in sorted({owner[c] for c in wanted})}
+        streams = {w: self._stream(w, weights_ref, payload, round, ids) for w, ids in pending.items()}
+        retried: set[int] = set()
+        for cid in wanted:
+            w = owner[cid]
+            if cid in skipped:
+                continue
+            while True:
+                try:
+                    reply = self._next(streams[w])
+                    break
+                except _ActorDied as exc:
+                    rest = [c for c in pending[w] if c >= cid]
+                    if self.policy == "fail":
+                        raise ClientFailure(f"client actor {w} (clients {self.assignment[w]}) died during fit; "
+                                            "on_client_failure=fail stops the run (retry or skip would go on)") from None
+                    if self.policy == "retry" and w in retried:
+                        raise ClientFailure(f"client actor {w} (clients {self.assignment[w]}) died during fit, was "
+                                            f"restarted, and died again on the retry: {exc.cause}") from None
+                    self._restart(w)
+                    if self.policy == "skip":
+                        skipped.extend(rest)
+                        reply = None
+                        break
+                    retried.add(w)
+                    streams[w] = self._stream(w, weights_ref, payload, round, rest)
+            if reply is None:
+                continue
+            if reply.client_ids != [cid]:  # pragma: no cover - the worker yields its clients ascending
+                raise RuntimeError(f"client actor {w} sent client {reply.client_ids} where {cid} was due")
+            yield reply
+
+    def _stream(self, w: int, weights_ref, payload, round, ids: list[int]):
+        return self.actors[w].fit_stream.options(num_returns="streaming").remote(weights_ref, payload, round, ids)
+
+    @staticmethod
+    def _next(stream) -> FitReply:
+        """The next reply of an actor's stream; a dead actor is :class:`_ActorDied`, bad input its own error."""
+        import ray
+        from ray.exceptions import RayActorError, RayError
+
+        try:
+            return ray.get(next(stream))
+        except RayError as exc:
+            err = input_error_of(exc)
+            if err is not None:  # bad input (an undecodable image ...): a restart would fail again
+                raise err from None
+            if not isinstance(exc, RayActorError):
+                raise
+            raise _ActorDied(exc) from None
 
     def probe(self, weights_ref, payload, round, client_ids) -> dict[int, dict[str, np.ndarray]]:
         """Each worker's ``probe`` of its clients among ``client_ids``; ``{client id: arrays}``

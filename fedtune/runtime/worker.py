@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -181,9 +181,32 @@ class ClientWorker:
         set_flat(self.model, self.layout, weights)
 
     def fit(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int, client_ids: list[int]) -> FitReply:
-        """Train each of ``client_ids`` (ascending) from ``weights`` for one round. Each client's
+        """Train each of ``client_ids`` (ascending) from ``weights`` for one round; one reply with
+        every trained state (:meth:`fit_stream` sends them one client at a time). Each client's
         metrics carry ``batch_size_effective`` (:func:`~fedtune.algorithms.client.steps.effective_batch_size`):
         ``batch_size``, or the client's whole training set when that is smaller."""
+        client_ids = sorted(client_ids)
+        states = np.empty((len(client_ids), self.layout.size), dtype=np.float32)
+        reply = FitReply(client_ids, states, [], [], [], [], worker=self.worker_index)
+        for row, cid in enumerate(client_ids):
+            self._fit_client(weights, payload, round, cid, states[row], reply)
+        return reply
+
+    def fit_stream(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int,
+                   client_ids: list[int]) -> Iterator[FitReply]:
+        """:meth:`fit`, one reply per client (ascending) as soon as it is trained: the coordinator
+        adds each update to the round's sum while the next client trains, and no worker holds its
+        clients' states together (a Ray streaming generator: ``num_returns="streaming"``)."""
+        for cid in sorted(client_ids):
+            reply = FitReply([cid], np.empty((1, self.layout.size), dtype=np.float32), [], [], [], [],
+                             worker=self.worker_index)
+            self._fit_client(weights, payload, round, cid, reply.states[0], reply)
+            yield reply
+
+    def _fit_client(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int, cid: int,
+                    out: np.ndarray, reply: FitReply) -> None:
+        """Client ``cid``'s local round from ``weights``: its trained state into ``out``, its
+        numbers appended to ``reply``."""
         import torch
 
         from fedtune.algorithms.client.method import ClientContext
@@ -191,41 +214,36 @@ class ClientWorker:
         from fedtune.algorithms.client.precision import grad_scaler
         from fedtune.flat_weights import get_flat
 
-        client_ids = sorted(client_ids)
-        states = np.empty((len(client_ids), self.layout.size), dtype=np.float32)
-        reply = FitReply(client_ids, states, [], [], [], [])
-        for row, cid in enumerate(client_ids):
-            t0 = time.perf_counter()
-            spec = self.specs[cid]
-            self._load(weights)
-            reply.io_s += time.perf_counter() - t0
-            for hook in self.hooks:
-                hook.before_seed(cid)
-            seed = derive_seed(self.cfg.seed, cid, round)
-            seed_torch(seed, self.device)
-            gen = torch.Generator().manual_seed(seed)
-            train = self.data[cid]["train"]
-            ctx = ClientContext(model=self.model, data=train, cfg=self.cfg, round=round, client_id=cid,
-                                role=spec.role, generator=gen, device=self.device, payload=payload,
-                                state=self.client_state[cid], augment=self.augment, precision=self.precision,
-                                scaler=grad_scaler(self.device, self.precision), source_bank=self.source_bank)
-            for hook in self.hooks:
-                hook.before_train(ctx)
-            out = self.method.train(ctx)
-            for hook in self.hooks:
-                out.extras = {**out.extras, **hook.after_train(ctx, out)}
-            t_out = time.perf_counter()
-            get_flat(self.model, self.layout, out=states[row])
-            reply.io_s += time.perf_counter() - t_out
-            reply.num_examples.append(len(train))
-            reply.losses.append(float(out.loss))
-            reply.steps.append(out.steps)
-            reply.extras.append(out.extras)
-            # what ran, beside the configured hp.batch_size: the round's diag.batch_size_effective
-            reply.metrics.append({**out.metrics, "batch_size_effective": float(
-                effective_batch_size(len(train), self.cfg.batch_size))})
-            reply.compute_s.append(time.perf_counter() - t0)
-        return reply
+        t0 = time.perf_counter()
+        spec = self.specs[cid]
+        self._load(weights)
+        reply.io_s += time.perf_counter() - t0
+        for hook in self.hooks:
+            hook.before_seed(cid)
+        seed = derive_seed(self.cfg.seed, cid, round)
+        seed_torch(seed, self.device)
+        gen = torch.Generator().manual_seed(seed)
+        train = self.data[cid]["train"]
+        ctx = ClientContext(model=self.model, data=train, cfg=self.cfg, round=round, client_id=cid,
+                            role=spec.role, generator=gen, device=self.device, payload=payload,
+                            state=self.client_state[cid], augment=self.augment, precision=self.precision,
+                            scaler=grad_scaler(self.device, self.precision), source_bank=self.source_bank)
+        for hook in self.hooks:
+            hook.before_train(ctx)
+        result = self.method.train(ctx)
+        for hook in self.hooks:
+            result.extras = {**result.extras, **hook.after_train(ctx, result)}
+        t_out = time.perf_counter()
+        get_flat(self.model, self.layout, out=out)
+        reply.io_s += time.perf_counter() - t_out
+        reply.num_examples.append(len(train))
+        reply.losses.append(float(result.loss))
+        reply.steps.append(result.steps)
+        reply.extras.append(result.extras)
+        # what ran, beside the configured hp.batch_size: the round's diag.batch_size_effective
+        reply.metrics.append({**result.metrics, "batch_size_effective": float(
+            effective_batch_size(len(train), self.cfg.batch_size))})
+        reply.compute_s.append(time.perf_counter() - t0)
 
     def probe(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int,
               client_ids: list[int]) -> list[tuple[int, dict[str, np.ndarray]]]:

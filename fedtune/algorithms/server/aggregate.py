@@ -7,10 +7,11 @@ Plain functions on NumPy arrays (importable and testable without Ray or torch). 
 * ``updates[u] = Δ_u = θ_u − θ`` is a *descent displacement* (adding it lowers client u's loss);
   rows are in ascending client-id order, so results never depend on which actor ran whom.
 * ``weights[u] = p_u = n_u / Σ n`` (training examples of the round's participants).
-* Sums are accumulated in float64 (:func:`fedtune.algorithms.server.blocked.weighted_rows`: blocks of
-  rows copied to float64, one single-threaded ``dgemv`` each), then cast to float32:
-  bit-reproducible, and bit-identical for any number of server threads (``threads``, the
-  coordinator's ``coordinator_cpus``), backend and actor count.
+* Sums are accumulated in float64 (:func:`fedtune.algorithms.server.blocked.weighted_rows`: row after
+  row, each column adding ``w_u · x_u``), then cast to float32: bit-reproducible, bit-identical
+  for any number of server threads (``threads``, the coordinator's ``coordinator_cpus``), backend
+  and actor count, and the bits of the same sum made as the clients' replies arrive
+  (:class:`~fedtune.algorithms.server.blocked.RowSum`, docs/methods.md §0.1).
 """
 
 from __future__ import annotations

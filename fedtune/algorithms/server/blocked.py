@@ -4,7 +4,7 @@ Every server rule reads the round's ``[U, M]`` updates (``M`` up to tens of mill
 the functions here, and only here:
 
 * :func:`weighted_rows` — ``out = base + scale · (offset + Σ_u w_u x_u)``: FedAvg's step, every
-  weighted sum and the last step of FedOMG;
+  weighted sum and the last step of FedOMG; :class:`RowSum`, the same sum fed one row at a time;
 * :func:`gram_pass` — the Gram matrix ``X Xᵀ`` *and* the weighted sum ``wᵀX`` in one read
   (FedOMG's step 1 and ``g_FL``);
 * :func:`cross_pass` — user-defined per-block products reduced over the blocks (auto-β's
@@ -13,9 +13,9 @@ the functions here, and only here:
 
 How. Columns are cut into blocks of a fixed width (:func:`column_blocks`, from the row count
 only); each block is copied to a float64 scratch and handed to BLAS with **one BLAS thread**
-(``dgemv`` for weighted sums, ``dsyrk``/``dgemm`` for products). Products are accumulated in
-float64 block by block; sums over the rows are float64 inside one ``dgemv`` (its order is
-OpenBLAS's, fixed for a given shape) and across row groups in group order.
+(``dsyrk``/``dgemm`` for products). Products are accumulated in float64 block by block. Weighted
+sums over the rows take no BLAS: each column's float64 accumulator adds the rows one after
+another (:func:`accumulate_row`), so a sum of rows that arrive one at a time is the same bits.
 
 Threads. With ``threads > 1`` (the coordinator's ``coordinator_cpus``) the blocks are dealt out
 in fixed *chunks* of consecutive blocks, one chunk per task, and the chunks' partial results
@@ -137,22 +137,30 @@ def _check_rows(matrix: np.ndarray, weights: np.ndarray | None = None) -> tuple[
 
 
 # ============================================================================== weighted sums
-# Weighted sums read each element once and do 1 multiply-add with it: memory-bound. Their blocks
-# are long (the float32 → float64 copy and dgemv per block cost Python calls) and, for many rows,
-# cut into row groups so the scratch stays 8 MiB.
-SUM_MIN_WIDTH = 16384
-SUM_MAX_WIDTH = 131072
+# Weighted sums read each element once and do 1 multiply and 1 add with it: memory-bound.
+# Their order is the streamed order: row after row, each column's float64 accumulator taking
+# ``w_u · x_u`` (NumPy's elementwise multiply and add, each exactly rounded), so a sum made on
+# the whole matrix and one made as rows arrive (:class:`RowSum`, the coordinator's streamed
+# FedAvg) are the same bits, for any block width, thread count, backend or actor count.
+SUM_WIDTH = 32768  # columns per block (a float64 accumulator of 256 KiB: L2)
 
 
-def sum_blocks(size: int, rows: int) -> tuple[ColumnBlocks, int]:
-    """Column blocks and the row-group height of :func:`weighted_rows` for ``rows`` rows.
+def sum_blocks(size: int, rows: int) -> ColumnBlocks:
+    """Column blocks of :func:`weighted_rows` (``rows`` no longer matters: the order is row after
+    row in any block).
 
     >>> sum_blocks(10_000_000, 100)
-    (ColumnBlocks(size=10000000, width=16384, per_chunk=16), 64)
+    ColumnBlocks(size=10000000, width=32768, per_chunk=8)
     """
-    width = min(SUM_MAX_WIDTH, max(SUM_MIN_WIDTH, (SCRATCH_ELEMS // max(int(rows), 1)) // 1024 * 1024))
-    group = max(1, min(int(rows), SCRATCH_ELEMS // width))
-    return ColumnBlocks(int(size), width, max(1, CHUNK_COLS // width)), group
+    return ColumnBlocks(int(size), SUM_WIDTH, max(1, CHUNK_COLS // SUM_WIDTH))
+
+
+def accumulate_row(acc: np.ndarray, row: np.ndarray, weight: float, tmp: np.ndarray) -> None:
+    """``acc += weight · float64(row)`` (the one step of every weighted sum; ``tmp`` float64 like
+    ``acc``): the multiply rounds, then the add. The weight is made a float64 scalar: a Python
+    float times a float32 array would multiply in float32 (NumPy 2's promotion)."""
+    np.multiply(row, F64(weight), out=tmp)
+    acc += tmp
 
 
 def weighted_rows(matrix: np.ndarray, weights: np.ndarray, out: np.ndarray, *, base: np.ndarray | None = None,
@@ -161,8 +169,9 @@ def weighted_rows(matrix: np.ndarray, weights: np.ndarray, out: np.ndarray, *, b
     """``out = base + scale · (offset + Σ_k weights[k] · matrix[rows[k]])`` (terms left out when
     None; ``rows=None``: every row, ``weights`` one per row), into ``out`` (float32 or float64).
 
-    The sum is float64: each block of rows is copied to float64 and reduced by one ``dgemv``;
-    row groups are added in order. Bit-identical for any ``threads`` (they only split columns).
+    The sum is float64, row after row in the order given (:func:`accumulate_row`, from ``offset``
+    or 0): the bits of :class:`RowSum` fed the same rows, and the same for any ``threads`` (they
+    only split columns).
 
     >>> weighted_rows(np.array([[1., 2.], [3., 4.]], np.float32), np.array([.25, .75]), np.empty(2))
     array([2.5, 3.5])
@@ -173,19 +182,18 @@ def weighted_rows(matrix: np.ndarray, weights: np.ndarray, out: np.ndarray, *, b
     if matrix.ndim != 2:
         raise ValueError(f"expected a [rows, M] matrix, got shape {matrix.shape}")
     weights = np.asarray(weights, dtype=F64)
-    idx = None if rows is None else np.asarray(rows, dtype=np.intp)
-    count = matrix.shape[0] if idx is None else len(idx)
+    idx = list(range(matrix.shape[0])) if rows is None else [int(r) for r in rows]
+    count = len(idx)
     if weights.shape != (count,):
         raise ValueError(f"{count} rows to sum but {weights.shape} weights")
     m = matrix.shape[1]
     if out.shape != (m,):
         raise ValueError(f"out has shape {out.shape}, the rows {m} entries")
-    plan, group = sum_blocks(m, count)
+    plan = sum_blocks(m, count)
     scale = float(scale)
     scratch = Scratch()
 
     def work(chunk: int) -> None:
-        buf = scratch.get("rows", (min(group, max(count, 1)), plan.width))
         acc_buf = scratch.get("acc", (plan.width,))
         tmp_buf = scratch.get("tmp", (plan.width,))
         for s, e in plan.blocks(chunk):
@@ -195,22 +203,45 @@ def weighted_rows(matrix: np.ndarray, weights: np.ndarray, out: np.ndarray, *, b
                 acc[:] = offset[s:e]
             else:
                 acc[:] = 0.0
-            for r in range(0, count, group):
-                r2 = min(r + group, count)
-                blk = buf[:r2 - r, :w]
-                np.copyto(blk, matrix[r:r2, s:e] if idx is None else matrix[idx[r:r2], s:e])
-                np.dot(weights[r:r2], blk, out=tmp)
-                acc += tmp
+            for k, r in enumerate(idx):
+                accumulate_row(acc, matrix[r, s:e], weights[k], tmp)
             if scale != 1.0:
                 acc *= scale
             if base is not None:
                 acc += base[s:e]
             out[s:e] = acc
 
-    with one_blas_thread():
-        for _ in map_chunks(plan, work, threads):
-            pass
+    for _ in map_chunks(plan, work, threads):
+        pass
     return out
+
+
+class RowSum:
+    """A weighted sum of rows fed one at a time (the coordinator's streamed aggregation: each
+    client's update is added as it arrives and dropped): ``total = Σ_u w_u x_u`` in float64, the
+    bits of :func:`weighted_rows` over the same rows in the same order.
+
+    >>> acc = RowSum(2)
+    >>> acc.add(np.array([1., 2.], np.float32), 0.25); acc.add(np.array([3., 4.], np.float32), 0.75)
+    >>> acc.total
+    array([2.5, 3.5])
+    """
+
+    BLOCK = 1 << 21  # elements per multiply-add (a 16 MiB scratch at most; fewer calls for small models)
+
+    def __init__(self, size: int):
+        self.total = np.zeros(int(size), F64)
+        self._block = max(1, min(int(size), self.BLOCK))
+        self._tmp = np.empty(self._block, F64)
+        self.rows = 0
+
+    def add(self, row: np.ndarray, weight: float) -> None:
+        if row.shape != self.total.shape:
+            raise ValueError(f"row has shape {row.shape}, the sum {self.total.shape}")
+        for s in range(0, len(row), self._block):  # elementwise: any block gives the same bits
+            e = min(s + self._block, len(row))
+            accumulate_row(self.total[s:e], row[s:e], weight, self._tmp[:e - s])
+        self.rows += 1
 
 
 def subtract_rows(rows: Sequence[np.ndarray], vector: np.ndarray, out: np.ndarray, *, threads: int = 1) -> np.ndarray:
@@ -246,7 +277,8 @@ def gram_pass(matrix: np.ndarray, weights: np.ndarray | None = None, *, threads:
     ``weights``, ``g = Σ_u w_u x_u`` (float64 ``[M]``), in one read of ``X``.
 
     Each block ``B`` (``U × width`` columns, copied to float64) adds ``B Bᵀ`` (``dsyrk``) to its
-    chunk's partial ``G`` and writes ``g``'s block (``dgemv``); chunks' partials are added in
+    chunk's partial ``G`` and writes ``g``'s block (its rows one after another, the order of
+    :func:`weighted_rows`); chunks' partials are added in
     chunk order. Products of float32 numbers are exact in float64, so the only rounding is the
     float64 accumulation (relative error ≲ 1e-13 for M = 10⁷). Cost ``U² M / 2`` multiply-adds.
 
@@ -271,8 +303,10 @@ def gram_pass(matrix: np.ndarray, weights: np.ndarray | None = None, *, threads:
             blk = buf[:, :e - s]
             np.copyto(blk, matrix[:, s:e])
             part += blk @ blk.T
-            if g is not None:
-                np.dot(weights, blk, out=g[s:e])
+            if g is not None:  # weighted_rows' order: row after row
+                acc, tmp = g[s:e], scratch.get("tmp", (plan.width,))[:e - s]
+                for u in range(num):
+                    accumulate_row(acc, blk[u], weights[u], tmp)
         return part
 
     with one_blas_thread():
@@ -334,4 +368,4 @@ def cross_pass(matrices: Sequence[np.ndarray], block_products: Callable[..., tup
 
 
 __all__ = ["CHUNK_COLS", "ColumnBlocks", "SCRATCH_ELEMS", "Scratch", "column_blocks", "cross_pass", "gram_pass", "map_chunks",
-           "one_blas_thread", "subtract_rows", "sum_blocks", "weighted_rows"]
+           "one_blas_thread", "RowSum", "subtract_rows", "sum_blocks", "weighted_rows"]

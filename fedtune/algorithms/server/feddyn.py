@@ -30,7 +30,7 @@ from fedtune.algorithms.server.aggregate import server_step, weighted_sum
 from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.declarations import FEDDYN_ALPHA, FEDDYN_MEAN
 from fedtune.algorithms.server.rule import AggregateResult
-from fedtune.algorithms.server.side import ServerSide
+from fedtune.algorithms.server.side import ServerSide, StreamedSum
 
 
 
@@ -44,6 +44,11 @@ def feddyn_h_update(h: np.ndarray, updates: np.ndarray, alpha: float, num_client
     """
     updates = np.asarray(updates)
     total = weighted_sum(updates, np.ones(updates.shape[0]), threads=threads)
+    return feddyn_h_from_sum(h, total, alpha, num_clients)
+
+
+def feddyn_h_from_sum(h: np.ndarray, total: np.ndarray, alpha: float, num_clients: int) -> np.ndarray:
+    """:func:`feddyn_h_update` from ``total = Σ_{k∈P} (θ_k − θ)`` (float64, summed as the updates arrive)."""
     return np.asarray(h, dtype=np.float64) - (float(alpha) / int(num_clients)) * total
 
 
@@ -80,14 +85,34 @@ class FedDynServer(ServerSide):
             return result
         # the paper's (1/|P|) Σ θ_k at FedAvg's server step: fedavg_step's bits with uniform weights
         rows = updates.shape[0]
-        d = weighted_sum(updates, np.full(rows, 1.0 / rows), threads=self.threads)
+        return self._uniform(old, result, weighted_sum(updates, np.full(rows, 1.0 / rows), threads=self.threads))
+
+    def _uniform(self, old, result, d):
         return AggregateResult(server_step(old, d, self.cfg.effective_global_lr), result.diagnostics, d)
 
     def update(self, old, new, updates, weights, *, extras, round, info):
         if self.alpha == 0.0:
             return new, {}
-        self.h = feddyn_h_update(self.h, updates, self.alpha, self.num_clients, threads=self.threads)
+        return self._corrected(new, feddyn_h_update(self.h, updates, self.alpha, self.num_clients,
+                                                    threads=self.threads))
+
+    def _corrected(self, new, h):
+        self.h = h
         return feddyn_correct(new, self.h, self.alpha), {"feddyn_h_norm": float(np.linalg.norm(self.h))}
+
+    def streamed_sums(self):
+        sums = {"total": StreamedSum("update")} if self.alpha != 0.0 else {}
+        if self.mean == "uniform":
+            sums["mean"] = StreamedSum("update", mean=True)
+        return sums
+
+    def streamed_proposal(self, old, result, sums, *, info):
+        return self._uniform(old, result, sums["mean"]) if self.mean == "uniform" else result
+
+    def streamed_update(self, old, new, sums, *, round, info):
+        if self.alpha == 0.0:
+            return new, {}
+        return self._corrected(new, feddyn_h_from_sum(self.h, sums["total"], self.alpha, self.num_clients))
 
     def state_dict(self) -> dict[str, Any]:
         return {"h": self.h.copy()}
@@ -99,4 +124,4 @@ class FedDynServer(ServerSide):
         self.h = h
 
 
-__all__ = ["FedDynServer", "feddyn_correct", "feddyn_h_update"]
+__all__ = ["FedDynServer", "feddyn_correct", "feddyn_h_from_sum", "feddyn_h_update"]

@@ -100,6 +100,21 @@ class ServerRule:
         """
         raise NotImplementedError
 
+    def streamed_weights(self, weights: np.ndarray) -> np.ndarray | None:
+        """The weights ``w_u`` of a rule whose whole round is one weighted sum of the updates,
+        ``d = Σ_u w_u Δ_u``, and of the buffers, given the FedAvg weights ``p_u`` of the round's
+        sampled participants; ``None`` (the default) for a rule that needs every update at once.
+
+        With weights the coordinator never holds the ``[U, M]`` updates: it adds each update to
+        the sum as it arrives (:class:`~fedtune.algorithms.server.blocked.RowSum`, the bits of
+        :func:`~fedtune.algorithms.server.aggregate.weighted_sum`) and calls
+        :meth:`streamed_result` with ``d``."""
+        return None
+
+    def streamed_result(self, params: np.ndarray, direction: np.ndarray) -> AggregateResult:
+        """The round of a rule with :meth:`streamed_weights`, from the streamed sum ``d``."""
+        raise NotImplementedError(f"server rule {self.name} declares no streamed sum")
+
     def aggregate_buffers(self, buffers: np.ndarray, client_buffers: np.ndarray, weights: np.ndarray, *,
                           info: RoundInfo) -> np.ndarray:
         """New floating buffers (batch-norm running statistics), float32 ``[S]``, called right after
@@ -133,7 +148,13 @@ class FedAvg(ServerRule):
     def aggregate_buffers(self, buffers, client_buffers, weights, *, info):
         return fedavg_buffers(client_buffers, mean_weights(weights, self.weighting))
 
+    def streamed_weights(self, weights):
+        # a subclass with its own aggregate (FedGMA's mask) needs the whole matrix
+        return mean_weights(weights, self.weighting) if type(self).aggregate is FedAvg.aggregate else None
+
+    def streamed_result(self, params, direction):
+        return AggregateResult(server_step(params, direction, self.global_lr), {}, direction)
+
     def aggregate(self, params, updates, weights, *, extras, round, info):
-        weights = mean_weights(weights, self.weighting)
-        d = weighted_sum(updates, weights, threads=self.threads)  # fedavg_step's sum: the same bits
-        return AggregateResult(server_step(params, d, self.global_lr), {}, d)
+        d = weighted_sum(updates, mean_weights(weights, self.weighting), threads=self.threads)  # fedavg_step's sum
+        return self.streamed_result(params, d)

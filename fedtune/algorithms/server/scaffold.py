@@ -21,7 +21,7 @@ import numpy as np
 
 from fedtune.algorithms.server.aggregate import weighted_sum
 from fedtune.algorithms.base import RunConfig
-from fedtune.algorithms.server.side import ServerSide
+from fedtune.algorithms.server.side import ServerSide, StreamedSum
 
 SCAFFOLD_C = "scaffold_c"  # payload: the server control variate c, float32 [num_params]
 SCAFFOLD_DELTA_C = "scaffold_delta_c"  # extra: the client's Δc_i = c_i⁺ − c_i, float32 [num_params]
@@ -39,6 +39,12 @@ def scaffold_control_update(c: np.ndarray, delta_cs: np.ndarray, num_clients: in
     if participants == 0 or num_clients < participants:
         raise ValueError(f"{participants} participants' control variates for a run of {num_clients} clients")
     mean = weighted_sum(delta_cs, np.full(participants, 1.0 / participants), threads=threads)
+    return scaffold_c_from_mean(c, mean, participants, num_clients)
+
+
+def scaffold_c_from_mean(c: np.ndarray, mean: np.ndarray, participants: int, num_clients: int) -> np.ndarray:
+    """:func:`scaffold_control_update` from ``mean = mean_{i∈S} Δc_i`` (float64, summed as the
+    extras arrive)."""
     return np.asarray(c, dtype=np.float64) + (participants / num_clients) * mean
 
 
@@ -70,6 +76,13 @@ class ScaffoldServer(ServerSide):
         self.c = scaffold_control_update(self.c, np.stack(rows), self.num_clients, threads=self.threads)
         return new, {"scaffold_c_norm": float(np.linalg.norm(self.c))}
 
+    def streamed_sums(self):
+        return {"mean": StreamedSum(SCAFFOLD_DELTA_C, mean=True)}
+
+    def streamed_update(self, old, new, sums, *, round, info):
+        self.c = scaffold_c_from_mean(self.c, sums["mean"], len(info.client_ids), self.num_clients)
+        return new, {"scaffold_c_norm": float(np.linalg.norm(self.c))}
+
     def state_dict(self) -> dict[str, Any]:
         return {"c": self.c.copy()}
 
@@ -81,4 +94,4 @@ class ScaffoldServer(ServerSide):
         self.c = c
 
 
-__all__ = ["SCAFFOLD_C", "SCAFFOLD_DELTA_C", "ScaffoldServer", "scaffold_control_update"]
+__all__ = ["SCAFFOLD_C", "SCAFFOLD_DELTA_C", "ScaffoldServer", "scaffold_c_from_mean", "scaffold_control_update"]

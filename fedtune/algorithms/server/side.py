@@ -21,12 +21,19 @@ each round:
    participants again at it (their client method's ``probe``) and hands their arrays to
    :meth:`ServerSide.after_probe` (AFL's domain losses at the aggregated model).
 
+A side whose round needs only weighted sums of the updates or of one extra (FedDyn's ``Σ Δ_u``,
+Scaffold's mean ``Δc_i``) declares them (:meth:`ServerSide.streamed_sums`); with a server rule
+that streams too (FedAvg), the coordinator adds each client's rows as they arrive and calls
+:meth:`ServerSide.streamed_proposal` / :meth:`ServerSide.streamed_update` with the sums: the
+round never holds its ``[U, M]`` updates or extras, and the bits are the whole-matrix path's.
+
 Server sides are NumPy only, like server rules: the coordinator never imports torch. Their
 state is in the coordinator's checkpoint (:meth:`ServerSide.state_dict`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,6 +41,22 @@ import numpy as np
 from fedtune.algorithms import SERVER_SIDES
 from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.server.rule import AggregateResult, RoundInfo
+
+
+@dataclass(frozen=True)
+class StreamedSum:
+    """A float64 sum the coordinator makes as the clients' replies arrive:
+    ``Σ_u weight · row_u`` over the participants, ascending client id
+    (:class:`~fedtune.algorithms.server.blocked.RowSum`), ``row_u`` the update ``θ_u − θ``
+    (``source="update"``) or the client's extra ``source`` (its float32 copy, as the whole-matrix
+    path stacks it). ``mean``: the weight is ``1/U`` of the ``U`` sampled participants; when a
+    failed worker's clients are skipped the sum is rescaled to the mean of those that arrived."""
+
+    source: str
+    mean: bool = False
+
+    def weight(self, participants: int) -> float:
+        return 1.0 / participants if self.mean else 1.0
 
 
 class ServerSide:
@@ -76,6 +99,21 @@ class ServerSide:
         step of :meth:`proposal`, through ``server_optimizer``),
         ``updates``/``weights``/``extras``/``info`` as the rule saw them (``updates`` is a scratch
         buffer valid during this call only). The default changes nothing."""
+        return new, {}
+
+    def streamed_sums(self) -> dict[str, StreamedSum] | None:
+        """The sums this side's round needs, by name, when that is all it needs; ``None`` (the
+        default) for a side that needs the whole ``[U, M]`` updates or extras."""
+        return None
+
+    def streamed_proposal(self, old: np.ndarray, result: AggregateResult, sums: dict[str, np.ndarray], *,
+                          info: RoundInfo) -> AggregateResult:
+        """:meth:`proposal` from the streamed ``sums`` (:meth:`streamed_sums`' names)."""
+        return result
+
+    def streamed_update(self, old: np.ndarray, new: np.ndarray, sums: dict[str, np.ndarray], *, round: int,
+                        info: RoundInfo) -> tuple[np.ndarray, dict[str, Any]]:
+        """:meth:`update` from the streamed ``sums``."""
         return new, {}
 
     def wants_probe(self) -> bool:
