@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--selection", choices=list(PROTOCOLS),
                         help="val: by source validation (honest; with split_scheme the file's ID validation); "
                              "target-val (fda): by the target client's held-out labels; ood-val (split_scheme): "
-                             "by the split file's OOD validation domain; oracle: by a held-out slice of the target, last round (labelled "
+                             "by the split file's OOD validation domain; val-f1 / ood-val-f1 (split_scheme): the same "
+                             "by macro-F1 (Bai et al.'s iWildCam); oracle: by a held-out slice of the target, last round (labelled "
                              "oracle); default: STUDY_DIR/study.json's, else val")
     report.add_argument("--no-plots", action="store_true", help="skip the PNG plots and Optuna importances")
     return parser
@@ -264,11 +265,13 @@ def add_sweep_parser(sub: Any) -> Any:
     p.add_argument("--metric", metavar="NAME[,NAME]",
                    help="objective metric(s), first = selection metric (its protocol: val_acc/val_loss -> val, "
                         "target_val_acc/target_val_loss -> target-val, ood_val_acc/ood_val_loss -> ood-val, "
+                        "val_macro_f1 -> val-f1, ood_val_macro_f1 -> ood-val-f1, "
                         "oracle_acc/oracle_loss -> oracle); default the protocol's accuracy, with nsga2 also server_s")
     p.add_argument("--selection", choices=SELECTIONS, default=None,
                    help="val (default): by source validation (honest); target-val (fda only): by the target "
                         "client's held-out labels; ood-val (split_scheme): by the split file's OOD validation "
-                        "domain; oracle: by a held-out slice of the target domain, last round "
+                        "domain; val-f1 / ood-val-f1 (split_scheme): by macro-F1 instead of accuracy; oracle: by a "
+                        "held-out slice of the target domain, last round "
                         "(DomainBed's test-domain validation; labelled oracle)")
     p.add_argument("--trial-seeds", type=int, default=None, metavar="K",
                    help="repeat every search K times with other seeds, data seeds and sampler seeds; the report's "

@@ -305,7 +305,7 @@ def test_selection_override_and_bad_study_json(study, tmp_path):
     r = make_report(d, selection="oracle", plots=False)
     assert r.oracle and r.plots == {}
     (d / "study.json").write_text(json.dumps({"selection": "best"}))
-    with pytest.raises(ConfigError, match="study.json: key 'selection': 'best' is not allowed; allowed: val, target-val, ood-val, oracle"):
+    with pytest.raises(ConfigError, match="study.json: key 'selection': 'best' is not allowed; allowed: val, target-val, ood-val, val-f1, ood-val-f1, oracle"):
         make_report(d, plots=False)
     with pytest.raises(ConfigError, match="does not exist"):
         make_report(tmp_path / "nope")
@@ -347,7 +347,7 @@ def test_target_val_outside_fda_and_oracle_in_fl_are_refused(study, tmp_path):
                               "target_acc": 0.6}])
     with pytest.raises(ConfigError, match="selection 'oracle' needs a held-out target domain.*allowed: val"):
         make_report(store.study_dir, selection="oracle", plots=False, write=False)
-    with pytest.raises(ConfigError, match="allowed: val, target-val, ood-val, oracle"):
+    with pytest.raises(ConfigError, match="allowed: val, target-val, ood-val, val-f1, ood-val-f1, oracle"):
         make_report(study, selection="best", plots=False, write=False)
 
 

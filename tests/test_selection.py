@@ -26,6 +26,11 @@ from fedtune.errors import ConfigError
 #    oracle_acc          0.30  0.60  0.55     <- oracle: b, last round (0.55 > a's 0.40)
 #    ood_val_acc         0.35  0.45  0.40     <- ood-val (a split file's): b, round 2
 #    target_acc          0.21  0.22  0.23
+# macro-F1 picks otherwise than accuracy:
+# a  val_macro_f1        0.50  0.40  0.65     <- val-f1: a, round 3 (0.65 > b's 0.60)
+#    ood_val_macro_f1    0.30  0.50  0.20     <- ood-val-f1: a, round 2 (0.50 > b's 0.45)
+# b  val_macro_f1        0.60  0.55  0.30
+#    ood_val_macro_f1    0.25  0.35  0.45
 TABLE = pa.table({
     "trial_id": ["a"] * 3 + ["b"] * 3,
     "round": [1, 2, 3] * 2,
@@ -35,6 +40,8 @@ TABLE = pa.table({
     "oracle_acc": [0.95, 0.50, 0.40, 0.30, 0.60, 0.55],
     "ood_val_acc": [0.10, 0.20, 0.30, 0.35, 0.45, 0.40],
     "target_acc": [0.11, 0.12, 0.13, 0.21, 0.22, 0.23],
+    "val_macro_f1": [0.50, 0.40, 0.65, 0.60, 0.55, 0.30],
+    "ood_val_macro_f1": [0.30, 0.50, 0.20, 0.25, 0.35, 0.45],
 })
 
 EXPECTED = {  # protocol -> (selected trial, its reported round, score, reported target_acc)
@@ -42,6 +49,8 @@ EXPECTED = {  # protocol -> (selected trial, its reported round, score, reported
     "target-val": ("b", 1, 0.70, 0.21),
     "oracle": ("b", 3, 0.55, 0.23),
     "ood-val": ("b", 2, 0.45, 0.22),
+    "val-f1": ("a", 3, 0.65, 0.13),
+    "ood-val-f1": ("a", 2, 0.50, 0.12),
 }
 
 
@@ -70,7 +79,7 @@ def test_report_and_trials_parquet_agree_with_the_protocol(tmp_path):
         store.write_trial(summarize_trial(rows, config={"trial_id": t}, status="completed", error=None,
                                           started_at=None, ended_at=None))
     for protocol, (trial, rnd, score, target) in EXPECTED.items():
-        if protocol == "ood-val":  # needs a split file's trials: tests/test_split_file.py
+        if protocol in ("ood-val", *selection.F1):  # need a split file's trials: tests/test_split_file.py
             continue
         r = make_report(store.study_dir, selection=protocol, plots=False, write=False)
         (row,) = r.selected.to_dict("records")
@@ -101,7 +110,7 @@ def test_protocols_outside_their_settings_are_clear_errors():
         selection.check_protocol("oracle", "fl")
     with pytest.raises(ConfigError, match="oracle_fraction"):
         selection.check_protocol("oracle", "fdg", oracle_fraction=0.0)
-    with pytest.raises(ConfigError, match="allowed: val, target-val, ood-val, oracle"):
+    with pytest.raises(ConfigError, match="allowed: val, target-val, ood-val, val-f1, ood-val-f1, oracle"):
         selection.check_protocol("best-target")
 
 

@@ -255,6 +255,16 @@ def test_selection_by_ood_validation_and_its_one_line_refusals():
         selection.check_protocol("oracle", "fdg", split_scheme="official")
     # the file's ID validation is what val selects by: val_fraction plays no part
     assert selection.check_protocol("val", "fdg", val_fraction=0.0, split_scheme="official") == "val"
+    # macro-F1 selection (Bai et al.'s iWildCam): the split file's runs only
+    f1_rows = [{**rows[0], "val_macro_f1": 0.3, "ood_val_macro_f1": 0.8},
+               {**rows[1], "val_macro_f1": 0.4, "ood_val_macro_f1": 0.5}]
+    assert selection.choose_round(f1_rows, "val-f1") == selection.Choice(2, 0.4, 0.7)
+    assert selection.choose_round(f1_rows, "ood-val-f1") == selection.Choice(1, 0.8, 0.1)
+    for protocol in selection.F1:
+        assert selection.check_protocol(protocol, "fdg", split_scheme="official") == protocol
+        with pytest.raises(ConfigError, match=f"'{protocol}' selects by macro-F1, which the runs record only with a "
+                                              "split file .* allows: val, oracle$"):
+            selection.check_protocol(protocol, "fdg")
 
 
 # ------------------------------------------------------------------------------------------ runs
@@ -286,6 +296,11 @@ def test_a_run_records_every_split_and_the_report_gives_both_protocols_their_col
     picked = ood.selected.set_index("domain")
     assert picked.loc["d (official)", "target_acc"] == trial["target_acc_at_best_ood_val"]
     assert math.isnan(ood.trials.set_index("trial_id").loc[lodo.trial_id, "score"])  # no OOD val: not selectable
+    # by OOD validation macro-F1: the round with the best ood_val_macro_f1, the ID-F1 table as companion
+    f1 = make_report(tmp_path / "out" / "both", selection="ood-val-f1", plots=False, write=False)
+    best_f1 = max(rows, key=lambda r: (r["ood_val_macro_f1"], -r["round"]))
+    assert f1.selected.set_index("domain").loc["d (official)", "target_acc"] == best_f1["target_acc"]
+    assert f1.companion is not None and f1.companion.selection == "val-f1"
 
 
 @pytest.mark.ray

@@ -138,7 +138,7 @@ def read_variance(study_dir: str | os.PathLike[str]) -> tuple[str | None, int]:
 
 
 def _scheme_for(rounds: pd.DataFrame, setting: str, selection: str) -> str | None:
-    """The split scheme to check ``selection`` against in ``setting``'s rows: ``ood-val`` needs one trial
+    """The split scheme to check ``selection`` against in ``setting``'s rows: ``ood-val`` (and the F1 protocols) needs one trial
     with a split file, ``oracle`` one without (a study may hold both protocols' trials)."""
     if "split_scheme" not in rounds:
         return None
@@ -156,7 +156,7 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
     ``selection`` (one of :data:`SELECTIONS`) overrides ``study.json``; ``plots=False`` skips
     the PNGs and the Optuna importances; ``write=False`` writes nothing (the plots are then
     skipped too). See the module docstring for the protocol. A study with split-file trials
-    (``split_scheme``) also gets, under ``val`` or ``ood-val``, the other one's main table
+    (``split_scheme``) also gets, under ``val`` or ``ood-val`` (``val-f1`` or ``ood-val-f1``), the other one's main table
     (``Report.companion``; ``companion=False`` leaves it out).
 
     A path that is not a study folder (:func:`fedtune.results.store.check_study_dir`) or, with ``write``,
@@ -208,7 +208,7 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
     report = Report(study_dir=study_dir, selection=selection, trials=trials, selected=selected,
                     algorithms=algorithms, domains=domains, cells=cells, val_cells=val_cells, notes=notes,
                     variance=read_variance(study_dir))
-    other = {"val": "ood-val", "ood-val": "val"}.get(selection)
+    other = {"val": "ood-val", "ood-val": "val", "val-f1": "ood-val-f1", "ood-val-f1": "val-f1"}.get(selection)
     if companion and other and "split_scheme" in rounds and rounds["split_scheme"].notna().any():
         report.companion = make_report(study_dir, selection=other, plots=False, write=False, companion=False)
     if write and plots:

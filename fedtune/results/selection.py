@@ -20,6 +20,11 @@ Protocols (:data:`PROTOCOLS`):
     domain(s) that neither train nor test; the runtime scores them as ``ood_val_acc``. Reported
     round: the highest finite ``ood_val_acc``. Honest: no target example chooses anything. (Under
     a split scheme ``val`` is the file's ID validation split, ``id_val``.)
+``val-f1`` / ``ood-val-f1`` (a split file's, by WILDS' macro-F1)
+    As ``val`` / ``ood-val`` with a split file, but a round's score is the macro-F1 of the same
+    examples (``val_macro_f1``: ID validation; ``ood_val_macro_f1``: OOD validation): Bai et al.'s
+    selection on iWildCam, whose key metric is F1. What is reported stays ``target_acc`` (the
+    rows also hold ``target_macro_f1``).
 ``oracle`` (DomainBed's test-domain validation; *not* an honest result)
     A fixed slice of the target domain (``oracle_fraction``, stratified, determined by
     ``data_seed`` only) is held out of the reported target set in every run, whatever the
@@ -52,30 +57,35 @@ from fedtune.errors import ConfigError
 from fedtune.results.status import DIVERGED
 
 __all__ = [
-    "PROTOCOLS", "DEFAULT", "SCORE", "LOSS", "LABELS", "Choice", "check_protocol", "choose_round",
+    "PROTOCOLS", "DEFAULT", "F1", "SCORE", "LOSS", "LABELS", "Choice", "check_protocol", "choose_round",
     "is_finite", "objective", "objective_values", "protocol_of_metric", "select", "variance_note",
 ]
 
-PROTOCOLS: tuple[str, ...] = ("val", "target-val", "ood-val", "oracle")
+PROTOCOLS: tuple[str, ...] = ("val", "target-val", "ood-val", "val-f1", "ood-val-f1", "oracle")
 """The selection protocols, honest first."""
 
 DEFAULT = "val"
 
 SCORE: dict[str, str] = {"val": "val_acc", "target-val": "target_val_acc", "ood-val": "ood_val_acc",
-                         "oracle": "oracle_acc"}
+                         "val-f1": "val_macro_f1", "ood-val-f1": "ood_val_macro_f1", "oracle": "oracle_acc"}
 """The round column each protocol chooses by."""
 
 LOSS: dict[str, str] = {"val": "val_loss", "target-val": "target_val_loss", "ood-val": "ood_val_loss",
-                        "oracle": "oracle_loss"}
+                        "val-f1": "val_loss", "ood-val-f1": "ood_val_loss", "oracle": "oracle_loss"}
 """The loss on the same examples (a sweep may minimise it instead)."""
 
 LABELS: dict[str, str] = {
     "val": "selection by source validation accuracy (training-domain validation)",
     "target-val": "selection by the FDA target client's validation accuracy (target-val)",
     "ood-val": "selection by OOD validation accuracy (the split file's held-out validation domain)",
+    "val-f1": "selection by ID validation macro-F1 (the split file's id_val split)",
+    "ood-val-f1": "selection by OOD validation macro-F1 (the split file's held-out validation domain)",
     "oracle": "ORACLE selection by a held-out target slice, last round (test-domain validation; not an honest result)",
 }
 """Words for titles: what chose the reported round and the trial."""
+
+F1: tuple[str, ...] = ("val-f1", "ood-val-f1")
+"""Protocols that choose by macro-F1 (a split file's runs only)."""
 
 LAST_ROUND = frozenset({"oracle"})
 """Protocols that report the last round (DomainBed's oracle) instead of the best one."""
@@ -114,6 +124,9 @@ def check_protocol(protocol: Any, setting: str | None = None, *, oracle_fraction
         raise ConfigError(f"{field} 'ood-val' needs an OOD validation domain, which only a split file gives (field "
                           f"'split_scheme', whose 'val' rows are held out as ood_val_acc); setting '{setting}' without "
                           f"one allows: {', '.join(allowed)}")
+    if protocol in F1 and split_scheme is None:
+        raise ConfigError(f"{field} {protocol!r} selects by macro-F1, which the runs record only with a split file "
+                          f"(field 'split_scheme'); setting '{setting}' without one allows: {', '.join(allowed)}")
     if protocol == "oracle" and split_scheme is not None:
         raise ConfigError(f"{field} 'oracle': split_scheme {split_scheme!r} takes its test split from the file, with no "
                           f"oracle slice; allowed: {', '.join(allowed)}")
@@ -136,10 +149,10 @@ def allowed_in(setting: str, split_scheme: str | None = None) -> tuple[str, ...]
     """The protocols a setting supports (with a split file: its ID and OOD validation splits).
 
     >>> allowed_in("fda"), allowed_in("fl"), allowed_in("fdg", "official")
-    (('val', 'target-val', 'oracle'), ('val',), ('val', 'ood-val'))
+    (('val', 'target-val', 'oracle'), ('val',), ('val', 'ood-val', 'val-f1', 'ood-val-f1'))
     """
     if split_scheme is not None:
-        return ("val", "ood-val")
+        return ("val", "ood-val", *F1)
     if setting == "fl":
         return ("val",)
     return ("val", "target-val", "oracle") if setting == "fda" else ("val", "oracle")

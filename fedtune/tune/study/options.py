@@ -32,13 +32,14 @@ SELECTIONS = _protocol.PROTOCOLS
 
 METRICS: dict[str, str] = {
     "val_acc": "max", "val_loss": "min", "target_val_acc": "max", "target_val_loss": "min",
-    "ood_val_acc": "max", "ood_val_loss": "min", "oracle_acc": "max", "oracle_loss": "min", "train_loss": "min",
+    "ood_val_acc": "max", "ood_val_loss": "min", "val_macro_f1": "max", "ood_val_macro_f1": "max", "oracle_acc": "max", "oracle_loss": "min", "train_loss": "min",
     "server_s": "min", "client_s": "min", "wall_s": "min", "bytes_moved": "min",
 }
 """Metrics a study may optimise, with their direction. The first (selection) metric is the
 protocol's score or loss (:data:`fedtune.results.selection.SCORE` / ``LOSS``): ``val_acc``/``val_loss``
 (``val``), ``target_val_acc``/``target_val_loss`` (``target-val``), ``ood_val_acc``/``ood_val_loss``
-(``ood-val``, a split file's), ``oracle_acc``/``oracle_loss``
+(``ood-val``, a split file's), ``val_macro_f1``/``val_loss`` (``val-f1``), ``ood_val_macro_f1``/``ood_val_loss``
+(``ood-val-f1``), ``oracle_acc``/``oracle_loss``
 (``oracle``); further objectives (multi-objective) may be any cost metric. ``target_acc`` is
 what is reported and never an objective."""
 

@@ -70,7 +70,8 @@ from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 __all__ = ["RESULT_KEYS", "FedtuneTrainable", "fedtune_trainable", "plan_from_bundles", "resources_for",
            "trial_resource_plan", "trial_run_config"]
 
-RESULT_KEYS = ("round", "val_acc", "target_acc", "target_val_acc", "ood_val_acc", "oracle_acc", "train_loss", "server_s", "status", "trial_id",
+RESULT_KEYS = ("round", "val_acc", "target_acc", "target_val_acc", "ood_val_acc", "val_macro_f1",
+               "ood_val_macro_f1", "oracle_acc", "train_loss", "server_s", "status", "trial_id",
                "fedtune_trial_id", "algorithm", "fedtune_row", "done", "training_iteration",
                "startup_s", "actors_reused", "actors_in_trial_pg")
 """Keys every result of :meth:`FedtuneTrainable.step` has. Besides them: every numeric column
@@ -78,7 +79,8 @@ of the round row (``val_acc.<domain>``, ``wall_s``, ``diag.<name>``, ...; ``hp.*
 ``config``). ``trial_id`` is overwritten by Ray Tune with *its* trial id (Tune fills that key
 itself), so fedtune's id (:meth:`FederatedRunConfig.trial_id`) is ``fedtune_trial_id`` and
 ``fedtune_row["trial_id"]``. ``val_acc``/``target_acc`` and the selection scores
-``target_val_acc`` (fda only) / ``ood_val_acc`` (a split file's) / ``oracle_acc`` (not in fl) are NaN in rounds without evaluation
+``target_val_acc`` (fda only) / ``ood_val_acc``, ``val_macro_f1``, ``ood_val_macro_f1`` (a split
+file's) / ``oracle_acc`` (not in fl) are NaN in rounds without evaluation
 (``eval_every``), after divergence and where the setting has none, so schedulers always find the
 metric. ``startup_s`` is the
 trainable's own start-up time of the trial (entering ``setup``/``reset_config`` to the coordinator
@@ -262,6 +264,8 @@ class FedtuneTrainable(tune.Trainable):
             # the selection protocols' scores (fedtune.results.selection): NaN where the setting has none
             "target_val_acc": float(row.get("target_val_acc", math.nan)),
             "ood_val_acc": float(row.get("ood_val_acc", math.nan)),
+            "val_macro_f1": float(row.get("val_macro_f1", math.nan)),
+            "ood_val_macro_f1": float(row.get("ood_val_macro_f1", math.nan)),
             "oracle_acc": float(row.get("oracle_acc", math.nan)),
             "train_loss": float(row["train_loss"]), "server_s": float(row["server_s"]),
             "trial_id": self.fedtune_trial_id, "fedtune_trial_id": self.fedtune_trial_id,
