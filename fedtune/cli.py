@@ -261,7 +261,8 @@ def add_sweep_parser(sub: Any) -> Any:
     p.add_argument("--scheduler", choices=SCHEDULERS, default=None,
                    help="fifo (all rounds; default) or asha (early stop)")
     p.add_argument("--sampler", choices=SAMPLERS, default=None,
-                   help="Optuna sampler (seeded; nsga2: multi-objective); default tpe")
+                   help="Optuna sampler (seeded; nsga2: multi-objective; gp: Gaussian-process BO; qmc: "
+                        "scrambled Sobol points); default tpe")
     p.add_argument("--metric", metavar="NAME[,NAME]",
                    help="objective metric(s), first = selection metric (its protocol: val_acc/val_loss -> val, "
                         "target_val_acc/target_val_loss -> target-val, ood_val_acc/ood_val_loss -> ood-val, "

@@ -441,7 +441,7 @@ def test_sweep_options_share_the_bounded_field_wording():
                                                           r"\(restarts of a failed trial; -1: unlimited\)"),
                           (SweepOptions(rounds=True), "option '--rounds': expected an integer, got True"),
                           (SweepOptions(sampler="grid"), "option '--sampler': 'grid' is not allowed; allowed: tpe, "
-                                                         "random, cmaes, nsga2")):
+                                                         "random, cmaes, nsga2, gp, qmc")):
         with pytest.raises(ConfigError, match=message):
             opts.validate()
 

@@ -422,6 +422,62 @@ def test_asha_stops_trials_early_and_optuna_records_them_pruned(ray_session, tmp
     assert study.trials[0].state == TrialState.COMPLETE
 
 
+GP_SPACE = """algorithm: fedavg
+complete: true  # this space alone: nothing derived from the declarations
+params:
+  local_lr:       {distribution: loguniform, low: 1.0e-3, high: 0.5, default: 0.1}
+  weight_decay:   {distribution: uniform, low: 0.0, high: 1.0e-3, default: 0.0}
+  local_momentum: {distribution: fixed, value: 0.9}
+"""
+
+
+@pytest.mark.parametrize("name", ["gp", "qmc"])
+def test_gp_and_qmc_samplers_are_optunas_seeded_and_model_the_space(name):
+    """--sampler gp is Optuna's GPSampler (modelling after the first max(1, min(10, n // 3)) trials),
+    qmc its scrambled Sobol QMCSampler; the same seed draws the same points, another seed others."""
+    import optuna
+
+    from fedtune.tune.tuner.optuna_search import make_sampler
+
+    def draws(seed: int) -> list[tuple[float, float]]:
+        sampler = make_sampler(name, seed, 9)
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        study.optimize(lambda t: -(t.suggest_float("x", 0, 1) - 0.3) ** 2 - t.suggest_float("y", 1e-3, 1, log=True),
+                       n_trials=5)
+        return [(t.params["x"], t.params["y"]) for t in study.trials]
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    assert type(make_sampler(name, 0, 9)).__name__ == {"gp": "GPSampler", "qmc": "QMCSampler"}[name]
+    if name == "gp":
+        assert make_sampler(name, 0, 9)._n_startup_trials == 3
+    first = draws(1)
+    assert first == draws(1) and first != draws(2)
+    assert all(0 <= x <= 1 and 1e-3 <= y <= 1 for x, y in first)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_gp_search_keeps_optuna_and_the_arrow_records_in_step(ray_session, tmp_path):
+    """A real search under --sampler gp: the defaults first, then points the GP proposes, every
+    trial COMPLETE in Optuna with the value the Arrow trial row holds."""
+    from optuna.trial import TrialState
+
+    from fedtune.results.store import load
+
+    space = write_space(tmp_path, GP_SPACE)
+    o = opts(tmp_path, algorithms=[], spaces=[space], rounds=2, num_samples=3, max_concurrent=1, name="gp",
+             overrides=dict(TINY, local_steps=1), sampler="gp", sampler_seed=3)
+    study_dir = run_sweep(o).study_dir
+    study = load_optuna(study_dir, "gp/fedavg")
+    trials = {r["trial_id"]: r for r in load(study_dir, "trials").to_pylist()}
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 3 and len(trials) == 3
+    assert study.trials[0].params == {"local_lr": 0.1, "weight_decay": 0.0}  # the defaults first
+    assert len({t.params["local_lr"] for t in study.trials}) == 3
+    for t in study.trials:
+        assert t.value == pytest.approx(trials[t.user_attrs["fedtune_trial_id"]]["best_val_acc"])
+        assert 1e-3 <= t.params["local_lr"] <= 0.5
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_killed_driver_resumes_exactly_once_then_reruns_the_selected_config_with_seeds(ray_session, tmp_path):

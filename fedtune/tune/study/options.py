@@ -19,7 +19,7 @@ from fedtune.bounds import Bounds
 from fedtune.errors import ConfigError, shown
 from fedtune.results import selection as _protocol
 
-SAMPLERS = ("tpe", "random", "cmaes", "nsga2")
+SAMPLERS = ("tpe", "random", "cmaes", "nsga2", "gp", "qmc")
 SCHEDULERS = ("fifo", "asha")
 KNOBS = ("all", "own")
 """``--knobs``: ``all`` searches every parameter; ``own`` each algorithm's own (:func:`fedtune.algorithms.own_knobs`),

@@ -213,9 +213,12 @@ def constant_liar(sampler: str, concurrency: int | None) -> bool:
 
 
 def make_sampler(name: str, seed: int, num_samples: int, concurrency: int | None = None):
-    """A seeded Optuna sampler: ``tpe`` (default), ``random``, ``cmaes`` or ``nsga2``.
+    """A seeded Optuna sampler: ``tpe`` (default), ``random``, ``cmaes``, ``nsga2``, ``gp`` (Optuna's
+    Gaussian-process Bayesian optimisation, ``GPSampler``: one or several objectives; it imports
+    torch in the driver) or ``qmc`` (scrambled Sobol quasi-random points, ``QMCSampler``: a
+    space-filling replacement for ``random``).
 
-    TPE starts modelling after ``max(1, min(10, num_samples // 3))`` random trials (Optuna's
+    TPE and GP start modelling after ``max(1, min(10, num_samples // 3))`` random trials (Optuna's
     fixed 10 would make every small study random); NSGA-II's population is
     ``max(2, min(50, num_samples // 2))`` for the same reason. With trials running side by side
     (``concurrency`` > 1, or None: not capped), TPE uses Optuna's constant liar: a trial still
@@ -240,6 +243,18 @@ def make_sampler(name: str, seed: int, num_samples: int, concurrency: int | None
                                             n_startup_trials=max(1, min(10, num_samples // 3)))
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, min(50, num_samples // 2)))
+    # GP and QMC model the relative search space; a conditional parameter (a space's ``when``) is
+    # drawn by their independent (random) sampler, as Optuna does, without a warning per trial
+    if name == "gp":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=max(1, min(10, num_samples // 3)),
+                                             warn_independent_sampling=False)
+    if name == "qmc":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
+                                              warn_independent_sampling=False, warn_asynchronous_seeding=False)
     raise ConfigError(f"option '--sampler': '{name}' is not allowed; allowed: {', '.join(SAMPLERS)}")
 
 
