@@ -233,6 +233,17 @@ def cmd_fields() -> int:
 
 # ------------------------------------------------------------------------------------------------
 # fedtune sweep (the study itself: fedtune.tune.study.sweep)
+def _add_asha_options(p: Any) -> None:
+    """``fedtune sweep``'s ASHA options: its rungs, and multi-fidelity over clients along them."""
+    p.add_argument("--grace-period", type=int, default=None, metavar="N",
+                   help="ASHA: rounds before a trial may stop (default 1)")
+    p.add_argument("--reduction-factor", type=float, default=None, metavar="F",
+                   help="ASHA: rung reduction factor (default 2)")
+    p.add_argument("--client-fidelity", type=float, default=None, metavar="P",
+                   help="ASHA: multi-fidelity over clients as well as rounds: the first rung runs with participation "
+                        "P, each later rung with reduction-factor times more (at most the trials' participation)")
+
+
 def add_sweep_parser(sub: Any) -> Any:
     """Add ``fedtune sweep`` to the subcommands ``sub`` of the ``fedtune`` parser."""
     from fedtune.tune.study.default_study import DEFAULT_ALGORITHMS
@@ -277,10 +288,7 @@ def add_sweep_parser(sub: Any) -> Any:
     p.add_argument("--trial-seeds", type=int, default=None, metavar="K",
                    help="repeat every search K times with other seeds, data seeds and sampler seeds; the report's "
                         "± is then over the K searches (includes selection variance)")
-    p.add_argument("--grace-period", type=int, default=None, metavar="N",
-                   help="ASHA: rounds before a trial may stop (default 1)")
-    p.add_argument("--reduction-factor", type=float, default=None, metavar="F",
-                   help="ASHA: rung reduction factor (default 2)")
+    _add_asha_options(p)
     p.add_argument("--knobs", choices=("all", "own"), default=None,
                    help="all (default): search every parameter of each space; own: only each algorithm's own knobs "
                         "(`fedtune algorithms` lists them), every shared one (local_lr, momentum, ...) fixed at one "
@@ -337,6 +345,7 @@ def options_from_args(args: Any) -> SweepOptions:
         address=args.address, output=args.output, name=args.name,
         verbose=args.verbose, overrides=parse_set_options(args.set), sampler_seed=given("sampler_seed"),
         grace_period=given("grace_period"), reduction_factor=given("reduction_factor"), report=not args.no_report,
+        client_fidelity=args.client_fidelity,
         knobs=given("knobs"))
     opts.loggers = tuple(args.loggers)
     opts.optuna_storage = args.optuna_storage

@@ -77,6 +77,9 @@ class FederatedRunConfig:
     split_scheme: str | None = _f(None, "fdg: the protocol of WILDS and of Bai et al.'s FedDG benchmark instead of leave-one-domain-out: the dataset's split file beside its domain folders (official: metadata.csv; NAME: NAME.csv, e.g. the benchmark's pacs_v1.0 files) names each image's split: train (the clients'), val (OOD validation: ood_val_acc, selection ood-val), test (OOD test: target_acc), id_val (ID validation: val_acc), id_test (id_test_acc); target_domain, val_fraction and oracle_fraction are then unused; null: leave-one-domain-out")
     dirichlet_alpha: float = _f(0.5, "Dirichlet concentration of the fl label skew (smaller = more skew)", lo=0.0, lo_open=True)
     participation: float = _f(1.0, "fraction of clients sampled each round", lo=0.0, hi=1.0, lo_open=True)
+    fidelity_participation: float | None = _f(None, "multi-fidelity over clients (FedHPO-Bench's client sample rate; fedtune sweep --client-fidelity): the participation of the first fidelity_grace_rounds rounds, multiplied by fidelity_factor after each rung milestone the trial passes (rounds fidelity_grace_rounds * fidelity_factor**k, ASHA's rungs), at most participation; null: participation every round", lo=0.0, hi=1.0, lo_open=True)
+    fidelity_grace_rounds: int = _f(1, "rounds of the first fidelity rung (fidelity_participation; ASHA's grace period)", lo=1)
+    fidelity_factor: float = _f(2.0, "growth of the participation from one fidelity rung to the next (fidelity_participation; ASHA's reduction factor)", lo=1.0, lo_open=True)
     target_fraction: float = _f(0.05, "fda: fraction of the target domain given to the target client as labelled data", lo=0.0, hi=1.0, lo_open=True)
     val_fraction: float = _f(0.2, "per-client validation hold-out (source validation = model selection)", lo=0.0, hi=0.9)
     test_fraction: float = _f(0.2, "fl: per-client test hold-out", lo=0.0, hi=0.9, lo_open=True)
@@ -307,6 +310,9 @@ class FederatedRunConfig:
             resolve_weights(self.model, self.weights)  # the weight set's name, then the head, then the file
             check_replaceable_head(self.model)
             ensure_weights_file(self.model, self.weights)
+        if self.fidelity_participation is not None and self.fidelity_participation > self.participation:
+            raise ConfigError(f"field 'fidelity_participation': {self.fidelity_participation} is above participation "
+                              f"{self.participation} (the full fidelity); allowed: (0, {self.participation}]")
         if self.split_scheme is not None:
             from fedtune.data.split_file import check_scheme
 
@@ -350,6 +356,16 @@ class FederatedRunConfig:
         out.update({h.name: h.of(self) for h in SERVER_OPTIMIZERS.spec(self.server_optimizer).hparams})
         return out
 
+    def participation_at(self, round: int) -> float:  # noqa: A002 - the round number
+        """The participation of round ``round``: ``participation``, or under multi-fidelity over
+        clients (``fidelity_participation``) :func:`~fedtune.data.partition.fidelity_participation`."""
+        if self.fidelity_participation is None:
+            return self.participation
+        from fedtune.data.partition import fidelity_participation
+
+        return fidelity_participation(round, self.participation, self.fidelity_participation,
+                                      self.fidelity_grace_rounds, self.fidelity_factor)
+
     def trial_id(self) -> str:
         """A stable id of what this run computes: equal configs (up to output/naming/backends) share it."""
         ignore = {"backend", "address", "eval_every", "eval_batch_size", "eval_batch_mib", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
@@ -370,7 +386,8 @@ class FederatedRunConfig:
 _HASHED_WHEN_SET = {"weights": "none", "augment": "none", "local_optimizer": "sgd", "precision": "fp32",
                     "channels_last": True, "cudnn_benchmark": True, "server_optimizer": "sgd",
                     "domain_homogeneity": None, "domain_homogeneity_rounding": "authors", "target_lr_scale": 1.0,
-                    "split_scheme": None, "freeze_batchnorm": False}
+                    "split_scheme": None, "freeze_batchnorm": False, "fidelity_participation": None,
+                    "fidelity_grace_rounds": 1, "fidelity_factor": 2.0}
 # The same for hyperparameters added later (in ``params``), at the value every earlier run computed with:
 # the example-weighted model mean, and Reddi et al.'s v start. A shipped space that now names them fixed
 # at these values keeps its trial ids.

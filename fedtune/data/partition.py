@@ -418,6 +418,25 @@ def make_plan(
                       data_seed, homogeneity, num_clients, domain_homogeneity_rounding)
 
 
+def fidelity_participation(round: int, participation: float, first: float, grace_rounds: int,  # noqa: A002
+                           factor: float) -> float:
+    """Multi-fidelity over clients: the participation of round ``round`` when it starts at ``first``
+    and is multiplied by ``factor`` after each milestone ``grace_rounds · factor**k`` (k = 0, 1, …:
+    the rungs of Ray Tune's ASHA with that grace period and reduction factor) the trial has
+    passed, never above ``participation``. A trial ASHA stops at a rung was evaluated on fewer
+    clients per round; one it promotes goes on with more, as FedHPO-Bench's client-sample-rate
+    fidelity (Wang et al., 2022) raises the sample rate with the budget.
+
+    >>> [fidelity_participation(r, 1.0, 0.25, 2, 2.0) for r in range(1, 10)]
+    [0.25, 0.25, 0.5, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0]
+    """
+    p, milestone = float(first), float(grace_rounds)
+    while milestone < round and p < participation:
+        p *= factor
+        milestone *= factor
+    return min(float(participation), p)
+
+
 def sample_participants(num_clients: int, participation: float, seed: int,
                         round: int) -> np.ndarray:  # noqa: A002 - name fixed by the API
     """Sorted int64 ids of the clients taking part in ``round``.

@@ -170,7 +170,8 @@ class Coordinator:
         round is one weighted sum and the client method keeps no server side, else kept as rows."""
         from fedtune.data.partition import sample_participants
 
-        participants = sample_participants(self.plan.num_clients, self.plan.participation, self.cfg.seed, round).tolist()
+        participants = sample_participants(self.plan.num_clients, self.cfg.participation_at(round), self.cfg.seed,
+                                           round).tolist()
         t0 = time.perf_counter()
         payload = dict(self.rule.payload(round))
         if self.side is not None:

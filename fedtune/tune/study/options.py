@@ -101,6 +101,9 @@ class SweepOptions:
     sampler_seed: int = 0
     grace_period: int = _opt(1, "grace-period", kind=int, lo=1)
     reduction_factor: float = _opt(2.0, "reduction-factor", kind=float, lo=1, lo_open=True)
+    # --client-fidelity P: ASHA's rungs raise the participation too (from P, x reduction factor per rung)
+    client_fidelity: float | None = _opt(None, "client-fidelity", kind=float, lo=0, lo_open=True,
+                                         note="the first rung's participation, at most 1")
     report: bool = True
     # --max-failures: restarts of a failed trial (from its last checkpoint); -1: unlimited
     max_failures: int = _opt(0, "max-failures", kind=int, lo=-1, note="restarts of a failed trial; -1: unlimited")
@@ -140,6 +143,7 @@ class SweepOptions:
         self._check_bounded()
         self._check_metrics()
         self._check_sampler()
+        self._check_fidelity()
         self._check_places()
 
     def _check_bounded(self) -> None:
@@ -193,6 +197,29 @@ class SweepOptions:
         if importlib.util.find_spec("cmaes") is None:
             raise ConfigError("option '--sampler': cmaes needs the 'cmaes' package (pip install cmaes); "
                               "allowed without it: tpe, random, nsga2")
+
+    def _check_fidelity(self) -> None:
+        if self.client_fidelity is None:
+            return
+        if self.scheduler != "asha":
+            raise ConfigError(f"option '--client-fidelity': raises the participation along ASHA's rungs; allowed with "
+                              f"--scheduler asha, not {self.scheduler}")
+        if self.client_fidelity > 1:
+            raise ConfigError(f"option '--client-fidelity': {self.client_fidelity} is above 1; allowed: (0, 1] (the "
+                              "first rung's participation; the trials' participation is the last rung's)")
+        clash = sorted(k for k in ("fidelity_participation", "fidelity_grace_rounds", "fidelity_factor")
+                       if k in self.overrides or k in self.config_fields)
+        if clash:
+            raise ConfigError(f"option '--client-fidelity' sets field '{clash[0]}' from the ASHA options; allowed: "
+                              "--client-fidelity or the fidelity_* fields, not both")
+
+    def fidelity_fields(self) -> dict[str, Any]:
+        """The run fields ``--client-fidelity`` gives every trial (none without it): the first rung's
+        participation, and ASHA's grace period and reduction factor as the rungs."""
+        if self.client_fidelity is None:
+            return {}
+        return {"fidelity_participation": float(self.client_fidelity), "fidelity_grace_rounds": int(self.grace_period),
+                "fidelity_factor": float(self.reduction_factor)}
 
     def _check_places(self) -> None:
         """Storages, loggers, the study's name and output folder, the target domain."""

@@ -239,7 +239,7 @@ def _base_config(opts: SweepOptions, overrides: Mapping[str, Any], name: str | N
         if key in overrides:
             flag = key.replace("_", "-")
             raise ConfigError(f"--set {key}=...: use the option --{flag} of fedtune sweep instead")
-    base: dict[str, Any] = dict(overrides)
+    base: dict[str, Any] = {**overrides, **opts.fidelity_fields()}
     if opts.dataset:
         base["dataset"] = opts.dataset
     if opts.data_root:

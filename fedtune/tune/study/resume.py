@@ -264,7 +264,7 @@ def study_space(study_dir: Path, path: str) -> Path:
 
 RESUME_FIXED = ("spaces", "algorithms", "dataset", "data_root", "target_domain", "rounds", "num_samples", "seeds",
                  "max_concurrent", "scheduler", "sampler", "metric", "selection", "trial_seeds", "grace_period",
-                 "reduction_factor", "sampler_seed", "knobs", "set", "config", "loggers", "optuna_storage",
+                 "reduction_factor", "client_fidelity", "sampler_seed", "knobs", "set", "config", "loggers", "optuna_storage",
                  "max_failures", "storage_path", "scale_up_timeout")
 """Options (argparse dests) a study keeps from its start: given with ``--resume``, they are refused
 (each defaults to None on the command line, so "given" is exact)."""
