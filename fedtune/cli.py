@@ -270,7 +270,8 @@ def add_sweep_parser(sub: Any) -> Any:
                         "re-runs; excludes selection variance: see --trial-seeds)")
     p.add_argument("--max-concurrent", type=int, metavar="N", help="trials at once (default: as many as fit)")
     p.add_argument("--scheduler", choices=SCHEDULERS, default=None,
-                   help="fifo (all rounds; default) or asha (early stop)")
+                   help="fifo (all rounds; default), asha (early stop at rungs) or hyperband (Optuna's HyperBand "
+                        "pruner: brackets of successive halving, one trial at a time)")
     p.add_argument("--sampler", choices=SAMPLERS, default=None,
                    help="Optuna sampler (seeded; nsga2: multi-objective; gp: Gaussian-process BO; qmc: "
                         "scrambled Sobol points); default tpe")

@@ -59,6 +59,9 @@ def write_space(tmp_path, text: str, name: str = "space.yaml") -> str:
     ({"overrides": {"rounds": 3}}, ["--rounds"]),
     ({"overrides": {"no_such_field": 1}}, ["unknown field 'no_such_field'"]),
     ({"dataset": "rotated-digits", "target_domain": "999"}, ["999"]),
+    ({"scheduler": "hyperband", "sampler": "nsga2"}, ["'--scheduler': hyperband prunes by one objective", "fifo, asha"]),
+    ({"scheduler": "hyperband", "reduction_factor": 2.5}, ["'--reduction-factor': 2.5 with --scheduler hyperband",
+                                                           "an integer >= 2"]),
 ])
 def test_bad_options_fail_before_anything_starts(tmp_path, kw, words):
     from fedtune.errors import DataError
@@ -476,6 +479,45 @@ def test_a_gp_search_keeps_optuna_and_the_arrow_records_in_step(ray_session, tmp
     for t in study.trials:
         assert t.value == pytest.approx(trials[t.user_attrs["fedtune_trial_id"]]["best_val_acc"])
         assert 1e-3 <= t.params["local_lr"] <= 0.5
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_hyperband_prunes_through_optunas_pruner_and_the_records_agree(ray_session, tmp_path):
+    """--scheduler hyperband: Optuna's HyperbandPruner decides at each round (one trial at a time,
+    where Tune's synchronous HyperBand would stop nothing); a pruned trial is PRUNED in Optuna with
+    the rounds it ran as intermediate values, and `pruned` with exactly those rounds in Arrow."""
+    import pickle
+
+    from optuna.trial import TrialState
+
+    from fedtune.results.store import load
+
+    space = write_space(tmp_path, GP_SPACE)
+    o = opts(tmp_path, algorithms=[], spaces=[space], rounds=4, num_samples=8, scheduler="hyperband", grace_period=1,
+             reduction_factor=2.0, max_concurrent=1, name="hb", overrides=dict(TINY, local_steps=2),
+             sampler="random", sampler_seed=5)
+    study_dir = run_sweep(o).study_dir
+    study = load_optuna(study_dir, "hb/fedavg")
+    rows = rounds_by_trial(study_dir)
+    trials = {r["trial_id"]: r for r in load(study_dir, "trials").to_pylist()}
+    states = [t.state for t in study.trials]
+    assert len(states) == 8 and TrialState.PRUNED in states and TrialState.COMPLETE in states
+    for t in study.trials:
+        tid = t.user_attrs["fedtune_trial_id"]
+        val = {rnd: row["val_acc"] for rnd, row in rows[tid].items()}
+        assert t.intermediate_values == pytest.approx(val)
+        if t.state == TrialState.PRUNED:
+            assert max(val) < 4 and trials[tid]["status"] == "pruned"
+            assert any(k.startswith("completed_rung_") for k in t.system_attrs)  # the pruner's own record
+        elif t.state == TrialState.COMPLETE:
+            assert sorted(val) == [1, 2, 3, 4] and trials[tid]["status"] == "completed"
+    # the scheduler goes into Tune's experiment pickle without its open study
+    from fedtune.tune.tuner.schedulers import make_scheduler
+
+    sched = make_scheduler("hyperband", "val_acc", "max", 4, 1, 2.0, storage=None, study_name="x")
+    sched._study = object()
+    assert pickle.loads(pickle.dumps(sched))._study is None
 
 
 @pytest.mark.ray

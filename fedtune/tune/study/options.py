@@ -20,7 +20,7 @@ from fedtune.errors import ConfigError, shown
 from fedtune.results import selection as _protocol
 
 SAMPLERS = ("tpe", "random", "cmaes", "nsga2", "gp", "qmc")
-SCHEDULERS = ("fifo", "asha")
+SCHEDULERS = ("fifo", "asha", "hyperband")
 KNOBS = ("all", "own")
 """``--knobs``: ``all`` searches every parameter; ``own`` each algorithm's own (:func:`fedtune.algorithms.own_knobs`),
 every shared one fixed at one value for every method (:func:`fedtune.tune.study.study_start.own_knob_spaces`)."""
@@ -143,6 +143,7 @@ class SweepOptions:
         self._check_bounded()
         self._check_metrics()
         self._check_sampler()
+        self._check_scheduler()
         self._check_fidelity()
         self._check_places()
 
@@ -197,6 +198,16 @@ class SweepOptions:
         if importlib.util.find_spec("cmaes") is None:
             raise ConfigError("option '--sampler': cmaes needs the 'cmaes' package (pip install cmaes); "
                               "allowed without it: tpe, random, nsga2")
+
+    def _check_scheduler(self) -> None:
+        if self.scheduler != "hyperband":
+            return
+        if len(self.metrics()) > 1:
+            raise ConfigError("option '--scheduler': hyperband prunes by one objective (Optuna's pruners); allowed "
+                              f"for {', '.join(self.metrics())}: fifo, asha")
+        if float(self.reduction_factor) != int(self.reduction_factor):
+            raise ConfigError(f"option '--reduction-factor': {self.reduction_factor} with --scheduler hyperband; "
+                              "allowed: an integer >= 2 (Optuna's HyperbandPruner)")
 
     def _check_fidelity(self) -> None:
         if self.client_fidelity is None:

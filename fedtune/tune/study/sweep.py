@@ -261,12 +261,12 @@ class _Study:
             FedtuneOptunaSearch,
             ended_early,
             make_sampler,
-            make_scheduler,
             optuna_storage,
             optuna_trials,
             reconcile_optuna,
         )
         from fedtune.spaces.lookup import load_space
+        from fedtune.tune.tuner.schedulers import make_scheduler
 
         state = self.search_state(search.key)
         total = self.opts.num_samples
@@ -291,7 +291,9 @@ class _Study:
                 study_name=study_name, storage=optuna_storage(self.plan.study_dir, url=self.plan.optuna_url),
                 first_point=space.default_point(), num_samples=total)
             scheduler = make_scheduler(self.opts.scheduler, self.plan.metrics[0], self.plan.modes[0], self._rounds(),
-                                       self.opts.grace_period, self.opts.reduction_factor)
+                                       self.opts.grace_period, self.opts.reduction_factor,
+                                       storage=optuna_storage(self.plan.study_dir, url=self.plan.optuna_url),
+                                       study_name=study_name)
             tuner = tune.Tuner(
                 self.trainable, param_space=dict(self.plan.fixed[search.key]),
                 tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=total,

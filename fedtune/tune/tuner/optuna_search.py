@@ -55,6 +55,7 @@ from fedtune.results.optuna_url import journal_path, shown
 from fedtune.results.selection import objective_values
 from fedtune.tune.study.options import SAMPLERS
 from fedtune.tune.study.plan import optuna_storage_url
+from fedtune.tune.tuner.schedulers import make_scheduler  # its home since 2026-11-27: schedulers.py
 
 __all__ = ["EXHAUSTED", "MAX_DUPLICATE_ASKS", "SQLITE_TIMEOUT_S", "STORAGE_RETRY_S", "FedtuneJournalStorage", "FedtuneOptunaSearch", "FedtuneRDBStorage",
            "check_storage_opens", "constant_liar", "ended_early", "make_sampler", "make_scheduler", "optuna_storage",
@@ -256,18 +257,6 @@ def make_sampler(name: str, seed: int, num_samples: int, concurrency: int | None
             return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
                                               warn_independent_sampling=False, warn_asynchronous_seeding=False)
     raise ConfigError(f"option '--sampler': '{name}' is not allowed; allowed: {', '.join(SAMPLERS)}")
-
-
-def make_scheduler(name: str, metric: str, mode: str, rounds: int, grace_period: int = 1,
-                   reduction_factor: float = 2.0):
-    """Tune's trial scheduler: ``fifo`` (every trial runs all its rounds) or ``asha``
-    (AsyncHyperBand on the round, rungs at ``grace_period * reduction_factor**k``)."""
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-
-    if name == "fifo":
-        return FIFOScheduler()
-    return ASHAScheduler(time_attr="training_iteration", metric=metric, mode=mode, max_t=rounds,
-                         grace_period=min(grace_period, rounds), reduction_factor=reduction_factor)
 
 
 # ------------------------------------------------------------------------------------------------
