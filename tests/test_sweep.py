@@ -460,33 +460,12 @@ def test_gp_and_qmc_samplers_are_optunas_seeded_and_model_the_space(name):
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_a_gp_search_keeps_optuna_and_the_arrow_records_in_step(ray_session, tmp_path):
-    """A real search under --sampler gp: the defaults first, then points the GP proposes, every
-    trial COMPLETE in Optuna with the value the Arrow trial row holds."""
-    from optuna.trial import TrialState
-
-    from fedtune.results.store import load
-
-    space = write_space(tmp_path, GP_SPACE)
-    o = opts(tmp_path, algorithms=[], spaces=[space], rounds=2, num_samples=3, max_concurrent=1, name="gp",
-             overrides=dict(TINY, local_steps=1), sampler="gp", sampler_seed=3)
-    study_dir = run_sweep(o).study_dir
-    study = load_optuna(study_dir, "gp/fedavg")
-    trials = {r["trial_id"]: r for r in load(study_dir, "trials").to_pylist()}
-    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 3 and len(trials) == 3
-    assert study.trials[0].params == {"local_lr": 0.1, "weight_decay": 0.0}  # the defaults first
-    assert len({t.params["local_lr"] for t in study.trials}) == 3
-    for t in study.trials:
-        assert t.value == pytest.approx(trials[t.user_attrs["fedtune_trial_id"]]["best_val_acc"])
-        assert 1e-3 <= t.params["local_lr"] <= 0.5
-
-
-@pytest.mark.ray
-@pytest.mark.slow
 def test_hyperband_prunes_through_optunas_pruner_and_the_records_agree(ray_session, tmp_path):
-    """--scheduler hyperband: Optuna's HyperbandPruner decides at each round (one trial at a time,
-    where Tune's synchronous HyperBand would stop nothing); a pruned trial is PRUNED in Optuna with
-    the rounds it ran as intermediate values, and `pruned` with exactly those rounds in Arrow."""
+    """--scheduler hyperband with --sampler gp, on a real search: Optuna's HyperbandPruner decides at
+    each round (one trial at a time, where Tune's synchronous HyperBand would stop nothing); a pruned
+    trial is PRUNED in Optuna with the rounds it ran as intermediate values, and `pruned` with
+    exactly those rounds in Arrow; a complete one's value is its Arrow row's best_val_acc; the
+    defaults come first, then points the GP proposes."""
     import pickle
 
     from optuna.trial import TrialState
@@ -496,7 +475,7 @@ def test_hyperband_prunes_through_optunas_pruner_and_the_records_agree(ray_sessi
     space = write_space(tmp_path, GP_SPACE)
     o = opts(tmp_path, algorithms=[], spaces=[space], rounds=4, num_samples=8, scheduler="hyperband", grace_period=1,
              reduction_factor=2.0, max_concurrent=1, name="hb", overrides=dict(TINY, local_steps=2),
-             sampler="random", sampler_seed=5)
+             sampler="gp", sampler_seed=5)
     study_dir = run_sweep(o).study_dir
     study = load_optuna(study_dir, "hb/fedavg")
     rows = rounds_by_trial(study_dir)
@@ -512,6 +491,10 @@ def test_hyperband_prunes_through_optunas_pruner_and_the_records_agree(ray_sessi
             assert any(k.startswith("completed_rung_") for k in t.system_attrs)  # the pruner's own record
         elif t.state == TrialState.COMPLETE:
             assert sorted(val) == [1, 2, 3, 4] and trials[tid]["status"] == "completed"
+            assert t.value == pytest.approx(trials[tid]["best_val_acc"])
+    assert study.trials[0].params == {"local_lr": 0.1, "weight_decay": 0.0}  # the defaults first
+    assert len({t.params["local_lr"] for t in study.trials}) == 8 and all(
+        1e-3 <= t.params["local_lr"] <= 0.5 for t in study.trials)
     # the scheduler goes into Tune's experiment pickle without its open study
     from fedtune.tune.tuner.schedulers import make_scheduler
 
