@@ -172,14 +172,14 @@ def test_train_loss_is_weighted_by_the_clients_example_counts(tmp_path):
     try:
         pool = fr.coordinator.pool
         seen = []
-        fit = pool.fit
+        fit_stream = pool.fit_stream
 
-        def spy(*a):
-            out = fit(*a)
-            seen.extend(out[0])
-            return out
+        def spy(*a):  # the coordinator takes one reply per client as it arrives
+            for reply in fit_stream(*a):
+                seen.append(reply)
+                yield reply
 
-        pool.fit = spy
+        pool.fit_stream = spy
         result = fr.step()
     finally:
         fr.close()

@@ -475,13 +475,13 @@ def test_the_global_move_reaching_clients_is_new_minus_old_weights():
                                "backend": "local"})
     coord = Coordinator(cfg.to_dict(), build_plan(cfg), {"kind": "local"})
     seen = []
-    fit = coord.pool.fit
+    fit_stream = coord.pool.fit_stream
 
-    def spy(weights, payload, round, client_ids):
+    def spy(weights, payload, round, client_ids, skipped):
         seen.append(None if "global_move" not in payload else np.array(payload["global_move"]))
-        return fit(weights, payload, round, client_ids)
+        return fit_stream(weights, payload, round, client_ids, skipped)
 
-    coord.pool.fit = spy
+    coord.pool.fit_stream = spy
     P = coord.layout.num_params
     history = [coord.weights.copy()]
     try:
