@@ -12,7 +12,7 @@ from fedtune.config import FederatedRunConfig
 from fedtune.runtime.driver import FederatedRun
 
 BASE = {"dataset": "rotated-digits", "model": "mlp", "setting": "fl", "num_clients": 5, "local_steps": 1,
-        "batch_size": 8, "rounds": 2, "backend": "local", "global_lr": 0.7}
+        "batch_size": 8, "rounds": 2, "backend": "local", "global_lr": 0.7, "eval_every": 1000}
 
 
 def _weights_after(tmp_path, name: str, **overrides) -> tuple[list[np.ndarray], object]:
@@ -30,7 +30,7 @@ def _weights_after(tmp_path, name: str, **overrides) -> tuple[list[np.ndarray], 
 
 
 @pytest.mark.parametrize("overrides", [
-    {"model": "resnet18", "num_clients": 3}, {"participation": 0.6, "client_weighting": "uniform"},
+    {"model": "resnet18", "num_clients": 2, "batch_size": 4}, {"participation": 0.6, "client_weighting": "uniform"},
     {"algorithm": "feddyn", "feddyn_alpha": 0.1}, {"algorithm": "feddyn", "feddyn_alpha": 0.1, "feddyn_mean": "uniform"},
     {"algorithm": "scaffold", "participation": 0.6},
 ], ids=["fedavg", "fedavg-uniform-partial", "feddyn", "feddyn-uniform", "scaffold-partial"])
