@@ -97,7 +97,8 @@ class FitRound:
                     value = np.asarray(value, dtype=np.float32)
                 self._sums[name].add(value, weights[cid])
             for source, _, _ in self.feeds.values():
-                extra.pop(source, None)  # summed: not kept
+                if source not in ("update", "buffers"):
+                    extra.pop(source, None)  # a summed extra: not kept
         self.order.append(cid)
         self.num_examples.append(int(reply.num_examples[0]))
         self.losses.append(float(reply.losses[0]))
