@@ -129,3 +129,62 @@ def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty
         with path.open(newline="") as f:
             its = [int(r["training_iteration"]) for r in csv.DictReader(f)]
         assert its == sorted(set(its)) and its == list(range(1, len(its) + 1)), (path, its)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_resumed_hyperband_study_prunes_exactly_as_an_unbroken_one(ray_session, tmp_path):
+    """``--scheduler hyperband`` keeps its rungs in the Optuna study (Optuna's HyperbandPruner), so
+    unlike ASHA above a resume loses nothing: the same study interrupted after two trials and
+    resumed prunes the same trials at the same rounds as it does without the break (seeded random
+    sampling draws local_lr 0.2, 0.2, 1e-5, 1e-5, 0.2, 1e-5; the study name, which places trials in
+    HyperBand's brackets, is the same for both)."""
+    import optuna
+
+    from fedtune.results.store import load
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.study.sweep import run_sweep
+    from test_sweep import TINY
+
+    space = tmp_path / "space.yaml"
+    space.write_text(ASHA_SPACE)
+    common = ["--rounds", "3", "--num-samples", "6", "--scheduler", "hyperband", "--grace-period", "1",
+              "--reduction-factor", "2", "--sampler", "random", "--sampler-seed", "13", "--max-concurrent", "1",
+              "--set", "local_steps=2", *TINY_SET, "--name", "hb", "--no-report"]
+    run_sweep(SweepOptions(spaces=[str(space)], rounds=3, num_samples=6, scheduler="hyperband", grace_period=1,
+                           reduction_factor=2.0, max_concurrent=1, name="hb", output=str(tmp_path / "unbroken"),
+                           overrides=dict(TINY, local_steps=2), sampler="random", sampler_seed=13, report=False))
+
+    cmd = [sys.executable, "-m", "fedtune.cli", "sweep", str(space), *common, "--output", str(tmp_path / "broken"),
+           "--address", ray_session.get_runtime_context().gcs_address]
+    env, flag, go = paused_driver(tmp_path, "end:2")  # held once its second trial has ended
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until_paused(proc, flag)
+        os.kill(proc.pid, signal.SIGTERM)
+        go.touch()
+        assert proc.wait(timeout=120) == 130, proc.stderr.read().decode()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+    assert len(load(tmp_path / "broken" / "hb", "trials").to_pylist()) < 6, "nothing left to resume"
+    run_sweep(SweepOptions(output=str(tmp_path / "broken"), name="hb", report=False), resume=True)
+
+    def outcome(root):
+        study = optuna.load_study(study_name="hb/fedavg", storage=optuna_storage_url(root / "hb"))
+        rows = {}
+        for row in load(root / "hb").to_pylist():
+            assert row["round"] not in rows.setdefault(row["trial_id"], set()), ("duplicate", row)
+            rows[row["trial_id"]].add(row["round"])
+        status = {t["trial_id"]: t["status"] for t in load(root / "hb", "trials").to_pylist()}
+        return [(t.number, t.params["local_lr"], t.state.name, sorted(t.intermediate_values),
+                 sorted(rows[t.user_attrs["fedtune_trial_id"]]), status[t.user_attrs["fedtune_trial_id"]])
+                for t in study.trials]
+
+    unbroken, resumed = outcome(tmp_path / "unbroken"), outcome(tmp_path / "broken")
+    assert [o[2] for o in unbroken].count("PRUNED") >= 2  # the study prunes something to compare
+    for t in unbroken:
+        assert t[3] == t[4] and (t[2] == "PRUNED") == (t[5] == "pruned")  # Optuna and Arrow agree
+    assert resumed == unbroken
