@@ -360,7 +360,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedtune.runtime",),
     ("fedtune.spaces", "fedtune.reports"),
     ("fedtune.tune",),
-    ("fedtune.cli", "fedtune.__main__", "fedtune"),
+    ("fedtune.cli_sweep", "fedtune.cli", "fedtune.__main__", "fedtune"),
 ]
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from fedtune.cli import build_parser, options_from_args
+from fedtune.cli import build_parser
+
+from fedtune.cli_sweep import options_from_args
 from fedtune.config import FederatedRunConfig
 from fedtune.data.partition import fidelity_participation
 from fedtune.errors import ConfigError

@@ -281,7 +281,8 @@ def test_tiny_sweep_logs_every_round_once_to_csv_tensorboard_mlflow_and_wandb(ra
     from mlflow import MlflowClient
 
     from fedtune.results.store import load
-    from fedtune.cli import build_parser, options_from_args
+    from fedtune.cli import build_parser
+    from fedtune.cli_sweep import options_from_args
     from fedtune.tune.trial.loggers import mlflow_tracking_uri
     from fedtune.tune.study.sweep import run_sweep
 

@@ -77,7 +77,8 @@ def test_cli_refuses_a_bad_optuna_storage_with_exit_2(tmp_path):
                          check=False)
     assert res.returncode == 2 and "option '--optuna-storage'" in res.stderr and "Traceback" not in res.stderr
     # --resume re-opens the saved storage; another one would lose the study's Optuna history
-    from fedtune.cli import build_parser, options_from_args
+    from fedtune.cli import build_parser
+    from fedtune.cli_sweep import options_from_args
 
     args = build_parser().parse_args(["sweep", "--resume", "--optuna-storage", f"journal:///{tmp_path}/x.log"])
     with pytest.raises(ConfigError, match="--optuna-storage cannot change"):

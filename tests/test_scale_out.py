@@ -198,7 +198,8 @@ def test_bad_scale_out_options_name_the_flag(field, value, flag):
 
 
 def test_cli_flags_reach_the_options_and_resume_keeps_the_saved_ones():
-    from fedtune.cli import build_parser, options_from_args
+    from fedtune.cli import build_parser
+    from fedtune.cli_sweep import options_from_args
 
     args = build_parser().parse_args(["sweep", "--max-failures", "2", "--storage-path", "s3://b/d",
                                       "--scale-up-timeout", "60"])

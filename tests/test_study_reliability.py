@@ -88,7 +88,7 @@ def copy_study(study_dir: Path, tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_resume_rebuilds_every_missing_trial_row_of_a_finished_study(finished_study, tmp_path):
     from fedtune.results.store import load
-    from fedtune.cli import _any_completed
+    from fedtune.cli_sweep import _any_completed
 
     study_dir = copy_study(finished_study, tmp_path)
     before = {r["trial_id"]: r for r in load(study_dir, "trials").to_pylist()}
@@ -288,7 +288,8 @@ def test_resume_refuses_every_option_it_would_ignore(tmp_path, flag):
 
 
 def test_flags_left_out_still_take_their_defaults():
-    from fedtune.cli import build_parser, options_from_args
+    from fedtune.cli import build_parser
+    from fedtune.cli_sweep import options_from_args
 
     opts = options_from_args(build_parser().parse_args(["sweep", "--algorithm", "fedavg"]))
     assert (opts.seeds, opts.trial_seeds, opts.scheduler, opts.sampler, opts.grace_period, opts.reduction_factor,
@@ -299,7 +300,8 @@ def test_flags_left_out_still_take_their_defaults():
 
 def test_resume_accepts_the_studys_own_options_given_again_and_refuses_a_changed_one(tmp_path):
     """--resume with the options the study was started with said they "cannot change"."""
-    from fedtune.cli import build_parser, options_from_args
+    from fedtune.cli import build_parser
+    from fedtune.cli_sweep import options_from_args
     from fedtune.results.study_dir import write_study
 
     space = tmp_path / "fedavg.yaml"

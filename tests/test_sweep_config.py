@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from fedtune.cli import build_parser, options_from_args
+from fedtune.cli import build_parser
+
+from fedtune.cli_sweep import options_from_args
 from fedtune.errors import ConfigError
 from fedtune.tune.study.default_study import is_default_study
 from fedtune.tune.study.plan import plan_study

@@ -21,6 +21,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
 from fedtune.errors import ConfigError
 
 
@@ -31,8 +33,6 @@ def make_scheduler(name: str, metric: str, mode: str, rounds: int, grace_period:
     ``hyperband`` (:class:`OptunaPruning` with Optuna's ``HyperbandPruner``: its smallest
     budget ``grace_period`` rounds, its largest ``rounds``, ``reduction_factor`` an integer ≥ 2;
     needs the search's Optuna ``storage`` and ``study_name``)."""
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-
     if name == "fifo":
         return FIFOScheduler()
     if name == "hyperband":
@@ -48,13 +48,7 @@ def make_scheduler(name: str, metric: str, mode: str, rounds: int, grace_period:
                          grace_period=min(grace_period, rounds), reduction_factor=reduction_factor)
 
 
-def _fifo() -> type:
-    from ray.tune.schedulers import FIFOScheduler
-
-    return FIFOScheduler
-
-
-class OptunaPruning(_fifo()):
+class OptunaPruning(FIFOScheduler):
     """A Ray Tune scheduler that stops a trial when the Optuna study's ``pruner`` says so.
 
     At every result of a trial it finds the trial's Optuna trial (user attribute
