@@ -30,6 +30,7 @@ import yaml
 
 from fedtune import yaml_safe
 from fedtune.algorithms import LOCAL_OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS
+from fedtune.algorithms.server.fedex import FEDEX_OBJECTIVES, FEDEX_SCHEDULES
 from fedtune.bounds import Bounds
 from fedtune.data.heterogeneity import ROUNDINGS
 from fedtune.errors import ConfigError, clipped, shown
@@ -80,6 +81,14 @@ class FederatedRunConfig:
     fidelity_participation: float | None = _f(None, "multi-fidelity over clients (FedHPO-Bench's client sample rate; fedtune sweep --client-fidelity): the participation of the first fidelity_grace_rounds rounds, multiplied by fidelity_factor after each rung milestone the trial passes (rounds fidelity_grace_rounds * fidelity_factor**k, ASHA's rungs), at most participation; null: participation every round", lo=0.0, hi=1.0, lo_open=True)
     fidelity_grace_rounds: int = _f(1, "rounds of the first fidelity rung (fidelity_participation; ASHA's grace period)", lo=1)
     fidelity_factor: float = _f(2.0, "growth of the participation from one fidelity rung to the next (fidelity_participation; ASHA's reduction factor)", lo=1.0, lo_open=True)
+    fedex_configs: int = _f(0, "FedEx (Khodak et al. 2021): tune the clients' knobs (fedex_knobs) inside the run over this many local configurations, the run's own values and fedex_configs - 1 perturbations of them; every participant trains a configuration drawn from the server's distribution, which an exponentiated-gradient step moves towards the configurations whose trained models score best on the clients' validation splits; 0 = off (docs/methods.md section 25)", lo=0)
+    fedex_knobs: list[str] = _f(None, "FedEx: the client knobs it tunes: local_lr, local_momentum, weight_decay, local_epochs, batch_size, or the client method's own hyperparameters (prox_mu, fedsr_l2r, ...; not those of a method with a server side)", factory=lambda: ["local_lr"])
+    fedex_eps: float = _f(0.5, "FedEx: how far the configurations 1.. move from the run's own values, as a fraction of each knob's declared search range (the authors' eps; 0 = all configurations the run's own: the run without FedEx)", lo=0.0)
+    fedex_schedule: str = _f("aggressive", "FedEx step size eta0 / denom, eta0 = sqrt(2 log k): aggressive (denom = max |gradient|, the authors' scripts' default), adaptive (root of the summed squared max |gradient|), auto (sqrt(round)), constant (1), scale (1 / sqrt(2 log k))", choices=FEDEX_SCHEDULES)
+    fedex_baseline: float = _f(0.0, "FedEx baseline: discount factor of the mean of earlier rounds' scores subtracted from each score (0 = the last round's, 1 = the mean of all; the authors' wrapper draws it from U[0, 1))", lo=0.0, hi=1.0)
+    fedex_diff: bool = _f(False, "FedEx: score the change local training made (after - before) instead of the trained model's score")
+    fedex_cutoff: float = _f(0.0, "FedEx: below this entropy of the distribution it stops changing and every client trains the most likely configuration", lo=0.0)
+    fedex_objective: str = _f("error", "FedEx score of a client's trained model on its validation split: error (1 - accuracy, the authors' default) or loss (cross-entropy)", choices=FEDEX_OBJECTIVES)
     target_fraction: float = _f(0.05, "fda: fraction of the target domain given to the target client as labelled data", lo=0.0, hi=1.0, lo_open=True)
     val_fraction: float = _f(0.2, "per-client validation hold-out (source validation = model selection)", lo=0.0, hi=0.9)
     test_fraction: float = _f(0.2, "fl: per-client test hold-out", lo=0.0, hi=0.9, lo_open=True)
@@ -286,9 +295,27 @@ class FederatedRunConfig:
         for check in (resolved.client_spec.check, resolved.rule_spec.check):
             if check is not None:
                 check(self)
+        if self.fedex_configs:
+            self._validate_fedex()
         if self.precision == "fp16" and not resolved.client_spec.scales_fp16_gradients:
             raise ConfigError(f"field 'precision': fp16 is not available with client method {resolved.client_method_name} "
                               "(its extra gradient passes bypass the fp16 gradient scaler); allowed: fp32, bf16")
+
+    def _validate_fedex(self) -> None:
+        """FedEx's fields against the run (``fedex_configs`` > 0)."""
+        from fedtune.algorithms.server.fedex import client_knob_hparams, knob_ranges
+
+        if self.fedex_configs == 1:
+            raise ConfigError("field 'fedex_configs': 1 configuration leaves FedEx nothing to choose; allowed: 0 (off) "
+                              "or at least 2")
+        if not self.resolved.client_spec.supervised:
+            raise ConfigError(f"field 'fedex_configs': FedEx scores the clients' trained classifiers on their validation "
+                              f"splits, which client method {self.resolved.client_method_name} (unsupervised) has "
+                              "not; allowed: 0")
+        if self.val_fraction == 0 and self.split_scheme is None:
+            raise ConfigError("field 'fedex_configs': FedEx scores the clients on their validation splits, and "
+                              "val_fraction is 0; allowed: 0, or val_fraction > 0")
+        knob_ranges(self.fedex_knobs, client_knob_hparams(self))
 
     def _validate_model_and_data(self) -> None:
         """Model name, pretrained weights, augmentation and precision against each other."""
@@ -387,7 +414,9 @@ _HASHED_WHEN_SET = {"weights": "none", "augment": "none", "local_optimizer": "sg
                     "channels_last": True, "cudnn_benchmark": True, "server_optimizer": "sgd",
                     "domain_homogeneity": None, "domain_homogeneity_rounding": "authors", "target_lr_scale": 1.0,
                     "split_scheme": None, "freeze_batchnorm": False, "fidelity_participation": None,
-                    "fidelity_grace_rounds": 1, "fidelity_factor": 2.0}
+                    "fidelity_grace_rounds": 1, "fidelity_factor": 2.0, "fedex_configs": 0, "fedex_knobs": ["local_lr"],
+                    "fedex_eps": 0.5, "fedex_schedule": "aggressive", "fedex_baseline": 0.0, "fedex_diff": False,
+                    "fedex_cutoff": 0.0, "fedex_objective": "error"}
 # The same for hyperparameters added later (in ``params``), at the value every earlier run computed with:
 # the example-weighted model mean, and Reddi et al.'s v start. A shipped space that now names them fixed
 # at these values keeps its trial ids.

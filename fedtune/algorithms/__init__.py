@@ -222,6 +222,22 @@ class Resolved:
         """Every hyperparameter of the pair: its value in ``cfg`` (set, else the default)."""
         return {h.name: h.of(cfg) for h in self.hparam_specs().values()}
 
+    def client_hooks(self, cfg: RunConfig) -> tuple[str, ...]:
+        """Where the client hooks live that every participant of a run with ``cfg`` runs: the
+        server rule's (:meth:`~fedtune.algorithms.base.ServerRuleSpec.hooks`), then in-run tuning's
+        (FedEx, ``fedex_configs`` > 0: :mod:`fedtune.algorithms.client.fedex`)."""
+        fedex = ("fedtune.algorithms.client.fedex:FedExHook",) if getattr(cfg, "fedex_configs", 0) else ()
+        return self.rule_spec.hooks(cfg) + fedex
+
+    def in_run_tuner(self, cfg: RunConfig) -> Any:
+        """The coordinator's in-run tuner of a run with ``cfg``
+        (:class:`~fedtune.algorithms.server.fedex.FedExServer`), None without one (NumPy only)."""
+        if not getattr(cfg, "fedex_configs", 0):
+            return None
+        from fedtune.algorithms.server.fedex import fedex_server
+
+        return fedex_server(cfg)
+
 
 def resolve_names(algorithm: str, client_method: str | None = None, server_rule: str | None = None,
                   setting: str | None = None) -> tuple[str, str]:

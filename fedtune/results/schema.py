@@ -144,6 +144,7 @@ def schema_markdown() -> str:
         "",
         *table(_TRIAL_COLUMNS),
         "",
-        "Trial rows also carry the trial's `hp.<name>` columns.",
+        "Trial rows also carry the trial's `hp.<name>` columns and, for a FedEx run (`fedex_configs`), its last "
+        "round's `fedex_json` (the knobs, configurations and final distribution; a round-row column too).",
     ]
     return "\n".join(parts) + "\n"

@@ -16,7 +16,11 @@ from fedtune.results import selection
 from fedtune.results.arrow import is_number, to_json, to_timestamp
 from fedtune.results.schema import IDENTITY_COLUMNS
 
-__all__ = ["summarize_trial"]
+__all__ = ["CARRIED_COLUMNS", "summarize_trial"]
+
+CARRIED_COLUMNS = ("fedex_json",)
+"""Round-row columns a trial row repeats from its last round that has one: FedEx's final
+distribution (:meth:`fedtune.algorithms.server.fedex.FedExServer.columns`)."""
 
 
 def _finite(v: Any) -> bool:
@@ -81,6 +85,10 @@ def summarize_trial(
         config_json=to_json(dict(config)),
     )
     out.update(_hparams(ordered, config))
+    for name in CARRIED_COLUMNS:  # the last round's record of an in-run tuner
+        value = next((r[name] for r in reversed(ordered) if r.get(name) is not None), None)
+        if value is not None:
+            out[name] = value
     return out
 
 

@@ -103,6 +103,9 @@ class Coordinator:
         self.side = server_side_of(cfg, self.layout, plan.num_clients, domains=plan.domains,
                                    train_domains=plan.train_domain_ids())
         self.optimizer = SERVER_OPTIMIZERS[cfg.server_optimizer](cfg, self.rule.global_lr)
+        # in-run tuning of the clients' knobs (FedEx), None without: it draws each participant's
+        # configuration, takes the scores out of the replies and steps after the fit round
+        self.tuner = cfg.resolved.in_run_tuner(cfg)
         self.first_loss: float | None = None  # round 1's training loss, the scale of loss_exploded
         self.shards = eval_shards(plan)  # target-test shards, then ufdg's target-probe shards
         self._publish()
@@ -136,6 +139,9 @@ class Coordinator:
         t0 = time.perf_counter()
         train_loss, status, diagnostics = self._aggregate_fit(round, fit)
         metrics.update(diagnostics)
+        if self.tuner is not None:
+            metrics.update({f"diag.{key}": value for key, value in self.tuner.end_round().items()})
+            metrics.update(self.tuner.columns())
         server_s = time.perf_counter() - t0
         client_s, timings, participants, cohort = fit.seconds, fit.timings(), len(fit.order), list(fit.order)
         del fit  # release the object-store buffers of the client states
@@ -183,6 +189,8 @@ class Coordinator:
             payload.update(side)
         P = self.layout.num_params
         planned = sorted(participants)
+        if self.tuner is not None:
+            payload.update(self.tuner.payload(round, planned, self.plan.num_clients))
         feeds = self._streamed_feeds(planned)
         fit = FitRound(self.weights[:P], self.layout.size, planned,
                        None if feeds is not None else self._update_buffer(len(planned), P), feeds)
@@ -191,6 +199,9 @@ class Coordinator:
             if feeds is not None and reply.num_examples[0] != self.plan.clients[reply.client_ids[0]].num_train:
                 raise RuntimeError(f"client {reply.client_ids[0]} trained on {reply.num_examples[0]} examples, its "
                                    f"plan says {self.plan.clients[reply.client_ids[0]].num_train}")
+            if self.tuner is not None:
+                for extras in reply.extras:
+                    self.tuner.take(extras)
             fit.add(reply)
         fit.seconds = time.perf_counter() - t0
         return fit
@@ -323,9 +334,12 @@ class Coordinator:
         server optimizer's (its name and moments); the first round's training loss (the scale of
         :func:`loss_exploded`). Participant sampling and client seeds derive from (seed, round), so no RNG state."""
         rule, side = self.rule.state_dict(), None if self.side is None else self.side.state_dict()
-        return {"weights": self.weights.copy(), "rule": rule, "side": side,
-                "optimizer": {"name": self.optimizer.name, "state": self.optimizer.state_dict()},
-                "first_loss": self.first_loss, "identity": run_identity(self.cfg, rule, side, self.optimizer.name)}
+        state = {"weights": self.weights.copy(), "rule": rule, "side": side,
+                 "optimizer": {"name": self.optimizer.name, "state": self.optimizer.state_dict()},
+                 "first_loss": self.first_loss, "identity": run_identity(self.cfg, rule, side, self.optimizer.name)}
+        if self.tuner is not None:
+            state["tuner"] = self.tuner.state_dict()
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Load :meth:`get_state`'s output and publish the weights for the next round. A checkpoint
@@ -352,6 +366,12 @@ class Coordinator:
         self.rule.load_state_dict(state["rule"])
         if self.side is not None:
             self.side.load_state_dict(side)
+        if (state.get("tuner") is None) != (self.tuner is None):
+            raise ValueError(f"checkpoint {'has no' if state.get('tuner') is None else 'holds an'} in-run tuner (FedEx) "
+                             f"but this run {'has one' if self.tuner is not None else 'has none'}: it belongs to another "
+                             "configuration")
+        if self.tuner is not None:
+            self.tuner.load_state_dict(state["tuner"])
         self._publish()
 
     def reconfigure(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any]) -> None:

@@ -178,7 +178,7 @@ class FederatedRun:
         """Load :meth:`get_state`'s output into this started run; the next :meth:`step` runs
         round ``state["round"] + 1``."""
         self._call("set_state", {k: state.get(k) for k in ("weights", "rule", "side", "optimizer",
-                                                            "first_loss", "identity")})
+                                                            "first_loss", "identity", "tuner")})
         clients = state.get("clients") or {}
         if self.cfg.backend == "ray":
             import ray

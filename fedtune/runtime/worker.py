@@ -138,8 +138,10 @@ class ClientWorker:
         # the state in one buffer: loading the weights and copying a trained state out are one copy each
         bind_flat(self.model, self.layout)
         self.method = resolved.client_method(self.cfg)
-        # What the server rule asks of every participant around its training (its declared hooks).
-        self.hooks = self._hooks(resolved.rule_spec.hooks(self.cfg))
+        # client method built for a round's overridden fields (in-run tuning's configurations), by override
+        self._configured: dict[tuple[tuple[str, Any], ...], tuple[Any, Any]] = {}
+        # What the server rule (and in-run tuning) asks of every participant around its training.
+        self.hooks = self._hooks(resolved.client_hooks(self.cfg))
         self.client_state: dict[int, dict[str, Any]] = {s.client_id: {} for s in specs}
         # Wall-clock stamps (time.time()) of this worker's start-up, for start-up diagnostics.
         self.startup = {"init_start": t_init, "torch_ready": t_torch, "ready": time.time()}
@@ -156,7 +158,8 @@ class ClientWorker:
                               self.cfg.eval_batch_mib)
             return result.loss, result.acc
 
-        clients = tuple(ClientRecord(cid, spec.role, len(self.data[cid]["train"])) for cid, spec in self.specs.items())
+        clients = tuple(ClientRecord(cid, spec.role, len(self.data[cid]["train"]), len(self.data[cid]["val"]))
+                        for cid, spec in self.specs.items())
         return load_hooks(places, WorkerView(self.cfg, self.model, self.layout, clients, evaluate_split))
 
     # ------------------------------------------------------------------------------------------
@@ -218,19 +221,23 @@ class ClientWorker:
         spec = self.specs[cid]
         self._load(weights)
         reply.io_s += time.perf_counter() - t0
+        overrides: dict[str, Any] = {}
+        for hook in self.hooks:
+            overrides.update(hook.round_overrides(cid, round, payload))
+        cfg, method = self._configured_method(overrides)
         for hook in self.hooks:
             hook.before_seed(cid)
         seed = derive_seed(self.cfg.seed, cid, round)
         seed_torch(seed, self.device)
         gen = torch.Generator().manual_seed(seed)
         train = self.data[cid]["train"]
-        ctx = ClientContext(model=self.model, data=train, cfg=self.cfg, round=round, client_id=cid,
+        ctx = ClientContext(model=self.model, data=train, cfg=cfg, round=round, client_id=cid,
                             role=spec.role, generator=gen, device=self.device, payload=payload,
                             state=self.client_state[cid], augment=self.augment, precision=self.precision,
                             scaler=grad_scaler(self.device, self.precision), source_bank=self.source_bank)
         for hook in self.hooks:
             hook.before_train(ctx)
-        result = self.method.train(ctx)
+        result = method.train(ctx)
         for hook in self.hooks:
             result.extras = {**result.extras, **hook.after_train(ctx, result)}
         t_out = time.perf_counter()
@@ -242,8 +249,21 @@ class ClientWorker:
         reply.extras.append(result.extras)
         # what ran, beside the configured hp.batch_size: the round's diag.batch_size_effective
         reply.metrics.append({**result.metrics, "batch_size_effective": float(
-            effective_batch_size(len(train), self.cfg.batch_size))})
+            effective_batch_size(len(train), cfg.batch_size))})
         reply.compute_s.append(time.perf_counter() - t0)
+
+    def _configured_method(self, overrides: dict[str, Any]) -> tuple[Any, Any]:
+        """The config and client method a round with ``overrides`` (a hook's
+        :meth:`~fedtune.algorithms.client.hooks.ClientHook.round_overrides`) trains with: the run's
+        own without any, else a validated copy of the config and the method built for it, kept for
+        the next round that draws the same values."""
+        if not overrides:
+            return self.cfg, self.method
+        key = tuple(sorted(overrides.items()))
+        if key not in self._configured:
+            cfg = self.cfg.replace(**overrides)
+            self._configured[key] = (cfg, self.cfg.resolved.client_method(cfg))
+        return self._configured[key]
 
     def probe(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int,
               client_ids: list[int]) -> list[tuple[int, dict[str, np.ndarray]]]:

@@ -1,4 +1,5 @@
-"""Client hooks: what a server rule asks every participant to do around its local training.
+"""Client hooks: what a server rule (or in-run tuning, FedEx) asks every participant to do around
+its local training.
 
 A server rule may need more from a client than its trained weights: FedGA the validation loss
 of the received and of the trained model (:mod:`fedtune.algorithms.client.fedga`), FedDA/FedGP's
@@ -6,6 +7,9 @@ auto-β the raw per-batch steps (:mod:`fedtune.algorithms.client.step_records`).
 names the hooks a config needs (:meth:`~fedtune.algorithms.base.ServerRuleSpec.hooks`); the worker
 builds each once and calls it around every client's round, knowing none of them by name:
 
+0. ``round_overrides(client_id, round, payload)``: field values this client's round trains with
+   instead of the run's (FedEx's drawn configuration); the worker trains it with the client
+   method built for them;
 1. ``before_seed(client_id)``: before the client's round is seeded (an evaluation here draws
    from no seeded stream, so it cannot shift the training's random numbers);
 2. ``before_train(ctx)``: the round's :class:`~fedtune.algorithms.client.method.ClientContext` is built
@@ -37,6 +41,7 @@ class ClientRecord:
     client_id: int
     role: str  # "source" | "target"
     num_train: int  # training examples
+    num_val: int = 0  # validation examples
 
 
 @dataclass
@@ -59,6 +64,11 @@ class ClientHook:
 
     def __init__(self, view: WorkerView):
         self.view = view
+
+    def round_overrides(self, client_id: int, round: int, payload: dict[str, np.ndarray]) -> dict[str, Any]:  # noqa: A002
+        """Fields (by name, as ``FederatedRunConfig.replace`` takes them) this client's round trains
+        with instead of the run's values; none by default."""
+        return {}
 
     def before_seed(self, client_id: int) -> None:
         """Before the client's round is seeded."""
