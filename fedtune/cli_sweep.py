@@ -16,8 +16,16 @@ if TYPE_CHECKING:
     from fedtune.tune.study.options import SweepOptions
 
 
-def _add_asha_options(p: Any) -> None:
-    """``fedtune sweep``'s ASHA options: its rungs, and multi-fidelity over clients along them."""
+def _add_scheduler_options(p: Any) -> None:
+    """``fedtune sweep``'s scheduler and its options: ASHA's rungs and multi-fidelity over clients
+    along them, PBT's perturbation interval."""
+    from fedtune.tune.study.options import SCHEDULERS
+
+    p.add_argument("--scheduler", choices=SCHEDULERS, default=None,
+                   help="fifo (all rounds; default), asha (early stop at rungs), hyperband (Optuna's HyperBand "
+                        "pruner: brackets of successive halving, one trial at a time), pbt or pb2 (Ray Tune's "
+                        "population-based training: --num-samples members exploit and explore every "
+                        "--perturbation-interval rounds, each cloning a better member's whole federated state)")
     p.add_argument("--grace-period", type=int, default=None, metavar="N",
                    help="ASHA: rounds before a trial may stop (default 1)")
     p.add_argument("--reduction-factor", type=float, default=None, metavar="F",
@@ -25,12 +33,14 @@ def _add_asha_options(p: Any) -> None:
     p.add_argument("--client-fidelity", type=float, default=None, metavar="P",
                    help="ASHA: multi-fidelity over clients as well as rounds: the first rung runs with participation "
                         "P, each later rung with reduction-factor times more (at most the trials' participation)")
+    p.add_argument("--perturbation-interval", type=int, default=None, metavar="N",
+                   help="PBT/PB2: exploit and explore every N rounds (default: a quarter of the rounds)")
 
 
 def add_sweep_parser(sub: Any) -> Any:
     """Add ``fedtune sweep`` to the subcommands ``sub`` of the ``fedtune`` parser."""
     from fedtune.tune.study.default_study import DEFAULT_ALGORITHMS
-    from fedtune.tune.study.options import SAMPLERS, SCHEDULERS, SELECTIONS
+    from fedtune.tune.study.options import SAMPLERS, SELECTIONS
 
     p = sub.add_parser(
         "sweep", help="hyperparameter study: Ray Tune + Optuna over search spaces, with resume and seeds",
@@ -52,9 +62,6 @@ def add_sweep_parser(sub: Any) -> Any:
                    help="re-run each search's selected configuration with K seeds (mean ± standard error over the "
                         "re-runs; excludes selection variance: see --trial-seeds)")
     p.add_argument("--max-concurrent", type=int, metavar="N", help="trials at once (default: as many as fit)")
-    p.add_argument("--scheduler", choices=SCHEDULERS, default=None,
-                   help="fifo (all rounds; default), asha (early stop at rungs) or hyperband (Optuna's HyperBand "
-                        "pruner: brackets of successive halving, one trial at a time)")
     p.add_argument("--sampler", choices=SAMPLERS, default=None,
                    help="Optuna sampler (seeded; nsga2: multi-objective; gp: Gaussian-process BO; qmc: "
                         "scrambled Sobol points); default tpe")
@@ -72,7 +79,7 @@ def add_sweep_parser(sub: Any) -> Any:
     p.add_argument("--trial-seeds", type=int, default=None, metavar="K",
                    help="repeat every search K times with other seeds, data seeds and sampler seeds; the report's "
                         "± is then over the K searches (includes selection variance)")
-    _add_asha_options(p)
+    _add_scheduler_options(p)
     p.add_argument("--knobs", choices=("all", "own"), default=None,
                    help="all (default): search every parameter of each space; own: only each algorithm's own knobs "
                         "(`fedtune algorithms` lists them), every shared one (local_lr, momentum, ...) fixed at one "
@@ -129,7 +136,7 @@ def options_from_args(args: Any) -> SweepOptions:
         address=args.address, output=args.output, name=args.name,
         verbose=args.verbose, overrides=parse_set_options(args.set), sampler_seed=given("sampler_seed"),
         grace_period=given("grace_period"), reduction_factor=given("reduction_factor"), report=not args.no_report,
-        client_fidelity=args.client_fidelity,
+        client_fidelity=args.client_fidelity, perturbation_interval=args.perturbation_interval,
         knobs=given("knobs"))
     opts.loggers = tuple(args.loggers)
     opts.optuna_storage = args.optuna_storage

@@ -90,7 +90,7 @@ def test_cli_refuses_a_bad_optuna_storage_with_exit_2(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # TPE's constant liar: on when trials may run side by side.
 def test_tpe_uses_constant_liar_exactly_when_trials_run_side_by_side():
-    from fedtune.tune.tuner.optuna_search import make_sampler
+    from fedtune.tune.tuner.samplers import make_sampler
 
     assert make_sampler("tpe", 0, 9, concurrency=1)._constant_liar is False
     assert make_sampler("tpe", 0, 9, concurrency=4)._constant_liar is True

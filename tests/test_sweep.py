@@ -440,7 +440,7 @@ def test_gp_and_qmc_samplers_are_optunas_seeded_and_model_the_space(name):
     qmc its scrambled Sobol QMCSampler; the same seed draws the same points, another seed others."""
     import optuna
 
-    from fedtune.tune.tuner.optuna_search import make_sampler
+    from fedtune.tune.tuner.samplers import make_sampler
 
     def draws(seed: int) -> list[tuple[float, float]]:
         sampler = make_sampler(name, seed, 9)

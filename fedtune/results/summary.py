@@ -18,9 +18,10 @@ from fedtune.results.schema import IDENTITY_COLUMNS
 
 __all__ = ["CARRIED_COLUMNS", "summarize_trial"]
 
-CARRIED_COLUMNS = ("fedex_json",)
+CARRIED_COLUMNS = ("fedex_json", "pbt_history")
 """Round-row columns a trial row repeats from its last round that has one: FedEx's final
-distribution (:meth:`fedtune.algorithms.server.fedex.FedExServer.columns`)."""
+distribution (:meth:`fedtune.algorithms.server.fedex.FedExServer.columns`), a PBT/PB2 member's
+mutation history (:mod:`fedtune.tune.trial.population`)."""
 
 
 def _finite(v: Any) -> bool:

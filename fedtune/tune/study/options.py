@@ -20,7 +20,8 @@ from fedtune.errors import ConfigError, shown
 from fedtune.results import selection as _protocol
 
 SAMPLERS = ("tpe", "random", "cmaes", "nsga2", "gp", "qmc")
-SCHEDULERS = ("fifo", "asha", "hyperband")
+SCHEDULERS = ("fifo", "asha", "hyperband", "pbt", "pb2")
+POPULATION_SCHEDULERS = ("pbt", "pb2")  # Ray Tune's population-based training: a population, no searcher
 KNOBS = ("all", "own")
 """``--knobs``: ``all`` searches every parameter; ``own`` each algorithm's own (:func:`fedtune.algorithms.own_knobs`),
 every shared one fixed at one value for every method (:func:`fedtune.tune.study.study_start.own_knob_spaces`)."""
@@ -101,6 +102,8 @@ class SweepOptions:
     sampler_seed: int = 0
     grace_period: int = _opt(1, "grace-period", kind=int, lo=1)
     reduction_factor: float = _opt(2.0, "reduction-factor", kind=float, lo=1, lo_open=True)
+    # --perturbation-interval N: PBT/PB2 exploit and explore every N rounds (None: a quarter of the rounds)
+    perturbation_interval: int | None = _opt(None, "perturbation-interval", kind=int, lo=1)
     # --client-fidelity P: ASHA's rungs raise the participation too (from P, x reduction factor per rung)
     client_fidelity: float | None = _opt(None, "client-fidelity", kind=float, lo=0, lo_open=True,
                                          note="the first rung's participation, at most 1")
@@ -200,6 +203,12 @@ class SweepOptions:
                               "allowed without it: tpe, random, nsga2")
 
     def _check_scheduler(self) -> None:
+        if self.scheduler in POPULATION_SCHEDULERS:
+            self._check_population()
+            return
+        if self.perturbation_interval is not None:
+            raise ConfigError(f"option '--perturbation-interval': PBT's and PB2's; allowed with --scheduler pbt or pb2, "
+                              f"not {self.scheduler}")
         if self.scheduler != "hyperband":
             return
         if len(self.metrics()) > 1:
@@ -208,6 +217,29 @@ class SweepOptions:
         if float(self.reduction_factor) != int(self.reduction_factor):
             raise ConfigError(f"option '--reduction-factor': {self.reduction_factor} with --scheduler hyperband; "
                               "allowed: an integer >= 2 (Optuna's HyperbandPruner)")
+
+    def _check_population(self) -> None:
+        """PBT and PB2 (Ray Tune's): one objective, a population drawn at random, PB2's GPy."""
+        import importlib.util
+
+        if len(self.metrics()) > 1:
+            raise ConfigError(f"option '--scheduler': {self.scheduler} exploits by one objective; allowed for "
+                              f"{', '.join(self.metrics())}: fifo, asha")
+        if self.sampler not in ("tpe", "random"):  # tpe is the default (unset): the population is random either way
+            raise ConfigError(f"option '--sampler': --scheduler {self.scheduler} draws its population at random (Ray "
+                              f"Tune's PBT takes no searcher); allowed: random, or leave --sampler unset")
+        if self.seeds > 1:
+            raise ConfigError(f"option '--seeds': a {self.scheduler} member's configuration changes along its run, so "
+                              "there is no one configuration to re-run; allowed: --trial-seeds K")
+        if self.scheduler == "pb2" and (importlib.util.find_spec("GPy") is None
+                                        or importlib.util.find_spec("sklearn") is None):
+            raise ConfigError("option '--scheduler': pb2 needs the 'GPy' and 'scikit-learn' packages (pip install 'fedtune[pb2]' or GPy "
+                              "scikit-learn); allowed without them: fifo, asha, hyperband, pbt")
+
+    def population_interval(self, rounds: int) -> int:
+        """PBT's and PB2's perturbation interval in rounds: ``--perturbation-interval``, else a quarter
+        of the rounds (at least 1)."""
+        return int(self.perturbation_interval) if self.perturbation_interval else max(1, rounds // 4)
 
     def _check_fidelity(self) -> None:
         if self.client_fidelity is None:

@@ -60,6 +60,7 @@ from fedtune.tune.study.active import SESSIONS as _SESSIONS
 from fedtune.tune.tuner.capacity import concurrency_cap
 from fedtune.tune.study.default_study import apply_default_study, is_default_study
 from fedtune.tune.study.moved_modules import old_module_names
+from fedtune.tune.study.options import POPULATION_SCHEDULERS
 from fedtune.tune.study.plan import Search, StudyPlan, abs_path, plan_study, seeds_for
 from fedtune.tune.study.options import SweepOptions
 from fedtune.tune.study.ray_lost import fit_stop
@@ -131,7 +132,7 @@ class _Study:
             self.warnings.append(warning)
             self.console.print(f"[yellow]warning: {warning}[/yellow]")
         self.data["max_concurrent"] = self.cap
-        from fedtune.tune.tuner.optuna_search import constant_liar
+        from fedtune.tune.tuner.samplers import constant_liar
 
         self.data["constant_liar"] = constant_liar(self.opts.sampler, self.cap)  # TPE with trials side by side
         self.save()
@@ -198,14 +199,19 @@ class _Study:
         from fedtune.results.store import ResultsStore
         from fedtune.tune.trial.callback import ArrowCallback
 
+        from fedtune.tune.trial.population import PopulationRecorder, population_trainable
+
+        trainable = population_trainable() if self.opts.scheduler in POPULATION_SCHEDULERS else self.trainable
         with old_module_names():  # a study started before a module moved (fedtune.tune.study.moved_modules)
-            tuner = tune.Tuner.restore(str(exp_dir), trainable=self.trainable, resume_unfinished=True,
+            tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
                                        resume_errored=False)
         run_config = tuner._local_tuner.get_run_config()  # Ray keeps the callbacks of the first run
         for cb in run_config.callbacks or []:
             if isinstance(cb, ArrowCallback):
                 cb.store = ResultsStore(self.plan.study_dir.parent, self.plan.name)
                 cb.study = cb.store.study
+            elif isinstance(cb, PopulationRecorder):
+                cb.study_dir = str(self.plan.study_dir)
         return tuner
 
     def _rounds(self) -> int:
@@ -260,11 +266,11 @@ class _Study:
             EXHAUSTED,
             FedtuneOptunaSearch,
             ended_early,
-            make_sampler,
             optuna_storage,
             optuna_trials,
             reconcile_optuna,
         )
+        from fedtune.tune.tuner.samplers import make_sampler
         from fedtune.spaces.lookup import load_space
         from fedtune.tune.tuner.schedulers import make_scheduler
 
@@ -282,6 +288,8 @@ class _Study:
                      space=relative(self.plan.study_dir, search.space))
         if restorable(exp_dir):
             tuner = self._restore(exp_dir)
+        elif self.opts.scheduler in POPULATION_SCHEDULERS:
+            tuner = self._population_tuner(search, space, total, study_name)
         else:
             sampler = make_sampler(self.opts.sampler, self.opts.sampler_seed + search.trial_seed, total,
                                    concurrency=self.cap)
@@ -317,6 +325,39 @@ class _Study:
             self.warnings.append(f"search '{search.key}': {ended['why']}")
             self.console.print(f"[yellow]warning: search '{search.key}': {ended['why']}[/yellow]")
         self.save()
+
+    def _population_tuner(self, search: Search, space: Any, total: int, study_name: str) -> Any:
+        """The ``Tuner`` of a PBT/PB2 search (:mod:`fedtune.tune.trial.population`): ``total``
+        members drawn at random from the space (Tune's ``BasicVariantGenerator``, seeded), all
+        running side by side where the cluster holds them, the scheduler exploiting and exploring
+        every ``--perturbation-interval`` rounds, each member checkpointed at that interval, and
+        recorded in the search's Optuna study when it ends."""
+        import optuna
+        from ray import tune
+        from ray.tune.search import BasicVariantGenerator
+
+        from fedtune.tune.trial.population import PopulationRecorder, population_trainable
+        from fedtune.tune.tuner.optuna_search import optuna_storage
+        from fedtune.tune.tuner.schedulers import make_population_scheduler
+
+        rounds, metric, mode = self._rounds(), self.plan.metrics[0], self.plan.modes[0]
+        interval = self.opts.population_interval(rounds)
+        storage = optuna_storage(self.plan.study_dir, url=self.plan.optuna_url)
+        optuna.create_study(study_name=study_name, storage=storage, load_if_exists=True,
+                            direction="maximize" if mode == "max" else "minimize")
+        run_config = self._run_config(search.tune_name, search.key, total)
+        run_config.callbacks.append(PopulationRecorder(storage, study_name, space, metric, mode,
+                                                       str(self.plan.study_dir)))
+        seed = self.opts.sampler_seed + search.trial_seed
+        return tune.Tuner(
+            population_trainable(),
+            param_space={**space.tune_space(), **self.plan.fixed[search.key], "checkpoint_every": interval},
+            tune_config=tune.TuneConfig(
+                search_alg=BasicVariantGenerator(random_state=seed),
+                scheduler=make_population_scheduler(self.opts.scheduler, metric, mode, interval, space, seed),
+                num_samples=total, max_concurrent_trials=self.cap, reuse_actors=True,
+                trial_dirname_creator=trial_dirname),
+            run_config=run_config)
 
     def run_seeds(self, search: Search) -> None:
         from ray import tune

@@ -205,6 +205,10 @@ class ArrowCallback(Callback):
         rows = self._rows.get(trial_id)
         if rows is None:
             rows = self._rows[trial_id] = {} if rnd <= 1 else self._rows_on_disk(trial_id)
+        if "pbt_event" in row or any("pbt_history" in r for r in rows.values()):  # a PBT/PB2 member
+            from fedtune.tune.trial.population import fold_history
+
+            row = fold_history(row, rows)
         rows[rnd] = row
         try:
             self.store.write_rounds(trial_id, [rows[r] for r in sorted(rows)])

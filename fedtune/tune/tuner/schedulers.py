@@ -101,4 +101,63 @@ class OptunaPruning(FIFOScheduler):
         return {**self.__dict__, "_study": None}
 
 
-__all__ = ["OptunaPruning", "make_scheduler"]
+def _numeric(p: Any) -> bool:
+    """A range, or a categorical of numbers (``local_momentum``'s choices), not of names or flags."""
+    if p.distribution != "categorical":
+        return True
+    return all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in p.choices)
+
+
+class ClipToSpace:
+    """PBT's ``custom_explore_fn``: Ray's explore multiplies a number by 0.8 or 1.2, which may leave
+    the space's range (a momentum above 1, a learning rate past the searched one): each numeric
+    knob is clipped back into ``[low, high]`` (integers rounded). A class, so Tune pickles it."""
+
+    def __init__(self, bounds: dict[str, tuple[float, float, bool]]):
+        self.bounds = dict(bounds)
+
+    def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
+        for name, (low, high, integer) in self.bounds.items():
+            if name in config and isinstance(config[name], (int, float)) and not isinstance(config[name], bool):
+                value = min(max(config[name], low), high)
+                config[name] = int(round(value)) if integer else float(value)
+        return config
+
+
+def make_population_scheduler(name: str, metric: str, mode: str, interval: int, space: Any, seed: int) -> Any:
+    """Ray Tune's ``PopulationBasedTraining`` (``pbt``) or ``PB2`` (``pb2``, GP-bandit explore; GPy)
+    over the search space's unconditional sampled *numeric* parameters, every ``interval`` rounds
+    (Tune's ``training_iteration``). A choice of structure (``server_optimizer``, a variant) is never
+    mutated: an exploiting member takes the donor's with the donor's checkpoint, whose server
+    optimiser state only a run of the same optimiser can load; its conditional knobs follow it. PBT mutates each as its space samples it (a categorical by shifting
+    to a neighbouring choice, a range by x0.8 / x1.2 or a fresh draw, clipped: :class:`ClipToSpace`);
+    PB2 explores the float ranges only (its GP models a box; the other knobs keep their first
+    draw). Python's ``random``, which both draw from, is seeded with ``seed``."""
+    import random
+
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    random.seed(seed)
+    mutable = [p for p in space.params.values() if p.sampled and not p.when and _numeric(p)]
+    clip = ClipToSpace({p.name: (float(p.low), float(p.high), p.distribution == "int") for p in mutable
+                        if p.distribution in ("uniform", "loguniform", "int")})
+    if name == "pb2":
+        from ray.tune.schedulers.pb2 import PB2
+
+        bounds = {p.name: [float(p.low), float(p.high)] for p in mutable if p.distribution in ("uniform", "loguniform")}
+        if not bounds:
+            raise ConfigError(f"option '--scheduler': pb2 explores float ranges and space {space.source} samples "
+                              "none; allowed: pbt")
+        # PB2's GP proposes in float32: a range's end may come back as 0.20000000298 (clipped)
+        return PB2(time_attr="training_iteration", metric=metric, mode=mode, perturbation_interval=interval,
+                   hyperparam_bounds=bounds, custom_explore_fn=clip)
+    mutations = {p.name: list(p.choices) if p.distribution == "categorical" else p.ray_domain() for p in mutable}
+    if not mutations:
+        raise ConfigError(f"option '--scheduler': pbt mutates sampled parameters and space {space.source} samples "
+                          "none; allowed: fifo")
+    return PopulationBasedTraining(time_attr="training_iteration", metric=metric, mode=mode,
+                                   perturbation_interval=interval, hyperparam_mutations=mutations,
+                                   custom_explore_fn=clip)
+
+
+__all__ = ["ClipToSpace", "OptunaPruning", "make_population_scheduler", "make_scheduler"]

@@ -1,0 +1,146 @@
+"""Tuning strategies run against the tabular benchmark: fedtune's samplers and schedulers, in seconds.
+
+A strategy is a sampler and a scheduler, as ``fedtune sweep --sampler S --scheduler P`` picks
+them: ``random`` draws the grid's configurations in a seeded random order without repeats (what
+random search over a grid is: Optuna's ``GridSampler``, whose end-of-grid stop needs
+``study.optimize``; here each is enqueued), ``tpe`` / ``gp`` / ``qmc`` are the sweep's own
+samplers (:func:`fedtune.tune.tuner.samplers.make_sampler`, each knob a categorical over the grid's
+values, as tabular benchmarks present them); ``hyperband`` is the sweep's scheduler (Optuna's
+``HyperbandPruner`` with the sweep's ``grace_period`` and ``reduction_factor``), ``asha`` Optuna's
+``SuccessiveHalvingPruner`` (the same asynchronous successive halving as the sweep's Ray Tune
+``ASHAScheduler``, run one trial at a time here), ``fifo`` runs every trial to the end.
+
+:func:`simulate` runs one strategy in one cell one trial at a time: each trial's configuration is
+answered from the table round by round (each round costs its participants: the compute unit is a
+client-round), its validation accuracy reported to the pruner, and after each trial the strategy's
+current choice is recorded: the trial whose rounds score highest under honest selection
+(:func:`fedtune.results.selection.choose_round`, ``val`` by default) and its reported target
+accuracy. Written here because the libraries' tabular benchmarks (FedHPO-Bench, HPOBench) hold
+their own tables and strategies; this one answers from fedtune's records with fedtune's samplers.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from fedtune.results import selection
+from fedtune.tune.tabular.table import Cell, TabularBenchmark
+
+__all__ = ["STRATEGIES", "Point", "Strategy", "simulate"]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A sampler (``random``: the grid in random order; or a ``--sampler`` name) and a scheduler
+    (``fifo``, ``asha``, ``hyperband``) with the sweep's ``grace_period`` and ``reduction_factor``."""
+
+    name: str
+    sampler: str
+    scheduler: str = "fifo"
+    grace_period: int = 1
+    reduction_factor: int = 3
+
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("random", "random"),
+    Strategy("random+asha", "random", "asha"),
+    Strategy("random+hyperband", "random", "hyperband"),
+    Strategy("tpe", "tpe"),
+    Strategy("tpe+asha", "tpe", "asha"),
+    Strategy("tpe+hyperband", "tpe", "hyperband"),
+)}
+"""The strategies ``benchmarks/tabular_hpo.py`` compares (any other :class:`Strategy` works too)."""
+
+
+class Point(NamedTuple):
+    """The strategy's state after a trial: compute spent so far (client-rounds), trials run, and
+    its current choice's score and reported target accuracy (NaN before any finite score)."""
+
+    compute: int
+    trials: int
+    score: float
+    target_acc: float
+
+
+def _pruner(strategy: Strategy, rounds: int) -> Any:
+    import optuna
+
+    if strategy.scheduler == "fifo":
+        return optuna.pruners.NopPruner()
+    grace = min(int(strategy.grace_period), rounds)
+    if strategy.scheduler == "asha":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=grace, reduction_factor=strategy.reduction_factor)
+    if strategy.scheduler == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=grace, max_resource=rounds,
+                                              reduction_factor=strategy.reduction_factor)
+    raise ValueError(f"strategy {strategy.name}: scheduler {strategy.scheduler!r}; allowed: fifo, asha, hyperband")
+
+
+def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Strategy, seed: int, *,
+             budget: float = 1.0, protocol: str = "val", max_trials: int | None = None) -> list[Point]:
+    """Run ``strategy`` (seeded ``seed``) on ``algorithm``'s grid in ``cell`` until it has spent
+    ``budget`` times the grid's compute (a trial started below the budget runs to its end or its
+    pruning), or ``max_trials`` (default: 4 x the grid; ``random`` stops when the grid is done).
+    Returns one :class:`Point` per trial."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from fedtune.tune.tuner.samplers import make_sampler
+
+    axes = bench.axes(algorithm)
+    size = len(bench.configs(algorithm))
+    rounds = bench.rounds(algorithm, cell)
+    limit = budget * bench.cost(algorithm, cell)
+    if strategy.sampler == "random":
+        sampler = optuna.samplers.RandomSampler(seed=seed)  # never asked: every trial is enqueued below
+        cap = size
+    else:
+        sampler = make_sampler(strategy.sampler, seed, size, concurrency=1)
+        cap = 4 * size
+    cap = cap if max_trials is None else min(cap, max_trials)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # GridSampler's and the pruners' experimental notices
+        study = optuna.create_study(direction="maximize", sampler=sampler, pruner=_pruner(strategy, rounds))
+    if strategy.sampler == "random":  # the grid in a seeded random order, each configuration once
+        import numpy as np
+
+        grid = bench.configs(algorithm)
+        for i in np.random.default_rng([int(seed), 0x7AB]).permutation(len(grid)):
+            study.enqueue_trial(grid[int(i)])
+    points: list[Point] = []
+    spent, best_score, best_target = 0, -math.inf, math.nan
+    while spent < limit and len(points) < cap:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trial = study.ask()
+            config = {k: trial.suggest_categorical(k, v) for k, v in axes.items()}
+        ran: list[dict[str, Any]] = []
+        pruned = False
+        for row in bench.answer(algorithm, cell, config):
+            spent += row["num_participants"]
+            ran.append(row)
+            val = row.get(selection.SCORE[protocol])
+            if selection.is_finite(val):
+                trial.report(float(val), row["round"])
+                if trial.should_prune():
+                    pruned = True
+                    break
+        choice = selection.choose_round(ran, protocol)
+        if pruned or not math.isfinite(choice.score):
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            study.tell(trial, choice.score)
+        if math.isfinite(choice.score) and choice.score > best_score:
+            best_score, best_target = choice.score, choice.target_acc
+        points.append(Point(spent, len(points) + 1, best_score if math.isfinite(best_score) else math.nan, best_target))
+    return points
+
+
+def at_budget(points: list[Point], compute: float) -> Point | None:
+    """The strategy's state with at most ``compute`` spent (None: no trial ended by then)."""
+    done = [p for p in points if p.compute <= compute]
+    return done[-1] if done else None

@@ -1,0 +1,137 @@
+"""The tabular benchmark's table and the backend that answers trials from it.
+
+:func:`build_table` reads the round rows of fedtune studies (a grid run by
+:func:`fedtune.tune.tabular.grid.run_grid`, or any study whose trials vary the named knobs) into one
+table, a row per (algorithm, dataset, target domain, seed, configuration, round) with the
+configuration as sorted JSON of the knobs' ``hp.*`` values, and the round's ``val_acc``,
+``target_acc`` and ``num_participants``. :class:`TabularBenchmark` answers a trial from it: the
+rows of the first ``rounds`` rounds the real run recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fedtune.results import selection
+
+__all__ = ["Cell", "TabularBenchmark", "build_table"]
+
+COLUMNS = ("algorithm", "dataset", "target_domain", "seed", "config", "round", "val_acc", "target_acc",
+           "num_participants")
+
+
+class Cell(NamedTuple):
+    """Where a configuration is scored: one dataset, held-out target domain and seed."""
+
+    dataset: str
+    target_domain: str
+    seed: int
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """A configuration's key in the table: sorted JSON of its knobs' values."""
+    return json.dumps({k: config[k] for k in sorted(config)}, sort_keys=True)
+
+
+def build_table(study_dirs: Sequence[str | os.PathLike[str]], knobs: Sequence[str]) -> pa.Table:
+    """One row per round of every trial in ``study_dirs`` (fedtune study folders, or an output folder
+    holding several), its configuration the trial's ``hp.<knob>`` values for ``knobs``. A
+    (configuration, cell) run twice keeps the later file's rows (one run per key). Raises
+    ValueError naming a knob no row has."""
+    from fedtune.results.store import load
+
+    rows: dict[tuple, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for d in study_dirs:
+        table = load(d)
+        missing = [k for k in knobs if f"hp.{k}" not in table.column_names]
+        if missing:
+            raise ValueError(f"{d}: no round row has hp.{missing[0]}; the grid's knobs are {list(knobs)}")
+        for r in table.to_pylist():
+            key = (r["algorithm"], r["dataset"], r["target_domain"], int(r["seed"]),
+                   config_key({k: r[f"hp.{k}"] for k in knobs}))
+            rows[key][int(r["round"])] = {"val_acc": r.get("val_acc"), "target_acc": r.get("target_acc"),
+                                          "num_participants": r.get("num_participants")}
+    out: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+    for key in sorted(rows):
+        for rnd in sorted(rows[key]):
+            for c, v in zip(COLUMNS[:5], key):
+                out[c].append(v)
+            out["round"].append(rnd)
+            for c in ("val_acc", "target_acc", "num_participants"):
+                out[c].append(rows[key][rnd][c])
+    return pa.table(out)
+
+
+class TabularBenchmark:
+    """Answers trials from a table of :func:`build_table` (or its Parquet file)."""
+
+    def __init__(self, table: pa.Table | str | os.PathLike[str]):
+        if not isinstance(table, pa.Table):
+            table = pq.read_table(table)
+        self._runs: dict[tuple[str, Cell, str], list[dict[str, Any]]] = defaultdict(list)
+        for r in table.to_pylist():
+            self._runs[(r["algorithm"], Cell(r["dataset"], r["target_domain"], int(r["seed"])), r["config"])].append(
+                {"round": int(r["round"]), "val_acc": r["val_acc"], "target_acc": r["target_acc"],
+                 "num_participants": int(r["num_participants"] or 0)})
+        for rows in self._runs.values():
+            rows.sort(key=lambda x: x["round"])
+        self._configs: dict[str, set[str]] = defaultdict(set)
+        self._cells: dict[str, set[Cell]] = defaultdict(set)
+        for algorithm, cell, config in self._runs:
+            self._configs[algorithm].add(config)
+            self._cells[algorithm].add(cell)
+
+    def algorithms(self) -> list[str]:
+        return sorted(self._configs)
+
+    def cells(self, algorithm: str) -> list[Cell]:
+        return sorted(self._cells[algorithm])
+
+    def configs(self, algorithm: str) -> list[dict[str, Any]]:
+        """The grid's configurations of ``algorithm`` (knob -> value)."""
+        return [json.loads(c) for c in sorted(self._configs[algorithm])]
+
+    def axes(self, algorithm: str) -> dict[str, list[Any]]:
+        """Each knob's values in the grid, sorted."""
+        values: dict[str, set[Any]] = defaultdict(set)
+        for config in self.configs(algorithm):
+            for k, v in config.items():
+                values[k].add(v)
+        return {k: sorted(v) for k, v in sorted(values.items())}
+
+    def rounds(self, algorithm: str, cell: Cell) -> int:
+        """The grid's full budget in rounds: the most any run of the cell recorded (a diverged run ends early)."""
+        return max(len(self._runs[(algorithm, cell, c)]) for c in self._configs[algorithm])
+
+    def answer(self, algorithm: str, cell: Cell, config: Mapping[str, Any], rounds: int | None = None) -> list[dict[str, Any]]:
+        """The first ``rounds`` round rows (all when None) the real run of ``config`` recorded.
+        KeyError naming the configuration when the grid has no such run."""
+        key = (algorithm, cell, config_key(config))
+        if key not in self._runs:
+            raise KeyError(f"the table has no run of {algorithm} {config_key(config)} in {cell}")
+        rows = self._runs[key]
+        return rows if rounds is None else rows[:rounds]
+
+    def cost(self, algorithm: str, cell: Cell) -> int:
+        """The grid's compute in the cell: every configuration's rounds x participants."""
+        return sum(r["num_participants"] for c in self._configs[algorithm] for r in self._runs[(algorithm, cell, c)])
+
+    def grid_choice(self, algorithm: str, cell: Cell, protocol: str = "val") -> tuple[dict[str, Any] | None, float]:
+        """The grid's own selection: the configuration whose run scores highest under ``protocol``
+        (:func:`fedtune.results.selection.choose_round`, earliest configuration key on ties), and
+        its reported target accuracy."""
+        best: tuple[float, str] | None = None
+        target = math.nan
+        for c in sorted(self._configs[algorithm]):
+            choice = selection.choose_round(self._runs[(algorithm, cell, c)], protocol)
+            if math.isfinite(choice.score) and (best is None or choice.score > best[0]):
+                best, target = (choice.score, c), choice.target_acc
+        return (json.loads(best[1]) if best else None), target

@@ -1,0 +1,131 @@
+"""PBT and PB2 (issue 31 item 1): Ray Tune's population-based training over federated runs. A
+member exploiting another restarts from the donor's whole federated state with the donor's
+configuration, perturbed within the space; its rows say so (``pbt_history``), its fedtune trial id
+stays one per member, every (member, round) is recorded once, Optuna holds every member once with
+the Arrow records' values, also after a killed driver resumed; structural choices (the server
+optimiser) are never mutated; bad options are one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from test_sweep import TINY_SET, load_optuna, paused_driver, rounds_by_trial, wait_until_paused
+
+from fedtune.errors import ConfigError
+from fedtune.spaces.lookup import load_space
+from fedtune.tune.study.options import SweepOptions
+from fedtune.tune.trial.population import fold_history
+from fedtune.tune.tuner.schedulers import ClipToSpace, make_population_scheduler
+
+
+def test_pbt_mutates_the_numeric_knobs_clipped_to_the_space_and_never_a_structural_choice():
+    space = load_space("fedavg")
+    pbt = make_population_scheduler("pbt", "val_acc", "max", 2, space, seed=0)
+    mutations = pbt._hyperparam_mutations
+    assert set(mutations) == {"local_lr", "local_momentum", "weight_decay", "global_lr"}
+    assert mutations["local_momentum"] == [0.0, 0.5, 0.9]  # a categorical of numbers: shifted along its choices
+    assert "server_optimizer" not in mutations and "server_tau" not in mutations  # structure, and what follows it
+    config = {"local_lr": 0.2 * 1.2, "global_lr": 0.005 * 0.8, "local_momentum": 0.9, "algorithm": "fedavg"}
+    clipped = pbt._custom_explore_fn(dict(config))
+    assert clipped["local_lr"] == 0.2 and clipped["global_lr"] == 0.005 and clipped["local_momentum"] == 0.9
+    assert ClipToSpace({"local_epochs": (1, 5, True)})({"local_epochs": 5.6}) == {"local_epochs": 5}
+    pb2 = make_population_scheduler("pb2", "val_acc", "max", 2, space, seed=0)
+    assert set(pb2._hyperparam_bounds) == {"local_lr", "global_lr"}  # PB2's GP: the float ranges
+
+
+def test_the_member_history_folds_each_exploit_into_every_later_row():
+    rows = {1: {"round": 1}, 2: fold_history({"round": 2, "pbt_event": json.dumps({"round": 1, "from": "a"})},
+                                            {1: {"round": 1}})}
+    assert json.loads(rows[2]["pbt_history"]) == [{"round": 1, "from": "a"}] and "pbt_event" not in rows[2]
+    rows[3] = fold_history({"round": 3}, rows)
+    assert rows[3]["pbt_history"] == rows[2]["pbt_history"]
+    rows[4] = fold_history({"round": 4, "pbt_event": json.dumps({"round": 3, "from": "b"})}, rows)
+    assert [e["from"] for e in json.loads(rows[4]["pbt_history"])] == ["a", "b"]
+    assert "pbt_history" not in fold_history({"round": 2}, {1: {"round": 1}})
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"scheduler": "pbt", "sampler": "gp"}, "option '--sampler': --scheduler pbt draws its population at random"),
+    ({"scheduler": "pbt", "seeds": 2}, "option '--seeds': a pbt member's configuration changes along its run"),
+    ({"scheduler": "pb2", "sampler": "nsga2"}, "option '--scheduler': pb2 exploits by one objective"),
+    ({"scheduler": "asha", "perturbation_interval": 2}, "option '--perturbation-interval': PBT's and PB2's; allowed "
+                                                        "with --scheduler pbt or pb2, not asha"),
+    ({"scheduler": "pbt", "perturbation_interval": 0}, "option '--perturbation-interval'"),
+])
+def test_bad_population_options_are_one_line(tmp_path, kw, words):
+    with pytest.raises(ConfigError) as err:
+        SweepOptions(algorithms=["fedavg"], output=str(tmp_path), name="p", **kw).validate()
+    assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def _check_records(study_dir, name: str, members: int, rounds: int) -> list[dict]:
+    from optuna.trial import TrialState
+
+    from fedtune.results.store import load
+
+    rows = rounds_by_trial(study_dir)  # asserts (member, round) exactly once
+    trials = {t["trial_id"]: t for t in load(study_dir, "trials").to_pylist()}
+    assert len(trials) == members and set(rows) == set(trials)
+    assert all(sorted(rows[t]) == list(range(1, rounds + 1)) for t in trials)
+    study = load_optuna(study_dir, name)
+    assert sorted(t.user_attrs["fedtune_trial_id"] for t in study.trials) == sorted(trials)  # each member once
+    for t in study.trials:
+        row = trials[t.user_attrs["fedtune_trial_id"]]
+        assert t.state == TrialState.COMPLETE and t.value == pytest.approx(row["best_val_acc"])
+        assert t.user_attrs["pbt_history"] == json.loads(row.get("pbt_history") or "[]")
+    return [{"trial": tid, "rows": rows[tid], "history": json.loads(trials[tid].get("pbt_history") or "[]")}
+            for tid in sorted(trials)]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize("scheduler", ["pbt", "pb2"])
+def test_a_member_exploits_another_with_its_whole_state_and_the_records_agree(ray_session, tmp_path, scheduler):
+    from fedtune.tune.study.sweep import run_sweep
+
+    o = SweepOptions(algorithms=["fedavg"], rounds=4, num_samples=3, scheduler=scheduler, perturbation_interval=1,
+                     output=str(tmp_path), name="p", report=False, sampler_seed=1,
+                     overrides={"model": "mlp", "mlp_hidden": [16], "local_steps": 1, "max_client_actors": 1})
+    study_dir = run_sweep(o).study_dir
+    members = _check_records(study_dir, "p/fedavg", 3, 4)
+    exploited = [m for m in members if m["history"]]
+    assert exploited, "no member exploited another in 4 rounds at interval 1"
+    ids = {m["trial"] for m in members}
+    for m in exploited:
+        for event in m["history"]:
+            assert event["from"] in ids - {m["trial"]} and 1 <= event["round"] < 4
+        last = m["history"][-1]
+        after = m["rows"][last["round"] + 1]  # the round after the restart runs the new configuration
+        for k, v in last["config"].items():
+            assert after[f"hp.{k}"] == pytest.approx(v), k
+        assert after["hp.server_optimizer"] == last["config"]["server_optimizer"]  # taken with the donor's state
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_killed_pbt_driver_resumes_every_member_exactly_once(ray_session, tmp_path):
+    from fedtune.tune.study.sweep import run_sweep
+
+    study_dir = tmp_path / "pk"
+    address = ray_session.get_runtime_context().gcs_address
+    cmd = [sys.executable, "-m", "fedtune.cli", "sweep", "--algorithm", "fedavg", "--rounds", "4", "--num-samples",
+           "3", "--scheduler", "pbt", "--perturbation-interval", "1", "--set", "local_steps=1", *TINY_SET,
+           "--output", str(tmp_path), "--name", "pk", "--address", address, "--no-report"]
+    env, flag, _ = paused_driver(tmp_path, "result:2")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until_paused(proc, flag)
+        os.kill(proc.pid, signal.SIGKILL)  # mid-population: a member has results, the others run or wait
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+    assert json.loads((study_dir / "study.json").read_text())["searches"]["fedavg"]["status"] == "running"
+    run_sweep(SweepOptions(output=str(tmp_path), name="pk", report=False), resume=True)
+    _check_records(study_dir, "pk/fedavg", 3, 4)

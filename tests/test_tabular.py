@@ -1,0 +1,91 @@
+"""The tabular tuning benchmark (issue 31 item 4): a grid of real local runs becomes a table that
+answers a trial with exactly the rows the run recorded; strategies spend compute round by round,
+random search over the whole grid selects what the grid selects, a pruner spends less, the same
+seed gives the same curve."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow.parquet as pq
+import pytest
+
+from fedtune.errors import ConfigError
+from fedtune.results.store import load
+from fedtune.tune.tabular.strategies import STRATEGIES, Strategy, simulate
+from fedtune.tune.tabular.table import TabularBenchmark, build_table
+from fedtune.tune.tabular.grid import grid_configs, run_grid
+from fedtune.tune.tabular.strategies import at_budget
+from fedtune.tune.tabular.table import Cell
+
+BASE = {"dataset": "rotated-digits", "setting": "fdg", "model": "mlp", "mlp_hidden": [8], "rounds": 4, "eval_every": 1,
+        "local_steps": 1}
+KNOBS = ["local_lr", "local_momentum"]
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grid")
+    configs = [{**c, **BASE} for c in grid_configs("fedavg", {"local_lr": [0.01, 0.05, 0.2], "local_momentum": [0.0, 0.9]})]
+    cells = [{"target_domain": "0", "seed": 0}, {"target_domain": "30", "seed": 1}]
+    assert run_grid(configs, cells, str(out), "g", workers=1) == 12
+    table = build_table([out], KNOBS)
+    pq.write_table(table, out / "grid.parquet")
+    return out, TabularBenchmark(out / "grid.parquet")
+
+
+def test_the_grid_is_the_product_of_the_named_parameters_over_the_space_defaults():
+    configs = grid_configs("fedprox", {"local_lr": 3, "prox_mu": [0.01, 0.1]})
+    assert len(configs) == 6 and {c["prox_mu"] for c in configs} == {0.01, 0.1}
+    assert {c["local_lr"] for c in configs} == {0.005, 0.03162, 0.2}  # the shared range, log-spaced
+    assert all(c["algorithm"] == "fedprox" and c["local_momentum"] == 0.9 for c in configs)  # defaults elsewhere
+    with pytest.raises(ConfigError, match="'omg_kappa' is not a parameter of its search space"):
+        grid_configs("fedprox", {"omg_kappa": 2})
+
+
+def test_the_table_answers_a_trial_with_the_rows_the_run_recorded(grid):
+    out, bench = grid
+    assert bench.algorithms() == ["fedavg"]
+    assert bench.cells("fedavg") == [Cell("rotated-digits", "0", 0), Cell("rotated-digits", "30", 1)]
+    assert bench.axes("fedavg") == {"local_lr": [0.01, 0.05, 0.2], "local_momentum": [0.0, 0.9]}
+    rows = [r for r in load(out).to_pylist()
+            if r["target_domain"] == "30" and r["hp.local_lr"] == 0.05 and r["hp.local_momentum"] == 0.9]
+    rows.sort(key=lambda r: r["round"])
+    got = bench.answer("fedavg", Cell("rotated-digits", "30", 1), {"local_lr": 0.05, "local_momentum": 0.9})
+    assert [(g["round"], g["val_acc"], g["target_acc"], g["num_participants"]) for g in got] == \
+        [(r["round"], r["val_acc"], r["target_acc"], r["num_participants"]) for r in rows]
+    assert len(got) == 4 and bench.answer("fedavg", Cell("rotated-digits", "30", 1),
+                                          {"local_lr": 0.05, "local_momentum": 0.9}, rounds=2) == got[:2]
+    assert bench.cost("fedavg", Cell("rotated-digits", "30", 1)) == 6 * 4 * 5  # configs x rounds x participants
+    with pytest.raises(KeyError, match="no run of fedavg"):
+        bench.answer("fedavg", Cell("rotated-digits", "30", 1), {"local_lr": 0.07, "local_momentum": 0.9})
+    with pytest.raises(ValueError, match="hp.prox_mu"):
+        build_table([out], ["prox_mu"])
+
+
+def test_random_search_over_the_whole_grid_selects_what_the_grid_selects(grid):
+    _, bench = grid
+    for cell in bench.cells("fedavg"):
+        points = simulate(bench, "fedavg", cell, STRATEGIES["random"], seed=3)
+        assert len(points) == 6 and points[-1].compute == bench.cost("fedavg", cell)
+        assert [p.compute for p in points] == [20 * (i + 1) for i in range(6)]  # 4 rounds x 5 clients a trial
+        _, target = bench.grid_choice("fedavg", cell)
+        assert points[-1].target_acc == target
+        assert at_budget(points, 19) is None and at_budget(points, 45).trials == 2
+
+
+def test_a_pruning_scheduler_spends_less_than_the_grid(grid):
+    _, bench = grid
+    cell = bench.cells("fedavg")[0]
+    spent = [simulate(bench, "fedavg", cell, Strategy("sha", "random", "asha", grace_period=1, reduction_factor=2),
+                      seed=s)[-1].compute for s in range(4)]
+    assert min(spent) < bench.cost("fedavg", cell)
+
+
+def test_the_same_seed_gives_the_same_curve_and_the_budget_is_respected(grid):
+    _, bench = grid
+    cell = bench.cells("fedavg")[1]
+    a = simulate(bench, "fedavg", cell, STRATEGIES["tpe+hyperband"], seed=5, budget=0.5)
+    assert a == simulate(bench, "fedavg", cell, STRATEGIES["tpe+hyperband"], seed=5, budget=0.5)
+    assert a[-2].compute < 0.5 * bench.cost("fedavg", cell)  # the last trial started below the budget
+    assert all(math.isfinite(p.target_acc) for p in a)
