@@ -5,9 +5,11 @@
    colored-digits (3), ``--seeds`` seeds, ``--rounds`` rounds, every round evaluated, an MLP with one
    hidden layer of 128 (the grid must be affordable on two cores), written by ordinary local runs
    into fedtune studies under ``--out`` and stored as one Parquet table (``--table``).
-2. **The strategies** (:data:`fedtune.tune.tabular.STRATEGIES`: random search, TPE, each FIFO,
-   ASHA and HyperBand) in every (algorithm, dataset, target, seed) cell, ``--strategy-seeds`` times
-   each. Regret = the grid's selected target accuracy (honest selection ``val``: the configuration
+2. **The strategies** (:data:`fedtune.tune.tabular.strategies.STRATEGIES`: random search, TPE,
+   each FIFO, ASHA and HyperBand) in every cell, ``--strategy-seeds`` times each, on two kinds of
+   space: each algorithm's own grid (cells: algorithm x dataset x target x seed), and one space
+   over the three (the algorithm a categorical knob, each algorithm's knobs conditional on it: a
+   study that tunes the method choice too; cells: dataset x target x seed). Regret = the grid's selected target accuracy (honest selection ``val``: the configuration
    with the best source-validation round, its target accuracy at that round) minus the strategy's
    selection at a compute budget, in points; compute = client-rounds, as a fraction of the grid's.
    Printed per strategy and budget: mean regret over cells (each cell averaged over strategy
@@ -69,38 +71,47 @@ def main() -> None:
     if not os.path.exists(args.table):
         build(args)
 
-    from fedtune.tune.tabular.strategies import STRATEGIES, simulate
-    from fedtune.tune.tabular.table import TabularBenchmark
-    from fedtune.tune.tabular.strategies import at_budget
+    from fedtune.tune.tabular.strategies import STRATEGIES
+    from fedtune.tune.tabular.table import POOL, TabularBenchmark
 
     t0 = time.time()
     bench = TabularBenchmark(args.table)
-    cells = [(a, c) for a in bench.algorithms() for c in bench.cells(a)]
-    print(f"load average {os.getloadavg()}; {len(cells)} cells (algorithm x dataset x target x seed), grids of "
-          + ", ".join(f"{a} {len(bench.configs(a))}" for a in bench.algorithms()) + " configurations")
+    print(f"load average {os.getloadavg()}; grids of " + ", ".join(f"{a} {len(bench.configs(a))}" for a in
+                                                                   bench.algorithms()) + " configurations")
     print(f"regret in points (grid's val-selected target accuracy - the strategy's), mean ± 95% interval over "
           f"cells; [share of cells within 1 point]; {args.strategy_seeds} strategy seeds per cell")
-    print(f"{'strategy':18s}" + "".join(f"{f'{int(100 * b)}% compute':>24s}" for b in BUDGETS))
-    for name, strategy in STRATEGIES.items():
-        per_budget: dict[float, list[float]] = {b: [] for b in BUDGETS}
-        for algorithm, cell in cells:
-            _, grid_target = bench.grid_choice(algorithm, cell)
-            cost = bench.cost(algorithm, cell)
-            regrets: dict[float, list[float]] = {b: [] for b in BUDGETS}
-            for s in range(args.strategy_seeds):
-                points = simulate(bench, algorithm, cell, strategy, seed=s)
-                for b in BUDGETS:
-                    p = at_budget(points, b * cost)
-                    regrets[b].append(grid_target - (p.target_acc if p is not None and math.isfinite(p.target_acc)
-                                                     else 0.0))
-            for b in BUDGETS:
-                per_budget[b].append(statistics.mean(regrets[b]))
-        cols = []
-        for b in BUDGETS:
-            within = sum(r <= 0.01 for r in per_budget[b]) / len(per_budget[b])
-            cols.append(f"{mean_ci(per_budget[b])} [{100 * within:3.0f}%]")
-        print(f"{name:18s}" + "".join(f"{c:>24s}" for c in cols), flush=True)
+    spaces = [("each algorithm's own grid", bench.algorithms()), ("one space over the three (algorithm a knob)",
+                                                                  [POOL.join(bench.algorithms())])]
+    for title, names in spaces:
+        cells = [(a, c) for a in names for c in bench.cells(a)]
+        print(f"\n{title}: {len(cells)} cells (space x dataset x target x seed)")
+        print(f"{'strategy':18s}" + "".join(f"{f'{int(100 * b)}% compute':>24s}" for b in BUDGETS))
+        for name, strategy in STRATEGIES.items():
+            per_budget = regrets(bench, cells, strategy, args.strategy_seeds)
+            cols = [f"{mean_ci(per_budget[b])} [{100 * sum(r <= 0.01 for r in per_budget[b]) / len(cells):3.0f}%]"
+                    for b in BUDGETS]
+            print(f"{name:18s}" + "".join(f"{c:>24s}" for c in cols), flush=True)
     print(f"({time.time() - t0:.1f} s for every strategy on every cell)")
+
+
+def regrets(bench, cells, strategy, seeds: int) -> dict[float, list[float]]:
+    """Per budget, each cell's regret averaged over ``seeds`` strategy seeds (a strategy with no
+    finished trial yet at a budget has selected nothing: its accuracy counts as 0)."""
+    from fedtune.tune.tabular.strategies import at_budget, simulate
+
+    out: dict[float, list[float]] = {b: [] for b in BUDGETS}
+    for space, cell in cells:
+        _, grid_target = bench.grid_choice(space, cell)
+        cost = bench.cost(space, cell)
+        per_seed: dict[float, list[float]] = {b: [] for b in BUDGETS}
+        for s in range(seeds):
+            points = simulate(bench, space, cell, strategy, seed=s)
+            for b in BUDGETS:
+                p = at_budget(points, b * cost)
+                per_seed[b].append(grid_target - (p.target_acc if p is not None and math.isfinite(p.target_acc) else 0.0))
+        for b in BUDGETS:
+            out[b].append(statistics.mean(per_seed[b]))
+    return out
 
 
 if __name__ == "__main__":

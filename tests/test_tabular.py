@@ -89,3 +89,23 @@ def test_the_same_seed_gives_the_same_curve_and_the_budget_is_respected(grid):
     assert a == simulate(bench, "fedavg", cell, STRATEGIES["tpe+hyperband"], seed=5, budget=0.5)
     assert a[-2].compute < 0.5 * bench.cost("fedavg", cell)  # the last trial started below the budget
     assert all(math.isfinite(p.target_acc) for p in a)
+
+
+def test_a_pooled_space_tunes_the_algorithm_as_a_knob(grid):
+    out, bench = grid
+    from fedtune.tune.tabular.table import POOL
+
+    extra = [{**c, **BASE} for c in grid_configs("fedprox", {"local_lr": [0.05], "prox_mu": [0.01, 1.0]})]
+    run_grid(extra, [{"target_domain": "0", "seed": 0}], str(out), "p", workers=1)
+    pooled = TabularBenchmark(build_table([out / "g-w0", out / "p-w0"], KNOBS + ["prox_mu"]))
+    space = POOL.join(pooled.algorithms())
+    assert space == "fedavg+fedprox" and pooled.cells(space) == [Cell("rotated-digits", "0", 0)]
+    configs = pooled.configs(space)
+    assert len(configs) == 6 + 2 and {c["algorithm"] for c in configs} == {"fedavg", "fedprox"}
+    assert pooled.axes(space)["algorithm"] == ["fedavg", "fedprox"] and pooled.axes(space)["fedprox.prox_mu"] == [0.01, 1.0]
+    cell = pooled.cells(space)[0]
+    assert pooled.cost(space, cell) == pooled.cost("fedavg", cell) + pooled.cost("fedprox", cell)
+    points = simulate(pooled, space, cell, STRATEGIES["random"], seed=0)
+    assert len(points) == 8 and points[-1].target_acc == pooled.grid_choice(space, cell)[1]
+    tpe = simulate(pooled, space, cell, STRATEGIES["tpe"], seed=0, max_trials=6)
+    assert len(tpe) == 6 and all(math.isfinite(p.target_acc) for p in tpe)

@@ -110,14 +110,14 @@ def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Stra
 
         grid = bench.configs(algorithm)
         for i in np.random.default_rng([int(seed), 0x7AB]).permutation(len(grid)):
-            study.enqueue_trial(grid[int(i)])
+            study.enqueue_trial(_params(grid[int(i)]))
     points: list[Point] = []
     spent, best_score, best_target = 0, -math.inf, math.nan
     while spent < limit and len(points) < cap:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             trial = study.ask()
-            config = {k: trial.suggest_categorical(k, v) for k, v in axes.items()}
+            config = _suggest(trial, axes)
         ran: list[dict[str, Any]] = []
         pruned = False
         for row in bench.answer(algorithm, cell, config):
@@ -138,6 +138,25 @@ def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Stra
             best_score, best_target = choice.score, choice.target_acc
         points.append(Point(spent, len(points) + 1, best_score if math.isfinite(best_score) else math.nan, best_target))
     return points
+
+
+def _suggest(trial: Any, axes: dict[str, list[Any]]) -> dict[str, Any]:
+    """A configuration from ``trial``: each knob a categorical over the grid's values; in a pooled
+    space (:meth:`TabularBenchmark.axes`) the algorithm first, then only its own knobs."""
+    if "algorithm" not in axes:
+        return {k: trial.suggest_categorical(k, v) for k, v in axes.items()}
+    algorithm = trial.suggest_categorical("algorithm", axes["algorithm"])
+    prefix = f"{algorithm}."
+    return {"algorithm": algorithm, **{k[len(prefix):]: trial.suggest_categorical(k, v)
+                                       for k, v in axes.items() if k.startswith(prefix)}}
+
+
+def _params(config: dict[str, Any]) -> dict[str, Any]:
+    """The suggestion names of a configuration (:func:`_suggest`'s), to enqueue it."""
+    if "algorithm" not in config:
+        return dict(config)
+    algorithm = config["algorithm"]
+    return {"algorithm": algorithm, **{f"{algorithm}.{k}": v for k, v in config.items() if k != "algorithm"}}
 
 
 def at_budget(points: list[Point], compute: float) -> Point | None:

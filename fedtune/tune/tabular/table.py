@@ -24,6 +24,7 @@ from fedtune.results import selection
 
 __all__ = ["Cell", "TabularBenchmark", "build_table"]
 
+POOL = "+"
 COLUMNS = ("algorithm", "dataset", "target_domain", "seed", "config", "round", "val_acc", "target_acc",
            "num_participants")
 
@@ -43,20 +44,21 @@ def config_key(config: Mapping[str, Any]) -> str:
 
 def build_table(study_dirs: Sequence[str | os.PathLike[str]], knobs: Sequence[str]) -> pa.Table:
     """One row per round of every trial in ``study_dirs`` (fedtune study folders, or an output folder
-    holding several), its configuration the trial's ``hp.<knob>`` values for ``knobs``. A
-    (configuration, cell) run twice keeps the later file's rows (one run per key). Raises
-    ValueError naming a knob no row has."""
+    holding several), its configuration the trial's ``hp.<knob>`` values for the ``knobs`` its
+    algorithm has. A (configuration, cell) run twice keeps the later file's rows (one run per key).
+    Raises ValueError naming a knob no row has."""
     from fedtune.results.store import load
 
     rows: dict[tuple, dict[int, dict[str, Any]]] = defaultdict(dict)
-    for d in study_dirs:
-        table = load(d)
-        missing = [k for k in knobs if f"hp.{k}" not in table.column_names]
-        if missing:
-            raise ValueError(f"{d}: no round row has hp.{missing[0]}; the grid's knobs are {list(knobs)}")
-        for r in table.to_pylist():
+    tables = [load(d) for d in study_dirs]
+    missing = [k for k in knobs if not any(f"hp.{k}" in t.column_names for t in tables)]
+    if missing:
+        raise ValueError(f"no round row of {', '.join(map(str, study_dirs))} has hp.{missing[0]}; the grid's knobs "
+                         f"are {list(knobs)}")
+    for table in tables:
+        for r in table.to_pylist():  # a knob its algorithm does not have (hp.* null) is not in its key
             key = (r["algorithm"], r["dataset"], r["target_domain"], int(r["seed"]),
-                   config_key({k: r[f"hp.{k}"] for k in knobs}))
+                   config_key({k: r[f"hp.{k}"] for k in knobs if r.get(f"hp.{k}") is not None}))
             rows[key][int(r["round"])] = {"val_acc": r.get("val_acc"), "target_acc": r.get("target_acc"),
                                           "num_participants": r.get("num_participants")}
     out: dict[str, list[Any]] = {c: [] for c in COLUMNS}
@@ -92,46 +94,64 @@ class TabularBenchmark:
     def algorithms(self) -> list[str]:
         return sorted(self._configs)
 
-    def cells(self, algorithm: str) -> list[Cell]:
-        return sorted(self._cells[algorithm])
+    # A space name is one algorithm, or several joined by "+" (POOL): one study over their union,
+    # the algorithm a categorical knob and each algorithm's knobs conditional on it ("fedprox.prox_mu").
+    @staticmethod
+    def parts(space: str) -> list[str]:
+        return space.split(POOL)
 
-    def configs(self, algorithm: str) -> list[dict[str, Any]]:
-        """The grid's configurations of ``algorithm`` (knob -> value)."""
-        return [json.loads(c) for c in sorted(self._configs[algorithm])]
+    def cells(self, space: str) -> list[Cell]:
+        cells = set.intersection(*(self._cells[a] for a in self.parts(space)))
+        return sorted(cells)
 
-    def axes(self, algorithm: str) -> dict[str, list[Any]]:
-        """Each knob's values in the grid, sorted."""
+    def configs(self, space: str) -> list[dict[str, Any]]:
+        """The grid's configurations (knob -> value; a pooled space's name their ``algorithm``)."""
+        parts = self.parts(space)
+        if len(parts) > 1:
+            return [{"algorithm": a, **c} for a in parts for c in self.configs(a)]
+        return [json.loads(c) for c in sorted(self._configs[space])]
+
+    def axes(self, space: str) -> dict[str, list[Any]]:
+        """Each knob's values in the grid, sorted; a pooled space: ``algorithm``, then each
+        algorithm's knobs as ``<algorithm>.<knob>``."""
+        parts = self.parts(space)
+        if len(parts) > 1:
+            return {"algorithm": parts, **{f"{a}.{k}": v for a in parts for k, v in self.axes(a).items()}}
         values: dict[str, set[Any]] = defaultdict(set)
-        for config in self.configs(algorithm):
+        for config in self.configs(space):
             for k, v in config.items():
                 values[k].add(v)
         return {k: sorted(v) for k, v in sorted(values.items())}
 
-    def rounds(self, algorithm: str, cell: Cell) -> int:
+    def rounds(self, space: str, cell: Cell) -> int:
         """The grid's full budget in rounds: the most any run of the cell recorded (a diverged run ends early)."""
-        return max(len(self._runs[(algorithm, cell, c)]) for c in self._configs[algorithm])
+        return max(len(self._runs[(a, cell, c)]) for a in self.parts(space) for c in self._configs[a])
 
-    def answer(self, algorithm: str, cell: Cell, config: Mapping[str, Any], rounds: int | None = None) -> list[dict[str, Any]]:
+    def answer(self, space: str, cell: Cell, config: Mapping[str, Any], rounds: int | None = None) -> list[dict[str, Any]]:
         """The first ``rounds`` round rows (all when None) the real run of ``config`` recorded.
         KeyError naming the configuration when the grid has no such run."""
+        algorithm = space
+        if len(self.parts(space)) > 1:
+            algorithm, config = config["algorithm"], {k: v for k, v in config.items() if k != "algorithm"}
         key = (algorithm, cell, config_key(config))
         if key not in self._runs:
             raise KeyError(f"the table has no run of {algorithm} {config_key(config)} in {cell}")
         rows = self._runs[key]
         return rows if rounds is None else rows[:rounds]
 
-    def cost(self, algorithm: str, cell: Cell) -> int:
+    def cost(self, space: str, cell: Cell) -> int:
         """The grid's compute in the cell: every configuration's rounds x participants."""
-        return sum(r["num_participants"] for c in self._configs[algorithm] for r in self._runs[(algorithm, cell, c)])
+        return sum(r["num_participants"] for a in self.parts(space) for c in self._configs[a]
+                   for r in self._runs[(a, cell, c)])
 
-    def grid_choice(self, algorithm: str, cell: Cell, protocol: str = "val") -> tuple[dict[str, Any] | None, float]:
+    def grid_choice(self, space: str, cell: Cell, protocol: str = "val") -> tuple[dict[str, Any] | None, float]:
         """The grid's own selection: the configuration whose run scores highest under ``protocol``
-        (:func:`fedtune.results.selection.choose_round`, earliest configuration key on ties), and
-        its reported target accuracy."""
-        best: tuple[float, str] | None = None
+        (:func:`fedtune.results.selection.choose_round`, the first in :meth:`configs` order on
+        ties), and its reported target accuracy."""
+        best: tuple[float, dict[str, Any]] | None = None
         target = math.nan
-        for c in sorted(self._configs[algorithm]):
-            choice = selection.choose_round(self._runs[(algorithm, cell, c)], protocol)
+        for config in self.configs(space):
+            choice = selection.choose_round(self.answer(space, cell, config), protocol)
             if math.isfinite(choice.score) and (best is None or choice.score > best[0]):
-                best, target = (choice.score, c), choice.target_acc
-        return (json.loads(best[1]) if best else None), target
+                best, target = (choice.score, config), choice.target_acc
+        return (best[1] if best else None), target
