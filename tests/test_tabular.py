@@ -109,3 +109,22 @@ def test_a_pooled_space_tunes_the_algorithm_as_a_knob(grid):
     assert len(points) == 8 and points[-1].target_acc == pooled.grid_choice(space, cell)[1]
     tpe = simulate(pooled, space, cell, STRATEGIES["tpe"], seed=0, max_trials=6)
     assert len(tpe) == 6 and all(math.isfinite(p.target_acc) for p in tpe)
+
+
+def test_runs_along_the_client_fidelity_rungs_cost_their_sampled_clients(grid, tmp_path):
+    out, full = grid
+    fidelity = {"fidelity_participation": 0.2, "fidelity_grace_rounds": 2, "fidelity_factor": 3.0}
+    configs = [{**c, **BASE, **fidelity} for c in grid_configs("fedavg", {"local_lr": [0.01, 0.05, 0.2],
+                                                                       "local_momentum": [0.0, 0.9]})]
+    run_grid(configs, [{"target_domain": "0", "seed": 0}], str(tmp_path), "cf", workers=1)
+    cheap = TabularBenchmark(build_table([tmp_path / "cf-w0"], KNOBS))
+    cell = Cell("rotated-digits", "0", 0)
+    rows = cheap.answer("fedavg", cell, {"local_lr": 0.05, "local_momentum": 0.9})
+    assert [r["num_participants"] for r in rows] == [1, 1, 3, 3]  # 5 clients: 0.2, then 0.6 after round 2
+    assert cheap.cost("fedavg", cell) == 6 * (1 + 1 + 3 + 3) < full.cost("fedavg", cell)
+    # measured against the full grid's compute: the whole cheap grid is 40 % of it
+    points = simulate(cheap, "fedavg", cell, STRATEGIES["random"], seed=0, budget=0.4,
+                      grid_cost=full.cost("fedavg", cell))
+    assert len(points) == 6 and points[-1].compute == cheap.cost("fedavg", cell)
+    assert len(simulate(cheap, "fedavg", cell, STRATEGIES["random"], seed=0, budget=0.2,
+                        grid_cost=full.cost("fedavg", cell))) == 3

@@ -80,11 +80,14 @@ def _pruner(strategy: Strategy, rounds: int) -> Any:
 
 
 def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Strategy, seed: int, *,
-             budget: float = 1.0, protocol: str = "val", max_trials: int | None = None) -> list[Point]:
+             budget: float = 1.0, protocol: str = "val", max_trials: int | None = None,
+             grid_cost: float | None = None) -> list[Point]:
     """Run ``strategy`` (seeded ``seed``) on ``algorithm``'s grid in ``cell`` until it has spent
     ``budget`` times the grid's compute (a trial started below the budget runs to its end or its
     pruning), or ``max_trials`` (default: 4 x the grid; ``random`` stops when the grid is done).
-    Returns one :class:`Point` per trial."""
+    ``grid_cost``: the compute ``budget`` is a share of, when ``bench`` holds runs of another
+    fidelity than the grid's (multi-fidelity over clients: the grid run at full participation
+    costs more than the same configurations run along the rungs). Returns one :class:`Point` per trial."""
     import optuna
     from optuna.trial import TrialState
 
@@ -93,7 +96,7 @@ def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Stra
     axes = bench.axes(algorithm)
     size = len(bench.configs(algorithm))
     rounds = bench.rounds(algorithm, cell)
-    limit = budget * bench.cost(algorithm, cell)
+    limit = budget * (bench.cost(algorithm, cell) if grid_cost is None else grid_cost)
     if strategy.sampler == "random":
         sampler = optuna.samplers.RandomSampler(seed=seed)  # never asked: every trial is enqueued below
         cap = size
@@ -104,7 +107,9 @@ def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Stra
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # GridSampler's and the pruners' experimental notices
-        study = optuna.create_study(direction="maximize", sampler=sampler, pruner=_pruner(strategy, rounds))
+        # a fixed name: HyperbandPruner assigns brackets by a hash of the study name and trial number
+        study = optuna.create_study(study_name=f"tabular-{strategy.name}-{seed}", direction="maximize",
+                                    sampler=sampler, pruner=_pruner(strategy, rounds))
     if strategy.sampler == "random":  # the grid in a seeded random order, each configuration once
         import numpy as np
 
