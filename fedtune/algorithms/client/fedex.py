@@ -34,13 +34,16 @@ from fedtune.algorithms.client.method import ClientContext, ClientOutcome
 class FedExHook(ClientHook):
     def __init__(self, view: WorkerView):
         super().__init__(view)
+        from fedtune.algorithms.server.fedex import client_knob_hparams, knob_ranges
+
         cfg = view.cfg
-        self.knobs = tuple(cfg.fedex_knobs)
-        self.ints = {name for name in self.knobs if name in ("local_epochs", "batch_size")
-                     or getattr(cfg.resolved.hparam_specs().get(name), "kind", "float") == "int"}
+        ranges = knob_ranges(cfg.fedex_knobs, client_knob_hparams(cfg))  # the server's knobs, in its order
+        self.knobs = tuple(r.name for r in ranges)
+        self.ints = {r.name for r in ranges if r.kind == "int"}
         self.diff = bool(cfg.fedex_diff)
         self.loss = cfg.fedex_objective == "loss"
         self.roles = {c.client_id: c.role for c in view.clients}
+        self.val_sizes = {c.client_id: c.num_val for c in view.clients}
         self._index: dict[int, int] = {}
         self._before: dict[int, float] = {}
 
@@ -57,7 +60,7 @@ class FedExHook(ClientHook):
             return {}
         self._index[client_id] = index
         row = payload["fedex.configs"][index]
-        return {name: int(round_half(v)) if name in self.ints else float(v) for name, v in zip(self.knobs, row)}
+        return {name: round_half(v) if name in self.ints else float(v) for name, v in zip(self.knobs, row)}
 
     def before_seed(self, client_id: int) -> None:
         if self.diff and self.roles.get(client_id) == "source":
@@ -68,7 +71,7 @@ class FedExHook(ClientHook):
         if index is None:
             return {}
         before = self._before.pop(ctx.client_id, math.nan)
-        size = next(c for c in self.view.clients if c.client_id == ctx.client_id).num_val
+        size = self.val_sizes[ctx.client_id]
         after = self._score(ctx.client_id) if size else math.nan
         return {"fedex.index": np.array([index], dtype=np.int64), "fedex.after": np.array([after]),
                 "fedex.before": np.array([before]), "fedex.weight": np.array([float(size)])}

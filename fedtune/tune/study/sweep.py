@@ -289,7 +289,11 @@ class _Study:
         if restorable(exp_dir):
             tuner = self._restore(exp_dir)
         elif self.opts.scheduler in POPULATION_SCHEDULERS:
-            tuner = self._population_tuner(search, space, total, study_name)
+            from fedtune.tune.study.population_search import population_tuner
+
+            tuner = population_tuner(self.opts, self.plan, search, space, total, study_name, rounds=self._rounds(),
+                                     cap=self.cap, run_config=self._run_config(search.tune_name, search.key, total),
+                                     trial_dirname=trial_dirname)
         else:
             sampler = make_sampler(self.opts.sampler, self.opts.sampler_seed + search.trial_seed, total,
                                    concurrency=self.cap)
@@ -325,39 +329,6 @@ class _Study:
             self.warnings.append(f"search '{search.key}': {ended['why']}")
             self.console.print(f"[yellow]warning: search '{search.key}': {ended['why']}[/yellow]")
         self.save()
-
-    def _population_tuner(self, search: Search, space: Any, total: int, study_name: str) -> Any:
-        """The ``Tuner`` of a PBT/PB2 search (:mod:`fedtune.tune.trial.population`): ``total``
-        members drawn at random from the space (Tune's ``BasicVariantGenerator``, seeded), all
-        running side by side where the cluster holds them, the scheduler exploiting and exploring
-        every ``--perturbation-interval`` rounds, each member checkpointed at that interval, and
-        recorded in the search's Optuna study when it ends."""
-        import optuna
-        from ray import tune
-        from ray.tune.search import BasicVariantGenerator
-
-        from fedtune.tune.trial.population import PopulationRecorder, population_trainable
-        from fedtune.tune.tuner.optuna_search import optuna_storage
-        from fedtune.tune.tuner.schedulers import make_population_scheduler
-
-        rounds, metric, mode = self._rounds(), self.plan.metrics[0], self.plan.modes[0]
-        interval = self.opts.population_interval(rounds)
-        storage = optuna_storage(self.plan.study_dir, url=self.plan.optuna_url)
-        optuna.create_study(study_name=study_name, storage=storage, load_if_exists=True,
-                            direction="maximize" if mode == "max" else "minimize")
-        run_config = self._run_config(search.tune_name, search.key, total)
-        run_config.callbacks.append(PopulationRecorder(storage, study_name, space, metric, mode,
-                                                       str(self.plan.study_dir)))
-        seed = self.opts.sampler_seed + search.trial_seed
-        return tune.Tuner(
-            population_trainable(),
-            param_space={**space.tune_space(), **self.plan.fixed[search.key], "checkpoint_every": interval},
-            tune_config=tune.TuneConfig(
-                search_alg=BasicVariantGenerator(random_state=seed),
-                scheduler=make_population_scheduler(self.opts.scheduler, metric, mode, interval, space, seed),
-                num_samples=total, max_concurrent_trials=self.cap, reuse_actors=True,
-                trial_dirname_creator=trial_dirname),
-            run_config=run_config)
 
     def run_seeds(self, search: Search) -> None:
         from ray import tune

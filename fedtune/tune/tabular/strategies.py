@@ -94,7 +94,8 @@ def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Stra
     from fedtune.tune.tuner.samplers import make_sampler
 
     axes = bench.axes(algorithm)
-    size = len(bench.configs(algorithm))
+    grid = bench.configs(algorithm)
+    size = len(grid)
     rounds = bench.rounds(algorithm, cell)
     limit = budget * (bench.cost(algorithm, cell) if grid_cost is None else grid_cost)
     if strategy.sampler == "random":
@@ -113,7 +114,6 @@ def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Stra
     if strategy.sampler == "random":  # the grid in a seeded random order, each configuration once
         import numpy as np
 
-        grid = bench.configs(algorithm)
         for i in np.random.default_rng([int(seed), 0x7AB]).permutation(len(grid)):
             study.enqueue_trial(_params(grid[int(i)]))
     points: list[Point] = []
