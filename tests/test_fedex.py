@@ -231,10 +231,15 @@ def test_a_checkpoint_continues_fedex_exactly(tmp_path):
         fresh = fr.get_state()["tuner"]
         fr.set_state({**state, "tuner": fresh})
         assert _metrics([fr.step().metrics for _ in range(2)]) != _metrics(straight[2:])
-    with FederatedRun(cfg.replace(fedex_configs=0)) as fr, pytest.raises(ValueError, match="in-run tuner"):
-        fr.set_state(state)
-    with FederatedRun(cfg.replace(fedex_eps=0.1)) as fr, pytest.raises(ValueError, match="FedEx configurations"):
-        fr.set_state(state)
+    for other, words in ((cfg.replace(fedex_configs=0), "in-run tuner"), (cfg.replace(fedex_eps=0.1),
+                                                                           "FedEx configurations")):
+        with FederatedRun(other) as fr:
+            fresh = fr.get_state()
+            with pytest.raises(ValueError, match=words):
+                fr.set_state(state)
+            after = fr.get_state()  # refused before anything was loaded
+            assert np.array_equal(after["weights"], fresh["weights"]) and after.get("tuner", {}).keys() == \
+                fresh.get("tuner", {}).keys() and np.array_equal(after.get("tuner", {}).get("z", 0), fresh.get("tuner", {}).get("z", 0))
 
 
 @pytest.mark.ray

@@ -360,18 +360,18 @@ class Coordinator:
         if optimizer["name"] != self.optimizer.name:
             raise ValueError(f"checkpoint was written with server_optimizer {optimizer['name']}, this run uses "
                              f"{self.optimizer.name}: it belongs to another configuration")
+        if (state.get("tuner") is None) != (self.tuner is None):  # refused before anything is loaded
+            raise ValueError(f"checkpoint {'has no' if state.get('tuner') is None else 'holds an'} in-run tuner but "
+                             f"this run {'has one' if self.tuner is not None else 'has none'}: it belongs to another "
+                             "configuration")
+        if self.tuner is not None:  # refuses another run's configurations before it changes anything
+            self.tuner.load_state_dict(state["tuner"])
         self.weights = weights
         self.first_loss = state.get("first_loss")  # None (an older checkpoint): the next round's loss
         self.optimizer.load_state_dict(optimizer["state"])
         self.rule.load_state_dict(state["rule"])
         if self.side is not None:
             self.side.load_state_dict(side)
-        if (state.get("tuner") is None) != (self.tuner is None):
-            raise ValueError(f"checkpoint {'has no' if state.get('tuner') is None else 'holds an'} in-run tuner (FedEx) "
-                             f"but this run {'has one' if self.tuner is not None else 'has none'}: it belongs to another "
-                             "configuration")
-        if self.tuner is not None:
-            self.tuner.load_state_dict(state["tuner"])
         self._publish()
 
     def reconfigure(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any]) -> None:
