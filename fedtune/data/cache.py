@@ -53,6 +53,7 @@ import json
 import os
 import shutil
 import socket
+import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -328,13 +329,20 @@ def _decode_into(fd: int, entry: CacheEntry, decode, offset: int, crcs: np.ndarr
     CRC-32 into ``crcs``, 64 images a task on ``threads`` threads."""
     row = int(np.prod(entry.shape[1:]))
     n, chunk = entry.num_images, 64
+    failed = threading.Event()  # set by the first failure: every thread stops at its next image
 
     def work(start: int) -> None:
         stop = min(start + chunk, n)
         buf = np.empty((stop - start, *entry.shape[1:]), np.uint8)
-        for i in range(start, stop):
-            decode(i, buf[i - start])
-            crcs[i] = zlib.crc32(buf[i - start])
+        try:
+            for i in range(start, stop):
+                if failed.is_set():
+                    return
+                decode(i, buf[i - start])
+                crcs[i] = zlib.crc32(buf[i - start])
+        except BaseException:
+            failed.set()
+            raise
         view, at = memoryview(buf).cast("B"), offset + start * row
         while len(view):  # pwrite may write less than asked
             done = os.pwrite(fd, view, at)
@@ -347,6 +355,7 @@ def _decode_into(fd: int, entry: CacheEntry, decode, offset: int, crcs: np.ndarr
             for fut in futures:
                 fut.result()
         except BaseException:  # a bad image (or Ctrl-C): stop now, not after decoding the rest
+            failed.set()  # the running chunks stop at their next image, whenever this thread gets the CPU
             for fut in futures:
                 fut.cancel()
             raise
