@@ -11,9 +11,10 @@ microsecond) the wall time is split into:
 
 * **to the first trial**: the process start to the first trial's start (imports, Ray's start, the
   study's plan, the first search's Tune fit and its actors);
-* **between searches**: from a search's last trial to the next search's first trial (Tune's fit
-  ending and the next one starting: a trainable actor, the client actors and the coordinator,
-  each a new process importing Ray Tune, torch or NumPy);
+* **between searches**: from a search's last trial to the next search's first trial (when the
+  searches ran as fits of their own, before 2026-11-27: Tune's fit ending and the next one
+  starting, a trainable actor, the client actors and the coordinator, each a new process
+  importing Ray Tune, torch or NumPy; in one fit, the actors are reused);
 * **trials**: the trials' own time (rounds, evaluation);
 * **inside searches**: between consecutive trials of one search (actors kept: Tune's actor reuse);
 * **after the last trial**: the report and Ray's shutdown.
@@ -42,12 +43,17 @@ def phases(study_dir: Path, t_start: float, t_end: float) -> dict[str, float]:
     study = json.loads((study_dir / "study.json").read_text())
     rows = load(study_dir, "trials").to_pylist()
     ts = lambda d: d.replace(tzinfo=d.tzinfo or timezone.utc).timestamp()  # noqa: E731
-    # each search's Tune fit began at its started_at (to the second, rounded down): a trial is in the
-    # search that began last before it
-    starts = sorted((datetime.fromisoformat(st["started_at"]).timestamp(), key)
-                    for key, st in study["searches"].items() if "started_at" in st)
-    search_of = {r["trial_id"]: max(((t, k) for t, k in starts if t <= ts(r["started_at"])), default=(0, "?"))[1]
-                 for r in rows}
+    # a trial's search: the Optuna study that holds its fedtune trial id
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = f"sqlite:///{study_dir / 'optuna.db'}"
+    search_of = {}
+    for key, st in study["searches"].items():
+        if "optuna_study" in st:
+            for t in optuna.load_study(study_name=st["optuna_study"], storage=storage).get_trials(deepcopy=False):
+                search_of.setdefault(t.user_attrs.get("fedtune_trial_id"), key)
+    search_of = {r["trial_id"]: search_of.get(r["trial_id"], "?") for r in rows}
     rows.sort(key=lambda r: r["started_at"])
     out = {"wall": t_end - t_start, "to the first trial": ts(rows[0]["started_at"]) - t_start,
            "between searches": 0.0, "trials": 0.0, "inside searches": 0.0,

@@ -36,8 +36,8 @@ def study_optuna_url(study_dir: str | os.PathLike[str]) -> str:
 
 def study_optuna(study_dir: str | os.PathLike[str]) -> tuple[Any, list[str], list[str]]:
     """(storage, the study's Optuna study names, notes): the storage is what ``optuna.load_study``
-    takes (a URL, or a JournalStorage for ``journal:///PATH``), None when there is none to read
-    (notes say why)."""
+    takes (the URL's storage, opened once, or a JournalStorage for ``journal:///PATH``), None when
+    there is none to read (notes say why)."""
     from fedtune.results.optuna_url import journal_path, shown
 
     url = study_optuna_url(study_dir)
@@ -60,8 +60,8 @@ def study_optuna(study_dir: str | os.PathLike[str]) -> tuple[Any, list[str], lis
             from optuna.storages.journal import JournalFileBackend
 
             storage: Any = optuna.storages.JournalStorage(JournalFileBackend(path))
-        else:
-            storage = url
+        else:  # opened once: a URL given to each load_study opens the database again (~0.1 s a study)
+            storage = optuna.storages.get_storage(url)
         names = optuna.get_all_study_names(storage=storage)
     except Exception as exc:  # noqa: BLE001 -- a corrupt or foreign file, a server down: say so, keep the report
         return None, [], [f"cannot read {shown(url)}: {exc}"]

@@ -1,5 +1,5 @@
 """The no-argument study, ``fedtune sweep`` alone: a newcomer's first command, sized to answer in
-about a minute and a half on 2 CPU cores (the README says what it measured)."""
+about half a minute on 2 CPU cores (the README says what it measured)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ DEFAULT_STUDY: dict[str, Any] = {
     "dataset": "rotated-digits", "rounds": 8, "num_samples": 3, "trial_seeds": 3, "knobs": "own",
     "overrides": {"model": "mlp", "local_steps": 10, "batch_size": 32, "client_cpus": 1.0, "max_client_actors": 1},
 }
-"""The no-argument study, a newcomer's first command (about a minute and a half on 2 CPU cores):
+"""The no-argument study, a newcomer's first command (about half a minute on 2 CPU cores):
 rotated-digits (target domain "0"), the mlp, 8 rounds of 10 local steps; each algorithm's own
 knobs only (``knobs: own``: FedProx's prox_mu, FedOMG's omg_kappa and server step; FedAvg has
 none, so its search is its one configuration), every shared knob fixed at one value for every
@@ -56,6 +56,6 @@ def apply_default_study(opts: SweepOptions) -> SweepOptions:
     if out.max_concurrent is None and (os.cpu_count() or 1) <= 2:
         # Each trial starts three processes (trainable, coordinator, client), each importing torch:
         # side by side on 2 cores they start slower than one after another, and a trial that
-        # follows another in the same search reuses its actors.
+        # follows another (in any search of the study: one Tune fit) reuses its actors.
         out.max_concurrent = 1
     return out

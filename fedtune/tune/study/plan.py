@@ -5,12 +5,16 @@ which needs the cluster, is :mod:`fedtune.tune.tuner.capacity`).
 **Searches.** One search per algorithm (its space: ``search_spaces/<algorithm>.yaml``, or the
 SPACE files given, one per algorithm); with ``--target-domain all`` one search per
 (algorithm, target domain). Searches run one after the other, each filling the cluster with
-up to ``--max-concurrent`` trials. The target is a search of its own, not a grid dimension
+up to ``--max-concurrent`` trials (the next search starts as the last trials of one end). The target is a search of its own, not a grid dimension
 of one search, because leave-one-domain-out selects hyperparameters per held-out domain
 (DomainBed's training-domain validation, docs/methods.md §5) and Optuna's samplers need one
 objective per study; OptunaSearch cannot take a ``grid_search`` dimension either. A search's
-key is ``<algorithm>`` or ``<algorithm>/<target>``; its Tune experiment is ``tune/<algorithm>``
-or ``tune/<algorithm>--<target>``; its Optuna study is ``<study>/<key>``. Several Optuna
+key is ``<algorithm>`` or ``<algorithm>/<target>``; its Optuna study is ``<study>/<key>``. A
+study of several searches runs them in one Tune experiment, ``tune/_searches`` (each search keeps
+its searcher and scheduler, :mod:`fedtune.tune.tuner.study_search`; its trials' actors are
+reused from one search to the next); a study of one search, a PBT/PB2 study and a search a
+driver of an earlier version started alone use ``tune/<algorithm>`` or
+``tune/<algorithm>--<target>``. Several Optuna
 studies share the one ``optuna.db`` because the algorithms' spaces differ (a single Optuna
 study must keep one search space, and TPE models one objective landscape); every study name
 starts with ``<study>/`` so ``optuna.get_all_study_names`` finds them all.
@@ -51,6 +55,26 @@ from fedtune.results import selection as _protocol
 from fedtune.results.study_dir import StudyDir
 
 from fedtune.tune.study.options import SweepOptions
+
+
+STUDY_FIT = "_searches"
+"""The Tune experiment (``tune/_searches``) of the searches of a study that run in one fit; no
+search is named so (its name would begin with an algorithm's)."""
+
+SEARCH_FIELD = "fedtune_search"
+"""The key of a trial's config that names its search when several searches share one Tune fit
+(:mod:`fedtune.tune.tuner.study_search`); not a field of a run (the trainable drops it)."""
+
+
+def search_of(trial: Any, default: str | None = None) -> str | None:
+    """The search key of a Tune trial (or of a trial's config dict) that ran in a fit of several
+    searches, else ``default``.
+
+    >>> search_of({SEARCH_FIELD: "fedprox@ts1", "prox_mu": 0.1}), search_of({"prox_mu": 0.1}, "fedavg")
+    ('fedprox@ts1', 'fedavg')
+    """
+    config = trial if isinstance(trial, Mapping) else getattr(trial, "config", None) or {}
+    return config.get(SEARCH_FIELD, default)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ A *study* (``--name``) lives in ``OUTPUT/<study>/`` (every file name: :mod:`fedt
     spaces/<algorithm>.yaml the study's own copy of its search spaces (what ``--resume`` reads)
     optuna.db               SQLite; one Optuna study per search, named "<study>/<search key>"
                             (with --optuna-storage URL: in that storage instead, same names)
-    tune/<search>/          Ray Tune's experiment of each search (what ``--resume`` restores)
+    tune/_searches/         Ray Tune's experiment of the study's searches (what ``--resume`` restores;
+                            tune/<search>/ for a study of one search, PBT/PB2: :mod:`~fedtune.tune.study.search_fit`)
     rounds/<trial>.parquet  every (trial, round), written by ArrowCallback (the single writer)
     trials.parquet          one row per finished trial
     report.md, plots/       ``fedtune report``'s output, refreshed at the end of the sweep
@@ -18,7 +19,7 @@ objective, the cluster-capacity check: everything checked before Ray starts),
 (Tune's environment and logs) and :mod:`fedtune.cli` (the ``sweep`` command line).
 
 **Resume.** ``--resume`` reads ``study.json`` and continues: searches marked done are skipped;
-a started one is ``Tuner.restore``-d from ``tune/<search>`` (unfinished trials continue from
+a started fit is ``Tuner.restore``-d from ``tune/...`` (unfinished trials continue from
 their last Tune checkpoint, ``--set checkpoint_every=N``, else from round 1; the Arrow
 callback keeps each (trial, round) once); one never started begins. The searcher (with its
 Optuna storage) comes back from Tune's experiment snapshot, taken every
@@ -57,14 +58,17 @@ from fedtune.results.store import check_output_dir
 from fedtune.results.study_dir import STUDY_FILE, TUNE_DIR, check_name, check_path_text, latest_study, write_study
 from fedtune.tune.study.active import ACTIVE as _ACTIVE
 from fedtune.tune.study.active import SESSIONS as _SESSIONS
+from fedtune.tune.study.background import Background
 from fedtune.tune.tuner.capacity import concurrency_cap
 from fedtune.tune.study.default_study import apply_default_study, is_default_study
 from fedtune.tune.study.moved_modules import old_module_names
 from fedtune.tune.study.options import POPULATION_SCHEDULERS
-from fedtune.tune.study.plan import Search, StudyPlan, abs_path, plan_study, seeds_for
+from fedtune.tune.study.plan import STUDY_FIT, Search, StudyPlan, abs_path, plan_study, seeds_for
+from fedtune.tune.study.search_fit import (ended_early_check, finish_search, fit_groups, restore_tuner, search_total,
+                                           searcher_of, study_tuner)
 from fedtune.tune.study.options import SweepOptions
 from fedtune.tune.study.ray_lost import fit_stop
-from fedtune.tune.study.resume import rebuild_trial_rows, recover_trial_rows, repair_round_files, resumed_study
+from fedtune.tune.study.resume import rebuild_trial_rows, repair_round_files, resumed_study
 from fedtune.tune.study.seed_runs import seed_trial_id, selected_config
 from fedtune.tune.study.study_start import command_line, new_study_data, now, relative, say_knobs, snapshot_spaces
 from fedtune.tune.tuner.env import signal_handlers_kept, tune_env
@@ -104,10 +108,20 @@ class _Study:
         self.warnings: list[str] = []
         self.view = LiveView(plan, console, live=not self.opts.verbose)
         self.cap: int | None = None
+        self._storage: Any = None
 
     def save(self) -> None:
         self.data["updated_at"] = now()
         write_study(self.plan.study_dir, self.data)
+
+    def storage(self) -> Any:
+        """The study's Optuna storage, opened once per driver (each open costs ~0.1 s) and shared by
+        every search's searcher, scheduler and bookkeeping."""
+        if self._storage is None:
+            from fedtune.tune.tuner.optuna_search import optuna_storage
+
+            self._storage = optuna_storage(self.plan.study_dir, url=self.plan.optuna_url)
+        return self._storage
 
     def search_state(self, key: str) -> dict[str, Any]:
         return self.data.setdefault("searches", {}).setdefault(key, {"status": status.PENDING})
@@ -145,8 +159,8 @@ class _Study:
         self.view.start()
         try:
             with tune_env(self.opts.verbose):
-                for search in self.plan.searches:
-                    self.run_search(search)
+                for group in fit_groups(self.plan, self.data.get("searches", {})):
+                    self.run_search(group[0]) if len(group) == 1 else self.run_searches(group)
                 if self.opts.seeds > 1:
                     for search in self.plan.searches:
                         self.run_seeds(search)
@@ -164,14 +178,17 @@ class _Study:
         for s in self.plan.searches:
             yield {**self.plan.fixed[s.key], **strip_switches(load_space(s.space).defaults())}
 
-    def _run_config(self, name: str, key: str, total: int):
+    def run_config(self, name: str, totals: dict[str, int]):
+        """Tune's RunConfig of the fit ``name`` of the searches ``totals`` (key -> trials asked)."""
         from ray import tune
 
         from fedtune.tune.trial.callback import ArrowCallback
         from fedtune.tune.trial.progress import SweepProgress
         from fedtune.tune.trial.scale_up import ScaleUpWatch
 
-        progress = SweepProgress(key, self._rounds(), self.plan.metrics[0], self.plan.modes[0], total)
+        key = next(iter(totals))
+        progress = SweepProgress(key, self.rounds(), self.plan.metrics[0], self.plan.modes[0], totals[key],
+                                 totals=totals)
         return tune.RunConfig(
             name=name, storage_path=self.plan.tune_storage,
             callbacks=[ArrowCallback(str(self.plan.study_dir.parent), self.plan.name), progress,
@@ -189,50 +206,29 @@ class _Study:
 
         return logger_callbacks(self.opts.loggers, self.plan.study_dir, self.plan.name, key)
 
-    def _restore(self, exp_dir: str) -> Any:
-        """``Tuner.restore`` of ``exp_dir`` (in this study directory, wherever the study was created):
-        Tune takes the experiment's location from ``exp_dir``; the Optuna storage unpickles onto
-        this study (``_ACTIVE["study_dir"]``); the Arrow callback pickled in ``tuner.pkl`` is
-        pointed at this study directory too, so a copied or moved study writes only here."""
-        from ray import tune
-
-        from fedtune.results.store import ResultsStore
-        from fedtune.tune.trial.callback import ArrowCallback
-
-        from fedtune.tune.trial.population import PopulationRecorder, population_trainable
-
-        trainable = population_trainable() if self.opts.scheduler in POPULATION_SCHEDULERS else self.trainable
-        with old_module_names():  # a study started before a module moved (fedtune.tune.study.moved_modules)
-            tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
-                                       resume_errored=False)
-        run_config = tuner._local_tuner.get_run_config()  # Ray keeps the callbacks of the first run
-        for cb in run_config.callbacks or []:
-            if isinstance(cb, ArrowCallback):
-                cb.store = ResultsStore(self.plan.study_dir.parent, self.plan.name)
-                cb.study = cb.store.study
-            elif isinstance(cb, PopulationRecorder):
-                cb.study_dir = str(self.plan.study_dir)
-        return tuner
-
-    def _rounds(self) -> int:
+    def rounds(self) -> int:
         return int(next(iter(self.plan.fixed.values())).get("rounds") or FederatedRunConfig().rounds)
 
-    def _fit(self, tuner: Any, key: str, tune_name: str, total: int,
-             complete_anyway: Callable[[], bool] | None = None) -> None:
-        """Run ``tuner``; a fit that left a trial unfinished or made fewer than ``total`` trials is
-        an interruption, unless only the count is short and ``complete_anyway()`` (the searcher
-        finished the search: its budget was spent before this driver, or the space is exhausted)."""
+    def _fit(self, tuner: Any, tune_name: str, parts: list[tuple[str, int, Callable[[], bool] | None]]) -> None:
+        """Run ``tuner``, the fit ``tune_name`` of the searches ``parts`` (key, trials asked, and
+        ``complete_anyway``); it is an interruption when it left a trial unfinished or made fewer
+        than a search's trials, unless only the count is short and that search's
+        ``complete_anyway()`` says its searcher finished it (its budget was spent before this
+        driver, or the space is exhausted)."""
         from fedtune.tune.trial.progress import interrupted
 
-        state = self.search_state(key)
-        # relative to the study dir, unless --storage-path puts Tune elsewhere
-        state.update(status=status.RUNNING, tune_dir=self.plan.tune_location(tune_name) if self.opts.storage_path
-                     else f"{TUNE_DIR}/{tune_name}")
-        state.setdefault("started_at", now())  # the first driver's start of this search's Tune fit
+        rows = []
+        for i, (key, total, _) in enumerate(parts):
+            state = self.search_state(key)
+            # relative to the study dir, unless --storage-path puts Tune elsewhere
+            state.update(status=status.RUNNING, tune_dir=self.plan.tune_location(tune_name) if self.opts.storage_path
+                         else f"{TUNE_DIR}/{tune_name}")
+            state.setdefault("started_at", now())  # the first driver's start of this search's Tune fit
+            _SESSIONS.pop(key, None)
+            row = self.view.row(key, total)
+            row["state"] = "starting" if i == 0 else "waiting"
+            rows.append(row)
         self.save()
-        _SESSIONS.pop(key, None)
-        row = self.view.row(key, total)
-        row["state"] = "starting"
         hint = f"fedtune sweep --resume --name {self.plan.name} --output {self.plan.study_dir.parent}"
         error: Exception | None = None
         try:
@@ -240,95 +236,84 @@ class _Study:
                 tuner.fit()
         except Exception as exc:  # noqa: BLE001 - re-raised below unless it is a reason to stop the study
             error = exc
-        stop = fit_stop(error, key, self.plan.study_dir, hint)
+        stop = fit_stop(error, parts[0][0], self.plan.study_dir, hint)
         if error is not None and stop is None:
             raise error
-        session = _SESSIONS.get(key, {})
-        if stop is None and interrupted(session, total) and not (
-                complete_anyway is not None and not interrupted(session, 0) and complete_anyway()):
-            stop = StudyInterrupted(f"study '{self.plan.name}' was interrupted during search '{key}'; continue it "
-                                    f"with: {hint}")
+        for key, total, complete_anyway in parts:
+            session = _SESSIONS.get(key, {})
+            if stop is None and interrupted(session, total) and not (
+                    complete_anyway is not None and not interrupted(session, 0) and complete_anyway()):
+                stop = StudyInterrupted(f"study '{self.plan.name}' was interrupted during search '{key}'; continue "
+                                        f"it with: {hint}")
         if stop is not None:
             from fedtune.results.atomic import ResultsWriteError
 
-            row["state"] = state["status"] = status.INTERRUPTED
+            for (key, _, _), row in zip(parts, rows):
+                row["state"] = self.search_state(key)["status"] = status.INTERRUPTED
             try:
                 self.save()
             except ResultsWriteError:
                 pass  # study.json may not fit on a full disk either
             raise stop from None
-        row["state"] = status.DONE
+        for row in rows:
+            row["state"] = status.DONE
+
+    def _begin_search(self, search: Search) -> tuple[Any, int, str]:
+        """A search about to run: its space, trials asked and Optuna study, recorded in study.json."""
+        from fedtune.spaces.lookup import load_space
+
+        space = load_space(search.space)
+        total = search_total(self.opts.num_samples, space)
+        study_name = search.optuna_study(self.plan.name)
+        self.search_state(search.key).update(optuna_study=study_name, algorithm=search.algorithm,
+                                             target_domain=search.target,
+                                             space=relative(self.plan.study_dir, search.space))
+        return space, total, study_name
 
     def run_search(self, search: Search) -> None:
+        """One search in a Tune fit of its own (restored when an earlier driver started it)."""
         from ray import tune
 
-        from fedtune.tune.tuner.optuna_search import (
-            EXHAUSTED,
-            FedtuneOptunaSearch,
-            ended_early,
-            optuna_storage,
-            optuna_trials,
-            reconcile_optuna,
-        )
-        from fedtune.tune.tuner.samplers import make_sampler
-        from fedtune.spaces.lookup import load_space
-        from fedtune.tune.tuner.schedulers import make_scheduler
+        if self.search_state(search.key).get("status") == status.DONE:
+            from fedtune.spaces.lookup import load_space
 
-        state = self.search_state(search.key)
-        total = self.opts.num_samples
-        space = load_space(search.space)
-        if not space.switches and not any(p.sampled for p in space.params.values()):
-            total = 1  # nothing is searched (FedAvg under --knobs own): its one configuration, run once
-        if state.get("status") == status.DONE:
+            total = search_total(self.opts.num_samples, load_space(search.space))
             self.view.row(search.key, total)["state"] = "done (earlier run)"
             return
+        space, total, study_name = self._begin_search(search)
         exp_dir = self.plan.tune_location(search.tune_name)
-        study_name = search.optuna_study(self.plan.name)
-        state.update(optuna_study=study_name, algorithm=search.algorithm, target_domain=search.target,
-                     space=relative(self.plan.study_dir, search.space))
         if restorable(exp_dir):
-            tuner = self._restore(exp_dir)
+            tuner = restore_tuner(self, exp_dir)
         elif self.opts.scheduler in POPULATION_SCHEDULERS:
             from fedtune.tune.study.population_search import population_tuner
 
-            tuner = population_tuner(self.opts, self.plan, search, space, total, study_name, rounds=self._rounds(),
-                                     cap=self.cap, run_config=self._run_config(search.tune_name, search.key, total),
+            tuner = population_tuner(self.opts, self.plan, search, space, total, study_name, rounds=self.rounds(),
+                                     cap=self.cap, run_config=self.run_config(search.tune_name, {search.key: total}),
                                      trial_dirname=trial_dirname)
         else:
-            sampler = make_sampler(self.opts.sampler, self.opts.sampler_seed + search.trial_seed, total,
-                                   concurrency=self.cap)
-            searcher = FedtuneOptunaSearch(
-                space.optuna_define_by_run, metrics=self.plan.metrics, modes=self.plan.modes,
-                rounds=self._rounds(), fixed=self.plan.fixed[search.key], sampler=sampler,
-                study_name=study_name, storage=optuna_storage(self.plan.study_dir, url=self.plan.optuna_url),
-                first_point=space.default_point(), num_samples=total)
-            scheduler = make_scheduler(self.opts.scheduler, self.plan.metrics[0], self.plan.modes[0], self._rounds(),
-                                       self.opts.grace_period, self.opts.reduction_factor,
-                                       storage=optuna_storage(self.plan.study_dir, url=self.plan.optuna_url),
-                                       study_name=study_name)
+            searcher, scheduler = searcher_of(self, search, space, total)
             tuner = tune.Tuner(
                 self.trainable, param_space=dict(self.plan.fixed[search.key]),
                 tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=total,
                                             max_concurrent_trials=self.cap, reuse_actors=True,
                                             trial_dirname_creator=trial_dirname),
-                run_config=self._run_config(search.tune_name, search.key, total))
+                run_config=self.run_config(search.tune_name, {search.key: total}))
         ended: dict[str, str | None] = {"why": None}
+        self._fit(tuner, search.tune_name, [(search.key, total, ended_early_check(self, study_name, total, ended))])
+        finish_search(self, search, study_name, ended)
 
-        def complete_anyway() -> bool:  # the searcher ended the search before Tune's count
-            ended["why"] = ended_early(optuna_storage(self.plan.study_dir, url=self.plan.optuna_url), study_name, total)
-            return ended["why"] is not None
-
-        self._fit(tuner, search.key, search.tune_name, total, complete_anyway)
-        storage = optuna_storage(self.plan.study_dir, url=self.plan.optuna_url)
-        orphans = reconcile_optuna(storage, study_name)
-        # a trial a killed driver left unfinished that no driver continued: its round file gets a row
-        self.warnings.extend(recover_trial_rows(self.plan.study_dir, optuna_trials(storage, study_name), self.console))
-        state.update(status=status.DONE, ended_at=now(), orphaned_trials=orphans)
-        if ended["why"] and ended["why"].startswith(EXHAUSTED):  # not when earlier drivers ran the rest
-            state["ended_early"] = ended["why"]
-            self.warnings.append(f"search '{search.key}': {ended['why']}")
-            self.console.print(f"[yellow]warning: search '{search.key}': {ended['why']}[/yellow]")
-        self.save()
+    def run_searches(self, searches: list[Search]) -> None:
+        """Several searches in one Tune fit (:mod:`fedtune.tune.study.search_fit`; restored when an
+        earlier driver started it), each finished in the study's order after it."""
+        begun = [(s, *self._begin_search(s)) for s in searches]
+        exp_dir = self.plan.tune_location(STUDY_FIT)
+        tuner = (restore_tuner(self, exp_dir) if restorable(exp_dir)
+                 else study_tuner(self, [(s, space, total) for s, space, total, _ in begun], trial_dirname))
+        ended = {s.key: {"why": None} for s in searches}
+        self._fit(tuner, STUDY_FIT, [(s.key, total, ended_early_check(self, name, total, ended[s.key]))
+                                     for s, _, total, name in begun])
+        for s, _, _, name in begun:
+            finish_search(self, s, name, ended[s.key])
 
     def run_seeds(self, search: Search) -> None:
         from ray import tune
@@ -344,7 +329,7 @@ class _Study:
         name = f"{search.tune_name}--seeds"
         exp_dir = self.plan.tune_location(name)
         if restorable(exp_dir):
-            tuner = self._restore(exp_dir)
+            tuner = restore_tuner(self, exp_dir)
         else:
             try:
                 chosen = selected_config(self.plan.study_dir, search, self.plan.base_seed, self.opts.protocol())
@@ -363,8 +348,8 @@ class _Study:
                 self.trainable, param_space=config,
                 tune_config=tune.TuneConfig(num_samples=1, max_concurrent_trials=self.cap, reuse_actors=True,
                                             trial_dirname_creator=trial_dirname),
-                run_config=self._run_config(name, key, total))
-        self._fit(tuner, key, name, total)
+                run_config=self.run_config(name, {key: total}))
+        self._fit(tuner, name, [(key, total, None)])
         state.update(status=status.DONE, ended_at=now(),
                      trial_ids=[state.get("selected_trial")] + [seed_trial_id({**state["config"], "seed": s})
                                                                for s in extra])
@@ -469,6 +454,7 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
         _ACTIVE["own_ray"] = started_ray and cluster_address(base_cfg.address) is None
         with sigterm_as_interrupt():
             study = _Study(plan, data, console, trainable)
+            report: Background | None = None
             try:
                 if on_ray is not None:
                     on_ray()
@@ -482,6 +468,12 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
                     study.warnings.extend(repair_round_files(plan.study_dir, console))
                     study.warnings.extend(rebuild_trial_rows(plan, data, console))
                 study.run()
+                data["completed_at"] = now()
+                write_study(plan.study_dir, data)
+                if opts.report:  # drawn while Ray shuts down (it waits for its processes: ~1.5 s)
+                    from fedtune.reports.report import make_report
+
+                    report = Background(make_report, plan.study_dir, name="fedtune-report")
             finally:
                 _ACTIVE.pop("own_ray", None)
                 if started_ray:
@@ -489,11 +481,8 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
     with sigterm_as_interrupt():  # again: ray.shutdown puts SIGTERM back to the default (die at once)
         result = SweepResult(plan.study_dir, plan.name, dict(data.get("searches", {})),
                              elapsed_s=time.time() - t0, warnings=study.warnings)
-        data["completed_at"] = now()
-        write_study(plan.study_dir, data)
-        if opts.report:
-            from fedtune.reports.report import make_report
-
-            result.report = make_report(plan.study_dir)
+        if report is not None:
+            result.report = report.result()
             result.report_path = result.report.markdown_path
     return result
+

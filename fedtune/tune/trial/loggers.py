@@ -66,6 +66,7 @@ from ray.tune.logger import CSVLoggerCallback, TBXLoggerCallback
 from ray.tune.logger.logger import LoggerCallback
 
 from fedtune.errors import ConfigError
+from fedtune.tune.study.plan import SEARCH_FIELD, search_of
 
 __all__ = ["MLFLOW_DB", "WANDB_MODES", "FedtuneCSVLogger", "FedtuneMLflowLogger", "FedtuneTBXLogger",
            "FedtuneWandbLogger", "check_wandb", "logger_callbacks", "mlflow_tracking_uri", "wandb_dir",
@@ -202,7 +203,13 @@ class FedtuneMLflowLogger(_OncePerRound, MLflowLoggerCallback):
         run_ids: dict[str, str] = self.__dict__.setdefault("_fedtune_runs", {})
         if trial not in self._trial_runs and trial.trial_id in run_ids:
             self._trial_runs[trial] = run_ids[trial.trial_id]
-        super().log_trial_start(trial)
+        shared = self.tags
+        # a fit of several searches: each run is tagged with its own trial's search
+        self.tags = {**shared, "fedtune_search": search_of(trial, shared.get("fedtune_search"))}
+        try:
+            super().log_trial_start(trial)
+        finally:
+            self.tags = shared
         run_ids[trial.trial_id] = self._trial_runs[trial]
 
     def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
@@ -282,6 +289,10 @@ class FedtuneWandbLogger(_OncePerRound, WandbLoggerCallback):
     def _start_logging_actor(self, trial: Any, exclude_results: list[str], **wandb_init_kwargs: Any) -> None:
         # The key stays with Ray's own hand-over (the actor's runtime_env), never in fedtune's kwargs.
         env = {k: v for k, v in os.environ.items() if k.startswith("WANDB_") and k != "WANDB_API_KEY"}
+        # a fit of several searches: each run is grouped by its own trial's search
+        wandb_init_kwargs["group"] = search_of(trial, wandb_init_kwargs.get("group"))
+        wandb_init_kwargs["config"] = {k: v for k, v in (wandb_init_kwargs.get("config") or {}).items()
+                                       if k != SEARCH_FIELD}
         super()._start_logging_actor(trial, exclude_results, fedtune_env=env, **wandb_init_kwargs)
 
 

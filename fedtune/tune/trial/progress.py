@@ -23,7 +23,7 @@ from ray.tune import Callback
 from fedtune.results import status
 from fedtune.results.selection import is_finite
 from fedtune.tune.study.active import ACTIVE, SESSIONS
-from fedtune.tune.study.plan import StudyPlan
+from fedtune.tune.study.plan import StudyPlan, search_of
 
 __all__ = ["LiveView", "SweepProgress", "classify", "count_states", "interrupted"]
 
@@ -119,74 +119,95 @@ def classify(tune_status: str, last: Mapping[str, Any] | None, rounds: int) -> s
 
 class SweepProgress(Callback):
     """Feeds the live view and records which trials started and ended in this driver session
-    (to tell an interrupted ``fit`` from a finished one). Holds only names, so it pickles
-    into Tune's experiment state; the view lives in this process
+    (to tell an interrupted ``fit`` from a finished one), per search: ``key`` and ``total`` of
+    a fit of one search, or ``totals`` (search key -> trials asked) of a fit of several, whose
+    trials carry their search in their config (:func:`fedtune.tune.study.plan.search_of`). Holds
+    only names, so it pickles into Tune's experiment state; the view lives in this process
     (:data:`fedtune.tune.study.active.ACTIVE`)."""
 
-    def __init__(self, key: str, rounds: int, metric: str, mode: str, total: int):
+    def __init__(self, key: str, rounds: int, metric: str, mode: str, total: int,
+                 totals: Mapping[str, int] | None = None):
         self.key, self.rounds = key, rounds
         self.metric, self.mode, self.total = metric, mode, total
+        self.totals = dict(totals) if totals else {key: total}
 
-    def _session(self) -> dict[str, Any]:
-        return SESSIONS.setdefault(self.key, {"started": set(), "ended": set(), "errored": {},
-                                              "statuses": {}, "num_trials": 0})
+    def _totals(self) -> dict[str, int]:  # an experiment pickled before ``totals`` existed has one search
+        return self.__dict__.get("totals") or {self.key: self.total}
+
+    def _key(self, trial: Any) -> str:
+        return search_of(trial, self.key)
+
+    def _session(self, key: str) -> dict[str, Any]:
+        return SESSIONS.setdefault(key, {"started": set(), "ended": set(), "errored": {},
+                                         "statuses": {}, "num_trials": 0})
 
     def _update(self, trials: list) -> None:
         view = ACTIVE["view"]
         if view is None:
             return
-        s = self._session()
-        row = view.row(self.key, self.total)
-        with view.lock:
-            row["state"] = status.RUNNING
-            for t in trials:
-                # Tune calls on_trial_complete/_error before it changes the trial's status
-                tune_status = s["errored"].get(t.trial_id) or (
-                    status.TUNE_TERMINATED if t.trial_id in s["ended"] and t.status == status.TUNE_RUNNING
-                    else t.status)
-                row["trials"][t.trial_id] = classify(tune_status, t.last_result, self.rounds)
+        totals = self._totals()
+        by_key: dict[str, list] = {}
+        for t in trials:
+            by_key.setdefault(self._key(t), []).append(t)
+        for key, mine in by_key.items():
+            s = self._session(key)
+            row = view.row(key, totals.get(key, self.total))
+            with view.lock:
+                row["state"] = status.RUNNING
+                for t in mine:
+                    # Tune calls on_trial_complete/_error before it changes the trial's status
+                    tune_status = s["errored"].get(t.trial_id) or (
+                        status.TUNE_TERMINATED if t.trial_id in s["ended"] and t.status == status.TUNE_RUNNING
+                        else t.status)
+                    row["trials"][t.trial_id] = classify(tune_status, t.last_result, self.rounds)
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
-        s = self._session()
-        if not s.get("seen"):  # first step: show what a restored experiment already holds
-            s["seen"] = True
+        if not self.__dict__.get("_seen"):  # first step: show what a restored experiment already holds
+            self._seen = True
             for t in trials:
                 value = (getattr(t, "metric_analysis", None) or {}).get(self.metric, {}).get(self.mode)
-                self._best(value, None)
+                self._best(self._key(t), value, None)
             self._update(trials)
 
-    def _best(self, value: Any, target: Any) -> None:
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_seen"}
+
+    def _best(self, key: str, value: Any, target: Any) -> None:
         view = ACTIVE["view"]
         if view is None or not is_finite(value):
             return
-        row = view.row(self.key, self.total)
+        row = view.row(key, self._totals().get(key, self.total))
         with view.lock:
             best = row.get("best")
             if best is None or (value > best[0] if self.mode == "max" else value < best[0]):
                 row["best"] = (float(value), target)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._session()["started"].add(trial.trial_id)
+        self._session(self._key(trial))["started"].add(trial.trial_id)
         self._update(trials)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        self._session()["started"].add(trial.trial_id)
-        self._best(result.get(self.metric), result.get("target_acc"))
+        key = self._key(trial)
+        self._session(key)["started"].add(trial.trial_id)
+        self._best(key, result.get(self.metric), result.get("target_acc"))
         self._update(trials)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._session()["ended"].add(trial.trial_id)
+        self._session(self._key(trial))["ended"].add(trial.trial_id)
         self._update(trials)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._session()["ended"].add(trial.trial_id)
-        self._session()["errored"][trial.trial_id] = status.TUNE_ERROR
+        s = self._session(self._key(trial))
+        s["ended"].add(trial.trial_id)
+        s["errored"][trial.trial_id] = status.TUNE_ERROR
         self._update(trials)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        s = self._session()
-        s["num_trials"] = len(trials)
-        s["statuses"] = {t.trial_id: t.status for t in trials}
+        for key in self._totals():
+            mine = [t for t in trials if self._key(t) == key]
+            s = self._session(key)
+            s["num_trials"] = len(mine)
+            s["statuses"] = {t.trial_id: t.status for t in mine}
 
 
 def interrupted(session: Mapping[str, Any], total: int) -> bool:

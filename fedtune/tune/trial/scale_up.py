@@ -37,6 +37,7 @@ from ray.tune import Callback
 from fedtune.errors import ResourceError
 from fedtune.results import status
 from fedtune.tune.study.active import ACTIVE
+from fedtune.tune.study.plan import search_of
 
 __all__ = ["ANNOUNCE_AFTER_S", "ANNOUNCE_EVERY_S", "ScaleUpTimeout", "ScaleUpWatch", "has_autoscaler", "own_ray"]
 
@@ -57,6 +58,7 @@ class ScaleUpWatch(Callback):
         self._since: float | None = None
         self._announced = -1e18
         self.waiting_s = 0.0
+        self._shown = key
 
     def __getstate__(self) -> dict[str, Any]:  # Tune pickles callbacks into its experiment state
         return {"key": self.key, "timeout_s": self.timeout_s}
@@ -71,7 +73,7 @@ class ScaleUpWatch(Callback):
         pending = [t for t in trials if t.status == status.TUNE_PENDING]
         if not pending or any(t.status == status.TUNE_RUNNING for t in trials):
             if self._since is not None:
-                self._show(None)
+                self._show(None, self._shown)
             self._since, self.waiting_s, self._announced = None, 0.0, -1e18
             return
         now = self._now()
@@ -84,7 +86,8 @@ class ScaleUpWatch(Callback):
         if self._since is None:
             self._since = now
         self.waiting_s = now - self._since
-        self._show(self.waiting_s)
+        key = search_of(pending[0], self.key)  # a fit of several searches: the waiting trial's
+        self._show(self.waiting_s, key)
         # On a Ray fedtune started for this study nothing else holds resources: a trial waits only for
         # the trials before it to hand theirs over, or for its actors to start; no line blames "something else".
         if self.waiting_s >= ANNOUNCE_AFTER_S and now - self._announced >= ANNOUNCE_EVERY_S and not own_ray():
@@ -96,7 +99,7 @@ class ScaleUpWatch(Callback):
                 why = (f"something else on this Ray holds them (another Ray job or its actors; `ray status`), and "
                        f"it has no autoscaler to add a node: waiting for them to be freed ({self.waiting_s:.0f} s "
                        f"of at most {self.timeout_s:g} s, --scale-up-timeout)")
-            self._say(f"search '{self.key}': {len(pending)} trial(s) wait for {_wanted(pending[0])}, which no "
+            self._say(f"search '{key}': {len(pending)} trial(s) wait for {_wanted(pending[0])}, which no "
                       f"node has free: {why}")
         if self.waiting_s > self.timeout_s:
             if has_autoscaler():
@@ -109,7 +112,7 @@ class ScaleUpWatch(Callback):
                 why = ("nothing freed it, and this Ray has no autoscaler to add a node; `ray status` shows what "
                        "holds the resources")
             raise ScaleUpTimeout(
-                f"search '{self.key}': no trial could start for {self.waiting_s:.0f} s (--scale-up-timeout "
+                f"search '{key}': no trial could start for {self.waiting_s:.0f} s (--scale-up-timeout "
                 f"{self.timeout_s:g} s): {len(pending)} trial(s) wait for {_wanted(pending[0])} and {why}. "
                 "Finished trials are kept: continue with fedtune sweep --resume")
 
@@ -118,12 +121,13 @@ class ScaleUpWatch(Callback):
         if view is not None:
             view.console.print(f"[yellow]{text}[/yellow]", soft_wrap=True)
 
-    def _show(self, waiting_s: float | None) -> None:
+    def _show(self, waiting_s: float | None, key: str) -> None:
+        self._shown = key
         view = ACTIVE.get("view")
-        if view is None or self.key not in view.rows:
+        if view is None or key not in view.rows:
             return
         with view.lock:
-            view.rows[self.key]["state"] = status.RUNNING if waiting_s is None else f"scaling up {waiting_s:.0f}s"
+            view.rows[key]["state"] = status.RUNNING if waiting_s is None else f"scaling up {waiting_s:.0f}s"
 
 
 def has_autoscaler() -> bool:

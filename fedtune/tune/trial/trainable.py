@@ -93,7 +93,8 @@ Tune gave the trial (False for a trainable used outside Tune, whose run reserves
 def trial_run_config(config: Mapping[str, Any]) -> FederatedRunConfig:
     """The :class:`FederatedRunConfig` of a trial's flat config dict, with ``backend`` forced to ``"ray"``
     and a search space's ``switch.*`` keys (:func:`fedtune.spaces.model.strip_switches`) left out:
-    switches steer sampling, they are not fields of a run. Validating it reads the components'
+    switches steer sampling, they are not fields of a run; nor is the name of the trial's search
+    (:data:`fedtune.tune.study.plan.SEARCH_FIELD`). Validating it reads the components'
     declarations only, so the trial actor imports no torch.
 
     >>> cfg = trial_run_config({"rounds": 2, "backend": "local", "local_lr": 0.1})
@@ -101,8 +102,10 @@ def trial_run_config(config: Mapping[str, Any]) -> FederatedRunConfig:
     ('ray', 2, 0.1)
     """
     from fedtune.spaces.model import strip_switches
+    from fedtune.tune.study.plan import SEARCH_FIELD
 
-    return FederatedRunConfig.from_dict({**strip_switches(config), "backend": "ray"})
+    fields = {k: v for k, v in strip_switches(config).items() if k != SEARCH_FIELD}
+    return FederatedRunConfig.from_dict({**fields, "backend": "ray"})
 
 
 # Fields that decide the data plan (and so the number of clients); hyperparameters do not.

@@ -1,0 +1,157 @@
+"""Which searches of a study share one Ray Tune fit, and the Tuner of a fit: one search's, or
+several searches' (:mod:`fedtune.tune.tuner.study_search`).
+
+A study's searches run in one fit when there are several to run and their trials can follow each
+other on the same actors: every search not finished and not started alone by an earlier driver,
+unless the scheduler is PBT or PB2 (a population is one search: its members exploit each other's
+checkpoints). A search an earlier driver started in a fit of its own (``tune/<search>``, before
+fits were shared) continues there. The fit of several searches is ``tune/_searches``
+(:data:`~fedtune.tune.study.plan.STUDY_FIT`); ``--resume`` restores it whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fedtune.results import status
+from fedtune.tune.study.options import POPULATION_SCHEDULERS
+from fedtune.tune.study.plan import STUDY_FIT, Search, StudyPlan
+from fedtune.tune.study.resume import recover_trial_rows
+from fedtune.tune.study.study_start import now
+from fedtune.tune.tuner.storage import restorable
+
+__all__ = ["ended_early_check", "finish_search", "fit_groups", "restore_tuner", "search_total", "searcher_of",
+           "study_tuner"]
+
+
+def search_total(num_samples: int, space: Any) -> int:
+    """How many trials a search asks for: ``num_samples``, or 1 when its space samples nothing
+    (FedAvg under ``--knobs own``: its one configuration, run once)."""
+    if not space.switches and not any(p.sampled for p in space.params.values()):
+        return 1
+    return int(num_samples)
+
+
+def fit_groups(plan: StudyPlan, searches_state: dict[str, dict[str, Any]]) -> list[list[Search]]:
+    """The study's searches, in order, grouped into Tune fits (module docstring): a finished search
+    and one an earlier driver started alone are a group of one; the other searches share one fit
+    when there are at least two, or when an earlier driver started their shared fit."""
+    if plan.options.scheduler in POPULATION_SCHEDULERS:
+        return [[s] for s in plan.searches]
+    alone, shared = [], []
+    for s in plan.searches:
+        state = searches_state.get(s.key, {})
+        if state.get("status") == status.DONE or restorable(plan.tune_location(s.tune_name)):
+            alone.append(s)
+        else:
+            shared.append(s)
+    if len(shared) == 1 and not restorable(plan.tune_location(STUDY_FIT)):
+        alone, shared = plan.searches, []
+    groups: list[list[Search]] = [[s] for s in plan.searches if s in alone]
+    if shared:
+        groups.append(shared)
+    return groups
+
+
+def searcher_of(study: Any, search: Search, space: Any, total: int) -> tuple[Any, Any]:
+    """The searcher (:class:`~fedtune.tune.tuner.optuna_search.FedtuneOptunaSearch`) and the Tune
+    scheduler of one search of ``study`` (a :class:`fedtune.tune.study.sweep` study)."""
+    from fedtune.tune.tuner.optuna_search import FedtuneOptunaSearch
+    from fedtune.tune.tuner.samplers import make_sampler
+    from fedtune.tune.tuner.schedulers import make_scheduler
+
+    plan, opts = study.plan, study.opts
+    study_name = search.optuna_study(plan.name)
+    sampler = make_sampler(opts.sampler, opts.sampler_seed + search.trial_seed, total, concurrency=study.cap)
+    searcher = FedtuneOptunaSearch(
+        space.optuna_define_by_run, metrics=plan.metrics, modes=plan.modes, rounds=study.rounds(),
+        fixed=plan.fixed[search.key], sampler=sampler, study_name=study_name,
+        storage=study.storage(), first_point=space.default_point(),
+        num_samples=total)
+    scheduler = make_scheduler(opts.scheduler, plan.metrics[0], plan.modes[0], study.rounds(), opts.grace_period,
+                               opts.reduction_factor, storage=study.storage(),
+                               study_name=study_name)
+    return searcher, scheduler
+
+
+def study_tuner(study: Any, searches: list[tuple[Search, Any, int]], trial_dirname: Any) -> Any:
+    """The Tuner of a fit of several searches of ``study``: (search, space, trials asked) each,
+    in the study's order; one :class:`~fedtune.tune.tuner.study_search.StudySearcher` and one
+    :class:`~fedtune.tune.tuner.study_search.PerSearchScheduler` over their own searchers and
+    schedulers (FIFO throughout: plain Tune FIFO)."""
+    from ray import tune
+
+    from fedtune.tune.tuner.study_search import PerSearchScheduler, StudySearcher
+
+    plan = study.plan
+    parts = {s.key: searcher_of(study, s, space, total) for s, space, total in searches}
+    searcher = StudySearcher([(k, p[0]) for k, p in parts.items()], plan.fixed,
+                             metric=plan.metrics if len(plan.metrics) > 1 else plan.metrics[0],
+                             mode=plan.modes if len(plan.modes) > 1 else plan.modes[0])
+    schedulers = {k: p[1] for k, p in parts.items()}
+    scheduler = (None if study.opts.scheduler == "fifo" else PerSearchScheduler(schedulers))
+    totals = {s.key: total for s, _, total in searches}
+    return tune.Tuner(
+        study.trainable, param_space={},
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=sum(totals.values()),
+                                    max_concurrent_trials=study.cap, reuse_actors=True,
+                                    trial_dirname_creator=trial_dirname),
+        run_config=study.run_config(STUDY_FIT, totals))
+
+
+def ended_early_check(study: Any, study_name: str, total: int,
+                      ended: dict[str, str | None]) -> Callable[[], bool]:
+    """Whether a search whose fit made fewer than ``total`` trials is complete anyway (its searcher
+    ended it: :func:`~fedtune.tune.tuner.optuna_search.ended_early`); the reason goes to ``ended["why"]``."""
+    from fedtune.tune.tuner.optuna_search import ended_early
+
+    def complete_anyway() -> bool:
+        ended["why"] = ended_early(study.storage(), study_name, total)
+        return ended["why"] is not None
+
+    return complete_anyway
+
+
+def finish_search(study: Any, search: Search, study_name: str, ended: dict[str, str | None]) -> None:
+    """After its fit: tell FAIL what a killed driver left open in Optuna, give a trial row to a round
+    file no driver finished, mark the search done in study.json (and say why it ended early)."""
+    from fedtune.tune.tuner.optuna_search import EXHAUSTED, optuna_trials, reconcile_optuna
+
+    plan = study.plan
+    state = study.search_state(search.key)
+    storage = study.storage()
+    orphans = reconcile_optuna(storage, study_name)
+    study.warnings.extend(recover_trial_rows(plan.study_dir, optuna_trials(storage, study_name), study.console))
+    state.update(status=status.DONE, ended_at=now(), orphaned_trials=orphans)
+    if ended["why"] and ended["why"].startswith(EXHAUSTED):  # not when earlier drivers ran the rest
+        state["ended_early"] = ended["why"]
+        study.warnings.append(f"search '{search.key}': {ended['why']}")
+        study.console.print(f"[yellow]warning: search '{search.key}': {ended['why']}[/yellow]")
+    study.save()
+
+
+def restore_tuner(study: Any, exp_dir: str) -> Any:
+    """``Tuner.restore`` of ``exp_dir`` for ``study`` (in its study directory, wherever the study was
+    created): Tune takes the experiment's location from ``exp_dir``; the Optuna storage unpickles onto
+    this study (``ACTIVE["study_dir"]``); the Arrow callback pickled in ``tuner.pkl`` is pointed at
+    this study directory too, so a copied or moved study writes only here."""
+    from ray import tune
+
+    from fedtune.results.store import ResultsStore
+    from fedtune.tune.study.moved_modules import old_module_names
+    from fedtune.tune.trial.callback import ArrowCallback
+    from fedtune.tune.trial.population import PopulationRecorder, population_trainable
+
+    plan = study.plan
+    trainable = population_trainable() if study.opts.scheduler in POPULATION_SCHEDULERS else study.trainable
+    with old_module_names():  # a study started before a module moved (fedtune.tune.study.moved_modules)
+        tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True, resume_errored=False)
+    run_config = tuner._local_tuner.get_run_config()  # Ray keeps the callbacks of the first run
+    for cb in run_config.callbacks or []:
+        if isinstance(cb, ArrowCallback):
+            cb.store = ResultsStore(plan.study_dir.parent, plan.name)
+            cb.study = cb.store.study
+        elif isinstance(cb, PopulationRecorder):
+            cb.study_dir = str(plan.study_dir)
+    return tuner
