@@ -234,3 +234,22 @@ def test_a_driver_killed_inside_the_shared_fit_resumes_it_exactly_once(ray_sessi
         assert all(t.user_attrs["fedtune_status"] == "orphaned" for t in study.trials if t not in finished)
         assert sorted(t for t in trials if t.startswith(algorithm) and trials[t]["status"] in ran) == \
             sorted(t.user_attrs["fedtune_trial_id"] for t in finished)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_asha_in_a_shared_fit_stops_each_searchs_trials_as_it_would_alone(ray_session, tmp_path):
+    """Each search's ASHA sees only its own trials: FedProx's trials stop (or not) at the same rounds
+    after FedAvg's search in the same fit as in a study of FedProx alone."""
+    from fedtune.results.store import load
+    from fedtune.tune.study.sweep import run_sweep
+
+    asha = dict(SMALL, rounds=3, num_samples=3, scheduler="asha", grace_period=1, reduction_factor=2.0,
+                overrides={"local_steps": 2, **TINY})
+    both = run_sweep(opts(tmp_path, name="both", algorithms=["fedavg", "fedprox"], **asha)).study_dir
+    alone = run_sweep(opts(tmp_path, name="alone", algorithms=["fedprox"], **asha)).study_dir
+    assert sorted(os.listdir(both / "tune")) == [STUDY_FIT]
+    ended = lambda d: sorted((t["trial_id"], t["status"], t["rounds_done"])  # noqa: E731
+                             for t in load(d, "trials").to_pylist() if t["algorithm"] == "fedprox")
+    assert len(ended(both)) == 3 and ended(both) == ended(alone)
+    assert {s for _, s, _ in ended(both) + ended(alone)} & {"pruned"}  # ASHA did stop some: the check bites
