@@ -61,3 +61,24 @@ def test_a_rule_with_its_own_aggregate_is_not_streamed():
         rule = cls(FederatedRunConfig.from_dict({"algorithm": algorithm}), None)
         got = rule.streamed_weights(p)
         assert (got is None) if expected is None else np.array_equal(got, expected)
+
+
+def test_a_worker_streams_its_clients_in_batches_with_the_same_states(tmp_path):
+    """A client actor sends its trained clients in replies of ``batch`` clients (fewer objects through
+    Ray: fedtune.runtime.pools.stream_batch); the states are those of one reply per client, bit for bit."""
+    cfg = FederatedRunConfig.from_dict({**BASE, "num_clients": 7, "output": str(tmp_path), "name": "b"})
+    fr = FederatedRun(cfg)
+    fr.start()
+    try:
+        worker = fr.coordinator.pool.worker
+        weights = fr.coordinator.weights
+        one = list(worker.fit_stream(weights, {}, 1, [6, 0, 3, 1, 5, 2, 4]))
+        three = list(worker.fit_stream(weights, {}, 1, [6, 0, 3, 1, 5, 2, 4], batch=3))
+    finally:
+        fr.close()
+    assert [r.client_ids for r in one] == [[c] for c in range(7)]
+    assert [r.client_ids for r in three] == [[0, 1, 2], [3, 4, 5], [6]]
+    split = [s for r in three for s in r.split()]
+    assert [s.client_ids for s in split] == [r.client_ids for r in one]
+    for a, b in zip(one, split):
+        assert a.states.tobytes() == b.states.tobytes() and (a.losses, a.num_examples) == (b.losses, b.num_examples)

@@ -19,6 +19,8 @@ dies is handled by the run's ``on_client_failure`` policy: ``retry`` (restart it
 from __future__ import annotations
 
 import logging
+import math
+from collections import deque
 from typing import Any, Iterator
 
 import numpy as np
@@ -41,6 +43,25 @@ class _ActorDied(Exception):
 def assign_clients(num_clients: int, num_workers: int) -> list[list[int]]:
     """Logical client ``c`` lives on worker ``c % num_workers`` for the whole run."""
     return [[c for c in range(num_clients) if c % num_workers == w] for w in range(num_workers)]
+
+
+STREAM_BATCHES = 4
+"""Replies a client actor sends per round at most (:func:`stream_batch`): enough that the coordinator
+sums while the workers train, few enough that Ray's cost per object (about 1 ms of the raylet's and
+the coordinator's CPU each, measured at 100 clients on 2 cores) stays small."""
+
+STREAM_BATCH_BYTES = 64 << 20
+"""Most bytes of trained states in one reply (a large model's clients go one per reply, as before)."""
+
+
+def stream_batch(num_clients: int, state_bytes: int) -> int:
+    """Clients per reply of a worker training ``num_clients`` this round: ``num_clients /
+    STREAM_BATCHES`` rounded up, at most ``STREAM_BATCH_BYTES`` of states, at least 1.
+
+    >>> stream_batch(50, 1 << 20), stream_batch(10, 1 << 20), stream_batch(50, 45 << 20), stream_batch(0, 8)
+    (13, 3, 1, 1)
+    """
+    return max(1, min(math.ceil(num_clients / STREAM_BATCHES), STREAM_BATCH_BYTES // max(1, int(state_bytes))))
 
 
 def assign_shards(shards: list[TargetShard], num_workers: int) -> list[list[TargetShard]]:
@@ -166,6 +187,7 @@ class RayPool(PoolBase):
         self.policy = policy
         self.num_workers = len(actors)
         self.restarts = 0
+        self.state_bytes = 0
 
     def initial_state(self):
         # bad input in a worker's __init__: the error itself, not Ray's wrapper
@@ -174,6 +196,7 @@ class RayPool(PoolBase):
     def publish(self, weights: np.ndarray):
         import ray
 
+        self.state_bytes = int(np.asarray(weights).nbytes)  # a trained state's size: what a reply batch holds
         return ray.put(weights)
 
     def _restart(self, w: int) -> None:
@@ -258,6 +281,7 @@ class RayPool(PoolBase):
         owner = {c: w for w, owned in enumerate(self.assignment) for c in owned}
         pending = {w: [c for c in wanted if owner[c] == w] for w in sorted({owner[c] for c in wanted})}
         streams = {w: self._stream(w, weights_ref, payload, round, ids) for w, ids in pending.items()}
+        received: dict[int, deque] = {w: deque() for w in pending}  # a reply's clients not yet taken
         retried: set[int] = set()
         for cid in wanted:
             w = owner[cid]
@@ -265,7 +289,9 @@ class RayPool(PoolBase):
                 continue
             while True:
                 try:
-                    reply = self._next(streams[w])
+                    if not received[w]:
+                        received[w].extend(self._next(streams[w]).split())
+                    reply = received[w].popleft()
                     break
                 except _ActorDied as exc:
                     rest = [c for c in pending[w] if c >= cid]
@@ -289,7 +315,9 @@ class RayPool(PoolBase):
             yield reply
 
     def _stream(self, w: int, weights_ref, payload, round, ids: list[int]):
-        return self.actors[w].fit_stream.options(num_returns="streaming").remote(weights_ref, payload, round, ids)
+        batch = stream_batch(len(ids), self.state_bytes)
+        return self.actors[w].fit_stream.options(num_returns="streaming").remote(weights_ref, payload, round, ids,
+                                                                               batch)
 
     @staticmethod
     def _next(stream) -> FitReply:

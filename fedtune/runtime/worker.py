@@ -196,14 +196,19 @@ class ClientWorker:
         return reply
 
     def fit_stream(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int,
-                   client_ids: list[int]) -> Iterator[FitReply]:
-        """:meth:`fit`, one reply per client (ascending) as soon as it is trained: the coordinator
-        adds each update to the round's sum while the next client trains, and no worker holds its
-        clients' states together (a Ray streaming generator: ``num_returns="streaming"``)."""
-        for cid in sorted(client_ids):
-            reply = FitReply([cid], np.empty((1, self.layout.size), dtype=np.float32), [], [], [], [],
+                   client_ids: list[int], batch: int = 1) -> Iterator[FitReply]:
+        """:meth:`fit` in replies of ``batch`` clients (ascending; :func:`stream_batch`), each sent
+        as soon as its clients are trained: the coordinator adds them to the round's sums while the
+        next ones train, and no worker holds more than one batch of states (a Ray streaming
+        generator: ``num_returns="streaming"``). What the clients compute does not depend on
+        ``batch``; it sets how many objects cross Ray a round."""
+        ids = sorted(client_ids)
+        for start in range(0, len(ids), max(1, int(batch))):
+            group = ids[start:start + max(1, int(batch))]
+            reply = FitReply(group, np.empty((len(group), self.layout.size), dtype=np.float32), [], [], [], [],
                              worker=self.worker_index)
-            self._fit_client(weights, payload, round, cid, reply.states[0], reply)
+            for row, cid in enumerate(group):
+                self._fit_client(weights, payload, round, cid, reply.states[row], reply)
             yield reply
 
     def _fit_client(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int, cid: int,
