@@ -2,7 +2,8 @@
 
 ``options`` (every sweep flag) · ``plan`` (the study's searches, checked before Ray starts; no Ray
 or Optuna imports) · ``default_study`` (the no-argument study) · ``study_start`` (what a new study
-writes first) · ``sweep`` (runs the searches and seed runs of a study) · ``seed_runs`` (``--seeds``)
+writes first) · ``sweep`` (runs the searches and seed runs of a study) · ``search_fit`` (which searches share one
+Tune fit, and its Tuner) · ``background`` (the report drawn while Ray shuts down) · ``seed_runs`` (``--seeds``)
 · ``resume`` (reading a study back; ``--resume``'s rules) · ``moved_modules`` (old module paths
 while an old study is unpickled) · ``driver_lock`` (one driver per study) · ``ray_lost`` (Ray gone
 mid-sweep) · ``active`` (the sweep this process runs).
