@@ -253,3 +253,26 @@ def test_asha_in_a_shared_fit_stops_each_searchs_trials_as_it_would_alone(ray_se
                              for t in load(d, "trials").to_pylist() if t["algorithm"] == "fedprox")
     assert len(ended(both)) == 3 and ended(both) == ended(alone)
     assert {s for _, s, _ in ended(both) + ended(alone)} & {"pruned"}  # ASHA did stop some: the check bites
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_seed_re_runs_of_several_searches_share_one_fit_with_the_rows_of_fits_of_their_own(ray_session, tmp_path):
+    from fedtune.tune.study.search_fit import SEEDS_FIT
+    from fedtune.tune.study.sweep import run_sweep
+
+    seeds = dict(SMALL, seeds=2)
+    both = run_sweep(opts(tmp_path, name="both", algorithms=["fedavg", "fedprox"], **seeds)).study_dir
+    alone = [run_sweep(opts(tmp_path, name=a, algorithms=[a], **seeds)).study_dir for a in ("fedavg", "fedprox")]
+    assert sorted(os.listdir(both / "tune")) == sorted([STUDY_FIT, SEEDS_FIT])
+    assert [sorted(os.listdir(d / "tune")) for d in alone] == [["fedavg", "fedavg--seeds"], ["fedprox", "fedprox--seeds"]]
+    data = json.loads((both / "study.json").read_text())["searches"]
+    for a, d in zip(("fedavg", "fedprox"), alone):
+        mine, theirs = data[f"{a} seeds"], json.loads((d / "study.json").read_text())["searches"][f"{a} seeds"]
+        assert mine["status"] == "done" and mine["tune_dir"] == "tune/_seeds"
+        assert mine["trial_ids"] == theirs["trial_ids"] and len(mine["trial_ids"]) == 2  # selected, then seed 1
+    rows, rows_alone = rounds_by_trial(both), {**rounds_by_trial(alone[0]), **rounds_by_trial(alone[1])}
+    assert set(rows) == set(rows_alone) and _numbers(rows) == _numbers(rows_alone)
+    results = sorted(_trial_results(both, SEEDS_FIT).values(), key=lambda t: t[2])
+    assert [c[SEARCH_FIELD] for c, _, _ in results] == ["fedavg seeds", "fedprox seeds"]
+    assert [r["actors_reused"] for _, r, _ in results] == [False, True]  # the second re-run on the first's actors

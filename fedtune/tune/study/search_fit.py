@@ -21,8 +21,11 @@ from fedtune.tune.study.resume import recover_trial_rows
 from fedtune.tune.study.study_start import now
 from fedtune.tune.tuner.storage import restorable
 
-__all__ = ["ended_early_check", "finish_search", "fit_groups", "restore_tuner", "search_total", "searcher_of",
-           "study_tuner"]
+__all__ = ["SEEDS_FIT", "ended_early_check", "finish_search", "fit_groups", "restore_tuner", "search_total",
+           "searcher_of", "seed_groups", "seeds_tuner", "study_tuner"]
+
+SEEDS_FIT = "_seeds"
+"""The Tune experiment (``tune/_seeds``) of the ``--seeds`` re-runs of several searches, run in one fit."""
 
 
 def search_total(num_samples: int, space: Any) -> int:
@@ -52,6 +55,47 @@ def fit_groups(plan: StudyPlan, searches_state: dict[str, dict[str, Any]]) -> li
     if shared:
         groups.append(shared)
     return groups
+
+
+def seed_groups(plan: StudyPlan, searches_state: dict[str, dict[str, Any]]) -> list[list[Search]]:
+    """The searches whose ``--seeds`` re-runs run, grouped into Tune fits as :func:`fit_groups` groups
+    the searches: re-runs finished or skipped, or started alone by an earlier driver
+    (``tune/<search>--seeds``), alone; the others in one fit when there are at least two."""
+    alone, shared = [], []
+    for s in plan.searches:
+        state = searches_state.get(f"{s.key} seeds", {})
+        if (state.get("status") in (status.DONE, status.SKIPPED)
+                or restorable(plan.tune_location(f"{s.tune_name}--seeds"))):
+            alone.append(s)
+        else:
+            shared.append(s)
+    if len(shared) == 1 and not restorable(plan.tune_location(SEEDS_FIT)):
+        alone, shared = plan.searches, []
+    groups: list[list[Search]] = [[s] for s in plan.searches if s in alone]
+    if shared:
+        groups.append(shared)
+    return groups
+
+
+def seeds_tuner(study: Any, parts: list[tuple[str, list[dict[str, Any]]]], trial_dirname: Any) -> Any:
+    """The Tuner of the seed re-runs of several searches (key, configurations) in one fit
+    (:class:`~fedtune.tune.tuner.study_search.ListedConfigs` behind one
+    :class:`~fedtune.tune.tuner.study_search.StudySearcher`)."""
+    from ray import tune
+
+    from fedtune.tune.tuner.study_search import ListedConfigs, StudySearcher
+
+    plan = study.plan
+    searcher = StudySearcher([(key, ListedConfigs(configs)) for key, configs in parts], {key: {} for key, _ in parts},
+                             metric=plan.metrics if len(plan.metrics) > 1 else plan.metrics[0],
+                             mode=plan.modes if len(plan.modes) > 1 else plan.modes[0])
+    totals = {key: len(configs) for key, configs in parts}
+    return tune.Tuner(
+        study.trainable, param_space={},
+        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=sum(totals.values()),
+                                    max_concurrent_trials=study.cap, reuse_actors=True,
+                                    trial_dirname_creator=trial_dirname),
+        run_config=study.run_config(SEEDS_FIT, totals))
 
 
 def searcher_of(study: Any, search: Search, space: Any, total: int) -> tuple[Any, Any]:

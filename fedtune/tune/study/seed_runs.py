@@ -1,12 +1,15 @@
-"""``--seeds K``: which configuration of a search is re-run with more seeds, and the trial id of
-each re-run (:mod:`fedtune.tune.study.sweep` runs them as one Tune experiment per search).
+"""``--seeds K``: which configuration of a search is re-run with more seeds, the trial id of each
+re-run, and the Tune fits that run them (:func:`run_seeds`).
 
 ``--seeds K``: after the searches, the configuration the report selects per
 (algorithm, target) (highest metric at its best round) is evaluated with the K seeds
 ``s, s+1, ..., s+K-1`` (``s`` = the study's ``seed``, default 0). Its search run *is* the
 seed-``s`` replicate (a run is deterministic given its seed, so re-running it would reproduce
-it exactly); the K-1 others run as one Tune experiment ``tune/<search>--seeds``. The report
-then shows mean ± standard error over the K seeds.
+it exactly); the K-1 others run after the searches, those of every search in one Tune experiment
+``tune/_seeds`` (the actors of the first re-run serve them all;
+:func:`fedtune.tune.study.search_fit.seed_groups`), or ``tune/<search>--seeds`` for a study of one
+search and re-runs an earlier version started alone. The report then shows mean ± standard error
+over the K seeds.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from typing import Any
 
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
+from fedtune.results import status
 from fedtune.results.selection import SCORE, check_protocol, choose_round, select
-from fedtune.tune.study.plan import Search
+from fedtune.tune.study.plan import Search, seeds_for
 
-__all__ = ["seed_trial_id", "selected_config", "selected_trial"]
+__all__ = ["run_seeds", "seed_trial_id", "selected_config", "selected_trial"]
 
 
 def seed_trial_id(config: Mapping[str, Any]) -> str:
@@ -95,3 +99,98 @@ def selected_config(study_dir: Path, search: Search, seed: int, selection: str) 
     keep = {k: v for k, v in config.items() if k not in ("output", "name")}
     keep.update(params)
     return {"trial_id": trial_id, "config": keep}
+
+
+# ------------------------------------------------------------------------------------------------
+# Running the re-runs (a study's driver: fedtune.tune.study.sweep)
+def run_seeds(study: Any, group: list[Search], trial_dirname: Any) -> None:
+    """The ``--seeds`` re-runs of a group of :func:`~fedtune.tune.study.search_fit.seed_groups`: one
+    search's in a fit of its own, several searches' in one fit; each search's entry
+    ``"<search> seeds"`` in study.json is marked done with its trial ids."""
+    if len(group) == 1:
+        _run_alone(study, group[0], trial_dirname)
+    else:
+        _run_shared(study, group, trial_dirname)
+
+
+def _seed_configs(study: Any, search: Search) -> list[dict[str, Any]] | None:
+    """The ``--seeds`` re-runs of ``search``'s selected configuration (recorded in study.json), or
+    None when it has none (every trial failed: skipped with a warning, the others go on)."""
+    key = f"{search.key} seeds"
+    state = study.search_state(key)
+    seeds = seeds_for(study.plan.base_seed, study.opts.seeds)
+    try:
+        chosen = selected_config(study.plan.study_dir, search, study.plan.base_seed, study.opts.protocol())
+    except ConfigError as exc:
+        state.update(status=status.SKIPPED, reason=str(exc))
+        study.warnings.append(str(exc))
+        study.view.row(key, len(seeds) - 1)["state"] = "skipped"
+        study.console.print(f"[yellow]warning: {exc}[/yellow]")
+        study.save()
+        return None
+    state.update(selected_trial=chosen["trial_id"], seeds=seeds, config=chosen["config"],
+                 algorithm=search.algorithm, target_domain=search.target)
+    return [{**chosen["config"], "output": study.plan.fixed[search.key]["output"], "name": study.plan.name,
+             "seed": s} for s in seeds[1:]]
+
+
+def _seeds_done(study: Any, search: Search) -> None:
+    from fedtune.tune.study.study_start import now
+
+    state = study.search_state(f"{search.key} seeds")
+    state.update(status=status.DONE, ended_at=now(),
+                 trial_ids=[state.get("selected_trial")] + [seed_trial_id({**state["config"], "seed": s})
+                                                           for s in state["seeds"][1:]])
+    study.save()
+
+
+def _run_alone(study: Any, search: Search, trial_dirname: Any) -> None:
+    """One search's ``--seeds`` re-runs in a Tune fit of their own (``tune/<search>--seeds``)."""
+    from ray import tune
+
+    from fedtune.tune.study.search_fit import restore_tuner
+    from fedtune.tune.tuner.storage import restorable
+
+    key, total = f"{search.key} seeds", study.opts.seeds - 1
+    state = study.search_state(key)
+    if state.get("status") in (status.DONE, status.SKIPPED):
+        study.view.row(key, total)["state"] = f"{state['status']} (earlier run)"
+        return
+    name = f"{search.tune_name}--seeds"
+    exp_dir = study.plan.tune_location(name)
+    if restorable(exp_dir):
+        tuner = restore_tuner(study, exp_dir)
+    else:
+        configs = _seed_configs(study, search)
+        if configs is None:
+            return
+        config = {**configs[0], "seed": tune.grid_search([c["seed"] for c in configs])}
+        tuner = tune.Tuner(
+            study.trainable, param_space=config,
+            tune_config=tune.TuneConfig(num_samples=1, max_concurrent_trials=study.cap, reuse_actors=True,
+                                        trial_dirname_creator=trial_dirname),
+            run_config=study.run_config(name, {key: total}))
+    study.fit_searches(tuner, name, [(key, total, None)])
+    _seeds_done(study, search)
+
+
+def _run_shared(study: Any, searches: list[Search], trial_dirname: Any) -> None:
+    """Several searches' ``--seeds`` re-runs in one Tune fit (``tune/_seeds``; restored when an
+    earlier driver started it): the actors of the first re-run serve them all."""
+    from fedtune.tune.study.search_fit import SEEDS_FIT, restore_tuner, seeds_tuner
+    from fedtune.tune.tuner.storage import restorable
+
+    exp_dir = study.plan.tune_location(SEEDS_FIT)
+    if restorable(exp_dir):
+        tuner, ran = restore_tuner(study, exp_dir), searches
+    else:
+        parts = [(s, _seed_configs(study, s)) for s in searches]
+        ran = [s for s, configs in parts if configs is not None]
+        if not ran:
+            return
+        tuner = seeds_tuner(study, [(f"{s.key} seeds", configs) for s, configs in parts if configs is not None],
+                            trial_dirname)
+    study.fit_searches(tuner, SEEDS_FIT, [(f"{s.key} seeds", study.opts.seeds - 1, None) for s in ran])
+    for s in ran:
+        _seeds_done(study, s)
+

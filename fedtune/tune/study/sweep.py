@@ -63,13 +63,13 @@ from fedtune.tune.tuner.capacity import concurrency_cap
 from fedtune.tune.study.default_study import apply_default_study, is_default_study
 from fedtune.tune.study.moved_modules import old_module_names
 from fedtune.tune.study.options import POPULATION_SCHEDULERS
-from fedtune.tune.study.plan import STUDY_FIT, Search, StudyPlan, abs_path, plan_study, seeds_for
+from fedtune.tune.study.plan import STUDY_FIT, Search, StudyPlan, abs_path, plan_study
 from fedtune.tune.study.search_fit import (ended_early_check, finish_search, fit_groups, restore_tuner, search_total,
-                                           searcher_of, study_tuner)
+                                           searcher_of, seed_groups, study_tuner)
 from fedtune.tune.study.options import SweepOptions
 from fedtune.tune.study.ray_lost import fit_stop
 from fedtune.tune.study.resume import rebuild_trial_rows, repair_round_files, resumed_study
-from fedtune.tune.study.seed_runs import seed_trial_id, selected_config
+from fedtune.tune.study.seed_runs import run_seeds
 from fedtune.tune.study.study_start import command_line, new_study_data, now, relative, say_knobs, snapshot_spaces
 from fedtune.tune.tuner.env import signal_handlers_kept, tune_env
 from fedtune.tune.tuner.storage import restorable
@@ -162,8 +162,8 @@ class _Study:
                 for group in fit_groups(self.plan, self.data.get("searches", {})):
                     self.run_search(group[0]) if len(group) == 1 else self.run_searches(group)
                 if self.opts.seeds > 1:
-                    for search in self.plan.searches:
-                        self.run_seeds(search)
+                    for group in seed_groups(self.plan, self.data.get("searches", {})):
+                        run_seeds(self, group, trial_dirname)
         finally:
             self.view.stop()
             _ACTIVE["view"] = None
@@ -209,7 +209,7 @@ class _Study:
     def rounds(self) -> int:
         return int(next(iter(self.plan.fixed.values())).get("rounds") or FederatedRunConfig().rounds)
 
-    def _fit(self, tuner: Any, tune_name: str, parts: list[tuple[str, int, Callable[[], bool] | None]]) -> None:
+    def fit_searches(self, tuner: Any, tune_name: str, parts: list[tuple[str, int, Callable[[], bool] | None]]) -> None:
         """Run ``tuner``, the fit ``tune_name`` of the searches ``parts`` (key, trials asked, and
         ``complete_anyway``); it is an interruption when it left a trial unfinished or made fewer
         than a search's trials, unless only the count is short and that search's
@@ -299,7 +299,7 @@ class _Study:
                                             trial_dirname_creator=trial_dirname),
                 run_config=self.run_config(search.tune_name, {search.key: total}))
         ended: dict[str, str | None] = {"why": None}
-        self._fit(tuner, search.tune_name, [(search.key, total, ended_early_check(self, study_name, total, ended))])
+        self.fit_searches(tuner, search.tune_name, [(search.key, total, ended_early_check(self, study_name, total, ended))])
         finish_search(self, search, study_name, ended)
 
     def run_searches(self, searches: list[Search]) -> None:
@@ -310,50 +310,10 @@ class _Study:
         tuner = (restore_tuner(self, exp_dir) if restorable(exp_dir)
                  else study_tuner(self, [(s, space, total) for s, space, total, _ in begun], trial_dirname))
         ended = {s.key: {"why": None} for s in searches}
-        self._fit(tuner, STUDY_FIT, [(s.key, total, ended_early_check(self, name, total, ended[s.key]))
+        self.fit_searches(tuner, STUDY_FIT, [(s.key, total, ended_early_check(self, name, total, ended[s.key]))
                                      for s, _, total, name in begun])
         for s, _, _, name in begun:
             finish_search(self, s, name, ended[s.key])
-
-    def run_seeds(self, search: Search) -> None:
-        from ray import tune
-
-        key = f"{search.key} seeds"
-        state = self.search_state(key)
-        seeds = seeds_for(self.plan.base_seed, self.opts.seeds)
-        extra = seeds[1:]
-        total = len(extra)
-        if state.get("status") in (status.DONE, status.SKIPPED):
-            self.view.row(key, total)["state"] = f"{state['status']} (earlier run)"
-            return
-        name = f"{search.tune_name}--seeds"
-        exp_dir = self.plan.tune_location(name)
-        if restorable(exp_dir):
-            tuner = restore_tuner(self, exp_dir)
-        else:
-            try:
-                chosen = selected_config(self.plan.study_dir, search, self.plan.base_seed, self.opts.protocol())
-            except ConfigError as exc:  # e.g. every trial of the search failed: the other searches go on
-                state.update(status=status.SKIPPED, reason=str(exc))
-                self.warnings.append(str(exc))
-                self.view.row(key, total)["state"] = "skipped"
-                self.console.print(f"[yellow]warning: {exc}[/yellow]")
-                self.save()
-                return
-            state.update(selected_trial=chosen["trial_id"], seeds=seeds, config=chosen["config"],
-                         algorithm=search.algorithm, target_domain=search.target)
-            config = {**chosen["config"], "output": self.plan.fixed[search.key]["output"],
-                      "name": self.plan.name, "seed": tune.grid_search(extra)}
-            tuner = tune.Tuner(
-                self.trainable, param_space=config,
-                tune_config=tune.TuneConfig(num_samples=1, max_concurrent_trials=self.cap, reuse_actors=True,
-                                            trial_dirname_creator=trial_dirname),
-                run_config=self.run_config(name, {key: total}))
-        self._fit(tuner, name, [(key, total, None)])
-        state.update(status=status.DONE, ended_at=now(),
-                     trial_ids=[state.get("selected_trial")] + [seed_trial_id({**state["config"], "seed": s})
-                                                               for s in extra])
-        self.save()
 
 
 def trial_dirname(trial: Any) -> str:

@@ -33,7 +33,7 @@ from ray.tune.search import Searcher
 
 from fedtune.tune.study.plan import SEARCH_FIELD, search_of
 
-__all__ = ["PerSearchScheduler", "StudySearcher"]
+__all__ = ["ListedConfigs", "PerSearchScheduler", "StudySearcher"]
 
 
 class StudySearcher(Searcher):
@@ -93,6 +93,30 @@ class StudySearcher(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             self.__dict__.update(pickle.load(f))
+
+
+class ListedConfigs(Searcher):
+    """The given configurations, in order, then ``FINISHED``: a search's ``--seeds`` re-runs of its
+    selected configuration, one per seed (what a fit of one search's seed runs takes as a grid).
+
+    >>> s = ListedConfigs([{"seed": 1}, {"seed": 2}])
+    >>> s.suggest("a"), s.suggest("b"), s.suggest("c")
+    ({'seed': 1}, {'seed': 2}, 'FINISHED')
+    """
+
+    def __init__(self, configs: Sequence[Mapping[str, Any]]):
+        super().__init__()
+        self.fedtune_configs = [dict(c) for c in configs]
+        self.fedtune_next = 0
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        if self.fedtune_next >= len(self.fedtune_configs):
+            return Searcher.FINISHED
+        self.fedtune_next += 1
+        return dict(self.fedtune_configs[self.fedtune_next - 1])
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        pass
 
 
 class PerSearchScheduler(FIFOScheduler):
