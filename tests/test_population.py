@@ -88,17 +88,21 @@ def _check_records(study_dir, name: str, members: int, rounds: int) -> list[dict
 def test_a_member_exploits_another_with_its_whole_state_and_the_records_agree(ray_session, tmp_path, scheduler):
     from fedtune.tune.study.sweep import run_sweep
 
-    o = SweepOptions(algorithms=["fedavg"], rounds=4, num_samples=3, scheduler=scheduler, perturbation_interval=1,
+    # Two members train side by side; PBT exploits only when a member reports while another has a
+    # checkpointed result, so the runs must overlap: 6 rounds of 10 steps (at 4 rounds of 1 step, once
+    # the rounds got faster, a busy CI machine twice saw the members barely overlap and no exploit).
+    rounds = 6
+    o = SweepOptions(algorithms=["fedavg"], rounds=rounds, num_samples=3, scheduler=scheduler, perturbation_interval=1,
                      output=str(tmp_path), name="p", report=False, sampler_seed=1,
-                     overrides={"model": "mlp", "mlp_hidden": [16], "local_steps": 1, "max_client_actors": 1})
+                     overrides={"model": "mlp", "mlp_hidden": [16], "local_steps": 10, "max_client_actors": 1})
     study_dir = run_sweep(o).study_dir
-    members = _check_records(study_dir, "p/fedavg", 3, 4)
+    members = _check_records(study_dir, "p/fedavg", 3, rounds)
     exploited = [m for m in members if m["history"]]
-    assert exploited, "no member exploited another in 4 rounds at interval 1"
+    assert exploited, f"no member exploited another in {rounds} rounds at interval 1"
     ids = {m["trial"] for m in members}
     for m in exploited:
         for event in m["history"]:
-            assert event["from"] in ids - {m["trial"]} and 1 <= event["round"] < 4
+            assert event["from"] in ids - {m["trial"]} and 1 <= event["round"] < rounds
         last = m["history"][-1]
         after = m["rows"][last["round"] + 1]  # the round after the restart runs the new configuration
         for k, v in last["config"].items():
