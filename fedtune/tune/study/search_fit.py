@@ -36,66 +36,62 @@ def search_total(num_samples: int, space: Any) -> int:
     return int(num_samples)
 
 
+def _groups(plan: StudyPlan, alone: Callable[[Search], bool], shared_fit: str) -> list[list[Search]]:
+    """The study's searches in order, as Tune fits: those ``alone`` says run alone are groups of one;
+    the others share one fit (``shared_fit``) when there are at least two, or when an earlier
+    driver started that fit."""
+    shared = [s for s in plan.searches if not alone(s)]
+    if len(shared) == 1 and not restorable(plan.tune_location(shared_fit)):
+        shared = []
+    groups: list[list[Search]] = [[s] for s in plan.searches if s not in shared]
+    return groups + [shared] if shared else groups
+
+
 def fit_groups(plan: StudyPlan, searches_state: dict[str, dict[str, Any]]) -> list[list[Search]]:
-    """The study's searches, in order, grouped into Tune fits (module docstring): a finished search
-    and one an earlier driver started alone are a group of one; the other searches share one fit
-    when there are at least two, or when an earlier driver started their shared fit."""
+    """The study's searches grouped into Tune fits (module docstring): alone a finished search and
+    one an earlier driver started alone (every search under PBT/PB2); the others share one fit."""
     if plan.options.scheduler in POPULATION_SCHEDULERS:
         return [[s] for s in plan.searches]
-    alone, shared = [], []
-    for s in plan.searches:
-        state = searches_state.get(s.key, {})
-        if state.get("status") == status.DONE or restorable(plan.tune_location(s.tune_name)):
-            alone.append(s)
-        else:
-            shared.append(s)
-    if len(shared) == 1 and not restorable(plan.tune_location(STUDY_FIT)):
-        alone, shared = plan.searches, []
-    groups: list[list[Search]] = [[s] for s in plan.searches if s in alone]
-    if shared:
-        groups.append(shared)
-    return groups
+    return _groups(plan, lambda s: (searches_state.get(s.key, {}).get("status") == status.DONE
+                                    or restorable(plan.tune_location(s.tune_name))), STUDY_FIT)
 
 
 def seed_groups(plan: StudyPlan, searches_state: dict[str, dict[str, Any]]) -> list[list[Search]]:
-    """The searches whose ``--seeds`` re-runs run, grouped into Tune fits as :func:`fit_groups` groups
-    the searches: re-runs finished or skipped, or started alone by an earlier driver
-    (``tune/<search>--seeds``), alone; the others in one fit when there are at least two."""
-    alone, shared = [], []
-    for s in plan.searches:
-        state = searches_state.get(f"{s.key} seeds", {})
-        if (state.get("status") in (status.DONE, status.SKIPPED)
-                or restorable(plan.tune_location(f"{s.tune_name}--seeds"))):
-            alone.append(s)
-        else:
-            shared.append(s)
-    if len(shared) == 1 and not restorable(plan.tune_location(SEEDS_FIT)):
-        alone, shared = plan.searches, []
-    groups: list[list[Search]] = [[s] for s in plan.searches if s in alone]
-    if shared:
-        groups.append(shared)
-    return groups
+    """The searches' ``--seeds`` re-runs grouped into Tune fits as :func:`fit_groups` groups the
+    searches: alone re-runs finished or skipped, or started alone by an earlier driver
+    (``tune/<search>--seeds``); the others in one fit (``tune/_seeds``)."""
+    return _groups(plan, lambda s: (searches_state.get(f"{s.key} seeds", {}).get("status")
+                                    in (status.DONE, status.SKIPPED)
+                                    or restorable(plan.tune_location(f"{s.tune_name}--seeds"))), SEEDS_FIT)
+
+
+def _shared_tuner(study: Any, searchers: list[tuple[str, Any]], fixed: dict[str, Any], scheduler: Any,
+                  totals: dict[str, int], fit: str, trial_dirname: Any) -> Any:
+    """The Tuner of the fit ``fit`` of several searches: their searchers (key, searcher) behind one
+    :class:`~fedtune.tune.tuner.study_search.StudySearcher`, ``totals`` trials in all."""
+    from ray import tune
+
+    from fedtune.tune.tuner.study_search import StudySearcher
+
+    plan = study.plan
+    searcher = StudySearcher(searchers, fixed, metric=plan.metrics if len(plan.metrics) > 1 else plan.metrics[0],
+                             mode=plan.modes if len(plan.modes) > 1 else plan.modes[0])
+    return tune.Tuner(
+        study.trainable, param_space={},
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=sum(totals.values()),
+                                    max_concurrent_trials=study.cap, reuse_actors=True,
+                                    trial_dirname_creator=trial_dirname),
+        run_config=study.run_config(fit, totals))
 
 
 def seeds_tuner(study: Any, parts: list[tuple[str, list[dict[str, Any]]]], trial_dirname: Any) -> Any:
     """The Tuner of the seed re-runs of several searches (key, configurations) in one fit
-    (:class:`~fedtune.tune.tuner.study_search.ListedConfigs` behind one
-    :class:`~fedtune.tune.tuner.study_search.StudySearcher`)."""
-    from ray import tune
+    (:class:`~fedtune.tune.tuner.study_search.ListedConfigs` each)."""
+    from fedtune.tune.tuner.study_search import ListedConfigs
 
-    from fedtune.tune.tuner.study_search import ListedConfigs, StudySearcher
-
-    plan = study.plan
-    searcher = StudySearcher([(key, ListedConfigs(configs)) for key, configs in parts], {key: {} for key, _ in parts},
-                             metric=plan.metrics if len(plan.metrics) > 1 else plan.metrics[0],
-                             mode=plan.modes if len(plan.modes) > 1 else plan.modes[0])
-    totals = {key: len(configs) for key, configs in parts}
-    return tune.Tuner(
-        study.trainable, param_space={},
-        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=sum(totals.values()),
-                                    max_concurrent_trials=study.cap, reuse_actors=True,
-                                    trial_dirname_creator=trial_dirname),
-        run_config=study.run_config(SEEDS_FIT, totals))
+    return _shared_tuner(study, [(key, ListedConfigs(configs)) for key, configs in parts],
+                         {key: {} for key, _ in parts}, None, {key: len(configs) for key, configs in parts},
+                         SEEDS_FIT, trial_dirname)
 
 
 def searcher_of(study: Any, search: Search, space: Any, total: int) -> tuple[Any, Any]:
@@ -120,28 +116,15 @@ def searcher_of(study: Any, search: Search, space: Any, total: int) -> tuple[Any
 
 
 def study_tuner(study: Any, searches: list[tuple[Search, Any, int]], trial_dirname: Any) -> Any:
-    """The Tuner of a fit of several searches of ``study``: (search, space, trials asked) each,
-    in the study's order; one :class:`~fedtune.tune.tuner.study_search.StudySearcher` and one
-    :class:`~fedtune.tune.tuner.study_search.PerSearchScheduler` over their own searchers and
-    schedulers (FIFO throughout: plain Tune FIFO)."""
-    from ray import tune
+    """The Tuner of a fit of several searches of ``study``: (search, space, trials asked) each, in
+    the study's order; their own searchers and, unless FIFO, their own schedulers behind one
+    :class:`~fedtune.tune.tuner.study_search.PerSearchScheduler`."""
+    from fedtune.tune.tuner.study_search import PerSearchScheduler
 
-    from fedtune.tune.tuner.study_search import PerSearchScheduler, StudySearcher
-
-    plan = study.plan
     parts = {s.key: searcher_of(study, s, space, total) for s, space, total in searches}
-    searcher = StudySearcher([(k, p[0]) for k, p in parts.items()], plan.fixed,
-                             metric=plan.metrics if len(plan.metrics) > 1 else plan.metrics[0],
-                             mode=plan.modes if len(plan.modes) > 1 else plan.modes[0])
-    schedulers = {k: p[1] for k, p in parts.items()}
-    scheduler = (None if study.opts.scheduler == "fifo" else PerSearchScheduler(schedulers))
-    totals = {s.key: total for s, _, total in searches}
-    return tune.Tuner(
-        study.trainable, param_space={},
-        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=sum(totals.values()),
-                                    max_concurrent_trials=study.cap, reuse_actors=True,
-                                    trial_dirname_creator=trial_dirname),
-        run_config=study.run_config(STUDY_FIT, totals))
+    scheduler = None if study.opts.scheduler == "fifo" else PerSearchScheduler({k: p[1] for k, p in parts.items()})
+    return _shared_tuner(study, [(k, p[0]) for k, p in parts.items()], study.plan.fixed, scheduler,
+                         {s.key: total for s, _, total in searches}, STUDY_FIT, trial_dirname)
 
 
 def ended_early_check(study: Any, study_name: str, total: int,

@@ -160,7 +160,10 @@ class _Study:
         try:
             with tune_env(self.opts.verbose):
                 for group in fit_groups(self.plan, self.data.get("searches", {})):
-                    self.run_search(group[0]) if len(group) == 1 else self.run_searches(group)
+                    if len(group) == 1:
+                        self.run_search(group[0])
+                    else:
+                        self.run_searches(group)
                 if self.opts.seeds > 1:
                     for group in seed_groups(self.plan, self.data.get("searches", {})):
                         run_seeds(self, group, trial_dirname)
