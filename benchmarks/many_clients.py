@@ -26,8 +26,11 @@ Measured per workload and repeat, interleaved (floor, fedtune local, fedtune Ray
   reference);
 * **fedtune ray**: ``backend=ray``, ``client_cpus=1`` (one client actor per core).
 
-Each fedtune number is the median ``wall_s`` of rounds 2..R-1 (evaluation only on the last round:
-``eval_every=R``), so start-up and evaluation are out of it. Printed: min / median / max seconds
+Each fedtune number is the median time between the ends of consecutive rounds as the driver sees
+them, rounds 2..R-1 (evaluation only on the last round: ``eval_every=R``), so start-up and
+evaluation are out of it and the driver's work between rounds (writing each round's row) is in it.
+Before 2026-11-27 (sixth session) it was the median of the rows' ``wall_s``, the coordinator's
+round alone, which left out the driver's 4–5 ms a round. Printed: min / median / max seconds
 per round and fedtune ÷ floor, with the load average before and after.
 """
 
@@ -69,10 +72,15 @@ def fedtune_round_s(cfg_dict: dict, backend: str, cores: int) -> float:
     from fedtune.config import FederatedRunConfig
     from fedtune.runtime.driver import run
 
+    """Median seconds between the ends of consecutive rounds as the driver sees them, rounds
+    2..R-1: the coordinator's round (its row's ``wall_s``) plus the driver's own work between
+    rounds (writing the round's row, the next call)."""
     extra = {"backend": backend, "client_cpus": 1.0, "num_cpus": cores} if backend == "ray" else {"backend": backend}
-    res = run(FederatedRunConfig.from_dict({**cfg_dict, **extra}), progress=False)
-    walls = [r["wall_s"] for r in res.rows[1:-1]] or [r["wall_s"] for r in res.rows]
-    return statistics.median(walls)
+    ends: list[float] = []
+    run(FederatedRunConfig.from_dict({**cfg_dict, **extra}), progress=False,
+        on_round=lambda row: ends.append(time.perf_counter()))
+    periods = [b - a for a, b in zip(ends, ends[1:])]  # rounds 2..R
+    return statistics.median(periods[:-1] or periods)  # the last round evaluates: left out
 
 
 def floor_round_s(cfg_dict: dict, rounds: int, cores: int) -> float:

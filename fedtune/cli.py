@@ -143,7 +143,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         phases = (f" (Ray up at {i.get('ray_init_s', 0):.1f}s, actors ready at {i.get('actors_ready_s', 0):.1f}s)"
                   if cfg.backend == "ray" else "")
         console.print(f"time to the end of round 1: {result.time_to_first_round_s:.1f}s{phases}; "
-                      f"client actors: {i.get('num_workers')}; model parameters: {i.get('num_params')}")
+                      f"client actors: {i.get('num_workers')}"
+                      f"{', clients roaming' if i.get('client_placement') == 'roaming' else ''}; "
+                      f"model parameters: {i.get('num_params')}")
     if result.error:
         console.print(f"[yellow]{result.status}: {result.error}[/yellow]")
     # Plain print: paths must never be wrapped (scripts and copy-paste read them).

@@ -54,6 +54,7 @@ SETTINGS = ("fdg", "fl", "fda", "ufdg")
 BACKENDS = ("ray", "local")
 AUGMENTS = ("none", "domainbed")  # fedtune.runtime.augment.make_augment
 FAILURE_POLICIES = ("retry", "skip", "fail")
+PLACEMENTS = ("auto", "fixed", "roaming")  # client_placement (fedtune.runtime.placement)
 CACHE_KEYS = ("stat", "content")  # fedtune.data.cache.KEY_MODES
 
 
@@ -134,6 +135,7 @@ class FederatedRunConfig:
                                       "results bit for bit, faster FedOMG and auto-β rounds)", lo=0.0)
     coordinator_gpus: float = _f(0.0, "GPUs reserved for the coordinator actor (today's server rules run on NumPy and need none)", lo=0.0)
     max_client_actors: int | None = _f(None, "client actors; logical clients are spread over them (default: as many as the cluster fits, at most one per client)", lo=1)
+    client_placement: str = _f("auto", "which client actor trains a client: fixed (its owner, client id mod actors), roaming (dealt out each round so the actors finish together; every actor holds every client's data; not for a client method that keeps per-client state) or auto (roaming when clients are sampled, the method keeps no client state and all clients' data is at most 256 MiB); never changes a number", choices=PLACEMENTS)
     on_client_failure: str = _f("retry", "a dead client actor: retry (restart it, retry its clients once), skip (go on without them, recorded), fail", choices=FAILURE_POLICIES)
     placement_timeout_s: float = _f(60.0, "seconds to wait for the placement group when the cluster is busy", lo=0.0, lo_open=True)
     precision: str = _f("fp32", "client compute precision: fp32, bf16 (autocast; CPU or a GPU that has it) or fp16 (autocast and a gradient scaler; CUDA only); weights travel as float32", choices=PRECISIONS)
@@ -396,7 +398,7 @@ class FederatedRunConfig:
     def trial_id(self) -> str:
         """A stable id of what this run computes: equal configs (up to output/naming/backends) share it."""
         ignore = {"backend", "address", "eval_every", "eval_batch_size", "eval_batch_mib", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
-                  "placement_timeout_s", "on_client_failure", "client_cpus", "client_gpus",
+                  "placement_timeout_s", "on_client_failure", "client_placement", "client_cpus", "client_gpus",
                   "coordinator_cpus", "coordinator_gpus", "checkpoint_every", "cache_dir", "cache_key", "cache_wait_s"}
         values = {**self.to_dict(), "augment": self.effective_augment}  # what ran, not "auto"
         values["params"] = {k: v for k, v in values["params"].items()

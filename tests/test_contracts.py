@@ -42,7 +42,9 @@ from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.runtime import driver
 from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
+from fedtune.data.partition import sample_participants
 from fedtune.runtime.driver import FederatedRun, build_plan
+from fedtune.runtime.placement import keeps_client_state
 
 # ================================================================== the tiny runs
 # The setting a preset's form runs in, cheapest first: fl (4 clients, half of them sampled each
@@ -285,6 +287,10 @@ def test_both_backends_and_any_actor_count_give_the_same_rounds(ray_runs, tmp_pa
         else:
             fr.reconfigure(cfg)  # what Tune's reuse_actors does: the same rounds as a fresh run
         assert len(fr.client_handles()) == actors
+        # two actors and sampled clients: a method without per-client state roams (each round's
+        # clients dealt out afresh, fedtune.runtime.placement), one with it stays with its owners
+        roaming = actors == 2 and not keeps_client_state(cfg)
+        assert fr.describe()["client_placement"] == ("roaming" if roaming else "fixed")
         assert metrics(rounds(fr, 3)) == metrics(expected), actors
 
 
@@ -368,6 +374,30 @@ def test_every_client_method_trains_under_fedavg(tmp_path, client):
     setting = preferred_setting("fedavg", client, "fedavg")
     assert setting is not None, f"client method {client} runs in no setting with fedavg"
     finished(tiny_config(tmp_path, "fedavg", setting, client_method=client, rounds=2))
+
+
+STATE_CASES = [(c, {}) for c in CLIENT_METHODS] + [("fedsr", {"fedsr_prior": "local"})]
+
+
+@pytest.mark.parametrize("client,params", STATE_CASES, ids=[c + "".join(f"-{v}" for v in p.values())
+                                                            for c, p in STATE_CASES])
+def test_a_client_method_keeps_client_state_exactly_when_it_declares_it(tmp_path, client, params):
+    """The declaration decides whether a client may roam between actors (fedtune.runtime.placement):
+    a method that keeps state undeclared would lose it on the next actor, one that declares it
+    needlessly never roams. Four rounds of half the clients: every client trains."""
+    setting = preferred_setting("fedavg", client, "fedavg")
+    cfg = tiny_config(tmp_path, "fedavg", setting, client_method=client, rounds=4, params=params)
+    with FederatedRun(cfg) as fr:
+        trained = set()
+        for r in range(1, 5):
+            fr.step()
+            trained |= set(sample_participants(fr.plan.num_clients, cfg.participation, cfg.seed, r).tolist())
+        kept = {cid for cid, state in fr.get_state()["clients"].items() if state}
+    assert trained == set(range(fr.plan.num_clients))
+    if keeps_client_state(cfg):
+        assert kept == trained, kept
+    else:
+        assert kept == set(), kept
 
 
 @pytest.mark.parametrize("client", list(CLIENT_METHODS))

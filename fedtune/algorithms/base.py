@@ -153,7 +153,12 @@ class ClientMethodSpec(ComponentSpec):
     that keeps its state on the server lives (:class:`~fedtune.algorithms.server.side.ServerSide`).
     ``needs_source_bank``: its clients read the run's *source bank*, every source client's training
     examples un-augmented (``ClientContext.source_bank``; FedDG's shared amplitude spectra).
-    ``needs_images``: it runs only on image datasets (refused in one line before any actor starts)."""
+    ``needs_images``: it runs only on image datasets (refused in one line before any actor starts).
+    ``keeps_client_state``: a client keeps something on its actor between rounds (``ctx.state``:
+    SCAFFOLD's control variate, FedDyn's gradient, MOON's previous model, ...), so it is always
+    trained by the actor that owns it (:mod:`fedtune.runtime.placement`); a callable decides from
+    the run's config. A method that declares False and writes ``ctx.state`` on a roaming actor
+    stops the run with a RuntimeError naming it."""
 
     supervised: bool = True
     scales_fp16_gradients: bool = True
@@ -161,6 +166,7 @@ class ClientMethodSpec(ComponentSpec):
     server_side: str | None = None
     needs_source_bank: bool = False
     needs_images: bool = False
+    keeps_client_state: bool | Callable[[Any], bool] = False
 
     def head(self, cfg: RunConfig) -> dict[str, Any]:
         """The ``build_model`` keywords of this method's model under ``cfg``."""

@@ -339,6 +339,11 @@ def _simclr_head(cfg: RunConfig) -> dict[str, Any]:
     return {"head": "projector", "proj_dim": SIMCLR_PROJ_DIM.of(cfg)}
 
 
+def _fedsr_keeps_state(cfg: RunConfig) -> bool:
+    """FedSR keeps a client's prior on its actor only with ``fedsr_prior: local``."""
+    return FEDSR_PRIOR.of(cfg) == "local"
+
+
 def _fedsr_head(cfg: RunConfig) -> dict[str, Any]:
     return {"head": "probabilistic", "z_dim": FEDSR_Z_DIM.of(cfg), "eval_samples": FEDSR_EVAL_SAMPLES.of(cfg)}
 
@@ -366,11 +371,11 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
     ClientMethodSpec("gfm", "fedtune.algorithms.client.gfm:GFM",
                      "GFM: SAM steps on augmented images; augmenter maximises local - global loss (Alg. 1)",
                      (SAM_RHO, GFM_INTERVAL, GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE),
-                     scales_fp16_gradients=False),  # the augmenter's ascent step takes its own gradient
+                     scales_fp16_gradients=False, keeps_client_state=True),  # the augmenter's ascent step takes its own gradient
     ClientMethodSpec("gca", "fedtune.algorithms.client.gfm:GCA",
                      "GCA: local SGD on images from an adversarial augmenter constrained by the global model (GFM "
                      "ablation)", (GFM_INTERVAL, GFM_AUG_LR, GFM_COLOR_SCALE, GFM_GEOMETRY_SCALE),
-                     scales_fp16_gradients=False),
+                     scales_fp16_gradients=False, keeps_client_state=True),
     ClientMethodSpec("gala", "fedtune.algorithms.client.gala:GalaClient",
                      "FedGaLA local alignment: local SGD where a tensor steps only if its batch gradient agrees with "
                      "the last global move (gala_gate: descent cos(−∇, r) > gala_tau, or literal cos(+∇, r) >= "
@@ -379,20 +384,20 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      "FedSR: probabilistic representation z ~ N(mu(x), sigma(x)^2), CE on z + fedsr_l2r E||z||^2 + "
                      "fedsr_cmi KL(p(z|x) || r(z|y)) with a learned class-conditional prior",
                      (FEDSR_Z_DIM, FEDSR_L2R, FEDSR_CMI, FEDSR_L2R_FORM, FEDSR_PRIOR, FEDSR_EVAL_SAMPLES),
-                     model_head=_fedsr_head),
+                     model_head=_fedsr_head, keeps_client_state=_fedsr_keeps_state),
     ClientMethodSpec("scaffold", "fedtune.algorithms.client.scaffold:Scaffold",
                      "SCAFFOLD: local steps on g - c_i + c (control variates, option II update of c_i), server c += "
                      "|S|/N mean dc_i; FedAvg (global_lr = eta_g)",
-                     server_side="fedtune.algorithms.server.scaffold:ScaffoldServer"),
+                     server_side="fedtune.algorithms.server.scaffold:ScaffoldServer", keeps_client_state=True),
     ClientMethodSpec("feddyn", "fedtune.algorithms.client.feddyn:FedDyn",
                      "FedDyn: local loss - <grad L_k(theta_k^(t-1)), theta> + feddyn_alpha/2 ||theta - "
                      "theta_global||^2; server theta = mean - h/alpha (feddyn_mean rule|uniform)",
                      (FEDDYN_ALPHA, FEDDYN_MEAN), check=_check_feddyn,
-                     server_side="fedtune.algorithms.server.feddyn:FedDynServer"),
+                     server_side="fedtune.algorithms.server.feddyn:FedDynServer", keeps_client_state=True),
     ClientMethodSpec("moon", "fedtune.algorithms.client.moon:MOON",
                      "MOON: CE + moon_mu * model-contrastive loss pulling the encoder features towards the global "
                      "model's and away from the client's previous model's (temperature moon_temperature)",
-                     (MOON_MU, MOON_TEMPERATURE)),
+                     (MOON_MU, MOON_TEMPERATURE), keeps_client_state=True),
     ClientMethodSpec("fediir", "fedtune.algorithms.client.fediir:FedIIR",
                      "FedIIR: local SGD on CE + fediir_penalty ||grad_classifier CE - g_bar||^2, g_bar the server's "
                      "moving average (fediir_ema) of the clients' mean classifier gradient",
@@ -404,7 +409,7 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      "CE_i], server's mean variance), variances smoothed by fishr_ema, warm-up fishr_anneal_iters",
                      (FISHR_PENALTY, FISHR_ANNEAL_ITERS, FISHR_EMA, FISHR_DISTANCE),
                      scales_fp16_gradients=False,  # the per-example gradients are taken without the loss scaler
-                     server_side="fedtune.algorithms.server.fishr:FishrServer"),
+                     server_side="fedtune.algorithms.server.fishr:FishrServer", keeps_client_state=True),
     ClientMethodSpec("coral", "fedtune.algorithms.client.coral:DeepCORAL",
                      "DeepCORAL: local SGD on CE + coral_weight * mean over the batch's domain pairs of the CORAL "
                      "distance of the encoder features (clients holding several domains: domain_homogeneity > 0)",
@@ -425,7 +430,7 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
     ClientMethodSpec("groupdro", "fedtune.algorithms.client.groupdro:GroupDRO",
                      "GroupDRO: local SGD on sum_d q_d R_d, the client's domain weights q <- q exp(groupdro_eta R_d) "
                      "normalised at each step and kept across rounds (clients holding several domains)",
-                     (GROUPDRO_ETA,)),
+                     (GROUPDRO_ETA,), keeps_client_state=True),
     ClientMethodSpec("fish", "fedtune.algorithms.client.fish:Fish",
                      "Fish: each local step an inner step per domain of the batch, then theta moves fish_meta_lr of "
                      "the way to where they ended (fish_inner_optimizer fresh|round; clients holding several domains)",
@@ -442,7 +447,7 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      (FEDADG_ALPHA, FEDADG_EPOCHS, FEDADG_GEN_LR, FEDADG_DISC_LR, FEDADG_NOISE, FEDADG_LATENT,
                       FEDADG_DISC_WIDTH, FEDADG_VARIANT),
                      scales_fp16_gradients=False,  # the discriminator's and generator's steps bypass the scaler
-                     server_side="fedtune.algorithms.server.fedadg:FedADGServer"),
+                     server_side="fedtune.algorithms.server.fedadg:FedADGServer", keeps_client_state=True),
     ClientMethodSpec("afl", "fedtune.algorithms.client.afl:AFL",
                      "AFL: local SGD on sum_d lambda_d R_d over the batch's domains, lambda the server's mixture weights "
                      "over the training domains, moved by projected ascent on each domain's loss (afl_lambda_lr)",

@@ -121,7 +121,8 @@ class Coordinator:
 
         return {"num_params": self.num_model_params, "flat_size": self.layout.size,
                 "num_workers": self.pool.num_workers, "pid": os.getpid(),
-                "placement_group_id": _placement_group_id()}
+                "placement_group_id": _placement_group_id(),
+                "client_placement": "roaming" if getattr(self.pool, "roaming", False) else "fixed"}
 
     def client_handles(self) -> list:
         return self.pool.handles()

@@ -51,6 +51,9 @@ def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
     if resolved.client_spec.needs_images and not info.is_image:
         raise ConfigError(f"field 'client_method': {resolved.client_method_name} needs images (C, H, W) but dataset "
                           f"'{cfg.dataset}' gives vectors of shape {info.input_shape}; use an image dataset")
+    from fedtune.runtime.placement import check_placement
+
+    check_placement(cfg)
     if cfg.pretrained_path:
         from fedtune.weight_files import check_pretrained_file
 
@@ -220,8 +223,9 @@ class FederatedRun:
             try:
                 actors = self.client_handles()  # the live ones (a restarted actor has a new handle)
                 bank = plan.source_train_pieces()
-                ray.get([a.reconfigure.remote(cfg_dict, [plan.clients[c] for c in factory.assignment[w]], w,
-                                              factory.shards[w], source_bank=bank) for w, a in enumerate(actors)])
+                ray.get([a.reconfigure.remote(cfg_dict, [plan.clients[c] for c in factory.held(w)], w,
+                                              factory.shards[w], source_bank=bank, owned=factory.assignment[w])
+                         for w, a in enumerate(actors)])
                 ray.get(self.coordinator.reconfigure.remote(cfg_dict, plan, factory.pool_spec(actors)))
             except RayActorError:
                 keep = False  # an actor died meanwhile: start over below

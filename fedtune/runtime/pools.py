@@ -7,8 +7,10 @@ zero-copy). Both answer the same calls (``initial_state``, ``publish``, ``fit``,
 ``collect_evaluation``, ``shutdown``) with the same :mod:`~fedtune.runtime.messages`, so a seed
 gives the same numbers on either.
 
-Logical client ``c`` lives on worker ``c % num_workers`` for the whole run, target shard ``j``
-on worker ``j % num_workers`` (:func:`assign_clients`, :func:`assign_shards`). A client actor that
+Logical client ``c`` is owned by worker ``c % num_workers`` for the whole run, target shard ``j``
+by worker ``j % num_workers`` (:func:`assign_clients`, :func:`assign_shards`): the owner evaluates
+it and trains it, unless the run's clients roam (:mod:`fedtune.runtime.placement`: every worker
+holds every client's data and each round's participants are dealt out by cost, :meth:`RayPool.trainers`). A client actor that
 dies is handled by the run's ``on_client_failure`` policy: ``retry`` (restart it and call again),
 ``skip`` (restart it, leave its clients out of this call) or ``fail`` (:class:`ClientFailure`).
 
@@ -41,7 +43,7 @@ class _ActorDied(Exception):
 
 
 def assign_clients(num_clients: int, num_workers: int) -> list[list[int]]:
-    """Logical client ``c`` lives on worker ``c % num_workers`` for the whole run."""
+    """Logical client ``c`` is owned by worker ``c % num_workers`` for the whole run."""
     return [[c for c in range(num_clients) if c % num_workers == w] for w in range(num_workers)]
 
 
@@ -71,6 +73,17 @@ def stream_batch(num_clients: int, state_bytes: int) -> int:
     size = max(1, int(state_bytes))
     want = max(math.ceil(num_clients / STREAM_BATCHES), STREAM_MIN_BYTES // size)
     return max(1, min(want, STREAM_BATCH_BYTES // size, num_clients))
+
+
+def _input_shape(cfg: Any) -> tuple[int, ...] | None:
+    """The dataset's input shape from its labels-only handle (no pixels decoded); None if it cannot be read."""
+    from fedtune.data.registry import get_dataset
+
+    try:
+        return tuple(get_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size,
+                                 data_seed=cfg.data_seed).info.input_shape)
+    except Exception:  # the run's own start reports a dataset that cannot be read
+        return None
 
 
 def assign_shards(shards: list[TargetShard], num_workers: int) -> list[list[TargetShard]]:
@@ -154,19 +167,32 @@ class LocalPool(PoolBase):
 class ActorFactory:
     """Creates client actor ``w`` in its placement-group bundle (at start, and again on failure)."""
 
-    def __init__(self, cfg_dict, assignment, plan, pg, bundle_of_worker, cpus, gpus):
+    def __init__(self, cfg_dict, assignment, plan, pg, bundle_of_worker, cpus, gpus, roaming: bool = False):
         self.cfg_dict, self.assignment, self.plan = cfg_dict, assignment, plan
         self.shards = assign_shards(eval_shards(plan), len(assignment))
         self.pg, self.bundle_of_worker, self.cpus, self.gpus = pg, bundle_of_worker, cpus, gpus
+        # roaming clients (fedtune.runtime.placement): every actor holds every client's data, and
+        # each round's participants are dealt out by their cost
+        self.roaming = bool(roaming)
 
     @classmethod
     def of(cls, cfg_dict: dict[str, Any], plan: FederatedPlan, pg: Any, resources: Any) -> ActorFactory:
         """The factory of a run's client actors laid out as ``resources`` (a
-        :class:`~fedtune.runtime.resources.ResourcePlan`) says, clients by :func:`assign_clients`."""
+        :class:`~fedtune.runtime.resources.ResourcePlan`) says, clients owned by :func:`assign_clients`,
+        roaming or not as :func:`~fedtune.runtime.placement.roams` decides."""
+        from fedtune.config import FederatedRunConfig
+        from fedtune.runtime.placement import needs_input_shape, roams
+
         warn_if_batch_exceeds_clients(cfg_dict, plan)
         assignment = assign_clients(plan.num_clients, resources.num_workers)
+        cfg = FederatedRunConfig.from_validated(cfg_dict)
+        shape = _input_shape(cfg) if needs_input_shape(cfg, resources.num_workers) else None
         return cls(cfg_dict, assignment, plan, pg, resources.worker_bundles, resources.client_cpus,
-                   resources.client_gpus)
+                   resources.client_gpus, roaming=roams(cfg, plan, resources.num_workers, shape))
+
+    def held(self, w: int) -> list[int]:
+        """The clients whose data worker ``w`` holds: all of them when clients roam, else those it owns."""
+        return list(range(self.plan.num_clients)) if self.roaming else list(self.assignment[w])
 
     def pool_spec(self, actors: list) -> dict[str, Any]:
         """The coordinator's ``pool_spec`` for a :class:`RayPool` of ``actors`` made by this factory."""
@@ -177,13 +203,14 @@ class ActorFactory:
 
         from fedtune.runtime.worker import client_actor_class
 
-        specs = [self.plan.clients[c] for c in self.assignment[w]]
+        specs = [self.plan.clients[c] for c in self.held(w)]
         strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=self.bundle_of_worker[w],
                                                     placement_group_capture_child_tasks=True)
         return client_actor_class().options(
             num_cpus=self.cpus, num_gpus=self.gpus, scheduling_strategy=strategy,
             name=None, max_concurrency=1,
-        ).remote(self.cfg_dict, specs, w, self.shards[w], source_bank=self.plan.source_train_pieces())
+        ).remote(self.cfg_dict, specs, w, self.shards[w], source_bank=self.plan.source_train_pieces(),
+                  owned=self.assignment[w])
 
 
 class RayPool(PoolBase):
@@ -197,6 +224,25 @@ class RayPool(PoolBase):
         self.num_workers = len(actors)
         self.restarts = 0
         self.state_bytes = 0
+        self.roaming = bool(getattr(factory, "roaming", False))  # a plain callable making actor w: owners train
+        if self.roaming:
+            from fedtune.config import FederatedRunConfig
+            from fedtune.runtime.placement import client_cost
+
+            cfg = FederatedRunConfig.from_validated(factory.cfg_dict)
+            self.costs = [client_cost(spec.num_train, cfg) for spec in factory.plan.clients]
+
+    def trainers(self, client_ids) -> dict[int, list[int]]:
+        """Who trains whom this call: ``{worker: ascending client ids}``, the owners, or with roaming
+        clients the participants dealt out by cost (:func:`~fedtune.runtime.placement.deal_clients`)."""
+        wanted = sorted(set(int(c) for c in client_ids))
+        if self.roaming:
+            from fedtune.runtime.placement import deal_clients
+
+            return deal_clients(wanted, self.costs, self.num_workers)
+        chosen = set(wanted)
+        mine = {w: [c for c in owned if c in chosen] for w, owned in enumerate(self.assignment)}
+        return {w: ids for w, ids in mine.items() if ids}
 
     def initial_state(self):
         # bad input in a worker's __init__: the error itself, not Ray's wrapper
@@ -268,12 +314,7 @@ class RayPool(PoolBase):
         return False
 
     def fit(self, weights_ref, payload, round, client_ids) -> tuple[list[FitReply], list[int]]:
-        wanted = set(int(c) for c in client_ids)
-        args = {}
-        for w, owned in enumerate(self.assignment):
-            mine = [c for c in owned if c in wanted]
-            if mine:
-                args[w] = (weights_ref, payload, round, mine)
+        args = {w: (weights_ref, payload, round, mine) for w, mine in self.trainers(client_ids).items()}
         replies, skipped_workers = self._call_all("fit", args)
         skipped = sorted(c for w in skipped_workers for c in args[w][3])
         return [replies[w] for w in sorted(replies)], skipped
@@ -287,8 +328,8 @@ class RayPool(PoolBase):
         clients not yet received (appended to ``skipped``), ``retry`` restarts it and trains
         those again (a second death raises :class:`ClientFailure`)."""
         wanted = sorted(set(int(c) for c in client_ids))
-        owner = {c: w for w, owned in enumerate(self.assignment) for c in owned}
-        pending = {w: [c for c in wanted if owner[c] == w] for w in sorted({owner[c] for c in wanted})}
+        pending = self.trainers(wanted)
+        owner = {c: w for w, ids in pending.items() for c in ids}
         streams = {w: self._stream(w, weights_ref, payload, round, ids) for w, ids in pending.items()}
         received: dict[int, deque] = {w: deque() for w in pending}  # a reply's clients not yet taken
         retried: set[int] = set()

@@ -68,7 +68,7 @@ class ClientWorker:
 
     def __init__(self, cfg_dict: dict[str, Any], specs: list[ClientSpec], worker_index: int = 0,
                  shards: list[TargetShard] | None = None, manage_threads: bool = True,
-                 source_bank: dict[str, np.ndarray] | None = None):
+                 source_bank: dict[str, np.ndarray] | None = None, owned: list[int] | None = None):
         from fedtune.algorithms.client.precision import check_device
         from fedtune.config import FederatedRunConfig
         from fedtune.data.registry import get_dataset
@@ -107,6 +107,7 @@ class ClientWorker:
         self.channels_last = bool(self.cfg.channels_last) and self.device.type == "cuda" and len(info.input_shape) == 3
         self.augment = make_augment(self.cfg.effective_augment, info.input_shape[-1] if info.is_image else None)
         self.specs = {s.client_id: s for s in specs}
+        self.owned, self.roams = _owned_clients(self.specs, owned, worker_index)
         self.data: dict[int, dict[str, Any]] = {}  # client id -> split -> Examples
         for s in specs:
             self.data[s.client_id] = {split: client_examples(dataset, getattr(s, split), self.device, self.channels_last)
@@ -168,7 +169,7 @@ class ClientWorker:
 
         return {"pid": os.getpid(), "worker_index": self.worker_index, "device": str(self.device),
                 "gpu_ids": [str(g) for g in self.gpu_ids], "torch_threads": torch.get_num_threads(),
-                "clients": sorted(self.specs), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "clients": list(self.owned), "held": sorted(self.specs), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "placement_group_id": _placement_group_id(), "startup": self.startup}
 
     def initial_state(self) -> tuple[np.ndarray, Any, int]:
@@ -245,6 +246,11 @@ class ClientWorker:
         result = method.train(ctx)
         for hook in self.hooks:
             result.extras = {**result.extras, **hook.after_train(ctx, result)}
+        if self.roams and self.client_state[cid]:
+            raise RuntimeError(f"client method {self.method_spec.name} kept per-client state "
+                               f"({sorted(self.client_state[cid])}) for client {cid} on a worker it roams to; a "
+                               "method that keeps client state must declare keeps_client_state "
+                               "(fedtune.algorithms.base.ClientMethodSpec), or set client_placement: fixed")
         t_out = time.perf_counter()
         get_flat(self.model, self.layout, out=out)
         reply.io_s += time.perf_counter() - t_out
@@ -301,7 +307,7 @@ class ClientWorker:
         this worker's shards, target-test and target-probe alike (``shard_features``); the
         coordinator fits the linear probes on them."""
         self._load(weights)
-        ids = sorted(self.specs if client_ids is None else client_ids)
+        ids = sorted(self.owned if client_ids is None else client_ids)
         bs = self.cfg.eval_batch_size
         mib = self.cfg.eval_batch_mib
         reply = EvalReply(ids, [], [])
@@ -329,14 +335,15 @@ class ClientWorker:
     # --- Tune support: actor reuse and checkpoints (fedtune.tune.trial.trainable) ---------------------
     def reconfigure(self, cfg_dict: dict[str, Any], specs: list[ClientSpec], worker_index: int = 0,
                     shards: list[TargetShard] | None = None,
-                    source_bank: dict[str, np.ndarray] | None = None) -> dict[str, float]:
+                    source_bank: dict[str, np.ndarray] | None = None,
+                    owned: list[int] | None = None) -> dict[str, float]:
         """Become the worker of another run in this same process (Tune ``reuse_actors``).
 
         Runs the constructor again: the new config, clients, data, shards and model (built from the
         new seed), fresh per-client state. Only the process, its imports (torch) and its resources
         are kept, so the new run computes exactly what a freshly started worker would. Returns the
         new start-up stamps."""
-        self.__init__(cfg_dict, specs, worker_index, shards, source_bank=source_bank)
+        self.__init__(cfg_dict, specs, worker_index, shards, source_bank=source_bank, owned=owned)
         return dict(self.startup)
 
     def get_client_state(self) -> dict[int, dict[str, Any]]:
@@ -353,7 +360,7 @@ class ClientWorker:
                 return type(v)(export(x) for x in v)
             return v
 
-        return {cid: export(state) for cid, state in self.client_state.items()}
+        return {cid: export(self.client_state[cid]) for cid in self.owned}
 
     def set_client_state(self, states: dict[int, dict[str, Any]]) -> None:
         """Restore :meth:`get_client_state`'s output (for the clients this worker holds; tensors go
@@ -369,8 +376,18 @@ class ClientWorker:
                 return type(v)(restore(x) for x in v)
             return v
 
-        for cid in self.client_state:
+        for cid in self.owned:
             self.client_state[cid] = restore(states.get(cid, {}))
+
+
+def _owned_clients(specs: dict[int, ClientSpec], owned: list[int] | None, worker_index: int) -> tuple[list[int], bool]:
+    """The clients a worker owns (evaluates, and keeps the state of: ``owned``, default all it
+    holds) and whether others roam to it to be trained (:mod:`fedtune.runtime.placement`; they must
+    keep no state between rounds)."""
+    mine = sorted(specs if owned is None else (int(c) for c in owned))
+    if not set(mine) <= set(specs):
+        raise ValueError(f"worker {worker_index} owns clients {sorted(set(mine) - set(specs))} whose data it does not hold")
+    return mine, len(mine) < len(specs)
 
 
 def _placement_group_id() -> str | None:
