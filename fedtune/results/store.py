@@ -186,6 +186,10 @@ def _exclusive(path: Path, timeout_s: float) -> Iterator[None]:
         lock.release()
 
 
+CACHED_TRIALS = 64
+"""Trials whose converted rounds a store keeps (:meth:`ResultsStore.write_rounds`), the most recently written."""
+
+
 class ResultsStore:
     """The Parquet results of one study under an output directory.
 
@@ -210,6 +214,9 @@ class ResultsStore:
         self.study_dir: Path = self.files.root
         self.rounds_dir: Path = self.files.rounds_dir
         self.lock_timeout_s = lock_timeout_s
+        # trial id -> (the rows last written, their table): the next write of the same rows and more
+        # converts only the new rows (fedtune.results.rounds_table); the most recent trials only
+        self._rounds: dict[str, tuple[list[Mapping[str, Any]], Any]] = {}
 
     def __repr__(self) -> str:
         return f"ResultsStore({str(self.output)!r}, {self.study!r})"
@@ -246,9 +253,20 @@ class ResultsStore:
         >>> load(p).num_rows
         1
         """
+        from fedtune.results.rounds_table import RoundsTable
+
         path = self.rounds_path(trial_id)
-        table = rows_to_table([self._fill_ids(r, trial_id) for r in rows], ROUND_CORE_SCHEMA)
-        return write_parquet(table, path)
+        rows = list(rows)
+        written, built = self._rounds.pop(trial_id, ((), None))
+        # the rows written before, the very same objects, and more: only those convert
+        if built is None or len(rows) < len(written) or any(a is not b for a, b in zip(written, rows)):
+            built, written = RoundsTable(ROUND_CORE_SCHEMA), []
+        built.extend([self._fill_ids(r, trial_id) for r in rows[len(written):]])
+        out = write_parquet(built.table(), path)  # raises: the cache is dropped, the next write starts over
+        self._rounds[trial_id] = (rows, built)
+        while len(self._rounds) > CACHED_TRIALS:
+            self._rounds.pop(next(iter(self._rounds)))
+        return out
 
     def write_trial(self, row: Mapping[str, Any]) -> Path:
         """Upsert one trial row (by ``trial_id``) into ``trials.parquet``; returns its path.
