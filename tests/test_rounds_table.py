@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from fedtune.results.arrow import ROUND_CORE_SCHEMA, read_parquet, rows_to_table
+from fedtune.results.arrow import read_parquet, rows_to_table
+from fedtune.results.schema import ROUND_CORE_SCHEMA
 from fedtune.results.rounds_table import RoundsTable
 from fedtune.results.store import ResultsStore
 
