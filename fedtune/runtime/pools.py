@@ -10,9 +10,10 @@ gives the same numbers on either.
 Logical client ``c`` is owned by worker ``c % num_workers`` for the whole run, target shard ``j``
 by worker ``j % num_workers`` (:func:`assign_clients`, :func:`assign_shards`): the owner evaluates
 it and trains it, unless the run's clients roam (:mod:`fedtune.runtime.placement`: every worker
-holds every client's data and each round's participants are dealt out by cost, :meth:`RayPool.trainers`). A client actor that
-dies is handled by the run's ``on_client_failure`` policy: ``retry`` (restart it and call again),
-``skip`` (restart it, leave its clients out of this call) or ``fail`` (:class:`ClientFailure`).
+holds every client's data and each round's participants are dealt out by cost,
+:meth:`RayPool.trainers`). A client actor that dies is handled by the run's ``on_client_failure``
+policy: ``retry`` (restart it and call again), ``skip`` (restart it, leave its clients out of this
+call) or ``fail`` (:class:`ClientFailure`).
 
 >>> assign_clients(5, 2)
 [[0, 2, 4], [1, 3]]
