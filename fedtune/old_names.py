@@ -168,6 +168,10 @@ MOVED_NAMES: dict[str, str] = {
     **_moved("fedtune.algorithms", "fedtune.algorithms.client.gfm", "GFM", "GCA"),
     **_moved("fedtune.algorithms", "fedtune.algorithms.client.prox", "Prox"),
     **_moved("fedtune.algorithms", "fedtune.algorithms.client.sam", "SAM"),
+    # 2026-11-27: the server optimisers' declarations left declarations.py (over 500 lines)
+    **_moved("fedtune.algorithms.declarations", "fedtune.algorithms.optimizer_declarations", "SERVER_OPTIMIZER_SPECS",
+             "SERVER_MOMENTUM", "SERVER_BETA1", "SERVER_BETA2", "SERVER_TAU", "SERVER_ADAM_BIAS_CORRECTION",
+             "SERVER_V_START"),
     **_moved("fedtune.algorithms", "fedtune.algorithms.client.simclr", "SimCLR", "GalaSimCLR"),
     # issue 28: the modules fedtune.algorithms.client and .server became packages
     **_moved("fedtune.algorithms.client", "fedtune.algorithms.client.method", "StepFunction", "RecordStep", "Augment",

@@ -12,7 +12,7 @@ import pytest
 
 from fedtune.algorithms import SERVER_OPTIMIZERS, SERVER_RULES
 from fedtune.algorithms.presets import PRESETS
-from fedtune.algorithms.declarations import SERVER_V_START
+from fedtune.algorithms.optimizer_declarations import SERVER_V_START
 from fedtune.algorithms.server.rule import RoundInfo
 from fedtune.algorithms.server.optimizer import FedAdagrad, FedAdam, FedAvgM, FedYogi, ServerOptimizer
 from fedtune.config import FederatedRunConfig

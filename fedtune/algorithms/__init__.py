@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from fedtune.algorithms.base import ClientMethodSpec, HParam, Preset, RunConfig, ServerRuleSpec, ServerSideSpec
-from fedtune.algorithms.declarations import CLIENT_METHOD_SPECS, SERVER_OPTIMIZER_SPECS, SERVER_RULE_SPECS
+from fedtune.algorithms.declarations import CLIENT_METHOD_SPECS, SERVER_RULE_SPECS
+from fedtune.algorithms.optimizer_declarations import SERVER_OPTIMIZER_SPECS
 from fedtune.algorithms.presets import PRESETS
 from fedtune.errors import ConfigError, shown
 from fedtune.old_names import old_name_error

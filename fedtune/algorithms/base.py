@@ -128,6 +128,23 @@ class HParam(Generic[T]):
 ConfigCheck = Callable[[Any], None]
 
 
+# An HParam's ``search``: how a derived search space samples it (fedtune.spaces.lookup's format).
+def search_loguniform(low: float, high: float, default: float) -> dict[str, Any]:
+    return {"distribution": "loguniform", "low": low, "high": high, "default": default}
+
+
+def search_uniform(low: float, high: float, default: float) -> dict[str, Any]:
+    return {"distribution": "uniform", "low": low, "high": high, "default": default}
+
+
+def search_int(low: int, high: int, default: int) -> dict[str, Any]:
+    return {"distribution": "int", "low": low, "high": high, "default": default}
+
+
+def search_categorical(choices: list[Any], default: Any) -> dict[str, Any]:
+    return {"distribution": "categorical", "choices": choices, "default": default}
+
+
 @dataclass(frozen=True)
 class ComponentSpec:
     """What every component declares: its registry ``name``, where its class lives

@@ -1,8 +1,9 @@
 """Every component, declared once: its hyperparameters, its flags, where its code lives.
 
 This is fedtune's ``hparams_registry`` (DomainBed keeps each algorithm's defaults and search
-distributions in one registry): each client method, server rule and server optimiser is one
-``*Spec`` below, with its :class:`~fedtune.algorithms.base.HParam` s (default, allowed values,
+distributions in one registry): each client method and server rule is one ``*Spec`` below (the
+server optimisers, a third kind, are declared alike in
+:mod:`fedtune.algorithms.optimizer_declarations`), with its :class:`~fedtune.algorithms.base.HParam` s (default, allowed values,
 meaning, search distribution), its cross-field check and the ``"module:Class"`` of its code. The
 module imports neither torch nor NumPy: a config is validated, a search space derived and
 ``fedtune algorithms`` listed from here alone, and a component's code is imported only by the
@@ -28,25 +29,10 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from fedtune.algorithms.base import ClientMethodSpec, HParam, RunConfig, ServerOptimizerSpec, ServerRuleSpec
+from fedtune.algorithms.base import (ClientMethodSpec, HParam, RunConfig, ServerRuleSpec, search_categorical, search_int,
+                                    search_loguniform, search_uniform)
 from fedtune.errors import ConfigError
 from fedtune.old_names import old_name_error
-
-
-def _log(low: float, high: float, default: float) -> dict[str, Any]:
-    return {"distribution": "loguniform", "low": low, "high": high, "default": default}
-
-
-def _uniform(low: float, high: float, default: float) -> dict[str, Any]:
-    return {"distribution": "uniform", "low": low, "high": high, "default": default}
-
-
-def _int(low: int, high: int, default: int) -> dict[str, Any]:
-    return {"distribution": "int", "low": low, "high": high, "default": default}
-
-
-def _categorical(choices: list[Any], default: Any) -> dict[str, Any]:
-    return {"distribution": "categorical", "choices": choices, "default": default}
 
 
 # ================================================================== choices named by the code
@@ -59,17 +45,17 @@ FEDGA_INITS = ("uniform", "size")
 
 # ================================================================== client methods' hyperparameters
 PROX_MU = HParam("prox_mu", 0.01, "FedProx proximal weight mu: local loss + mu/2 ||theta - theta_global||^2", lo=0.0,
-                 search={**_log(0.001, 1.0, 0.01), "help": "proximal weight mu"})
+                 search={**search_loguniform(0.001, 1.0, 0.01), "help": "proximal weight mu"})
 SAM_RHO = HParam("sam_rho", 0.02, "SAM neighbourhood radius rho: eps = rho grad/||grad|| (GFM paper: 0.02)",
-                 lo=0.0, lo_open=True, search={**_log(0.005, 0.1, 0.02), "help": "SAM neighbourhood radius"})
+                 lo=0.0, lo_open=True, search={**search_loguniform(0.005, 0.1, 0.02), "help": "SAM neighbourhood radius"})
 GFM_INTERVAL = HParam("gfm_interval", 10, "GFM/GCA: update the augmenter every this many local steps (paper: 10)",
-                      kind="int", lo=1, search={**_int(1, 20, 10), "help": "augmenter update every c steps"})
+                      kind="int", lo=1, search={**search_int(1, 20, 10), "help": "augmenter update every c steps"})
 GFM_AUG_LR = HParam("gfm_aug_lr", 1e-3, "GFM/GCA: Adam learning rate of the augmenter (TeachAugment: 1e-3)",
-                    lo=0.0, lo_open=True, search=_log(1e-4, 1e-2, 1e-3))
+                    lo=0.0, lo_open=True, search=search_loguniform(1e-4, 1e-2, 1e-3))
 GFM_COLOR_SCALE = HParam("gfm_color_scale", 0.2, "GFM/GCA: colour scale range, alpha in [1 - s/2, 1 + s/2] "
-                         "(paper: 0.2; TerraInc 0.1)", lo=0.0, hi=2.0, search=_uniform(0.05, 0.4, 0.2))
+                         "(paper: 0.2; TerraInc 0.1)", lo=0.0, hi=2.0, search=search_uniform(0.05, 0.4, 0.2))
 GFM_GEOMETRY_SCALE = HParam("gfm_geometry_scale", 0.125, "GFM/GCA: residual affine range, A - I in [-s/2, s/2] "
-                            "(paper: 0.125; TerraInc 0.0625)", lo=0.0, hi=2.0, search=_uniform(0.03125, 0.25, 0.125))
+                            "(paper: 0.125; TerraInc 0.0625)", lo=0.0, hi=2.0, search=search_uniform(0.03125, 0.25, 0.125))
 GALA_GATE = HParam("gala_gate", "descent",
                    "FedGaLA local gate sign: descent = a tensor steps only if cos(-grad, last global move) > gala_tau "
                    "(the stated intent); literal = only if cos(+grad, last global move) >= gala_tau (the paper's "
@@ -77,7 +63,7 @@ GALA_GATE = HParam("gala_gate", "descent",
                    kind="choice", choices=("descent", "literal"), variant=True)
 GALA_TAU = HParam("gala_tau", 0.0, "FedGaLA local gate: a tensor steps only if cos(-grad, last global move) > tau; "
                   "-1 = (almost) never gate, 1 = never step; paper: 0", lo=-1.0, hi=1.0,
-                  search={**_uniform(-0.5, 0.5, 0.0), "help": "local gating threshold"})
+                  search={**search_uniform(-0.5, 0.5, 0.0), "help": "local gating threshold"})
 SIMCLR_TEMPERATURE = HParam("simclr_temperature", 0.5, "SimCLR: temperature of the NT-Xent loss (> 0)",
                             "float", lo=1e-3)
 SIMCLR_PROJ_DIM = HParam("simclr_proj_dim", 128, "SimCLR: output width of the projector MLP "
@@ -86,9 +72,9 @@ FEDSR_Z_DIM = HParam("fedsr_z_dim", 512, "FedSR representation width z_dim (the 
                      "scale); the authors use the backbone's feature width (512 for resnet18)", kind="int", lo=1,
                      hi=65536)
 FEDSR_L2R = HParam("fedsr_l2r", 0.01, "FedSR weight of the L2 regulariser on the representation z", lo=0.0,
-                   search={**_log(1e-4, 0.1, 0.01), "help": "weight of the L2 regulariser on z"})
+                   search={**search_loguniform(1e-4, 0.1, 0.01), "help": "weight of the L2 regulariser on z"})
 FEDSR_CMI = HParam("fedsr_cmi", 5e-4, "FedSR weight of the conditional-mutual-information bound "
-                   "KL(p(z|x) || r(z|y))", lo=0.0, search={**_log(1e-5, 1e-2, 5e-4), "help": "weight of KL(p(z|x) || r(z|y))"})
+                   "KL(p(z|x) || r(z|y))", lo=0.0, search={**search_loguniform(1e-5, 1e-2, 5e-4), "help": "weight of KL(p(z|x) || r(z|y))"})
 FEDSR_L2R_FORM = HParam("fedsr_l2r_form", "squared", "FedSR L2R term: squared = mean ||z||^2 (the paper), norm = "
                         "mean ||z|| (the authors' code)", kind="choice", choices=("squared", "norm"), variant=True)
 FEDSR_PRIOR = HParam("fedsr_prior", "federated", "FedSR prior r_mu, r_sigma, C: federated = averaged by the server "
@@ -101,7 +87,7 @@ FEDDYN_ALPHA = HParam("feddyn_alpha", 0.01,
                       "FedDyn regulariser weight alpha: local loss - <grad L_k(theta_k^(t-1)), theta> + alpha/2 "
                       "||theta - theta_global||^2; server theta = mean - h/alpha (paper: {0.1, 0.01, 0.001}, "
                       "authors' code 0.01); 0 = the server rule's round (FedAvg)", lo=0.0,
-                      search={**_log(0.001, 0.1, 0.01), "help": "dynamic regulariser weight alpha"})
+                      search={**search_loguniform(0.001, 0.1, 0.01), "help": "dynamic regulariser weight alpha"})
 FEDDYN_MEAN = HParam("feddyn_mean", "rule",
                      "FedDyn's server mean before the -h/alpha correction: rule = the server rule's result "
                      "(FedAvg: example-weighted, composes with any rule); uniform = the paper's and the authors' "
@@ -109,57 +95,57 @@ FEDDYN_MEAN = HParam("feddyn_mean", "rule",
                      kind="choice", choices=("rule", "uniform"), variant=True)
 MOON_MU = HParam("moon_mu", 1.0, "MOON weight mu of the model-contrastive loss: CE + mu * l_con (authors' default 1; "
                  "their README tunes {0.001, 0.01, 0.1, 1, 5, 10})", lo=0.0,
-                 search={**_log(0.001, 10.0, 1.0), "help": "weight of the model-contrastive loss"})
+                 search={**search_loguniform(0.001, 10.0, 1.0), "help": "weight of the model-contrastive loss"})
 MOON_TEMPERATURE = HParam("moon_temperature", 0.5, "MOON temperature tau of l_con (the paper and the authors' "
                           "default: 0.5)", lo=0.0, lo_open=True)
 FEDIIR_PENALTY = HParam("fediir_penalty", 1e-3, "FedIIR penalty weight gamma on ||grad_w CE - g_bar||^2 over the "
                         "classifier's parameters (the authors' default 1e-3; 1e-2..1e-4 by dataset)", lo=0.0,
-                        search={**_log(1e-4, 1e-2, 1e-3), "help": "weight of the classifier-gradient penalty"})
+                        search={**search_loguniform(1e-4, 1e-2, 1e-3), "help": "weight of the classifier-gradient penalty"})
 FEDIIR_EMA = HParam("fediir_ema", 0.95, "FedIIR moving-average factor of the server's mean classifier gradient: "
                     "g_bar <- ema * g_bar + (1 - ema) * (this round's mean batch gradient)", lo=0.0, hi=0.999,
-                    search={**_categorical([0.9, 0.95, 0.99], 0.95),
+                    search={**search_categorical([0.9, 0.95, 0.99], 0.95),
                             "help": "moving-average factor of the server's mean gradient"})
 FISHR_PENALTY = HParam("fishr_penalty", 1000.0, "Fishr penalty weight lambda on the distance between the client's "
                        "gradient variance and the clients' mean (Fishr's default 1000, searched 10^U(1, 4))", lo=0.0,
-                       search={**_log(10.0, 1e4, 1000.0), "help": "weight of the gradient-variance penalty"})
+                       search={**search_loguniform(10.0, 1e4, 1000.0), "help": "weight of the gradient-variance penalty"})
 FISHR_ANNEAL_ITERS = HParam("fishr_anneal_iters", 1500, "Fishr warm-up: no penalty before this iteration ((round - 1) "
                             "* local steps per round + step, rounds from 1), then the local optimiser is reset",
-                            kind="int", lo=0, search={**_int(0, 5000, 1500), "help": "no penalty before this iteration"})
+                            kind="int", lo=0, search={**search_int(0, 5000, 1500), "help": "no penalty before this iteration"})
 FISHR_EMA = HParam("fishr_ema", 0.95, "Fishr moving-average factor of each client's gradient variance (0: none, "
                    "FedOMG's Eq. 4)", lo=0.0, hi=0.999,
-                   search={**_uniform(0.9, 0.99, 0.95), "help": "moving-average factor of each client's variance"})
+                   search={**search_uniform(0.9, 0.99, 0.95), "help": "moving-average factor of each client's variance"})
 FISHR_DISTANCE = HParam("fishr_distance", "mean", "Fishr distance between variances: mean = mean over the classifier's "
                         "parameters of the squared difference (Fishr's code), sum = squared norm (FedOMG Eq. 4, Fishr's "
                         "paper)", kind="choice", choices=("mean", "sum"), variant=True)
 CORAL_WEIGHT = HParam("coral_weight", 1.0, "DeepCORAL weight of the CORAL penalty (mean over the batch's domain pairs "
                       "of the squared differences of feature means and covariances; DomainBed's mmd_gamma, default 1, "
                       "searched 10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
-                      lo=0.0, search={**_log(0.1, 10.0, 1.0), "help": "weight of the CORAL penalty"})
+                      lo=0.0, search={**search_loguniform(0.1, 10.0, 1.0), "help": "weight of the CORAL penalty"})
 VREX_LAMBDA = HParam("vrex_lambda", 10.0, "V-REx weight of the variance of the per-domain risks from iteration "
                      "vrex_anneal_iters on (before it: 1; DomainBed's default 10, searched 10^U(-1, 5)); 0 with "
                      "vrex_anneal_iters 0 = the mean of the domain risks alone (what Bai et al.'s code trains)",
-                     lo=0.0, search={**_log(0.1, 1e5, 10.0), "help": "weight of the risks' variance"})
+                     lo=0.0, search={**search_loguniform(0.1, 1e5, 10.0), "help": "weight of the risks' variance"})
 VREX_ANNEAL_ITERS = HParam("vrex_anneal_iters", 500, "V-REx warm-up: the variance weighs 1 before this iteration "
                            "((round - 1) * local steps per round + step, rounds from 1), vrex_lambda from it on, "
                            "when the local optimiser is reset (DomainBed's default 500, searched int 10^U(0, 4))",
                            kind="int", lo=0,
-                           search={**_int(1, 10000, 500), "log": True, "help": "iteration the weight switches at"})
+                           search={**search_int(1, 10000, 500), "log": True, "help": "iteration the weight switches at"})
 IRM_LAMBDA = HParam("irm_lambda", 100.0, "IRM weight of the IRMv1 penalty from iteration irm_anneal_iters on (before "
                     "it: 1; DomainBed's default 100, searched 10^U(-1, 5)); 0 with irm_anneal_iters 0 = the mean of the "
                     "domain risks alone (what Bai et al.'s code trains)",
-                    lo=0.0, search={**_log(0.1, 1e5, 100.0), "help": "weight of the IRMv1 penalty"})
+                    lo=0.0, search={**search_loguniform(0.1, 1e5, 100.0), "help": "weight of the IRMv1 penalty"})
 IRM_ANNEAL_ITERS = HParam("irm_anneal_iters", 500, "IRM warm-up: the penalty weighs 1 before this iteration ((round - 1) "
                           "* local steps per round + step, rounds from 1), irm_lambda from it on, when the local "
                           "optimiser is reset (DomainBed's default 500, searched int 10^U(0, 4))",
                           kind="int", lo=0,
-                          search={**_int(1, 10000, 500), "log": True, "help": "iteration the weight switches at"})
+                          search={**search_int(1, 10000, 500), "log": True, "help": "iteration the weight switches at"})
 GROUPDRO_ETA = HParam("groupdro_eta", 0.01, "GroupDRO step size of the client's domain weights q <- q * "
                       "exp(eta * risk), normalised (DomainBed's default 1e-2, searched 10^U(-3, -1)); 0 = the mean "
-                      "of the domain risks", lo=0.0, search={**_log(1e-3, 0.1, 0.01), "help": "step size of the domain weights"})
+                      "of the domain risks", lo=0.0, search={**search_loguniform(1e-3, 0.1, 0.01), "help": "step size of the domain weights"})
 FISH_META_LR = HParam("fish_meta_lr", 0.5, "Fish meta step: theta <- theta + fish_meta_lr * (inner - theta) after "
                       "one inner step per domain of the batch (DomainBed's meta_lr, default 0.5, searched in "
                       "{0.05, 0.1, 0.5})", lo=0.0, hi=1.0,
-                      search={**_categorical([0.05, 0.1, 0.5], 0.5), "help": "meta step size"})
+                      search={**search_categorical([0.05, 0.1, 0.5], 0.5), "help": "meta step size"})
 FISH_INNER_OPTIMIZER = HParam("fish_inner_optimizer", "fresh", "Fish inner steps' optimiser: fresh = a new local "
                               "optimiser at every meta step (the paper's Algorithm 1, DomainBed), round = the round's "
                               "optimiser, momentum kept across steps (Bai et al.'s code)",
@@ -167,12 +153,12 @@ FISH_INNER_OPTIMIZER = HParam("fish_inner_optimizer", "fresh", "Fish inner steps
 MMD_WEIGHT = HParam("mmd_weight", 1.0, "MMD weight of the penalty (mean over the batch's domain pairs of the "
                     "Gaussian-kernel MMD of the encoder features; DomainBed's mmd_gamma, default 1, searched "
                     "10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
-                    lo=0.0, search={**_log(0.1, 10.0, 1.0), "help": "weight of the MMD penalty"})
+                    lo=0.0, search={**search_loguniform(0.1, 10.0, 1.0), "help": "weight of the MMD penalty"})
 
 AFL_LAMBDA_LR = HParam("afl_lambda_lr", 0.01, "AFL step of the server's domain mixture weights: lambda <- "
                        "Proj_simplex(lambda + afl_lambda_lr * per-domain loss) each round (Bai et al.'s hparam1: 0.01; "
                        "0 keeps lambda uniform)", lo=0.0,
-                       search={**_log(1e-3, 1.0, 0.01), "help": "step of the domain mixture weights"})
+                       search={**search_loguniform(1e-3, 1.0, 0.01), "help": "step of the domain mixture weights"})
 AFL_LAMBDA_AT = HParam("afl_lambda_at", "start", "AFL: where the domain losses that move lambda are taken: start = at "
                        "the round's starting model, in the clients' one call (the paper's Stochastic-AFL); aggregated = "
                        "at the aggregated model, the round's participants called again after aggregation (Bai et al.'s "
@@ -187,16 +173,16 @@ FEDDG_WINDOW = HParam("feddg_window", "centred", "FedDG low-frequency square: ce
                       "the end, an off-centre block)", "choice", choices=("centred", "bai"), variant=True)
 FEDADG_ALPHA = HParam("fedadg_alpha", 0.15, "FedADG: weight of the (label-smoothed) cross-entropy against the "
                       "feature alignment (1 - alpha) in the adversarial steps (Bai et al.'s hparam1: 0.15, 0.1)",
-                      lo=0.0, hi=1.0, search={**_uniform(0.05, 0.5, 0.15), "help": "cross-entropy weight"})
+                      lo=0.0, hi=1.0, search={**search_uniform(0.05, 0.5, 0.15), "help": "cross-entropy weight"})
 FEDADG_EPOCHS = HParam("fedadg_epochs", 1, "FedADG: passes of adversarial steps over the client's data after its "
                        "local_steps of plain cross-entropy (Bai et al.'s hparam2: 1; 0 = FedAvg's local training)",
                        kind="int", lo=0)
 FEDADG_GEN_LR = HParam("fedadg_gen_lr", 1e-4, "FedADG generator's SGD learning rate (momentum 0.9, weight decay "
                        "1e-5; Bai et al.'s hparam3: 1e-4 to 1e-3)", lo=0.0,
-                       search={**_log(1e-5, 1e-2, 1e-4), "help": "generator learning rate"})
+                       search={**search_loguniform(1e-5, 1e-2, 1e-4), "help": "generator learning rate"})
 FEDADG_DISC_LR = HParam("fedadg_disc_lr", 1e-4, "FedADG discriminator's SGD learning rate (momentum 0.9, weight "
                         "decay 1e-5; Bai et al.'s hparam4: 1e-4 to 1e-3)", lo=0.0,
-                        search={**_log(1e-5, 1e-2, 1e-4), "help": "discriminator learning rate"})
+                        search={**search_loguniform(1e-5, 1e-2, 1e-4), "help": "discriminator learning rate"})
 FEDADG_NOISE = HParam("fedadg_noise", 1024, "FedADG generator's noise inputs (Bai et al.'s hparam5: 1024)",
                       kind="int", lo=1)
 FEDADG_LATENT = HParam("fedadg_latent", 4096, "FedADG generator's hidden width (Bai et al.'s GeneDistrNet: 4096)",
@@ -214,7 +200,7 @@ CLIENT_WEIGHTING = HParam("client_weighting", "examples",
                           "n_u / sum n (McMahan et al.); uniform = 1/U each (FedSR's and FedIIR's authors, the "
                           "default of the presets fedsr and fediir)", kind="choice", choices=WEIGHTINGS, variant=True)
 OMG_KAPPA = HParam("omg_kappa", 0.5, "FedOMG searching radius κ: d = g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖ (0 = FedAvg; "
-                   "paper: 0.5)", "float", lo=0.0, search={**_uniform(0.0, 1.0, 0.5), "help": "weight of the matching term"})
+                   "paper: 0.5)", "float", lo=0.0, search={**search_uniform(0.0, 1.0, 0.5), "help": "weight of the matching term"})
 OMG_SOLVER = HParam("omg_solver", "exact", "FedOMG step-2 solver: exact (certified convex solve on the simplex) "
                     "or sgd (the authors' 20 softmax-SGD steps, lr 25, momentum 0.5)", "choice",
                     choices=SOLVERS, variant=True)
@@ -225,18 +211,18 @@ GP_BETA = HParam(
     "FedDA/FedGP: weight β of the source term against the target step, in [0, 1] (0 = target only), "
     "or 'auto' for the paper's per-source, per-round estimate σ̂²/(d̂²+σ̂²) (FedDA) or σ̂²/(τd̂²+σ̂²) (FedGP)",
     kind="float_or_choice", lo=0.0, hi=1.0, choices=("auto",),
-    search={**_uniform(0.0, 1.0, 0.5), "when": {"gp_beta_mode": "fixed"}, "otherwise": "auto"})
+    search={**search_uniform(0.0, 1.0, 0.5), "when": {"gp_beta_mode": "fixed"}, "otherwise": "auto"})
 GP_ALIGN = HParam(
     "gp_align", True,
     "FedDA/FedGP: scale each source displacement by (lr_T/lr_S)·(steps_T/steps_S) so it is on the "
     "target step's scale before combining (the authors' magnitude alignment)",
     kind="bool", variant=True,
-    search={**_categorical([True, False], True), "help": "source/target magnitude alignment"})
+    search={**search_categorical([True, False], True), "help": "source/target magnitude alignment"})
 GALA_ITERS = HParam("gala_iters", 3, "FedGaLA global-alignment iterations (reweight, re-aggregate); paper: 3",
-                    kind="int", lo=1, search={**_int(1, 5, 3), "help": "global alignment iterations"})
+                    kind="int", lo=1, search={**search_int(1, 5, 3), "help": "global alignment iterations"})
 GALA_MIX = HParam("gala_mix", 1.0, "FedGaLA mix with FedAvg: theta + global_lr * (mix * aligned + (1 - mix) * fedavg); "
                   "1 = pure alignment (paper), 0 = FedAvg", lo=0.0, hi=1.0,
-                  search={**_uniform(0.0, 1.0, 1.0), "help": "1 = pure alignment, 0 = FedAvg"})
+                  search={**search_uniform(0.0, 1.0, 1.0), "help": "1 = pure alignment, 0 = FedAvg"})
 GALA_WEIGHTS = HParam("gala_weights", "per-tensor",
                       "FedGaLA global alignment: one weight per client and parameter tensor (per-tensor, the authors' "
                       "code) or one per client over the whole parameter vector (whole)",
@@ -245,7 +231,7 @@ FEDGA_STEP = HParam("fedga_step", 0.2, "FedGA step size in units of the uniform 
                     "adjustment moves a weight by at most d = fedga_step / K (K clients adjusted; the authors' "
                     "--step_size, default 0.2, times their 1/3 for 3 source domains); 0 = fixed weights",
                     "float", lo=0.0, hi=1.0,
-                    search={**_uniform(0.0, 0.5, 0.2), "help": "weight step in units of 1/K (authors: 0.2)"})
+                    search={**search_uniform(0.0, 0.5, 0.2), "help": "weight step in units of 1/K (authors: 0.2)"})
 FEDGA_DECAY = HParam("fedga_decay", "linear", "FedGA step decay over the R rounds: linear d(1 - t/R) (the paper), "
                      "authors (their scripts' d(1 - (t-2)/(R-1)), R = their --comm + 1 rounds trained), none", "choice",
                      choices=FEDGA_DECAYS, variant=True)
@@ -260,37 +246,11 @@ FEDGA_INIT = HParam("fedga_init", "uniform", "FedGA initial aggregation weights:
 GMA_TAU = HParam("gma_tau", 0.4, "FedGMA sign-agreement threshold: a coordinate whose clients' agreement "
                  "|mean sign(delta_u)| is at least gma_tau keeps FedAvg's step (Bai et al. search 0.1, 0.4, 0.9; "
                  "0 with gma_mask soft = FedAvg)", lo=0.0, hi=1.0,
-                 search={**_uniform(0.1, 0.9, 0.4), "help": "sign-agreement threshold (Bai et al.: 0.1, 0.4, 0.9)"})
+                 search={**search_uniform(0.1, 0.9, 0.4), "help": "sign-agreement threshold (Bai et al.: 0.1, 0.4, 0.9)"})
 GMA_MASK = HParam("gma_mask", "soft", "FedGMA mask: soft = 1 where the agreement passes gma_tau, the agreement "
                   "elsewhere (the paper); bai = gma_tau * (1 + agreement) where it passes, 0 elsewhere (what Bai et "
                   "al.'s code computes, with their step gma_tau folded in: run it with global_lr 1)", "choice",
                   choices=("soft", "bai"), variant=True)
-
-# ================================================================== server optimisers' hyperparameters
-SERVER_MOMENTUM = HParam("server_momentum", 0.9, "server_optimizer avgm: server momentum mu (v <- mu v + delta)",
-                         lo=0.0, hi=1.0,
-                         search={**_categorical([0.9, 0.97, 0.99], 0.9), "help": "FedAvgM momentum (Hsu et al. 2019)"})
-SERVER_BETA1 = HParam("server_beta1", 0.9, "server_optimizer adam/yogi: first-moment decay beta1 in [0, 1) (1: m "
-                      "stays 0, the model never moves)", lo=0.0, hi=1.0, hi_open=True,
-                      search={"distribution": "fixed", "value": 0.9, "help": "fixed as in Reddi et al. 2021"})
-SERVER_BETA2 = HParam("server_beta2", 0.99, "server_optimizer adam/yogi: second-moment decay beta2 in [0, 1) (1: v "
-                      "stays at its start, the step m / (2 tau) explodes)", lo=0.0, hi=1.0, hi_open=True,
-                      search={"distribution": "fixed", "value": 0.99, "help": "fixed as in Reddi et al. 2021"})
-SERVER_TAU = HParam("server_tau", 1e-9, "server_optimizer adam/yogi/adagrad: adaptivity tau in m / (sqrt(v) + tau) "
-                    "(Flower's default 1e-9; Reddi et al. tune it over 1e-10..1)", lo=0.0, lo_open=True,
-                    search={**_log(1e-9, 0.1, 1e-3), "help": "adaptivity tau (Reddi et al. 2021: powers of ten)"})
-SERVER_ADAM_BIAS_CORRECTION = HParam(
-    "server_adam_bias_correction", False, "server_optimizer adam: false = Reddi et al.'s Algorithm 2 (no bias "
-    "correction), true = Flower's FedAdam (eta * sqrt(1 - beta2^(t+1)) / (1 - beta1^(t+1)) at round t)",
-    kind="bool", variant=True,
-    search={**_categorical([False, True], False), "help": "false: Reddi et al.'s Algorithm 2; true: Flower's FedAdam"})
-SERVER_V_START = HParam(
-    "server_v_start", "tau_squared", "server_optimizer adam/yogi/adagrad: the second moment's start, tau_squared = "
-    "Reddi et al.'s Algorithm 2 (v_-1 = tau^2), zero = Flower's FedAdam/FedYogi/FedAdagrad (v starts at 0)",
-    kind="choice", choices=("tau_squared", "zero"), variant=True,
-    search={"distribution": "fixed", "value": "tau_squared", "help": "v starts at tau^2 as in Reddi et al.'s "
-            "Algorithm 2 (a variant, not a knob: zero is Flower's start)"})
-
 
 # ================================================================== cross-field checks
 def _check_feddyn(cfg: RunConfig) -> None:
@@ -491,25 +451,6 @@ SERVER_RULE_SPECS: tuple[ServerRuleSpec, ...] = (
     ServerRuleSpec("fedgma", "fedtune.algorithms.server.fedgma:FedGMA",
                    "FedGMA: θ ← θ + global_lr · m ⊙ Σ w_u Δ_u, m = 1 where the clients' sign agreement passes "
                    "gma_tau, else the agreement (gma_mask soft|bai)", (GMA_TAU, GMA_MASK, CLIENT_WEIGHTING)),
-)
-
-_ADAPTIVE = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU, SERVER_V_START)
-
-SERVER_OPTIMIZER_SPECS: tuple[ServerOptimizerSpec, ...] = (
-    ServerOptimizerSpec("sgd", "fedtune.algorithms.server.optimizer:ServerOptimizer",
-                        "the server rule's own step: theta + global_lr * d (today's rule)"),
-    ServerOptimizerSpec("avgm", "fedtune.algorithms.server.optimizer:FedAvgM",
-                        "FedAvgM (Hsu et al. 2019): v <- server_momentum v + delta, theta <- theta + global_lr v",
-                        (SERVER_MOMENTUM,)),
-    ServerOptimizerSpec("adam", "fedtune.algorithms.server.optimizer:FedAdam",
-                        "FedAdam (Reddi et al. 2021): m, v moments of delta, theta <- theta + global_lr m / (sqrt(v) + tau)",
-                        (*_ADAPTIVE[:3], SERVER_V_START, SERVER_ADAM_BIAS_CORRECTION)),
-    ServerOptimizerSpec("yogi", "fedtune.algorithms.server.optimizer:FedYogi",
-                        "FedYogi (Reddi et al. 2021): as FedAdam with v <- v - (1 - beta2) delta^2 sign(v - delta^2)",
-                        _ADAPTIVE),
-    ServerOptimizerSpec("adagrad", "fedtune.algorithms.server.optimizer:FedAdagrad",
-                        "FedAdagrad (Reddi et al. 2021): v <- v + delta^2, theta <- theta + global_lr delta / (sqrt(v) + tau)",
-                        (SERVER_TAU, SERVER_V_START)),
 )
 
 __all__ = [name for name in dir() if name.isupper() and not name.startswith("_")]

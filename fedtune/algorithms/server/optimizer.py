@@ -54,7 +54,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedtune.algorithms.base import HParam, RunConfig
-from fedtune.algorithms.declarations import SERVER_ADAM_BIAS_CORRECTION, SERVER_BETA1, SERVER_BETA2, SERVER_MOMENTUM, SERVER_TAU, SERVER_V_START
+from fedtune.algorithms.optimizer_declarations import SERVER_ADAM_BIAS_CORRECTION, SERVER_BETA1, SERVER_BETA2, SERVER_MOMENTUM, SERVER_TAU, SERVER_V_START
 
 
 
