@@ -114,14 +114,14 @@ def test_a_ray_pool_deals_roaming_clients_and_keeps_owners_otherwise():
     cfg = _cfg(local_steps=2, batch_size=4)
     plan = build_plan(cfg)
     assignment = assign_clients(plan.num_clients, 2)
+    costs = [client_cost(s.num_train, cfg) for s in plan.clients]
     for roaming in (False, True):
-        factory = SimpleNamespace(roaming=roaming, cfg_dict=cfg.to_dict(), plan=plan)
+        factory = SimpleNamespace(costs=costs if roaming else None)
         pool = RayPool([None, None], factory, assignment, "retry")
         for ids in itertools.combinations(range(8), 4):
             split = pool.trainers(list(ids))
             assert sorted(c for part in split.values() for c in part) == list(ids)
             if roaming:
-                costs = [client_cost(s.num_train, cfg) for s in plan.clients]
                 assert split == deal_clients(list(ids), costs, 2)
             else:
                 assert all(c % 2 == w for w, part in split.items() for c in part)

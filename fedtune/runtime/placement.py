@@ -88,11 +88,10 @@ def roams(cfg: Any, plan: FederatedPlan, num_workers: int, input_shape: tuple[in
     """Whether the run's clients roam (module docstring): ``client_placement`` and, for ``auto``,
     the actors, the sampling, the client method's state and the examples' size. ``input_shape``
     None: unknown, so ``auto`` does not roam."""
-    if num_workers < 2 or cfg.client_placement == "fixed" or keeps_client_state(cfg):
-        return False
     if cfg.client_placement == "roaming":
-        return True
-    return samples_clients(cfg) and input_shape is not None and examples_mib(plan, input_shape) <= ROAMING_MAX_MIB
+        return num_workers >= 2 and not keeps_client_state(cfg)
+    return (needs_input_shape(cfg, num_workers) and input_shape is not None
+            and examples_mib(plan, input_shape) <= ROAMING_MAX_MIB)
 
 
 def samples_clients(cfg: Any) -> bool:
@@ -101,8 +100,8 @@ def samples_clients(cfg: Any) -> bool:
 
 
 def needs_input_shape(cfg: Any, num_workers: int) -> bool:
-    """Whether :func:`roams` would read the input shape (``auto`` and all else allowing it): the
-    dataset is opened for it only then."""
+    """Whether ``auto`` may roam but for the data's size, so :func:`roams` reads the input shape
+    (the dataset is opened for it only then): two actors or more, sampled clients, no client state."""
     return (cfg.client_placement == "auto" and num_workers > 1 and samples_clients(cfg)
             and not keeps_client_state(cfg))
 

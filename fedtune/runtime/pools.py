@@ -168,13 +168,15 @@ class LocalPool(PoolBase):
 class ActorFactory:
     """Creates client actor ``w`` in its placement-group bundle (at start, and again on failure)."""
 
-    def __init__(self, cfg_dict, assignment, plan, pg, bundle_of_worker, cpus, gpus, roaming: bool = False):
+    def __init__(self, cfg_dict, assignment, plan, pg, bundle_of_worker, cpus, gpus,
+                 costs: list[int] | None = None):
         self.cfg_dict, self.assignment, self.plan = cfg_dict, assignment, plan
         self.shards = assign_shards(eval_shards(plan), len(assignment))
         self.pg, self.bundle_of_worker, self.cpus, self.gpus = pg, bundle_of_worker, cpus, gpus
         # roaming clients (fedtune.runtime.placement): every actor holds every client's data, and
-        # each round's participants are dealt out by their cost
-        self.roaming = bool(roaming)
+        # each round's participants are dealt out by ``costs`` (by client id; None: owners train)
+        self.costs = costs
+        self.roaming = costs is not None
 
     @classmethod
     def of(cls, cfg_dict: dict[str, Any], plan: FederatedPlan, pg: Any, resources: Any) -> ActorFactory:
@@ -182,14 +184,16 @@ class ActorFactory:
         :class:`~fedtune.runtime.resources.ResourcePlan`) says, clients owned by :func:`assign_clients`,
         roaming or not as :func:`~fedtune.runtime.placement.roams` decides."""
         from fedtune.config import FederatedRunConfig
-        from fedtune.runtime.placement import needs_input_shape, roams
+        from fedtune.runtime.placement import client_cost, needs_input_shape, roams
 
         warn_if_batch_exceeds_clients(cfg_dict, plan)
         assignment = assign_clients(plan.num_clients, resources.num_workers)
         cfg = FederatedRunConfig.from_validated(cfg_dict)
         shape = _input_shape(cfg) if needs_input_shape(cfg, resources.num_workers) else None
+        costs = ([client_cost(spec.num_train, cfg) for spec in plan.clients]
+                 if roams(cfg, plan, resources.num_workers, shape) else None)
         return cls(cfg_dict, assignment, plan, pg, resources.worker_bundles, resources.client_cpus,
-                   resources.client_gpus, roaming=roams(cfg, plan, resources.num_workers, shape))
+                   resources.client_gpus, costs=costs)
 
     def held(self, w: int) -> list[int]:
         """The clients whose data worker ``w`` holds: all of them when clients roam, else those it owns."""
@@ -225,13 +229,8 @@ class RayPool(PoolBase):
         self.num_workers = len(actors)
         self.restarts = 0
         self.state_bytes = 0
-        self.roaming = bool(getattr(factory, "roaming", False))  # a plain callable making actor w: owners train
-        if self.roaming:
-            from fedtune.config import FederatedRunConfig
-            from fedtune.runtime.placement import client_cost
-
-            cfg = FederatedRunConfig.from_validated(factory.cfg_dict)
-            self.costs = [client_cost(spec.num_train, cfg) for spec in factory.plan.clients]
+        self.costs = getattr(factory, "costs", None)  # a plain callable making actor w: owners train
+        self.roaming = self.costs is not None
 
     def trainers(self, client_ids) -> dict[int, list[int]]:
         """Who trains whom this call: ``{worker: ascending client ids}``, the owners, or with roaming

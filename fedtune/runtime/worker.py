@@ -363,7 +363,7 @@ class ClientWorker:
         return {cid: export(self.client_state[cid]) for cid in self.owned}
 
     def set_client_state(self, states: dict[int, dict[str, Any]]) -> None:
-        """Restore :meth:`get_client_state`'s output (for the clients this worker holds; tensors go
+        """Restore :meth:`get_client_state`'s output (for the clients this worker owns; tensors go
         to this worker's device)."""
         import torch
 
