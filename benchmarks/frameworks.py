@@ -30,7 +30,9 @@ What is timed, in this order within each repeat and workload:
   ``NumPyClient`` per client, client resources 1 CPU, ``--cores`` CPUs in all, the same
   sampling fraction (Flower draws its own cohorts of the same size), no evaluation rounds;
 * with ``--with-fedtune``: fedtune ``backend=local`` and ``backend=ray``
-  (``many_clients.fedtune_round_s``).
+  (``many_clients.fedtune_round_s``), and ``ray-own``, Ray's own round with no fedtune
+  (``many_clients.ray_bound_round_s``: a coordinator actor and one client actor per core that spin
+  the floor's time): its ratio to the floor is the least fedtune Ray ÷ floor here.
 
 Every framework trains on identical data: the parent builds fedtune's plan and client worker for
 the workload (as ``floor_round_s`` does), writes each client's training arrays (and the per-round
@@ -457,9 +459,11 @@ def main() -> None:
         if py is not None and not (os.path.isfile(py) and os.access(py, os.X_OK)):
             bad(f"--{fw}-python", f"{py} is not an executable file")
 
-    from many_clients import fedtune_round_s, floor_round_s
+    from many_clients import fedtune_round_s, floor_round_s, model_values, ray_bound_round_s
 
-    columns = ["floor", "pfl", "flower"] + (["local", "ray"] if args.with_fedtune else [])
+    # "ray-own": Ray's own round (many_clients.ray_bound_round_s), the least fedtune Ray ÷ floor here
+    columns = ["floor", "pfl", "flower"] + (["local", "ray", "ray-own"] if args.with_fedtune else [])
+    values: dict[str, int] = {}
     results = {w: {c: [] for c in columns} for w in names}
     errors: dict[str, str] = {}
     skipped: dict[str, str] = {}
@@ -493,6 +497,8 @@ def main() -> None:
                 if args.with_fedtune:
                     r["local"].append(fedtune_round_s(cfg, "local", args.cores))
                     r["ray"].append(fedtune_round_s(cfg, "ray", args.cores))
+                    r["ray-own"].append(ray_bound_round_s(r["floor"][-1], values.setdefault(w, model_values(cfg)),
+                                                          args.rounds, args.cores))
                 got = "  ".join(f"{c} {r[c][-1]:.3f}" for c in columns if len(r[c]) == rep + 1)
                 print(f"repeat {rep + 1} {w}: {got} s/round", flush=True)
     load1 = os.getloadavg()

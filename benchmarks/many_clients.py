@@ -24,7 +24,11 @@ Measured per workload and repeat, interleaved (floor, fedtune local, fedtune Ray
   the Ray run uses (``--cores``, 2): what no framework can beat;
 * **fedtune local**: ``backend=local``, the same clients in one process (fedtune's sequential
   reference);
-* **fedtune ray**: ``backend=ray``, ``client_cpus=1`` (one client actor per core).
+* **fedtune ray**: ``backend=ray``, ``client_cpus=1`` (one client actor per core);
+* **Ray's own round** (:func:`ray_bound_round_s`): no fedtune, a coordinator actor and one client
+  actor per core that each spin the floor's time and send one state back: what Ray itself costs a
+  round here, so its ratio to the floor is the least fedtune Ray ÷ floor any design with a
+  coordinator actor and client actors called each round (the product's) could reach on this machine.
 
 Each fedtune number is the median time between the ends of consecutive rounds as the driver sees
 them, rounds 2..R-1 (evaluation only on the last round: ``eval_every=R``), so start-up and
@@ -132,6 +136,63 @@ def floor_round_s(cfg_dict: dict, rounds: int, cores: int) -> float:
     return statistics.median(times[1:-1] or times) / cores
 
 
+def ray_bound_round_s(floor_s: float, num_values: int, rounds: int, cores: int) -> float:
+    """Ray's own round on this machine: what any design with a coordinator actor and one call per
+    client actor per round (fedtune's, the product's architecture) spends beside the training.
+
+    ``cores`` client actors (1 CPU each) spin ``floor_s`` seconds each (the floor's share of one
+    core: a perfectly balanced round) and return one float32 state of ``num_values``; a coordinator
+    actor puts the weights (``ray.put``), calls every client actor, takes the states and sums them
+    in float64; the driver calls the coordinator once a round. No fedtune code runs. Median
+    seconds of rounds 2..R-1 between their ends, as :func:`fedtune_round_s` times fedtune: its
+    ratio to ``floor_s`` is the least ``fedtune Ray ÷ floor`` such a design can reach here."""
+    import ray
+
+    @ray.remote(num_cpus=1)
+    class Spinner:
+        def fit(self, weights: np.ndarray, seconds: float) -> np.ndarray:
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+            return np.asarray(weights, np.float32) + np.float32(1e-3)
+
+    @ray.remote(num_cpus=0)
+    class Coordinator:
+        def __init__(self, clients: list, size: int):
+            self.clients, self.weights = clients, np.zeros(size, np.float32)
+
+        def round(self, seconds: float) -> int:
+            ref = ray.put(self.weights)
+            total = np.zeros(len(self.weights))
+            for state in ray.get([c.fit.remote(ref, seconds) for c in self.clients]):
+                total += state
+            self.weights = (total / len(self.clients)).astype(np.float32)
+            return 0
+
+    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
+    try:
+        coord = Coordinator.remote([Spinner.remote() for _ in range(cores)], num_values)
+        ends = []
+        for _ in range(rounds):
+            ray.get(coord.round.remote(floor_s))
+            ends.append(time.perf_counter())
+    finally:
+        ray.shutdown()
+    periods = [b - a for a, b in zip(ends, ends[1:])]
+    return statistics.median(periods[:-1] or periods)
+
+
+def model_values(cfg_dict: dict) -> int:
+    """The flat state's size of the workload's model (its parameters and buffers)."""
+    from fedtune.config import FederatedRunConfig
+    from fedtune.runtime.driver import FederatedRun
+    from fedtune.runtime.worker import ClientWorker
+
+    cfg = FederatedRunConfig.from_dict({**cfg_dict, "backend": "local"})
+    plan = FederatedRun(cfg).plan
+    return ClientWorker(cfg.to_dict(), list(plan.clients)[:1], 0, [], manage_threads=False).layout.size
+
+
 def main() -> None:
     from fedtune.errors import DataError
 
@@ -149,6 +210,7 @@ def main() -> None:
     load0 = os.getloadavg()
     results: dict[str, dict[str, list[float]]] = {}
     skipped: dict[str, str] = {}
+    values: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as out:
         for rep in range(args.repeats):
             for w in names:
@@ -165,12 +227,14 @@ def main() -> None:
                     skipped[w] = str(exc)
                     print(f"{w}: not run: {exc}", flush=True)
                     continue
-                r = results.setdefault(w, {"floor": [], "local": [], "ray": []})
+                r = results.setdefault(w, {"floor": [], "local": [], "ray": [], "bound": []})
                 r["floor"].append(floor)
                 r["local"].append(fedtune_round_s(cfg, "local", args.cores))
                 r["ray"].append(fedtune_round_s(cfg, "ray", args.cores))
+                r["bound"].append(ray_bound_round_s(floor, values.setdefault(w, model_values(cfg)), args.rounds,
+                                                    args.cores))
                 print(f"repeat {rep + 1} {w}: floor {r['floor'][-1]:.3f}  local {r['local'][-1]:.3f}  "
-                      f"ray {r['ray'][-1]:.3f} s/round", flush=True)
+                      f"ray {r['ray'][-1]:.3f}  Ray's own round {r['bound'][-1]:.3f} s/round", flush=True)
     load1 = os.getloadavg()
 
     def mmm(v: list[float]) -> str:
@@ -178,15 +242,18 @@ def main() -> None:
 
     print(f"\nload average before {load0[0]:.2f}, after {load1[0]:.2f}; {args.repeats} repeats, "
           f"rounds 2..{args.rounds - 1}, min / median / max")
-    print("| workload | floor s/round | fedtune local | fedtune ray | ray ÷ floor (per repeat: min / median / max) |")
-    print("|---|---|---|---|---|")
+    print("| workload | floor s/round | fedtune local | fedtune ray | Ray's own round | ray ÷ floor | Ray's own ÷ floor "
+          "(the least ray ÷ floor here) |")
+    print("|---|---|---|---|---|---|---|")
     for w in names:
         if w in skipped:
-            print(f"| {w} | not run: {skipped[w]} | | | |")
+            print(f"| {w} | not run: {skipped[w]} | | | | | |")
             continue
         r = results[w]
         ratio = [a / b for a, b in zip(r["ray"], r["floor"])]
-        print(f"| {w} | {mmm(r['floor'])} | {mmm(r['local'])} | {mmm(r['ray'])} | {mmm(ratio)} |")
+        least = [a / b for a, b in zip(r["bound"], r["floor"])]
+        print(f"| {w} | {mmm(r['floor'])} | {mmm(r['local'])} | {mmm(r['ray'])} | {mmm(r['bound'])} | {mmm(ratio)} "
+              f"| {mmm(least)} |")
 
 
 if __name__ == "__main__":

@@ -2,15 +2,28 @@ import os
 
 import pytest
 
+import atexit
+import shutil
+import tempfile
+
 # Keep Ray quiet and local in tests.
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Everything a test session writes to the temporary directory goes into one folder of its own,
+# removed when the session ends: what libraries make there (wandb's media folders, the
+# doctests' ``mkdtemp``, multiprocessing's ``pymp-*``) and Ray's session folders (logs, sockets:
+# hundreds of MB over many runs), in this process and in the Ray workers and CLI subprocesses
+# the tests start (they inherit TMPDIR). pytest's own ``tmp_path`` folders stay where they were
+# (PYTEST_DEBUG_TEMPROOT), so a failed test's folder is kept (tmp_path_retention_policy).
+# pytest-xdist's workers inherit the folder their controller made (one folder, not nested ones:
+# Ray's socket paths must stay under 107 bytes); its maker removes it.
+if not os.environ.get("FEDTUNE_TEST_TMP"):
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    os.environ["FEDTUNE_TEST_TMP"] = tempfile.mkdtemp(prefix="ftt-")
+    atexit.register(shutil.rmtree, os.environ["FEDTUNE_TEST_TMP"], True)
+os.environ["TMPDIR"] = tempfile.tempdir = os.environ["FEDTUNE_TEST_TMP"]
 # Image-folder datasets decode into a cache: one per test session, never the user's own
 # (inherited by the Ray workers and CLI subprocesses the tests start).
 if not os.environ.get("FEDTUNE_CACHE_DIR"):
-    import atexit
-    import shutil
-    import tempfile
-
     os.environ["FEDTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="fedtune-test-cache-")
     atexit.register(shutil.rmtree, os.environ["FEDTUNE_CACHE_DIR"], True)
 

@@ -375,7 +375,8 @@ def box():
         rt = home / "rt"
         rt.mkdir()
         os.chown(rt, uid, gid)
-        lines += [f"export PATH={prefix / 'bin'}:$PATH", f"export RAY_TMPDIR={rt}", "export RAY_USAGE_STATS_ENABLED=0"]
+        lines += [f"export PATH={prefix / 'bin'}:$PATH", f"export RAY_TMPDIR={rt}", f"export TMPDIR={rt}",
+                  "export RAY_USAGE_STATS_ENABLED=0"]  # TMPDIR: multiprocessing's pymp-* folders, removed with rt
         if sys.prefix != sys.base_prefix:  # run from a venv (CI's): the box's "system" packages are this venv's
             lines.append(f"export PYTHONPATH={_venv_packages_without_fedtune(tmp, mounts)}")
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(_root_pip_env().items())]

@@ -183,5 +183,26 @@ def test_skip_goes_on_without_the_dead_actors_clients_and_records_it(ray_session
 @pytest.mark.slow
 def test_fail_policy_stops_the_run_naming_the_actor(ray_session, tmp_path):
     cfg = cfg_of(tmp_path, rounds=2, max_client_actors=2, on_client_failure="fail")
-    with pytest.raises(ClientFailure, match="client actor 0 .*on_client_failure=fail"):
+    with pytest.raises(ClientFailure, match=r"client actor 0 \(clients \[0, 2\]\) died during fit; .*on_client_failure=fail"):
         stepped(cfg, 2, between=_kill_worker_zero)
+
+
+@pytest.mark.slow
+def test_a_roaming_actors_failure_names_the_clients_dealt_to_it_that_round(ray_session, tmp_path):
+    """With roaming clients an actor trains the clients dealt to it, not the ones it owns: the
+    failure names those (the round's participants dealt by cost)."""
+    from fedtune.data.partition import sample_participants
+    from fedtune.runtime.placement import client_cost, deal_clients
+    from fedtune.runtime.pools import assign_clients
+
+    cfg = cfg_of(tmp_path, rounds=4, max_client_actors=2, on_client_failure="fail", participation=0.67,
+                 client_placement="roaming")
+    plan = FederatedRun(cfg).plan
+    costs = [client_cost(spec.num_train, cfg) for spec in plan.clients]
+    owned = assign_clients(plan.num_clients, 2)[0]
+    dealt = {r: deal_clients(sample_participants(plan.num_clients, cfg.participation, cfg.seed, r).tolist(), costs, 2)
+             for r in range(2, 5)}
+    # the first round whose clients for actor 0 are not the ones it owns (so the message tells them apart)
+    r = next(r for r in range(2, 5) if dealt[r].get(0) and dealt[r][0] != owned)
+    with pytest.raises(ClientFailure, match=rf"client actor 0 \(clients \{dealt[r][0]}\) died during fit"):
+        stepped(cfg, r, between=lambda fr, k: _kill_worker_zero(fr, k) if k == r - 1 else None)

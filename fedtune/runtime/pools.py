@@ -294,7 +294,8 @@ class RayPool(PoolBase):
         import ray
         from ray.exceptions import RayActorError, RayError
 
-        clients = self.assignment[w]
+        # the clients of this call (roaming: those dealt to it), else (evaluate) the ones it owns
+        clients = args[3] if method in ("fit", "probe") else self.assignment[w]
         if self.policy == "fail":
             raise ClientFailure(f"client actor {w} (clients {clients}) died during {method}; "
                                 "on_client_failure=fail stops the run (retry or skip would go on)")
@@ -346,10 +347,10 @@ class RayPool(PoolBase):
                 except _ActorDied as exc:
                     rest = [c for c in pending[w] if c >= cid]
                     if self.policy == "fail":
-                        raise ClientFailure(f"client actor {w} (clients {self.assignment[w]}) died during fit; "
+                        raise ClientFailure(f"client actor {w} (clients {pending[w]}) died during fit; "
                                             "on_client_failure=fail stops the run (retry or skip would go on)") from None
                     if self.policy == "retry" and w in retried:
-                        raise ClientFailure(f"client actor {w} (clients {self.assignment[w]}) died during fit, was "
+                        raise ClientFailure(f"client actor {w} (clients {pending[w]}) died during fit, was "
                                             f"restarted, and died again on the retry: {exc.cause}") from None
                     self._restart(w)
                     if self.policy == "skip":
