@@ -497,8 +497,9 @@ def main() -> None:
                 if args.with_fedtune:
                     r["local"].append(fedtune_round_s(cfg, "local", args.cores))
                     r["ray"].append(fedtune_round_s(cfg, "ray", args.cores))
-                    r["ray-own"].append(ray_bound_round_s(r["floor"][-1], values.setdefault(w, model_values(cfg)),
-                                                          args.rounds, args.cores))
+                    if w not in values:
+                        values[w] = model_values(cfg)
+                    r["ray-own"].append(ray_bound_round_s(r["floor"][-1], values[w], args.rounds, args.cores))
                 got = "  ".join(f"{c} {r[c][-1]:.3f}" for c in columns if len(r[c]) == rep + 1)
                 print(f"repeat {rep + 1} {w}: {got} s/round", flush=True)
     load1 = os.getloadavg()

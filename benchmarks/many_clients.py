@@ -169,7 +169,7 @@ def ray_bound_round_s(floor_s: float, num_values: int, rounds: int, cores: int) 
             self.weights = (total / len(self.clients)).astype(np.float32)
             return 0
 
-    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False)
     try:
         coord = Coordinator.remote([Spinner.remote() for _ in range(cores)], num_values)
         ends = []
@@ -231,8 +231,9 @@ def main() -> None:
                 r["floor"].append(floor)
                 r["local"].append(fedtune_round_s(cfg, "local", args.cores))
                 r["ray"].append(fedtune_round_s(cfg, "ray", args.cores))
-                r["bound"].append(ray_bound_round_s(floor, values.setdefault(w, model_values(cfg)), args.rounds,
-                                                    args.cores))
+                if w not in values:
+                    values[w] = model_values(cfg)
+                r["bound"].append(ray_bound_round_s(floor, values[w], args.rounds, args.cores))
                 print(f"repeat {rep + 1} {w}: floor {r['floor'][-1]:.3f}  local {r['local'][-1]:.3f}  "
                       f"ray {r['ray'][-1]:.3f}  Ray's own round {r['bound'][-1]:.3f} s/round", flush=True)
     load1 = os.getloadavg()

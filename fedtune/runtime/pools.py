@@ -295,7 +295,7 @@ class RayPool(PoolBase):
         from ray.exceptions import RayActorError, RayError
 
         # the clients of this call (roaming: those dealt to it), else (evaluate) the ones it owns
-        clients = args[3] if method in ("fit", "probe") else self.assignment[w]
+        clients = args[3] if method in ("fit", "probe") and len(args) > 3 else self.assignment[w]
         if self.policy == "fail":
             raise ClientFailure(f"client actor {w} (clients {clients}) died during {method}; "
                                 "on_client_failure=fail stops the run (retry or skip would go on)")
