@@ -366,19 +366,14 @@ def child_main(argv: list[str]) -> None:
 def export_workload(workload: str, rounds: int, out: str, path: str, mnist_root: str | None = None) -> dict:
     """Write fedtune's partition for ``workload`` (each client's training x/y, the cohorts of
     rounds 1..R) to ``path``; return fedtune's config dict for the floor."""
-    from many_clients import NO_MNIST, base_config
+    from many_clients import NO_MNIST, base_config, workload_worker
 
-    from fedtune.config import FederatedRunConfig
     from fedtune.data.partition import sample_participants
-    from fedtune.runtime.driver import FederatedRun
-    from fedtune.runtime.worker import ClientWorker
 
     cfg_dict = base_config(workload, rounds, out, mnist_root)
     if cfg_dict is None:
         raise LookupError(NO_MNIST)
-    cfg = FederatedRunConfig.from_dict({**cfg_dict, "backend": "local"})
-    plan = FederatedRun(cfg).plan
-    worker = ClientWorker(cfg.to_dict(), list(plan.clients), 0, [], manage_threads=False)
+    cfg, plan, worker = workload_worker(cfg_dict)
     ids = sorted(worker.data)
     assert ids == list(range(plan.num_clients)), "client ids are not 0..N-1"
     xs = [worker.data[c]["train"].x.numpy() for c in ids]

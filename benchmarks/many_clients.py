@@ -87,6 +87,20 @@ def fedtune_round_s(cfg_dict: dict, backend: str, cores: int) -> float:
     return statistics.median(periods[:-1] or periods)  # the last round evaluates: left out
 
 
+def workload_worker(cfg_dict: dict, clients: int | None = None):
+    """``(config, plan, worker)`` of a workload on the local backend: fedtune's client worker holding
+    its first ``clients`` clients (all by default), whose data and model the floor and the other
+    frameworks use."""
+    from fedtune.config import FederatedRunConfig
+    from fedtune.runtime.driver import FederatedRun
+    from fedtune.runtime.worker import ClientWorker
+
+    cfg = FederatedRunConfig.from_dict({**cfg_dict, "backend": "local"})
+    plan = FederatedRun(cfg).plan
+    specs = list(plan.clients)[:clients]
+    return cfg, plan, ClientWorker(cfg.to_dict(), specs, 0, [], manage_threads=False)
+
+
 def floor_round_s(cfg_dict: dict, rounds: int, cores: int) -> float:
     """The floor: plain torch, one process, the run's clients and batches, ÷ ``cores``."""
     import torch
@@ -94,17 +108,12 @@ def floor_round_s(cfg_dict: dict, rounds: int, cores: int) -> float:
 
     from fedtune.algorithms.client.method import batches
     from fedtune.algorithms.client.steps import local_steps
-    from fedtune.config import FederatedRunConfig
     from fedtune.data.partition import sample_participants
     from fedtune.flat_weights import bind_flat
     from fedtune.runtime.common import derive_seed
-    from fedtune.runtime.driver import FederatedRun
-    from fedtune.runtime.worker import ClientWorker
 
     torch.set_num_threads(1)
-    cfg = FederatedRunConfig.from_dict({**cfg_dict, "backend": "local"})
-    plan = FederatedRun(cfg).plan
-    worker = ClientWorker(cfg.to_dict(), list(plan.clients), 0, [], manage_threads=False)
+    cfg, plan, worker = workload_worker(cfg_dict)
     model = worker.model
     params = [p for p in model.parameters()]
     flat = bind_flat(model, worker.layout)  # the state as views of one buffer: loading it is one copy
@@ -184,13 +193,7 @@ def ray_bound_round_s(floor_s: float, num_values: int, rounds: int, cores: int) 
 
 def model_values(cfg_dict: dict) -> int:
     """The flat state's size of the workload's model (its parameters and buffers)."""
-    from fedtune.config import FederatedRunConfig
-    from fedtune.runtime.driver import FederatedRun
-    from fedtune.runtime.worker import ClientWorker
-
-    cfg = FederatedRunConfig.from_dict({**cfg_dict, "backend": "local"})
-    plan = FederatedRun(cfg).plan
-    return ClientWorker(cfg.to_dict(), list(plan.clients)[:1], 0, [], manage_threads=False).layout.size
+    return workload_worker(cfg_dict, clients=1)[2].layout.size
 
 
 def main() -> None:
