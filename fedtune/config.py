@@ -282,6 +282,8 @@ class FederatedRunConfig:
         resolved = self.resolved
         specs = {**resolved.hparam_specs(), **{h.name: h for h in SERVER_OPTIMIZERS.spec(self.server_optimizer).hparams}}
         owners = all_hparams()
+        for key, value in resolved.implied_defaults(self.params).items():  # a named reading's knobs (fedadg_variant)
+            self.params.setdefault(key, value)
         for key, value in resolved.preset_defaults().items():  # the algorithm's own defaults (fedsr: uniform mean)
             self.params.setdefault(key, value)
         for key, value in list(self.params.items()):
@@ -401,8 +403,10 @@ class FederatedRunConfig:
                   "placement_timeout_s", "on_client_failure", "client_placement", "client_cpus", "client_gpus",
                   "coordinator_cpus", "coordinator_gpus", "checkpoint_every", "cache_dir", "cache_key", "cache_wait_s"}
         values = {**self.to_dict(), "augment": self.effective_augment}  # what ran, not "auto"
-        values["params"] = {k: v for k, v in values["params"].items()
-                            if not (k in _PARAMS_HASHED_WHEN_SET and v == _PARAMS_HASHED_WHEN_SET[k])}
+        specs = self.resolved.hparam_specs()
+        values["params"] = {**{k: specs[k].of(self) for k in _PARAMS_HASHED_WHEN_UNSET if k in specs},
+                            **{k: v for k, v in values["params"].items()
+                               if not (k in _PARAMS_HASHED_WHEN_SET and v == _PARAMS_HASHED_WHEN_SET[k])}}
         payload = {k: v for k, v in sorted(values.items())
                    if k not in ignore and not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])}
         digest = hashlib.sha1(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:10]
@@ -423,6 +427,10 @@ _HASHED_WHEN_SET = {"weights": "none", "augment": "none", "local_optimizer": "sg
 # the example-weighted model mean, and Reddi et al.'s v start. A shipped space that now names them fixed
 # at these values keeps its trial ids.
 _PARAMS_HASHED_WHEN_SET = {"client_weighting": "examples", "server_v_start": "tau_squared"}
+# Hyperparameters whose default changed after studies were written: hashed at the value that runs, set
+# or not, so a run that leaves one unset gets another id than the runs of the old default
+# (fedadg_variant: fedtune's `fixed` reading until issue 44, the authors' PACS code since).
+_PARAMS_HASHED_WHEN_UNSET = ("fedadg_variant",)
 
 
 # Old field names, refused with a message saying what changed (a null value still reads: the default).

@@ -219,6 +219,25 @@ class Resolved:
         specs = self.hparam_specs()
         return {name: value for name, value in PRESETS[self.algorithm].defaults if name in specs}
 
+    def implied_defaults(self, params: dict[str, Any]) -> dict[str, Any]:
+        """What the readings named in ``params`` set (:attr:`HParam.implies`; a choice left unset
+        counts at its default), for the hyperparameters this pair declares; the config puts each
+        one in ``params`` where the run leaves it unset.
+
+        >>> Resolved("fedadg", "fedadg", "fedavg").implied_defaults({"fedadg_variant": "authors_vlcs"})["fedadg_gen_loss"]
+        'frozen'
+        >>> Resolved("fedadg", "fedadg", "fedavg").implied_defaults({})
+        {}
+        """
+        specs = self.hparam_specs()
+        out: dict[str, Any] = {}
+        for h in specs.values():
+            value = params.get(h.name, h.default)
+            for name, implied in dict(h.implies).get(value, ()) if isinstance(value, str) else ():
+                if name in specs:
+                    out[name] = implied
+        return out
+
     def hyperparameters(self, cfg: RunConfig) -> dict[str, Any]:
         """Every hyperparameter of the pair: its value in ``cfg`` (set, else the default)."""
         return {h.name: h.of(cfg) for h in self.hparam_specs().values()}

@@ -87,6 +87,12 @@ class HParam(Generic[T]):
     # file's ``params`` (``{"distribution": "loguniform", "low": ..., "high": ..., "default": ...}``,
     # :mod:`fedtune.spaces.lookup`); None: fixed at the default. Not part of the value's identity.
     search: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+    # A choice that names a whole reading (FedADG's fedadg_variant): value -> ((name, value), ...), the
+    # other hyperparameters that value sets where the run leaves them unset (the config puts them in
+    # its ``params``, :meth:`fedtune.algorithms.Resolved.implied_defaults`), so reports and trial ids show them.
+    implies: tuple[tuple[Any, tuple[tuple[str, Any], ...]], ...] = field(default=(), compare=False, hash=False)
+    # Values that were allowed once: value -> why it went and what to write instead (one line).
+    retired: tuple[tuple[Any, str], ...] = field(default=(), compare=False, hash=False)
 
     @property
     def bounds(self) -> Bounds:
@@ -98,6 +104,9 @@ class HParam(Generic[T]):
         where = f"field '{self.name}' ({owner})"
         if self.kind in ("choice", "float_or_choice") and value in self.choices:
             return value
+        why = dict(self.retired).get(value) if isinstance(value, str) else None
+        if why is not None:
+            raise ConfigError(f"{where}: {shown(value)} was removed: {why}")
         if self.kind == "choice":
             if value is None:  # Bounds passes None as "unset"; a hyperparameter set to null is no choice
                 raise ConfigError(f"{where}: None is not allowed; allowed: {', '.join(map(str, self.choices))}")

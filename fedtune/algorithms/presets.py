@@ -48,7 +48,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("fedgma", "sgd", "fedgma", ("fdg", "fl"), "FedGMA (Tenison et al.; FedDG benchmark): local SGD, FedAvg's step masked per coordinate by the clients' sign agreement (gma_tau, gma_mask soft|bai)"),
     Preset("afl", "afl", "fedavg", ("fdg", "fl"), "AFL (Mohri et al., agnostic FL; FedDG benchmark): local SGD on the λ-weighted domain risks, the server's domain weights λ ← Proj_simplex(λ + afl_lambda_lr · domain losses), FedAvg"),
     Preset("feddg", "feddg", "fedavg", ("fdg", "fl"), "FedDG (Liu et al., ELCFS's continuous frequency-space interpolation; FedDG benchmark): local SGD on images whose low-frequency amplitudes are interpolated towards other clients' (feddg_ratio_low, feddg_ratio_high), FedAvg"),
-    Preset("fedadg", "fedadg", "fedavg", ("fdg", "fl"), "FedADG (Zhang et al.; FedDG benchmark): local SGD, then the encoder features aligned adversarially to a federated generator's distribution (fedadg_alpha, fedadg_epochs, fedadg_gen_lr, fedadg_disc_lr, fedadg_variant), FedAvg"),
+    Preset("fedadg", "fedadg", "fedavg", ("fdg", "fl"), "FedADG (Zhang et al.; FedDG benchmark): label-smoothed local steps, then the encoder features aligned adversarially to a federated generator's class-conditional distribution through each client's discriminator (fedadg_alpha, fedadg_epochs, fedadg_variant authors|authors_vlcs|bai), FedAvg's uniform mean (the authors')",
+           defaults=(("client_weighting", "uniform"),)),
 )}
 
 __all__ = ["PRESETS"]

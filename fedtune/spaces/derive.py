@@ -26,7 +26,9 @@ the derived key; a ``distribution`` other than the derived one drops the derived
 keys (``low``, ``high``, ``default``, ``log``, ``choices``, ``value``) and keeps ``when``,
 ``otherwise`` and ``help``; ``when: null`` removes the derived condition and its ``otherwise``. A
 name the derivation does not have (a budget field such as ``local_steps``) comes after the derived
-ones, in file order, and must be tunable for the pair. Switches merge the same way.
+ones, in file order, and must be tunable for the pair. Switches merge the same way. A reading the
+merged space fixes (``fedadg_variant: bai``, :attr:`~fedtune.algorithms.base.HParam.implies`) then
+sets the derived entries of the knobs it implies that the file does not name (:func:`_apply_readings`).
 
 >>> names = list(derive({"algorithm": "fedprox"}).params)
 >>> names[:4], names[-7:-5]
@@ -176,4 +178,37 @@ def merge(derived: Derived, switches: Mapping[Any, Any], params: Mapping[Any, An
             if name not in base:
                 merged[name] = body
                 out.origins[str(name)] = FILE
+    _apply_readings(out, params)
     return out
+
+
+def _apply_readings(space: Derived, given: Mapping[Any, Any]) -> None:
+    """A reading the space fixes (a choice that :attr:`~fedtune.algorithms.base.HParam.implies`
+    knobs: ``fedadg_variant: bai``) sets the derived entries of those knobs the file does not name:
+    a fixed one's value, a sampled one's default; a sampled reading leaves them out of the space,
+    for each trial's config to set from the reading it drew.
+
+    >>> space = merge(derive({"algorithm": "fedadg"}), {}, {"fedadg_variant": {"distribution": "fixed", "value": "bai"}})
+    >>> space.params["fedadg_order"]["value"], space.params["fedadg_alpha"]["default"], space.origins["fedadg_order"]
+    ('model_first', 0.15, 'fedadg_variant=bai')
+    """
+    from fedtune.algorithms import all_hparams
+
+    owners = all_hparams()
+    for name, body in list(space.params.items()):
+        h = owners[name][1] if name in owners else None
+        if h is None or not h.implies or not isinstance(body, Mapping):
+            continue
+        value = body.get("value") if body.get("distribution") == "fixed" else None
+        if value is None:
+            for implied in {k for _, pairs in h.implies for k, _ in pairs} - set(given):
+                space.params.pop(implied, None)
+                space.origins.pop(implied, None)
+            continue
+        for implied, v in dict(h.implies).get(value, ()) if isinstance(value, str) else ():
+            entry = space.params.get(implied)
+            if implied in given or not isinstance(entry, Mapping):
+                continue
+            key = "value" if entry.get("distribution") == "fixed" else "default"
+            space.params[implied] = {**entry, key: v}
+            space.origins[implied] = f"{name}={value}"

@@ -1,14 +1,16 @@
 """FedADG's server side: the federated generator (docs/methods.md §24; the client is
 :mod:`fedtune.algorithms.client.fedadg`).
 
-Bai et al.'s ``FedADGServer`` averages the clients' generators with the models' coefficients
+The FedADG authors' ``FedAvg`` (``models/Fed.py``) averages the feature extractor, the classifier and
+the generator uniformly over the clients; Bai et al.'s ``FedADGServer`` with the models' coefficients
 (``len(client) / selected_total_size``). Here each participant returns its generator's parameters
-as one float32 vector (extras :data:`GENERATOR_KEY`); the side keeps their example-weighted mean
-(``p_u``, accumulated in float64 in ascending client id, then float32) and broadcasts it with the
-next round's weights. Round 1 broadcasts none: every client builds the run's initial generator
-from its own seed, the same everywhere. The generator is in the coordinator's checkpoint. Whatever
-the server rule does with the model, the generator is averaged (it is the method's state, not the
-model's). Diagnostic ``fedadg_generator_norm``.
+as one float32 vector (extras :data:`GENERATOR_KEY`); the side keeps their mean with the weights of
+the rule's ``client_weighting`` (``uniform``, the preset ``fedadg``'s default: ``1/U``; ``examples``:
+``p_u``; ``examples`` under a rule without it), accumulated in float64 in ascending client id, then
+float32, and broadcasts it with the next round's weights. Round 1 broadcasts none: every client
+builds the run's initial generator from its own seed, the same everywhere. The generator is in the
+coordinator's checkpoint. Whatever the server rule does with the model, the generator is averaged
+(it is the method's state, not the model's). Diagnostic ``fedadg_generator_norm``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from fedtune.algorithms.declarations import CLIENT_WEIGHTING
+from fedtune.algorithms.server.aggregate import mean_weights
 from fedtune.algorithms.server.side import ServerSide
 
 GENERATOR_KEY = "fedadg.generator"
@@ -38,19 +42,20 @@ def mean_generator(rows: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
 
 
 class FedADGServer(ServerSide):
-    """The example-weighted mean of the participants' generators, broadcast each round."""
+    """The mean of the participants' generators (the rule's ``client_weighting``), broadcast each round."""
 
     name = "fedadg"
 
     def __init__(self, cfg: Any, layout: Any, num_clients: int):
         super().__init__(cfg, layout, num_clients)
         self.generator: np.ndarray | None = None
+        self.weighting = CLIENT_WEIGHTING.of(cfg)  # the rule's mean: the generator is averaged as the model
 
     def payload(self, round: int) -> dict[str, np.ndarray]:
         return {} if self.generator is None else {GENERATOR_KEY: self.generator}
 
     def update(self, old, new, updates, weights, *, extras, round, info):
-        self.generator = mean_generator([e[GENERATOR_KEY] for e in extras], weights)
+        self.generator = mean_generator([e[GENERATOR_KEY] for e in extras], mean_weights(weights, self.weighting))
         return new, {"fedadg_generator_norm": float(np.linalg.norm(self.generator.astype(np.float64)))}
 
     def state_dict(self) -> dict[str, Any]:
