@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from fedtune.errors import ConfigError
-from fedtune.models import BUILTIN_MODELS, WEIGHT_FREE, build_model, require_linear_head, resolve_weights
+from fedtune.models import (BUILTIN_MODELS, WEIGHT_FREE, build_model, require_linear_head, resolve_weights,
+                            weight_free_options)
 
 _PASSED: set[tuple] = set()  # configurations already checked in this process
 PROBE_MAX_SIDE = 512
@@ -58,7 +59,7 @@ def check_replaceable_head(name: str) -> None:
 
     try:
         with torch.device("meta"):
-            model = get_model(name, weights=None)
+            model = get_model(name, weights=None, **weight_free_options(name))
     except (NotImplementedError, RuntimeError):  # regnet_*'s init needs real tensors: check_model_runs
         return  # builds it on the CPU before launch
     require_linear_head(model, name)

@@ -100,16 +100,31 @@ def ensure_weights_file(model: str, weights: str, download_timeout_s: float = 20
     return published_file(resolve_weights(model, weights), model, download_timeout_s)
 
 
+def weight_free_options(name: str) -> dict:
+    """torchvision's builder options for ``name`` without weights: googlenet / inception_v3 without
+    auxiliary classifiers (training would return a tuple of logits) and with ``init_weights=True``,
+    torchvision's present default said explicitly (left out, torchvision warns that it will change)."""
+    return {"aux_logits": False, "init_weights": True} if name in AUX_LOGIT_MODELS else {}
+
+
+def _drop_auxiliary_classifiers(model: nn.Module) -> None:
+    """googlenet's ``aux1`` / ``aux2``, inception_v3's ``AuxLogits`` removed and ``aux_logits`` off:
+    what torchvision's builders do after loading their weights when ``aux_logits`` is not asked for
+    (inception_v3's builder keeps them unless told ``aux_logits=False``, which it refuses with weights)."""
+    model.aux_logits = False
+    for key in ("aux1", "aux2", "AuxLogits"):
+        if hasattr(model, key):
+            setattr(model, key, None)
+
+
 def _torchvision_model(name: str, input_shape: tuple[int, ...], num_classes: int, weights: str | None) -> nn.Module:
     check_model_name(name)
     if len(input_shape) != 3:
         raise ConfigError(f"field 'model': {name} needs image input, dataset gives shape {input_shape}; use mlp")
     from torchvision.models import get_model
 
-    # googlenet / inception_v3: no auxiliary classifiers (training would return a tuple of logits)
-    extra = {"aux_logits": False} if name in AUX_LOGIT_MODELS else {}
     if weights in (None, WEIGHT_FREE):
-        model = get_model(name, weights=None, num_classes=num_classes, **extra)
+        model = get_model(name, weights=None, num_classes=num_classes, **weight_free_options(name))
     else:
         if input_shape[0] != 3:
             raise ConfigError(f"field 'weights': {name}'s pretrained weights take RGB input, dataset gives "
@@ -120,12 +135,14 @@ def _torchvision_model(name: str, input_shape: tuple[int, ...], num_classes: int
         except Exception as exc:
             raise ConfigError(f"field 'weights': {path} is not a plain state dict (torch.load with weights_only=True "
                               f"refused it: {type(exc).__name__}); delete it and fetch torchvision's file again") from None
-        try:
-            model = get_model(name, weights=resolve_weights(name, weights), **extra)  # torchvision loads it, strictly
+        try:  # torchvision loads it, strictly (with its auxiliary classifiers: it refuses aux_logits=False)
+            model = get_model(name, weights=resolve_weights(name, weights))
         except RuntimeError as exc:  # a state dict of another architecture: torchvision's key list
             raise ConfigError(f"field 'weights': {path} does not hold {name}'s weights (torchvision's strict load "
                               f"refused it: {str(exc).splitlines()[0][:120]}); delete it and fetch torchvision's "
                               "file again") from None
+        if name in AUX_LOGIT_MODELS:  # then drops them, as torchvision does when aux_logits is left out
+            _drop_auxiliary_classifiers(model)
     if input_shape[0] != 3:  # grey input: the first convolution takes input_shape[0] channels
         conv_name, conv = next((n, m) for n, m in model.named_modules() if isinstance(m, nn.Conv2d))
         parent_name, _, key = conv_name.rpartition(".")
@@ -285,7 +302,8 @@ def load_checkpoint(model: nn.Module, pretrained_path: str | Path) -> bool:
         raise ConfigError(f"field 'pretrained_path': '{path}' does not match the model's backbone ({len(own)} keys; only "
                           f"the classifier {head_name} may differ): {'; '.join(problems)}")
     load = {k: v for k, v in state.items() if not is_head(k) or v.shape == own[k].shape}
-    model.load_state_dict(load, strict=False)
+    if not any(t.is_meta for t in own.values()):  # on the meta device (the pre-launch check) keys and shapes are
+        model.load_state_dict(load, strict=False)  # all there is: a copy there is a no-op torch warns of per tensor
     return any(is_head(k) for k in load)
 
 

@@ -308,9 +308,14 @@ def test_null_homogeneity_keeps_the_clients_per_domain_split():
     ({"domain_homogeneity": 0.5, "clients_per_domain": 2},
      r"fields 'domain_homogeneity' and 'clients_per_domain': .* set clients_per_domain to 1, not 2"),
     ({"domain_homogeneity": 0.5, "setting": "fl"}, r"field 'domain_homogeneity': setting 'fl' pools every domain"),
-    # 3 sources of 500, 400 clients: 134 + 133 + 133 clients; 500 = 134 * 3 + 98, so client 98 gets 3
+    # 3 sources of 500, 300 clients at lambda 1: floor(500 / 300) = 1 of each domain, the first 200 clients
+    # one more, so client 200 holds 3 (1500 examples would allow 375 clients of 4)
+    ({"domain_homogeneity": 1.0, "num_clients": 300, "domain_homogeneity_rounding": "largest-remainder"},
+     r"field 'num_clients': 300 clients with domain_homogeneity=1.0 leave client 200 3 examples .* at least 4"),
+    # 400 clients need 1600 examples: refused before any count is computed
     ({"domain_homogeneity": 0.0, "num_clients": 400, "domain_homogeneity_rounding": "largest-remainder"},
-     r"field 'num_clients': 400 clients with domain_homogeneity=0.0 leave client 98 3 examples .* at least 4"),
+     r"^field 'num_clients': 400 clients with domain_homogeneity=0.0 need at least 4 examples each, but the 3 source "
+     r"domain\(s\) hold only 1500; allowed: at most 375 \(lower num_clients\)$"),
     ({"domain_homogeneity": 0.5, "domain_homogeneity_rounding": "nearest"},
      r"field 'domain_homogeneity_rounding': 'nearest' is not allowed; allowed: authors, largest-remainder"),
 ])
@@ -320,6 +325,57 @@ def test_bad_values_are_one_line_config_errors(kw, match):
     with pytest.raises(ConfigError, match=match) as e:
         make_plan(info, labels, **kw)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("setting", ["fdg", "fda", "ufdg"])
+@pytest.mark.parametrize("rounding", ["authors", "largest-remainder"])
+@pytest.mark.parametrize("num_clients", [376, 10**9, 2**63 - 1])
+def test_too_many_clients_are_refused_before_any_per_client_work(monkeypatch, setting, rounding, num_clients):
+    # 10**9 clients at lambda 0.1 used to run the greedy split client by client (minutes, then memory)
+    def computed(*args):
+        raise AssertionError("homogeneity_counts ran")
+
+    monkeypatch.setattr(partition, "homogeneity_counts", computed)
+    info, labels = RECT4  # target d0: 3 sources of 500, at most 1500 // 4 = 375 clients
+    with pytest.raises(ConfigError) as e:
+        make_plan(info, labels, setting=setting, target_domain=None, num_clients=num_clients, domain_homogeneity=0.1,
+                  domain_homogeneity_rounding=rounding)
+    assert str(e.value) == (f"field 'num_clients': {num_clients} clients with domain_homogeneity=0.1 need at least 4 "
+                            "examples each, but the 3 source domain(s) hold only 1500; allowed: at most 375 (lower "
+                            "num_clients)")
+
+
+@pytest.mark.parametrize("rounding", ["authors", "largest-remainder"])
+def test_the_most_clients_allowed_still_get_a_plan(rounding):
+    info, labels = RECT4
+    plan = make_plan(info, labels, setting="fdg", target_domain=None, num_clients=375, domain_homogeneity=0.0,
+                     domain_homogeneity_rounding=rounding)
+    assert plan.num_clients == 375 and (_held(plan).sum(axis=1) == 4).all()
+
+
+def _separated_owner_reference(sizes, n):
+    """The authors' packing restated: whole domains, largest first (equal sizes: the later domain),
+    each to the client holding the fewest examples so far (ties: the lower client)."""
+    totals, owner = [0] * n, [0] * len(sizes)
+    for d in sorted(range(len(sizes)), key=lambda d: (-sizes[d], -d)):
+        s = min(range(n), key=lambda i: (totals[i], i))
+        owner[d], totals[s] = s, totals[s] + sizes[d]
+    return owner
+
+
+def test_the_split_of_many_clients_over_many_domains_equals_the_greedy_one_step_at_a_time():
+    from fedtune.data.heterogeneity import main_clients_per_domain, separated_owner
+
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        d = int(rng.integers(1, 40))
+        sizes = rng.integers(1, 400, size=d)
+        sizes[rng.integers(0, d, size=d // 3)] = sizes[0]  # ties
+        sizes = sizes.tolist()
+        many = int(rng.integers(d, 300))
+        assert main_clients_per_domain(sizes, many) == _main_clients_reference(sizes, many)
+        few = int(rng.integers(1, d + 1))
+        assert separated_owner(sizes, few) == _separated_owner_reference(sizes, few)
 
 
 @pytest.mark.parametrize("value,flipped", [(0.1, " = 0.9"), (1, " = 0"), (2.5, ""), ("x", "")])

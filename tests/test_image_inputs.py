@@ -329,6 +329,32 @@ def test_an_image_edited_in_place_is_seen_with_the_content_key_and_reuse_is_anno
     assert any(line.startswith("image cache: decoding domain(s) b") for line in notes)
 
 
+def test_the_first_line_says_reused_only_for_a_cache_the_run_reuses_and_why_it_decodes_again(tmp_path):
+    # a domain whose cached pixels fail their checksum is decoded again when the run opens it: the note
+    # before it must say so (and why), not "reused"
+    root = image_tree(tmp_path / "ds", domains=("a", "b", "c"))
+    cache = tmp_path / "cache"
+    base = {"dataset": "folder", "data_root": str(root), "image_size": 8, "cache_dir": str(cache)}
+    ds = get_dataset("folder", root=root, image_size=8, cache_dir=cache)
+    for d in ("a", "b"):
+        ds.pixels(d)
+    entry = ds.cache_entry("b")
+    with open(entry.array_path, "r+b") as f:  # one byte of the last image, size and record kept
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0xFF]))
+    notes = [line for line in run_notes(FederatedRunConfig.from_dict(base)) if line.startswith("image cache")]
+    assert notes[0].startswith("image cache: reused for domain(s) a (built ")  # b is not reused
+    assert notes[1].startswith("image cache: decoding domain(s) c into ")
+    assert notes[2] == (f"image cache: decoding domain b again into {str(cache)!r}: the cache there is not reused "
+                        f"because image 3 does not match its checksum (corrupt)")
+    assert len(notes) == 3
+    builds = len(build_log(cache))
+    get_dataset("folder", root=root, image_size=8, cache_dir=cache).pixels("b")  # what the run then does
+    assert len(build_log(cache)) == builds + 1 and check_cache(entry) is None
+
+
 def test_cache_key_is_checked(tmp_path):
     from fedtune.errors import ConfigError
 

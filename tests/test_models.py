@@ -313,7 +313,9 @@ def _random_state(member) -> dict:
     from torchvision.models import get_model
 
     torch.manual_seed(123)
-    state = get_model(member.__class__.__name__.replace("_Weights", "").lower(), weights=None).state_dict()
+    name = member.__class__.__name__.replace("_Weights", "").lower()
+    quick = {"init_weights": False} if name in ("googlenet", "inception_v3") else {}  # their files' keys, no slow init
+    state = get_model(name, weights=None, **quick).state_dict()
     return {k: (torch.randn_like(v) if v.is_floating_point() else v) for k, v in state.items()}
 
 
@@ -572,3 +574,48 @@ def test_freeze_batchnorm_reaches_the_clients_of_a_run(tmp_path):
         (row,) = load(tmp_path / "out" / f"f{frozen}", "rounds").to_pylist()
         losses[frozen] = row["train_loss"]
     assert losses[True] != losses[False]  # batch statistics vs the running ones: another loss
+
+
+# ------------------------------------------------------------- good weights load without a warning
+def test_good_weights_by_either_route_load_and_pass_the_check_without_a_warning(tmp_path, monkeypatch):
+    # the pre-launch check builds the model on the meta device: loading pretrained_path's tensors there
+    # made torch warn once per tensor (120 for resnet18) that the copy is a no-op
+    from torchvision.models import ResNet18_Weights
+
+    from fedtune.model_check import check_model_runs
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    state, path = _published_weights_file(tmp_path, ResNet18_Weights.IMAGENET1K_V1, monkeypatch)
+    monkeypatch.setattr("fedtune.model_check._PASSED", set())  # the check runs, whatever ran before
+    for kw in ({"weights": "IMAGENET1K_V1"}, {"pretrained_path": str(path)}):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            check_model_runs("resnet18", (3, 64, 64), 7, {}, **kw)
+            model = build_model("resnet18", input_shape=(3, 64, 64), num_classes=7, **kw)
+        assert [str(w.message)[:120] for w in caught] == [], kw
+        got = model.state_dict()
+        assert all(torch.equal(got[k], v) for k, v in state.items() if not k.startswith("fc.")), kw
+
+
+@pytest.mark.parametrize("name,side", [("googlenet", 32), ("inception_v3", 75)])
+def test_auxiliary_classifier_models_load_their_published_weights_without_a_warning(tmp_path, monkeypatch, name, side):
+    # torchvision refuses aux_logits=False with weights (a ValueError traceback in every worker before);
+    # its files hold the auxiliary classifiers, which the model drops after loading, as torchvision does
+    from torchvision.models import get_model_weights
+
+    from fedtune.model_check import check_model_runs
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    state, _ = _published_weights_file(tmp_path, get_model_weights(name).IMAGENET1K_V1, monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_model_runs(name, (3, side, side), 5, {}, weights="IMAGENET1K_V1")
+        model = build_model(name, input_shape=(3, side, side), num_classes=5, weights="IMAGENET1K_V1")
+    assert [str(w.message)[:120] for w in caught] == []
+    got = model.state_dict()
+    aux = ("aux1.", "aux2.", "AuxLogits.")
+    assert not any(k.startswith(aux) for k in got) and any(k.startswith(aux) for k in state)
+    assert all(torch.equal(got[k], v) for k, v in state.items() if not k.startswith(("fc.", *aux)))
+    assert got["fc.weight"].shape[0] == 5
+    out = model.train()(torch.rand(2, 3, side, side))
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 5)

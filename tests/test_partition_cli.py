@@ -71,3 +71,22 @@ def test_partition_trains_nothing_and_never_imports_ray(tmp_path, monkeypatch, c
     assert main(["partition", "--dataset", "rect4", "--output", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["train"] == [[400, 0, 0], [0, 400, 0], [0, 0, 400]]
     assert list(tmp_path.iterdir()) == []  # no study folder, no results
+
+
+@pytest.mark.parametrize("command", [["partition"], ["run", "--backend", "local"]])
+@pytest.mark.parametrize("setting", ["fdg", "fda"])
+def test_a_billion_clients_with_domain_homogeneity_are_refused_at_once_in_one_line(command, setting, tmp_path,
+                                                                                   monkeypatch, capsys):
+    import fedtune.data.partition as partition
+
+    def computed(*args):
+        raise AssertionError("the split was computed client by client")
+
+    monkeypatch.setattr(partition, "homogeneity_counts", computed)
+    argv = [*command, "--output", str(tmp_path), "--set", "num_clients=1000000000", "--set", "domain_homogeneity=0.1",
+            "--set", f"setting={setting}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == ("fedtune: error: field 'num_clients': 1000000000 clients with domain_homogeneity=0.1 need at least "
+                   "4 examples each, but the 5 source domain(s) hold only 1497; allowed: at most 374 (lower "
+                   "num_clients)\n")

@@ -131,3 +131,56 @@ def test_the_package_is_imported_without_its_network_version_check(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['MainThread']"  # wilds' import starts a thread asking PyPI otherwise
+
+
+TABLES = [("camelyon17", "camelyon17_v1.0/metadata.csv", "tumor"),
+          ("iwildcam", "iwildcam_v2.0/metadata.csv", "filename"),
+          ("celeba", "celebA_v1.0/list_attr_celeba.csv", "Blond_Hair"),
+          ("celeba", "celebA_v1.0/list_eval_partition.csv", "partition"), ("femnist", "femnist_v1.0/metadata.csv", "y")]
+
+
+def _rewrite(path: Path, keep) -> None:
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    with open(path, "w", newline="") as fh:
+        csv.writer(fh).writerows(keep(rows))
+
+
+@pytest.mark.parametrize("name,table,column", TABLES)
+def test_a_metadata_file_with_a_header_only_is_one_line_naming_it(tmp_path, name, table, column):
+    root = MAKERS[name](tmp_path / "data")
+    _rewrite(root / table, lambda rows: rows[:1])  # the header row, no image
+    with pytest.raises(DataError) as err:
+        get_dataset(name, root=root, cache_dir=tmp_path / "cache")
+    msg = str(err.value)
+    assert "\n" not in msg and repr(str(root / table)) in msg and "no rows" in msg
+
+
+@pytest.mark.parametrize("name,table,column", TABLES)
+def test_a_metadata_file_without_a_column_the_reader_needs_names_the_file_and_column(tmp_path, name, table, column):
+    root = MAKERS[name](tmp_path / "data")
+    _rewrite(root / table, lambda rows: [[v for v, h in zip(r, rows[0]) if h != column] for r in rows])
+    with pytest.raises(DataError) as err:
+        get_dataset(name, root=root, cache_dir=tmp_path / "cache")
+    msg = str(err.value)
+    assert "\n" not in msg and repr(str(root / table)) in msg and f"lacks column(s) {column}" in msg
+
+
+@pytest.mark.parametrize("name,table", [(n, t) for n, t, _ in TABLES if n != "femnist"])
+def test_an_empty_metadata_file_is_one_line_naming_it(tmp_path, name, table):
+    root = MAKERS[name](tmp_path / "data")
+    (root / table).write_text("")
+    with pytest.raises(DataError) as err:
+        get_dataset(name, root=root, cache_dir=tmp_path / "cache")
+    msg = str(err.value)
+    assert "\n" not in msg and repr(str(root / table)) in msg and "is empty" in msg
+
+
+def test_tables_that_disagree_on_their_length_are_one_line_naming_the_files(tmp_path):
+    # CelebA's attribute and partition files are paired row by row: one row short, wilds' torch.cat fails
+    root = wilds_copies.celeba(tmp_path / "data")
+    _rewrite(root / "celebA_v1.0/list_eval_partition.csv", lambda rows: rows[:-1])
+    with pytest.raises(DataError) as err:
+        get_dataset("celeba", root=root, cache_dir=tmp_path / "cache")
+    msg = str(err.value)
+    assert "\n" not in msg and "cannot read" in msg and "list_attr_celeba.csv, list_eval_partition.csv" in msg

@@ -456,16 +456,18 @@ def cached_images(entry: CacheEntry, decode, *, threads: int | None = None,
 
 
 def cache_state(entry: CacheEntry) -> tuple[str, dict]:
-    """``("reused", record)`` for a valid cache, ``("building", owner)`` while another process holds its
-    lock, else ``("to build", {})``: what a run will do with ``entry`` (cheap unless the array is small
-    enough to be checked whole)."""
+    """``("reused", record)`` for a cache :func:`cached_images` will open as it is (the same check,
+    pixels included), ``("building", owner)`` while another process holds its lock, else
+    ``("to build", {"why": ...})``: what a run will do with ``entry``, and why it decodes
+    (``"not built"``, or what :func:`check_cache` found wrong with the files there)."""
     from filelock import FileLock, Timeout
 
-    if check_cache(entry, pixels=False) is None:  # the run that opens it checks the pixels
+    problem = check_cache(entry)
+    if problem is None:
         try:
             return "reused", json.loads(entry.record_path.read_text())
         except (OSError, ValueError):
-            return "to build", {}
+            problem = "its record is unreadable"
     if entry.lock_path.exists():
         lock = FileLock(str(entry.lock_path))
         try:
@@ -475,7 +477,7 @@ def cache_state(entry: CacheEntry) -> tuple[str, dict]:
             return "building", read_owner(entry.owner_path) or {}
         except OSError:
             pass
-    return "to build", {}
+    return "to build", {"why": problem}
 
 
 def build_log(directory: str | os.PathLike) -> list[dict]:

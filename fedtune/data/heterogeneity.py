@@ -35,6 +35,7 @@ Both give columns summing to ``n_d`` and, at lambda = 1, ``floor(n_d / N)`` exam
 
 from __future__ import annotations
 
+import heapq
 from fractions import Fraction
 from typing import Sequence
 
@@ -47,11 +48,15 @@ ROUNDINGS: tuple[str, ...] = ("authors", "largest-remainder")
 
 def main_clients_per_domain(sizes: Sequence[int], num_clients: int) -> list[int]:
     """``m_d``: clients whose main domain is ``d`` (``num_clients >= len(sizes)``), summing to
-    ``num_clients``; the extra clients go one at a time to the domain of largest ``n_d / m_d``."""
+    ``num_clients``; the extra clients go one at a time to the domain of largest ``n_d / m_d``
+    (a heap of the exact ratios: O(num_clients log D))."""
     m = [1] * len(sizes)
+    heap = [(-Fraction(int(n)), d) for d, n in enumerate(sizes)]  # largest ratio first, ties: the earlier d
+    heapq.heapify(heap)
     for _ in range(num_clients - len(sizes)):
-        best = max(range(len(sizes)), key=lambda d: (Fraction(int(sizes[d]), m[d]), -d))
+        _, best = heapq.heappop(heap)
         m[best] += 1
+        heapq.heappush(heap, (-Fraction(int(sizes[best]), m[best]), best))
     return m
 
 
@@ -62,13 +67,14 @@ def packing_order(sizes: Sequence[int]) -> list[int]:
 
 
 def separated_owner(sizes: Sequence[int], num_clients: int) -> list[int]:
-    """``N < D``: the client holding each whole domain in ``H``."""
-    totals = [0] * num_clients
+    """``N < D``: the client holding each whole domain in ``H`` (each to the client with the fewest
+    examples so far, ties: the lower client; a heap of ``(total, client)``)."""
+    heap = [(0, s) for s in range(num_clients)]
     owner = [0] * len(sizes)
     for d in packing_order(sizes):
-        s = min(range(num_clients), key=lambda i: (totals[i], i))
+        total, s = heapq.heappop(heap)
         owner[d] = s
-        totals[s] += int(sizes[d])
+        heapq.heappush(heap, (total + int(sizes[d]), s))
     return owner
 
 

@@ -176,6 +176,11 @@ def _check_homogeneity(value, rounding, setting: str, clients_per_domain: int) -
 def _homogeneity_clients(labels: dict[str, np.ndarray], sources: list[str], num_clients: int,
                          homogeneity: float, rounding: str, val_fraction: float, seed: int) -> list[ClientSpec]:
     sizes = [len(labels[d]) for d in sources]
+    if num_clients * MIN_CLIENT_EXAMPLES > sum(sizes):  # before any per-client work: num_clients can be 10**18
+        raise ConfigError(
+            f"field 'num_clients': {num_clients} clients with domain_homogeneity={homogeneity} need at least "
+            f"{MIN_CLIENT_EXAMPLES} examples each, but the {len(sources)} source domain(s) hold only {sum(sizes)}; "
+            f"allowed: at most {sum(sizes) // MIN_CLIENT_EXAMPLES} (lower num_clients)")
     counts = homogeneity_counts(sizes, num_clients, homogeneity, rounding)  # (clients, domains)
     small = np.flatnonzero(counts.sum(axis=1) < MIN_CLIENT_EXAMPLES)
     if len(small):

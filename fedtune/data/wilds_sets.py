@@ -50,6 +50,7 @@ class WildsSpec:
     expected: tuple[str, ...]  # what the folder must hold
     schemes: tuple[str, ...]  # WILDS' split schemes of the dataset
     description: str
+    tables: tuple[tuple[str, tuple[str, ...]], ...] = ()  # each CSV the package reads, and the columns it reads
 
 
 WILDS_SETS: dict[str, WildsSpec] = {
@@ -57,16 +58,19 @@ WILDS_SETS: dict[str, WildsSpec] = {
         "camelyon17", "camelyon17_v1.0", ("hospital",), 96, "", ("RELEASE_v1.0.txt", "metadata.csv", "patches/"),
         ("official", "mixed-to-test"),
         "Camelyon17-WILDS (wilds package): 5 hospital domains, tumour or not in 96 px patches; WILDS splits "
-        "(split_scheme official: train hospitals 0, 3, 4, OOD val 1, OOD test 2)"),
+        "(split_scheme official: train hospitals 0, 3, 4, OOD val 1, OOD test 2)",
+        (("metadata.csv", ("patient", "node", "x_coord", "y_coord", "tumor", "slide", "center", "split")),)),
     "iwildcam": WildsSpec(
         "iwildcam", "iwildcam_v2.0", ("location",), 448, "train/", ("RELEASE_v2.0.txt", "metadata.csv", "train/"),
         ("official",),
-        "iWildCam2020-WILDS (wilds package): 323 camera-location domains, 182 species, 448 px"),
+        "iWildCam2020-WILDS (wilds package): 323 camera-location domains, 182 species, 448 px",
+        (("metadata.csv", ("split", "location_remapped", "sequence_remapped", "datetime", "y", "filename")),)),
     "celeba": WildsSpec(
         "celebA", "celebA_v1.0", ("male", "y"), 96, "img_align_celeba/",
         ("RELEASE_v1.0.txt", "list_attr_celeba.csv", "list_eval_partition.csv", "img_align_celeba/"),
         ("official",),
-        "CelebA (wilds package): blond hair or not, 4 domains male x blond (Bai et al.'s groups), 96 px"),
+        "CelebA (wilds package): blond hair or not, 4 domains male x blond (Bai et al.'s groups), 96 px",
+        (("list_attr_celeba.csv", ("image_id", "Male", "Blond_Hair")), ("list_eval_partition.csv", ("partition",)))),
 }
 """The WILDS datasets fedtune reads, by fedtune's name."""
 
@@ -101,7 +105,34 @@ def check_copy(name: str, root: str | os.PathLike) -> Path:
                         f"{spec.folder}/ as WILDS' archive extracts it ({', '.join(spec.expected)}); nothing is "
                         "downloaded at run time: get the archive from https://wilds.stanford.edu/downloads "
                         f"(or a mirror) and extract it into {str(Path(root))!r}")
+    for table, columns in spec.tables:
+        check_metadata_file(name, folder / table, columns)
     return folder
+
+
+def check_metadata_file(name: str, path: Path, columns: tuple[str, ...]) -> None:
+    """One DataError line naming ``path`` unless its header has ``columns`` and a row follows it (what
+    the wilds package reads; it would fail on a file without rows with a traceback about tensor types).
+    Reads the header and the first row only."""
+    import csv
+
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            rows = csv.reader(fh)
+            header = [c.strip() for c in next(rows, [])]
+            first = next((r for r in rows if any(c.strip() for c in r)), None)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise DataError(f"dataset {name!r}: cannot read {str(path)!r}: {type(e).__name__}: {e}") from None
+    if not any(header):
+        raise DataError(f"dataset {name!r}: {str(path)!r} is empty; WILDS' file has a header row with "
+                        f"{', '.join(columns)} and one image a row (extract the archive again)")
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise DataError(f"dataset {name!r}: {str(path)!r} lacks column(s) {', '.join(missing)}; WILDS' file has a "
+                        f"header row with {', '.join(columns)} (found: {shown(', '.join(header), 200)})")
+    if first is None:
+        raise DataError(f"dataset {name!r}: {str(path)!r} has a header but no rows; WILDS' file lists one image a "
+                        "row (a truncated or emptied copy: extract the archive again)")
 
 
 def _domain_name(fields: tuple[str, ...], values: tuple[int, ...]) -> str:
@@ -156,9 +187,10 @@ class WildsImageDataset(CachedImageDataset):
                 warnings.simplefilter("ignore", UserWarning)
                 return wilds.get_dataset(dataset=self.spec.wilds_name, root_dir=str(self.data_root), download=False,
                                          split_scheme=scheme)
-        except (OSError, ValueError, KeyError, AssertionError) as e:
-            raise DataError(f"dataset {self.name!r}: the wilds package cannot read {str(self.root)!r}: "
-                            f"{type(e).__name__}: {e}") from None
+        except (OSError, ValueError, KeyError, AssertionError, TypeError, RuntimeError, IndexError) as e:
+            files = ", ".join(table for table, _ in self.spec.tables)
+            raise DataError(f"dataset {self.name!r}: the wilds package cannot read {str(self.root)!r} ({files}): "
+                            f"{type(e).__name__}: {shown(str(e), 300)}") from None
 
     @property
     def info_name(self) -> str:

@@ -45,14 +45,15 @@ def _when(record: dict) -> str:
 
 def cache_notes(cfg: FederatedRunConfig) -> list[str]:
     """What the decoded-image cache will do for each domain of ``cfg``'s image-folder dataset:
-    reuse it (and how to force a rebuild), decode it, or wait for the process building it."""
+    reuse it (and how to force a rebuild), decode it (again, saying why, when the files there are
+    damaged), or wait for the process building it."""
     if not is_image_folder(cfg.dataset):
         return []
     ds = get_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size, data_seed=cfg.data_seed,
                      cache_dir=cfg.cache_dir, cache_key=cfg.cache_key, cache_wait_s=cfg.cache_wait_s)
     states = {d: cache_state(ds.cache_entry(d)) for d in ds.info.domains}
     reused = [d for d, (s, _) in states.items() if s == "reused"]
-    fresh = [d for d, (s, _) in states.items() if s == "to build"]
+    fresh = [d for d, (s, facts) in states.items() if s == "to build" and facts.get("why") == "not built"]
     lines = []
     if reused:
         key = ("each file's path, size and modification time: an image edited in place with both kept is not "
@@ -62,9 +63,12 @@ def cache_notes(cfg: FederatedRunConfig) -> list[str]:
                      f"{str(ds.cache_dir)!r} (key: {key}); to force a rebuild, delete {str(pattern)!r}")
     if fresh:
         lines.append(f"image cache: decoding domain(s) {', '.join(fresh)} into {str(ds.cache_dir)!r} (once per node)")
-    for d, (s, owner) in states.items():
+    for d, (s, facts) in states.items():
+        if s == "to build" and d not in fresh:
+            lines.append(f"image cache: decoding domain {d} again into {str(ds.cache_dir)!r}: the cache there is "
+                         f"not reused because {facts.get('why')}")
         if s == "building":
-            lines.append(f"image cache: domain {d} is being decoded by {describe_owner(owner or None)}; this run "
+            lines.append(f"image cache: domain {d} is being decoded by {describe_owner(facts or None)}; this run "
                          f"waits for it, and stops if it makes no progress for {cfg.cache_wait_s:g} s (cache_wait_s)")
     return lines
 
