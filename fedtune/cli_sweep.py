@@ -27,9 +27,9 @@ def _add_scheduler_options(p: Any) -> None:
                         "population-based training: --num-samples members exploit and explore every "
                         "--perturbation-interval rounds, each cloning a better member's whole federated state)")
     p.add_argument("--grace-period", type=int, default=None, metavar="N",
-                   help="ASHA: rounds before a trial may stop (default 1)")
+                   help="ASHA and HyperBand: rounds before a trial may stop (default 1; before the last round)")
     p.add_argument("--reduction-factor", type=float, default=None, metavar="F",
-                   help="ASHA: rung reduction factor (default 2)")
+                   help="ASHA and HyperBand: rung reduction factor (default 2)")
     p.add_argument("--client-fidelity", type=float, default=None, metavar="P",
                    help="ASHA: multi-fidelity over clients as well as rounds: the first rung runs with participation "
                         "P, each later rung with reduction-factor times more (at most the trials' participation)")
@@ -151,6 +151,9 @@ def options_from_args(args: Any) -> SweepOptions:
         from fedtune.tune.study.resume import RESUME_FIXED, check_resume_flags
 
         check_resume_flags({k: getattr(args, k, None) for k in RESUME_FIXED}, opts)
+    else:  # a scheduler option given with a scheduler that does not read it, even at its default value
+        opts.check_scheduler_options(given=[k for k in ("grace_period", "reduction_factor", "perturbation_interval")
+                                            if getattr(args, k) is not None])
     return opts
 
 

@@ -30,7 +30,7 @@ import yaml
 
 from fedtune import yaml_safe
 from fedtune.algorithms import LOCAL_OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS
-from fedtune.algorithms.server.fedex import FEDEX_OBJECTIVES, FEDEX_SCHEDULES
+from fedtune.algorithms.server.fedex import FEDEX_MAX_CONFIGS, FEDEX_OBJECTIVES, FEDEX_SCHEDULES
 from fedtune.bounds import Bounds
 from fedtune.data.heterogeneity import ROUNDINGS
 from fedtune.errors import ConfigError, clipped, shown
@@ -41,10 +41,14 @@ if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this m
 
 
 def _f(default: Any, help: str, *, choices: tuple | None = None, lo: float | None = None,
-       hi: float | None = None, lo_open: bool = False, hp: bool = False, factory=None):
+       hi: float | None = None, lo_open: bool = False, note: str = "", hp: bool = False, factory=None,
+       needs: tuple[str, str, str] | None = None):
     """A field: its default, help text and allowed values (one :class:`~fedtune.bounds.Bounds`, checked
-    by :meth:`FederatedRunConfig.validate`); ``hp=True``: a tunable field (an ``hp.<name>`` column)."""
-    meta = {"help": help, "bounds": Bounds(lo=lo, hi=hi, lo_open=lo_open, choices=choices or ()), "hp": hp}
+    by :meth:`FederatedRunConfig.validate`); ``hp=True``: a tunable field (an ``hp.<name>`` column);
+    ``needs=(field, off, on)``: the field has no effect while ``field`` is 0 or unset, so another
+    value than its default is refused then (``off`` says what is off, ``on`` how to turn it on)."""
+    meta = {"help": help, "bounds": Bounds(lo=lo, hi=hi, lo_open=lo_open, choices=choices or (), note=note),
+            "hp": hp, "needs": needs}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -56,6 +60,7 @@ AUGMENTS = ("none", "domainbed")  # fedtune.runtime.augment.make_augment
 FAILURE_POLICIES = ("retry", "skip", "fail")
 PLACEMENTS = ("auto", "fixed", "roaming")  # client_placement (fedtune.runtime.placement)
 CACHE_KEYS = ("stat", "content")  # fedtune.data.cache.KEY_MODES
+FEDEX_ON = ("fedex_configs", "FedEx is off (fedex_configs 0)", "fedex_configs >= 2 (FedEx on)")
 
 
 @dataclass
@@ -82,14 +87,14 @@ class FederatedRunConfig:
     fidelity_participation: float | None = _f(None, "multi-fidelity over clients (FedHPO-Bench's client sample rate; fedtune sweep --client-fidelity): the participation of the first fidelity_grace_rounds rounds, multiplied by fidelity_factor after each rung milestone the trial passes (rounds fidelity_grace_rounds * fidelity_factor**k, ASHA's rungs), at most participation; null: participation every round", lo=0.0, hi=1.0, lo_open=True)
     fidelity_grace_rounds: int = _f(1, "rounds of the first fidelity rung (fidelity_participation; ASHA's grace period)", lo=1)
     fidelity_factor: float = _f(2.0, "growth of the participation from one fidelity rung to the next (fidelity_participation; ASHA's reduction factor)", lo=1.0, lo_open=True)
-    fedex_configs: int = _f(0, "FedEx (Khodak et al. 2021): tune the clients' knobs (fedex_knobs) inside the run over this many local configurations, the run's own values and fedex_configs - 1 perturbations of them; every participant trains a configuration drawn from the server's distribution, which an exponentiated-gradient step moves towards the configurations whose trained models score best on the clients' validation splits; 0 = off (docs/methods.md section 25)", lo=0)
-    fedex_knobs: list[str] = _f(None, "FedEx: the client knobs it tunes: local_lr, local_momentum, weight_decay, local_epochs, batch_size, or the client method's own hyperparameters (prox_mu, fedsr_l2r, ...; not those of a method with a server side)", factory=lambda: ["local_lr"])
-    fedex_eps: float = _f(0.5, "FedEx: how far the configurations 1.. move from the run's own values, as a fraction of each knob's range (the authors' ranges for the knobs they tune, else the knob's declared search range; the authors' eps; 0 = all configurations the run's own: the run without FedEx)", lo=0.0)
-    fedex_schedule: str = _f("aggressive", "FedEx step size eta0 / denom, eta0 = sqrt(2 log k): aggressive (denom = max |gradient|, the authors' scripts' default), adaptive (root of the summed squared max |gradient|), auto (sqrt(round)), constant (1), scale (1 / sqrt(2 log k))", choices=FEDEX_SCHEDULES)
-    fedex_baseline: float = _f(0.0, "FedEx baseline: discount factor of the mean of earlier rounds' scores subtracted from each score (0 = the last round's, 1 = the mean of all; the authors' wrapper draws it from U[0, 1))", lo=0.0, hi=1.0)
-    fedex_diff: bool = _f(False, "FedEx: score the change local training made (after - before) instead of the trained model's score")
-    fedex_cutoff: float = _f(0.0, "FedEx: below this entropy of the distribution it stops changing and every client trains the most likely configuration", lo=0.0)
-    fedex_objective: str = _f("error", "FedEx score of a client's trained model on its validation split: error (1 - accuracy, the authors' default) or loss (cross-entropy)", choices=FEDEX_OBJECTIVES)
+    fedex_configs: int = _f(0, "FedEx (Khodak et al. 2021): tune the clients' knobs (fedex_knobs) inside the run over this many local configurations, the run's own values and fedex_configs - 1 perturbations of them; every participant trains a configuration drawn from the server's distribution, which an exponentiated-gradient step moves towards the configurations whose trained models score best on the clients' validation splits; 0 = off (docs/methods.md section 25)", lo=0, hi=FEDEX_MAX_CONFIGS, note="0: off")
+    fedex_knobs: list[str] = _f(None, "FedEx: the client knobs it tunes: local_lr, local_momentum, weight_decay, local_epochs, batch_size, or the client method's own hyperparameters (prox_mu, fedsr_l2r, ...; not those of a method with a server side)", factory=lambda: ["local_lr"], needs=FEDEX_ON)
+    fedex_eps: float = _f(0.5, "FedEx: how far the configurations 1.. move from the run's own values, as a fraction of each knob's range (the authors' ranges for the knobs they tune, else the knob's declared search range; the authors' eps; 0 = all configurations the run's own: the run without FedEx; 1 already reaches a knob's whole range from any value)", lo=0.0, hi=1.0, needs=FEDEX_ON)
+    fedex_schedule: str = _f("aggressive", "FedEx step size eta0 / denom, eta0 = sqrt(2 log k): aggressive (denom = max |gradient|, the authors' scripts' default), adaptive (root of the summed squared max |gradient|), auto (sqrt(round)), constant (1), scale (1 / sqrt(2 log k))", choices=FEDEX_SCHEDULES, needs=FEDEX_ON)
+    fedex_baseline: float = _f(0.0, "FedEx baseline: discount factor of the mean of earlier rounds' scores subtracted from each score (0 = the last round's, 1 = the mean of all; the authors' wrapper draws it from U[0, 1))", lo=0.0, hi=1.0, needs=FEDEX_ON)
+    fedex_diff: bool = _f(False, "FedEx: score the change local training made (after - before) instead of the trained model's score", needs=FEDEX_ON)
+    fedex_cutoff: float = _f(0.0, "FedEx: below this entropy of the distribution it stops changing and every client trains the most likely configuration", lo=0.0, needs=FEDEX_ON)
+    fedex_objective: str = _f("error", "FedEx score of a client's trained model on its validation split: error (1 - accuracy, the authors' default) or loss (cross-entropy)", choices=FEDEX_OBJECTIVES, needs=FEDEX_ON)
     target_fraction: float = _f(0.05, "fda: fraction of the target domain given to the target client as labelled data", lo=0.0, hi=1.0, lo_open=True)
     val_fraction: float = _f(0.2, "per-client validation hold-out (source validation = model selection)", lo=0.0, hi=0.9)
     test_fraction: float = _f(0.2, "fl: per-client test hold-out", lo=0.0, hi=0.9, lo_open=True)
@@ -261,6 +266,7 @@ class FederatedRunConfig:
             setattr(self, f.name, coerce(f.name, value, hints[f.name]))
             f.metadata["bounds"].check(f"field '{f.name}'", getattr(self, f.name))
         check_mlp_hidden(self.mlp_hidden)
+        self._refuse_unused()
         for name in ("client_gpus", "coordinator_gpus"):
             v = getattr(self, name)
             if v > 1 and v != int(v):
@@ -304,6 +310,19 @@ class FederatedRunConfig:
         if self.precision == "fp16" and not resolved.client_spec.scales_fp16_gradients:
             raise ConfigError(f"field 'precision': fp16 is not available with client method {resolved.client_method_name} "
                               "(its extra gradient passes bypass the fp16 gradient scaler); allowed: fp32, bf16")
+
+    def _refuse_unused(self) -> None:
+        """A field declared ``needs=(field, off, on)`` set to another value than its default while
+        ``field`` is off (FedEx's fields without ``fedex_configs``) is refused: it would change
+        nothing but the trial id."""
+        for f in fields(self):
+            needs = f.metadata.get("needs")
+            if needs is None or getattr(self, needs[0]):
+                continue
+            value, default = getattr(self, f.name), default_of(f)
+            if value != default:
+                raise ConfigError(f"field '{f.name}': {shown(value, 60)} has no effect: {needs[1]}; allowed: "
+                                  f"{needs[2]}, or {f.name} left at its default {default!r}")
 
     def _validate_fedex(self) -> None:
         """FedEx's fields against the run (``fedex_configs`` > 0)."""
@@ -355,6 +374,11 @@ class FederatedRunConfig:
                 raise ConfigError(f"field 'split_scheme': {self.split_scheme!r} gives a split file's train / OOD "
                                   f"validation / OOD test splits, which setting {self.setting!r} does not use; "
                                   "allowed: setting fdg, or split_scheme null")
+            if self.target_domain is not None:  # the split file's 'test' rows are the test domains
+                raise ConfigError(f"field 'target_domain': {shown(self.target_domain, 60)} has no effect with "
+                                  f"split_scheme {self.split_scheme!r}, whose split file names the test domains "
+                                  "(its 'test' rows); allowed: null (leave target_domain unset), or split_scheme "
+                                  "null for leave-one-domain-out")
         if self.augment == "domainbed" and not is_image_folder(self.dataset):
             raise ConfigError(f"field 'augment': domainbed applies to image-folder datasets (folder, "
                               f"{', '.join(DOMAINBED)}); dataset {shown(self.dataset)} allows: none")
@@ -447,11 +471,16 @@ def renamed_field_message(name: str, value: Any = None) -> str:
     return (f"field '{name}' was renamed {RENAMED_FIELDS[name]} and its direction flipped to Bai et "
             f"al.'s lambda (1 = homogeneous, 0 = one domain per client; new = 1 - old){flipped}")
 
+def default_of(f: dataclasses.Field) -> Any:
+    """The default value of the config field ``f`` (a fresh one for a list or mapping)."""
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+
+
 def describe_fields() -> list[tuple[str, str, str]]:
     """(name, default, help) of every field: the reference table in docs and `--help`."""
     rows = []
     for f in fields(FederatedRunConfig):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        default = default_of(f)
         help_ = f.metadata["help"]
         if f.metadata["bounds"].choices:
             help_ += f" [{'|'.join(f.metadata['bounds'].choices)}]"

@@ -8,7 +8,10 @@ the source and the limit, when
 * the file holds more than :data:`MAX_BYTES` bytes (checked before it is read), or is not UTF-8;
 * it nests deeper than :data:`MAX_DEPTH` levels, counted through aliases; or
 * its aliases expand it past :data:`MAX_NODES` nodes ("billion laughs": nine anchors of nine
-  aliases each are 9**9 values once expanded).
+  aliases each are 9**9 values once expanded); or
+* a mapping gives a key twice (``yaml.safe_load`` keeps the later value without a word): the
+  message names the key and both lines. A merge (``<<: *base``) is not a duplicate: a key written
+  beside it overrides the merged one, as YAML says.
 
 Both are measured while the document is *composed*, node by node (an alias adds the measure of
 the node it names, kept per node: constant time), and the document is refused before it is
@@ -21,6 +24,10 @@ Malformed YAML stays a ``yaml.YAMLError`` (callers word it: ``--set`` keeps the 
 
 >>> load("rounds: 3", "inline")
 {'rounds': 3}
+>>> load("rounds: 3\\nseed: 1\\nrounds: 5", "config file 'a.yaml'")
+Traceback (most recent call last):
+...
+fedtune.errors.ConfigError: config file 'a.yaml': key 'rounds' is given twice (lines 1 and 3); allowed: each key once
 >>> load("a: &a [x, x]\\nb: [*a, *a]", "inline")
 {'a': ['x', 'x'], 'b': [['x', 'x'], ['x', 'x']]}
 >>> load("[" * 500 + "]" * 500, "--set 'mlp_hidden'")
@@ -50,17 +57,24 @@ MAX_NODES = 100_000
 
 
 class _Refused(Exception):
-    """A document past a limit (raised while composing; :func:`load` words it)."""
+    """A document past a limit or with a key given twice (raised while composing or constructing;
+    :func:`load` words it)."""
+
+
+_MERGE = "tag:yaml.org,2002:merge"
 
 
 class _BoundedLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that measures every node while composing: ``(nodes, depth)`` with
-    aliases expanded, kept per node so an alias costs one look-up."""
+    aliases expanded, kept per node so an alias costs one look-up; and refuses a mapping that
+    gives a key twice (:meth:`construct_mapping`)."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._measure: dict[int, tuple[int, int]] = {}
         self._open = 0  # nesting of the node being composed (the composer recurses per level)
+        # each mapping's own keys as written (the constructor's merge step rewrites node.value in place)
+        self._written: dict[int, list[Any]] = {}
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         alias = self.check_event(yaml.AliasEvent)
@@ -89,7 +103,26 @@ class _BoundedLoader(yaml.SafeLoader):
         if depth > MAX_DEPTH:
             raise _Refused(f"YAML aliases nest deeper than {MAX_DEPTH} levels; allowed: at most {MAX_DEPTH}")
         self._measure[id(node)] = (nodes, depth)
+        if isinstance(node, yaml.MappingNode):
+            self._written[id(node)] = [key for key, _ in node.value if key.tag != _MERGE]
         return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """SafeLoader's mapping, once no key is written twice in it (compared as the values YAML
+        builds: ``1`` and ``0x1`` are one key); keys merged in (``<<``) are not counted."""
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node in self._written.get(id(node), [k for k, _ in node.value if k.tag != _MERGE]):
+                key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: SafeLoader's own error names it
+                    continue
+                if first is not None:
+                    lines = f"both on line {line}" if first == line else f"lines {first} and {line}"
+                    raise _Refused(f"key {shown(key, 80)} is given twice ({lines}); allowed: each key once")
+                seen[key] = line
+        return super().construct_mapping(node, deep)
 
     def construct_object(self, node: Any, deep: bool = False) -> Any:
         try:

@@ -193,7 +193,7 @@ def test_a_client_trains_with_the_configuration_drawn_for_it():
         reply = fedex_worker.fit(weights, {"fedex.configs": configs, "fedex.assignment": assignment}, 1,
                                  [client.client_id])
         lr, mu, epochs = configs[j]
-        plain = FederatedRunConfig.from_dict({**cfg.to_dict(), "fedex_configs": 0, "local_lr": lr,
+        plain = FederatedRunConfig.from_dict({**_fedex_off(cfg.to_dict()), "local_lr": lr,
                                               "params": {"prox_mu": mu}, "local_epochs": int(epochs)})
         plain_worker = ClientWorker(plain.to_dict(), [client])
         want = plain_worker.fit(weights, {}, 1, [client.client_id])
@@ -205,6 +205,12 @@ def test_a_client_trains_with_the_configuration_drawn_for_it():
         loss, _ = _val_loss(plain_worker, client.client_id)
         assert extras["fedex.after"][0] == pytest.approx(loss, rel=1e-6)
     assert not np.array_equal(configs[1], configs[2])
+
+
+def _fedex_off(values):
+    """``values`` with FedEx off: ``fedex_configs`` 0 and FedEx's other fields left out (at their
+    defaults; set while FedEx is off they are refused)."""
+    return {**{k: v for k, v in values.items() if not k.startswith("fedex_")}, "fedex_configs": 0}
 
 
 def _val_loss(worker, cid):
@@ -231,7 +237,8 @@ def test_a_checkpoint_continues_fedex_exactly(tmp_path):
         fresh = fr.get_state()["tuner"]
         fr.set_state({**state, "tuner": fresh})
         assert _metrics([fr.step().metrics for _ in range(2)]) != _metrics(straight[2:])
-    for other, words in ((cfg.replace(fedex_configs=0), "in-run tuner"), (cfg.replace(fedex_eps=0.1),
+    off = FederatedRunConfig.from_dict(_fedex_off(cfg.to_dict()))
+    for other, words in ((off, "in-run tuner"), (cfg.replace(fedex_eps=0.1),
                                                                            "FedEx configurations")):
         with FederatedRun(other) as fr:
             fresh = fr.get_state()
@@ -316,3 +323,148 @@ def test_bad_fedex_fields_are_one_line(values, words):
     text = str(err.value)
     assert "\n" not in text
     assert (re.search(words, text) if ".*" in words else words in text), text
+
+
+# ------------------------------------------------------------------ reliability round 4: bounds, off, PBT
+def _refused(values, words):
+    with pytest.raises(ConfigError) as err:
+        FederatedRunConfig.from_dict(values)
+    text = str(err.value)
+    assert "\n" not in text and all(w in text for w in words), text
+    return text
+
+
+def test_the_number_of_configurations_is_bounded_and_the_bound_builds_at_once():
+    import time
+
+    from fedtune.algorithms.server.fedex import FEDEX_MAX_CONFIGS
+
+    t0 = time.perf_counter()
+    _refused({**TINY, "fedex_configs": 10**9}, ["field 'fedex_configs': 1000000000 is out of range",
+                                                 f"<= {FEDEX_MAX_CONFIGS}"])
+    _refused({**TINY, "fedex_configs": FEDEX_MAX_CONFIGS + 1}, ["field 'fedex_configs'", "out of range"])
+    assert time.perf_counter() - t0 < 5  # refused before anything is built (it hung with memory growing)
+    cfg = FederatedRunConfig.from_dict({**TINY, "fedex_configs": FEDEX_MAX_CONFIGS,
+                                        "fedex_knobs": ["local_lr", "local_momentum"]})
+    t0 = time.perf_counter()
+    server = fedex_server(cfg)
+    assert server.configs.shape == (FEDEX_MAX_CONFIGS, 2) and time.perf_counter() - t0 < 5
+    assert server.configs[0].tolist() == [cfg.local_lr, cfg.local_momentum]
+    assert len(np.unique(server.configs[:, 0])) > FEDEX_MAX_CONFIGS // 2  # distinct perturbations, not copies
+
+
+@pytest.mark.parametrize("eps", [1e308, float("inf"), 1.0000001, -0.1])
+def test_eps_is_bounded_by_a_knobs_whole_range(eps):
+    _refused({**TINY, "fedex_configs": 3, "fedex_eps": eps}, ["field 'fedex_eps'"])
+
+
+def test_eps_one_reaches_every_value_of_a_knobs_range_from_the_runs_own():
+    # from the range's lower end, eps 1 moves as far as its upper end (the authors' lr: log10 lr +- 4 eps
+    # on [-4, 0]), so no larger eps can add a value: hence the bound
+    r = KnobRange("local_lr", "float", 1e-4, 1.0, log=True)
+    moved = configurations([1e-4], [r], 4000, 1.0, seed=0)[1:, 0]
+    assert moved.max() > 0.9 and moved.min() == pytest.approx(1e-4)
+    e = KnobRange("local_epochs", "int", 1, 5)
+    assert set(configurations([1], [e], 400, 1.0, seed=0)[1:, 0]) == {1.0, 2.0, 3.0, 4.0, 5.0}
+
+
+def test_no_knob_to_tune_is_refused():
+    _refused({**TINY, "fedex_configs": 3, "fedex_knobs": []},
+             ["field 'fedex_knobs': [] names no knob", "allowed: one or more of", "local_lr"])
+
+
+def _fedex_fields():
+    """FedEx's fields that need it on: read from the config's declarations (``needs``)."""
+    from dataclasses import fields
+
+    return [f.name for f in fields(FederatedRunConfig) if (f.metadata.get("needs") or ("",))[0] == "fedex_configs"]
+
+
+OTHER_THAN_DEFAULT = {"fedex_knobs": ["local_lr", "local_momentum"], "fedex_eps": 0.25, "fedex_schedule": "adaptive",
+                      "fedex_baseline": 0.5, "fedex_diff": True, "fedex_cutoff": 0.1, "fedex_objective": "loss"}
+
+
+def test_every_fedex_field_but_the_switch_declares_that_it_needs_fedex():
+    assert sorted(_fedex_fields()) == sorted(OTHER_THAN_DEFAULT)
+    assert sorted(_fedex_fields()) == sorted(f for f in FederatedRunConfig.field_names()
+                                             if f.startswith("fedex_") and f != "fedex_configs")
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_THAN_DEFAULT))
+def test_a_fedex_field_set_while_fedex_is_off_is_refused_and_at_its_default_keeps_the_id(name):
+    value = OTHER_THAN_DEFAULT[name]
+    text = _refused({**TINY, name: value}, [f"field '{name}'", "has no effect: FedEx is off (fedex_configs 0)",
+                                            "allowed: fedex_configs >= 2"])
+    assert len(text) < 300
+    # with FedEx on it is accepted; at its default while off it changes nothing, the trial id included
+    assert getattr(FederatedRunConfig.from_dict({**TINY, "fedex_configs": 3, name: value}), name) == value
+    default = getattr(FederatedRunConfig(), name)
+    off = FederatedRunConfig.from_dict({**TINY, name: default})
+    assert off.trial_id() == FederatedRunConfig.from_dict(TINY).trial_id()
+    assert off.trial_id() == FederatedRunConfig.from_dict({**TINY, "fedex_configs": 0}).trial_id()
+
+
+def test_turning_fedex_off_with_its_fields_left_at_their_defaults_is_a_plain_run():
+    on = FederatedRunConfig.from_dict({**TINY, "fedex_configs": 3, **OTHER_THAN_DEFAULT})
+    with pytest.raises(ConfigError, match="has no effect: FedEx is off"):
+        on.replace(fedex_configs=0)
+    off = FederatedRunConfig.from_dict(_fedex_off(on.to_dict()))
+    assert off.trial_id() == FederatedRunConfig.from_dict(TINY).trial_id()
+
+
+@pytest.mark.parametrize("scheduler", ["pbt", "pb2"])
+def test_population_training_that_explores_a_fedex_knob_is_refused_before_anything_starts(tmp_path, scheduler):
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.plan import plan_study
+
+    def opts(**kw):
+        return SweepOptions(**{"algorithms": ["fedprox"], "rounds": 4, "scheduler": scheduler, "sampler": "random",
+                               "output": str(tmp_path), "name": "p", "overrides": {"fedex_configs": 3}, **kw})
+
+    with pytest.raises(ConfigError) as err:
+        plan_study(opts())  # fedprox's space samples local_lr, FedEx's default knob
+    text = str(err.value)
+    assert "\n" not in text and f"option '--scheduler': {scheduler} explores local_lr" in text, text
+    assert "fedex_configs 3" in text and "allowed: local_lr fixed" in text
+    with pytest.raises(ConfigError, match=f"{scheduler} explores prox_mu"):
+        plan_study(opts(knobs="own", overrides={"fedex_configs": 3, "fedex_knobs": ["prox_mu"]}))
+    assert list(tmp_path.iterdir()) == []  # no folder made
+    # PBT over fedprox's own knob (prox_mu), FedEx over the shared local_lr that --knobs own fixes: planned
+    assert plan_study(opts(knobs="own")).options.scheduler == scheduler
+    for other in ("fifo", "asha"):  # FedEx inside the other schedulers, whatever they sample
+        plan_study(opts(scheduler=other, sampler="tpe", name="q"))
+
+
+def test_a_member_restored_from_a_donor_with_another_non_fedex_knob_continues_the_donors_fedex():
+    """What PBT does at an exploit (FederatedRun.set_state of the donor's checkpoint under the
+    member's explored configuration): an explored knob FedEx does not tune keeps the donor's FedEx
+    state, one it tunes is refused (hence the sweep's refusal)."""
+    donor = FederatedRunConfig.from_dict({**TINY, "algorithm": "fedprox", "prox_mu": 0.1, "fedex_configs": 3,
+                                          "fedex_eps": 1.0})
+    with FederatedRun(donor) as fr:
+        [fr.step() for _ in range(2)]
+        state = fr.get_state()
+    explored = donor.replace(prox_mu=0.5)
+    with FederatedRun(explored) as fr:
+        fr.set_state(state)
+        assert np.array_equal(fr.get_state()["tuner"]["z"], state["tuner"]["z"])
+        assert math.isfinite(fr.step().metrics["diag.fedex_entropy"])
+    with FederatedRun(donor.replace(local_lr=0.2)) as fr, pytest.raises(ValueError, match="FedEx configurations"):
+        fr.set_state(state)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_population_training_over_a_methods_own_knob_with_fedex_over_the_fixed_shared_ones_runs(ray_session, tmp_path):
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.sweep import run_sweep
+
+    o = SweepOptions(algorithms=["fedprox"], rounds=6, num_samples=3, scheduler="pbt", perturbation_interval=1,
+                     knobs="own", output=str(tmp_path), name="p", report=False, sampler="random", sampler_seed=1,
+                     overrides={"model": "mlp", "mlp_hidden": [16], "local_steps": 10, "max_client_actors": 1,
+                                "fedex_configs": 3})
+    trials = load(run_sweep(o).study_dir, "trials").to_pylist()
+    assert len(trials) == 3 and {t["status"] for t in trials} == {"completed"}, [t.get("error") for t in trials]
+    for t in trials:
+        record = json.loads(t["fedex_json"])
+        assert t["rounds_done"] == 6 and record["knobs"] == ["local_lr"] and math.isclose(sum(record["theta"]), 1.0)

@@ -198,3 +198,35 @@ def test_restoring_a_study_imports_a_moved_module_only_when_a_pickle_asks_for_it
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]", "fedtune.spaces.model", "False"], out.stdout + out.stderr
+
+
+# ------------------------------------------------------------------ fedtune.run takes a mapping too
+RUN = {"dataset": "rect4", "setting": "fl", "num_clients": 2, "local_steps": 1, "batch_size": 8, "model": "mlp",
+       "mlp_hidden": [4], "rounds": 2, "backend": "local", "name": "r"}
+
+
+def test_run_builds_and_validates_a_mapping_as_a_config_file_is(tmp_path):
+    from fedtune.config import FederatedRunConfig
+
+    by_dict = fedtune.run({**RUN, "output": str(tmp_path / "a")}, progress=False)
+    by_cfg = fedtune.run(FederatedRunConfig.from_dict({**RUN, "output": str(tmp_path / "b")}), progress=False)
+    assert by_dict.status == "completed" and by_dict.trial_id == by_cfg.trial_id
+    keys = ("round", "train_loss", "val_acc")
+    assert [[r[k] for k in keys] for r in by_dict.rows] == [[r[k] for k in keys] for r in by_cfg.rows]
+
+
+@pytest.mark.parametrize("cfg, words", [
+    ("run.yaml", ["fedtune.run: expected a FederatedRunConfig or a mapping of field: value, got str 'run.yaml'",
+                  "FederatedRunConfig.from_yaml(path)"]),
+    (["rounds", 3], ["got list"]),
+    ({**RUN, "rounds": 0}, ["field 'rounds': 0 is out of range; allowed: >= 1"]),
+    ({**RUN, "roundz": 2}, ["fedtune.run: unknown field 'roundz'", "rounds"]),
+])
+def test_run_of_anything_else_is_one_line_before_any_folder_is_made(tmp_path, cfg, words):
+    if isinstance(cfg, dict):
+        cfg = {**cfg, "output": str(tmp_path / "out")}
+    with pytest.raises(fedtune.ConfigError) as err:
+        fedtune.run(cfg, progress=False)
+    text = str(err.value)
+    assert "\n" not in text and all(w in text for w in words), text
+    assert not (tmp_path / "out").exists()

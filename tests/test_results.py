@@ -18,6 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+from fedtune.errors import ConfigError
 from fedtune.results.schema import ROUND_CORE_SCHEMA, TRIAL_CORE_SCHEMA, schema_markdown
 from fedtune.results.store import ResultsStore, load
 from fedtune.results.summary import summarize_trial
@@ -313,10 +314,33 @@ def test_load_study_output_dir_and_file(tmp_path):
     assert load(b.study_dir / "trials.parquet").column("error").to_pylist() == ["boom"]
 
 
-def test_load_empty_dir_gives_core_schema(tmp_path):
-    t = load(tmp_path)
-    assert t.num_rows == 0 and t.schema == ROUND_CORE_SCHEMA
-    assert load(tmp_path, "trials").schema == TRIAL_CORE_SCHEMA
+@pytest.mark.parametrize("inside", [[], ["notes.txt"], ["sub/"], ["sub/data.csv"]])
+def test_load_of_a_folder_that_holds_no_results_is_one_line_saying_so(tmp_path, inside):
+    for name in inside:
+        if name.endswith("/"):
+            (tmp_path / name).mkdir()
+        else:
+            (tmp_path / name).parent.mkdir(exist_ok=True)
+            (tmp_path / name).write_text("x")
+    for table in ("rounds", "trials"):
+        with pytest.raises(ConfigError) as err:
+            load(tmp_path, table)
+        text = str(err.value)
+        assert "\n" not in text and text.startswith(f"no fedtune results in '{tmp_path}'"), text
+        assert "allowed: a study folder (OUTPUT/STUDY with rounds/, trials.parquet or study.json" in text
+
+
+def test_a_study_with_no_rows_yet_gives_the_core_schema(tmp_path):
+    store = ResultsStore(tmp_path, "fresh")
+    store.study_dir.mkdir(parents=True)
+    (store.study_dir / "study.json").write_text("{}")  # a sweep that has started, no round written yet
+    for path in (store.study_dir, tmp_path):  # the study, and the output folder holding it
+        t = load(path)
+        assert t.num_rows == 0 and t.schema == ROUND_CORE_SCHEMA
+        assert load(path, "trials").schema == TRIAL_CORE_SCHEMA
+    (store.study_dir / "study.json").unlink()
+    store.rounds_dir.mkdir()  # an empty rounds/ folder: a run that has written nothing yet
+    assert load(store.rounds_dir).num_rows == 0 and load(store.study_dir).num_rows == 0
 
 
 # --------------------------------------------------------------------------- summaries

@@ -128,3 +128,93 @@ def test_runs_along_the_client_fidelity_rungs_cost_their_sampled_clients(grid, t
     assert len(points) == 6 and points[-1].compute == cheap.cost("fedavg", cell)
     assert len(simulate(cheap, "fedavg", cell, STRATEGIES["random"], seed=0, budget=0.2,
                         grid_cost=full.cost("fedavg", cell))) == 3
+
+
+# ------------------------------------------------------------------ bad tables and arguments: one line
+def _small_table(**columns):
+    """Two configurations of fedavg in one cell, 3 rounds each (a table as build_table makes it)."""
+    import pyarrow as pa
+
+    rows = [("fedavg", "rotated-digits", "0", 0, f'{{"local_lr": {lr}}}', r, acc, acc / 2, 5)
+            for lr, accs in ((0.01, (0.2, 0.3, 0.4)), (0.1, (0.5, 0.6, 0.55))) for r, acc in enumerate(accs, 1)]
+    from fedtune.tune.tabular.table import COLUMNS
+
+    data = {c: [row[i] for row in rows] for i, c in enumerate(COLUMNS)}
+    data.update(columns)
+    return pa.table({k: v for k, v in data.items() if v is not None})
+
+
+def _one_line(exc_type, fn, *words):
+    with pytest.raises(exc_type) as err:
+        fn()
+    text = str(err.value)
+    assert "\n" not in text and len(text) < 400 and all(w in text for w in words), text
+    return text
+
+
+def test_a_small_table_answers_and_its_strategies_run():
+    bench = TabularBenchmark(_small_table())
+    cell = Cell("rotated-digits", "0", 0)
+    points = simulate(bench, "fedavg", cell, STRATEGIES["random"], seed=0)
+    assert [p.compute for p in points] == [15, 30] and points[-1].score == 0.6
+    assert bench.grid_choice("fedavg", cell) == ({"local_lr": 0.1}, 0.3)
+
+
+def test_a_corrupt_missing_or_empty_table_file_is_one_line(tmp_path):
+    from fedtune.errors import DataError
+
+    bad = tmp_path / "grid.parquet"
+    bad.write_bytes(b"PAR1 not really parquet")
+    _one_line(DataError, lambda: TabularBenchmark(bad), f"tabular table '{bad}' is unreadable", "build_table")
+    _one_line(DataError, lambda: TabularBenchmark(tmp_path / "none.parquet"), "does not exist")
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(_small_table().slice(0, 0), empty)
+    _one_line(DataError, lambda: TabularBenchmark(empty), f"tabular table '{empty}' has no rows",
+              "allowed: a table of build_table")
+
+
+@pytest.mark.parametrize("columns, words", [
+    ({"val_acc": None}, ["has no column val_acc"]),
+    ({"round": [1, 2, None, 1, 2, 3]}, ["column round has 1 null value"]),
+    ({"algorithm": [None] * 6}, ["column algorithm has 6 null value"]),
+    ({"seed": [0.0] * 6}, ["column seed holds double, not integers"]),
+    ({"config": ["{not json"] * 6}, ["configuration '{not json' is not a JSON object"]),
+    ({"config": ["[1, 2]"] * 6}, ["is not a JSON object"]),
+])
+def test_a_table_missing_what_answers_a_trial_is_one_line(columns, words):
+    from fedtune.errors import DataError
+
+    _one_line(DataError, lambda: TabularBenchmark(_small_table(**columns)), "the tabular table", *words)
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"budget": -1.0}, ["simulate: budget: -1.0 is out of range; allowed: > 0"]),
+    ({"budget": 0}, ["simulate: budget: 0.0 is out of range"]),
+    ({"budget": float("nan")}, ["simulate: budget: nan is not a finite number"]),
+    ({"budget": "all"}, ["simulate: budget: 'all' is not a number"]),
+    ({"grid_cost": -5}, ["simulate: grid_cost"]),
+    ({"max_trials": 0}, ["simulate: max_trials: 0 is out of range; allowed: >= 1"]),
+    ({"max_trials": 2.5}, ["simulate: max_trials: 2.5 is not an integer"]),
+    ({"seed": -1}, ["simulate: seed: -1 is out of range"]),
+    ({"protocol": "oracle"}, ["protocol 'oracle': the table holds no oracle_acc column", "allowed: val"]),
+    ({"algorithm": "fedprox"}, ["the table has no run of algorithm 'fedprox'; allowed: fedavg"]),
+    ({"cell": Cell("rotated-digits", "45", 0)}, ["the table has no run of fedavg there",
+                                                  "allowed: ('rotated-digits', '0', 0)"]),
+])
+def test_bad_simulate_arguments_are_one_line_not_an_empty_curve(kw, words):
+    bench = TabularBenchmark(_small_table())
+    args = {"algorithm": "fedavg", "cell": Cell("rotated-digits", "0", 0), "seed": 0}
+    args.update(kw)
+    algorithm, cell, seed = args.pop("algorithm"), args.pop("cell"), args.pop("seed")
+    _one_line(ConfigError, lambda: simulate(bench, algorithm, cell, STRATEGIES["random"], seed, **args), *words)
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"sampler": "grid"}, ["strategy 'x': sampler: 'grid' is not allowed; allowed: tpe, random"]),
+    ({"scheduler": "pbt"}, ["strategy 'x': scheduler: 'pbt' is not allowed; allowed: fifo, asha, hyperband"]),
+    ({"scheduler": "asha", "grace_period": 0}, ["strategy 'x': grace_period: 0 is out of range; allowed: >= 1"]),
+    ({"scheduler": "asha", "reduction_factor": 1}, ["strategy 'x': reduction_factor: 1 is out of range"]),
+    ({"scheduler": "hyperband", "reduction_factor": 2.5}, ["reduction_factor: 2.5 is not an integer"]),
+])
+def test_a_bad_strategy_is_one_line(kw, words):
+    _one_line(ConfigError, lambda: Strategy("x", **{"sampler": "random", **kw}), *words)

@@ -209,3 +209,78 @@ def test_every_yaml_read_of_the_package_goes_through_the_bounded_loader():
                                              "yaml.compose(", "yaml.load_all(", "yaml.safe_load_all(")):
                 offenders.append(f"{path.relative_to(ROOT)}:{n}")
     assert not offenders, f"read YAML with fedtune.yaml_safe.load / load_file: {offenders}"
+
+
+# ------------------------------------------------------------------------------ a key given twice
+DUPLICATED = "rounds: 3\nlocal_steps: 2\nrounds: 5\n"
+
+
+def test_a_duplicated_key_in_a_config_file_is_one_line_naming_the_key_and_both_lines(tmp_path):
+    config = tmp_path / "twice.yaml"
+    config.write_text(DUPLICATED)
+    with pytest.raises(ConfigError) as exc:
+        FederatedRunConfig.from_yaml(config)
+    assert str(exc.value) == (f"config file '{config}': key 'rounds' is given twice (lines 1 and 3); allowed: each "
+                              "key once")
+    proc, _ = run_cli(["run", "--backend", "local", "--no-progress", "--config", str(config)], tmp_path)
+    assert "key 'rounds' is given twice (lines 1 and 3)" in one_error_line(proc)
+
+
+def test_a_duplicated_key_is_refused_at_every_depth_and_in_flow_style(tmp_path):
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("algorithm: fedprox\nparams:\n  prox_mu: 0.1\n  prox_mu: 0.5\n")
+    with pytest.raises(ConfigError, match=r"key 'prox_mu' is given twice \(lines 3 and 4\)"):
+        FederatedRunConfig.from_yaml(nested)
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("params: {prox_mu: 0.1, prox_mu: 0.5}\n")
+    with pytest.raises(ConfigError, match=r"key 'prox_mu' is given twice \(both on line 1\)"):
+        FederatedRunConfig.from_yaml(flow)
+    same = tmp_path / "same.yaml"  # two spellings of one value are one key, as the mapping would keep one
+    same.write_text("mlp_hidden: [8]\nparams: {1: a, 0x1: b}\n")
+    with pytest.raises(ConfigError, match=r"key 1 is given twice"):
+        FederatedRunConfig.from_yaml(same)
+
+
+def test_a_duplicated_key_in_a_set_value_is_refused_not_kept_as_text():
+    with pytest.raises(ConfigError, match=r"--set 'params': key 'prox_mu' is given twice \(both on line 1\)"):
+        parse_set_options(["params={prox_mu: 0.1, prox_mu: 0.5}"])
+
+
+def test_a_duplicated_key_in_a_search_space_and_a_sweep_config_file_is_refused(tmp_path):
+    from fedtune.cli import build_parser
+    from fedtune.cli_sweep import options_from_args
+    from fedtune.spaces.lookup import load_space
+
+    space = tmp_path / "fedavg.yaml"
+    space.write_text("algorithm: fedavg\nparams:\n  local_lr: {distribution: loguniform, low: 0.01, high: 0.1}\n"
+                     "  local_lr: {distribution: uniform, low: 0.01, high: 0.1}\n")
+    with pytest.raises(ConfigError, match=rf"{space}: key 'local_lr' is given twice \(lines 3 and 4\)"):
+        load_space(str(space))
+    base = tmp_path / "base.yaml"
+    base.write_text(DUPLICATED)
+    with pytest.raises(ConfigError, match=rf"config file '{base}': key 'rounds' is given twice"):
+        options_from_args(build_parser().parse_args(["sweep", "--config", str(base), "--output", str(tmp_path)]))
+
+
+def test_a_merge_is_not_a_duplicate_and_a_key_beside_it_overrides_as_yaml_says(tmp_path):
+    config = tmp_path / "merge.yaml"
+    config.write_text("params: &base {prox_mu: 0.1}\nalgorithm: fedprox\nmlp_hidden: [8]\n")
+    assert FederatedRunConfig.from_yaml(config).params["prox_mu"] == 0.1
+    from fedtune import yaml_safe
+
+    import yaml
+
+    text = "base: &b {x: 1, y: 2}\nmore: &m {<<: *b, x: 3}\nlast: {<<: [*m, *b], y: 4}\nlist: [{a: 1}, {a: 2}]\n"
+    doc = yaml_safe.load(text, "inline")
+    assert doc["more"] == {"x": 3, "y": 2} and doc["last"]["y"] == 4 and doc["list"] == [{"a": 1}, {"a": 2}]
+    assert doc == yaml.safe_load(text)  # each key once: what SafeLoader builds, merges included
+
+
+def test_every_yaml_file_the_project_ships_has_each_key_once():
+    from fedtune import yaml_safe
+
+    files = sorted(ROOT.glob("*.yaml")) + sorted((ROOT / "examples").rglob("*.yaml")) + \
+        sorted((ROOT / "search_spaces").glob("*.yaml"))
+    assert len(files) > 20 and (ROOT / "cluster.yaml") in files
+    for path in files:
+        yaml_safe.load_file(path)  # cluster.yaml, the examples, the search spaces

@@ -339,7 +339,10 @@ def load(path: str | os.PathLike[str], table: str = "rounds") -> pa.Table:
     gives an empty table with the core schema. Hidden files (the atomic writer's temporary files,
     ``.trials.lock``) and ``*.corrupt`` files are not read; a Parquet file without the
     :data:`~fedtune.results.schema.REQUIRED_COLUMNS` of its table is a :class:`ForeignResultsError`
-    naming it (never read as rows of nulls).
+    naming it (never read as rows of nulls). A folder that holds no results at all (no study
+    folder, no study beneath it, no ``.parquet`` file: a typo, the wrong folder) is a ConfigError
+    saying so and what a results folder holds; a study that has written no row of ``table``
+    yet gives an empty table with the core schema.
 
     >>> import tempfile
     >>> out = tempfile.mkdtemp()
@@ -362,7 +365,21 @@ def load(path: str | os.PathLike[str], table: str = "rounds") -> pa.Table:
         kind = "trials" if p.name == TRIALS_FILE else table
         return conform(read_results(p, kind), TABLES[kind])
     core = TABLES[table]
-    return concat([read_results(f, table) for f in _files(p, table)], core)
+    files = _files(p, table)
+    if not files and not _holds_results(p):
+        raise ConfigError(f"no fedtune results in '{p}': it holds no study folder and no .parquet file; allowed: a "
+                          f"study folder (OUTPUT/STUDY with {ROUNDS_DIR}/, {TRIALS_FILE} or {STUDY_FILE}, as fedtune "
+                          "run and fedtune sweep write it), an output folder holding studies, a study's "
+                          f"{ROUNDS_DIR}/ folder, or one .parquet file")
+    return concat([read_results(f, table) for f in files], core)
+
+
+def _holds_results(path: Path) -> bool:
+    """Whether the folder ``path`` is a results folder :func:`load` reads: a study (:func:`is_study_dir`),
+    an output folder holding one, a study's ``rounds/`` folder, or a folder of ``.parquet`` files."""
+    if is_study_dir(path) or (path.name == ROUNDS_DIR and is_study_dir(path.parent)):
+        return True
+    return any(is_study_dir(d) for d in path.iterdir() if d.is_dir()) or any(path.glob("*.parquet"))
 
 
 def corrupt_files(path: str | os.PathLike[str], table: str = "rounds") -> list[Path]:

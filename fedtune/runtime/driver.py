@@ -15,6 +15,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
@@ -309,9 +310,31 @@ def diverged_error(round: int) -> str:
             f"in round {round}")
 
 
-def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False,
+def config_of(cfg: Any, where: str = "fedtune.run") -> FederatedRunConfig:
+    """``cfg`` as a run's config: a :class:`FederatedRunConfig` as it is; a mapping of field: value
+    (what a config file, ``--set`` and a Tune trial's config hold) built and validated by
+    :meth:`FederatedRunConfig.from_dict`; anything else one line saying what is accepted.
+
+    >>> config_of({"rounds": 2}).rounds
+    2
+    """
+    from fedtune.errors import ConfigError, shown
+
+    if isinstance(cfg, FederatedRunConfig):
+        return cfg
+    if isinstance(cfg, Mapping):
+        return FederatedRunConfig.from_dict(dict(cfg), source=where)
+    raise ConfigError(f"{where}: expected a FederatedRunConfig or a mapping of field: value, got "
+                      f"{type(cfg).__name__} {shown(cfg, 60)}; allowed: {where}(FederatedRunConfig.from_yaml(path)) "
+                      f"for a config file, or {where}({{'rounds': 3, ...}})")
+
+
+def run(cfg: FederatedRunConfig | Mapping[str, Any], *, progress: bool = True, verbose: bool = False,
         on_round: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Run ``cfg`` to the end (or divergence), writing every round to the results store.
+
+    ``cfg``: a :class:`FederatedRunConfig`, or a mapping of field: value, validated as a config
+    file is (:func:`config_of`: ``fedtune.run({"rounds": 3, "local_lr": 0.1})``).
 
     An output folder that cannot be written is refused before anything starts (ConfigError). A
     write the disk refuses (full, permissions) ends the run with the trial row written when it
@@ -320,6 +343,7 @@ def run(cfg: FederatedRunConfig, *, progress: bool = True, verbose: bool = False
     finished rounds are."""
     from fedtune.results.store import ResultsStore
 
+    cfg = config_of(cfg)
     t_start = time.perf_counter()
     started_at = datetime.now(timezone.utc)
     trial_id = cfg.trial_id()

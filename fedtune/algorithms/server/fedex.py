@@ -44,11 +44,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FEDEX_OBJECTIVES", "FEDEX_SCHEDULES", "FedExServer", "KnobRange", "configurations", "discounted_mean",
-           "entropy", "exponentiated_gradient_step", "fedex_server", "knob_ranges"]
+__all__ = ["FEDEX_MAX_CONFIGS", "FEDEX_OBJECTIVES", "FEDEX_SCHEDULES", "FedExServer", "KnobRange", "configurations",
+           "discounted_mean", "entropy", "exponentiated_gradient_step", "fedex_server", "knob_ranges"]
 
 FEDEX_SCHEDULES = ("aggressive", "adaptive", "auto", "constant", "scale")
 FEDEX_OBJECTIVES = ("error", "loss")
+FEDEX_MAX_CONFIGS = 1000
+"""Most configurations FedEx tunes over: the authors' runs give FedEx the arms of their wrapper,
+``elim_rate ** num_elims`` (5 under random search, 27 under three eliminations at rate 3;
+mkhodak/FedEx hyper.py ``wrapped_fedex``, cifar.py ``--configs``), and a run draws at most
+participants x rounds of them; the server also sends the ``[k, knobs]`` table to every client each
+round and builds it one configuration at a time. 1000 leaves ample room above the authors'."""
 AUTHORS_RANGES: dict[str, dict[str, Any]] = {
     "local_lr": {"distribution": "loguniform", "low": 1e-4, "high": 1.0},
     "local_momentum": {"distribution": "uniform", "low": 0.0, "high": 1.0},
@@ -112,6 +118,9 @@ def knob_ranges(knobs: Sequence[str], method_hparams: Mapping[str, Any]) -> list
     declared: dict[str, Mapping[str, Any]] = {name: AUTHORS_RANGES[name] for name in shared}
     declared.update({name: AUTHORS_RANGES.get(name, h.search) for name, h in method_hparams.items()
                      if h.search is not None and h.kind in ("float", "int")})
+    if not knobs:  # every configuration would be the run's own: a distribution moved by noise alone
+        raise ConfigError(f"field 'fedex_knobs': [] names no knob to tune, so all fedex_configs configurations "
+                          f"would be the same; allowed: one or more of {', '.join(sorted(declared))}")
     out = []
     for name in knobs:
         entry = declared.get(name)

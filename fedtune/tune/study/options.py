@@ -49,10 +49,17 @@ _COST_METRICS = ("train_loss", "server_s", "client_s", "wall_s", "bytes_moved")
 _REPORTED = ("target_acc", "target_loss")
 
 
+SCHEDULER_NAMES = {"asha": "ASHA", "hyperband": "HyperBand", "pbt": "PBT", "pb2": "PB2"}
+RUNG_SCHEDULERS = ("asha", "hyperband")  # the schedulers with rungs: --grace-period, --reduction-factor
+
+
 def _opt(default: Any, flag: str, *, kind: type | None = None, lo: float | None = None, lo_open: bool = False,
-         choices: Sequence[str] = (), note: str = "", factory: Any = None) -> Any:
-    """An option: its default, its ``--flag``, and (when bounded) its type and allowed values."""
-    meta = {"flag": flag, "kind": kind, "bounds": Bounds(lo=lo, lo_open=lo_open, choices=tuple(choices), note=note)}
+         choices: Sequence[str] = (), note: str = "", factory: Any = None, schedulers: Sequence[str] = ()) -> Any:
+    """An option: its default, its ``--flag``, and (when bounded) its type and allowed values;
+    ``schedulers``: the only ``--scheduler`` values that read it (another value than its default
+    is refused with any other scheduler)."""
+    meta = {"flag": flag, "kind": kind, "bounds": Bounds(lo=lo, lo_open=lo_open, choices=tuple(choices), note=note),
+            "schedulers": tuple(schedulers)}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -100,10 +107,11 @@ class SweepOptions:
     verbose: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)
     sampler_seed: int = 0
-    grace_period: int = _opt(1, "grace-period", kind=int, lo=1)
-    reduction_factor: float = _opt(2.0, "reduction-factor", kind=float, lo=1, lo_open=True)
+    grace_period: int = _opt(1, "grace-period", kind=int, lo=1, schedulers=RUNG_SCHEDULERS)
+    reduction_factor: float = _opt(2.0, "reduction-factor", kind=float, lo=1, lo_open=True, schedulers=RUNG_SCHEDULERS)
     # --perturbation-interval N: PBT/PB2 exploit and explore every N rounds (None: a quarter of the rounds)
-    perturbation_interval: int | None = _opt(None, "perturbation-interval", kind=int, lo=1)
+    perturbation_interval: int | None = _opt(None, "perturbation-interval", kind=int, lo=1,
+                                             schedulers=POPULATION_SCHEDULERS)
     # --client-fidelity P: ASHA's rungs raise the participation too (from P, x reduction factor per rung)
     client_fidelity: float | None = _opt(None, "client-fidelity", kind=float, lo=0, lo_open=True,
                                          note="the first rung's participation, at most 1")
@@ -140,15 +148,88 @@ class SweepOptions:
         """``max``/``min`` per objective metric."""
         return [METRICS[m] for m in self.metrics()]
 
-    def validate(self) -> None:
+    def validate(self, *, started: bool = False) -> None:
         """Raise ConfigError naming the option and the allowed values: each bounded option, then
-        the objective metrics against the selection protocol, then the sampler, storages and names."""
+        the objective metrics against the selection protocol, then the sampler, the scheduler's
+        options against the scheduler and the rounds, storages and names. ``started``: the
+        options of a study that has started (``--resume``): a scheduler option it started with
+        that has no effect is not refused then, so the study continues as it ran."""
         self._check_bounded()
         self._check_metrics()
         self._check_sampler()
         self._check_scheduler()
+        if not started:
+            self.check_scheduler_options()
+            self._check_last_round()
         self._check_fidelity()
         self._check_places()
+
+    def check_scheduler_options(self, given: Sequence[str] = ()) -> None:
+        """Refuse an option of another scheduler (declared ``schedulers``), given (``given``: the
+        command line's flags, by field name) or set to another value than its default."""
+        for f in fields(self):
+            readers = f.metadata.get("schedulers")
+            if readers and self.scheduler not in readers and (f.name in given or getattr(self, f.name) != f.default):
+                owners = " and ".join(f"{SCHEDULER_NAMES[r]}'s" for r in readers)
+                raise ConfigError(f"option '--{f.metadata['flag']}': {owners}; allowed with --scheduler "
+                                  f"{' or '.join(readers)}, not {self.scheduler}")
+
+    def _check_last_round(self) -> None:
+        """A scheduler whose first rung or first perturbation comes no earlier than the last round
+        (it would stop or perturb nothing) is refused, with the numbers."""
+        from fedtune.config import FederatedRunConfig
+
+        rounds = int(self.rounds or FederatedRunConfig.rounds)
+        said = f"--rounds {rounds}" if self.rounds else f"rounds {rounds}, the default"
+        name = SCHEDULER_NAMES.get(self.scheduler)
+        if self.scheduler in RUNG_SCHEDULERS and self.grace_period >= rounds:
+            allowed = f"1 to {rounds - 1}" if rounds > 1 else f"--rounds >= 2 with --scheduler {self.scheduler}"
+            raise ConfigError(f"option '--grace-period': {self.grace_period} is not before the last round ({said}): "
+                              f"{name}'s first rung would stop no trial early; allowed: {allowed}")
+        if self.scheduler in POPULATION_SCHEDULERS and self.population_interval(rounds) >= rounds:
+            if self.perturbation_interval is None:  # only at 1 round: a quarter of it is 1
+                raise ConfigError(f"option '--rounds': {rounds} round ({said}) leaves {name} no round to exploit or "
+                                  f"explore in; allowed: --rounds >= 2 with --scheduler {self.scheduler}")
+            allowed = f"1 to {rounds - 1}" if rounds > 1 else f"--rounds >= 2 with --scheduler {self.scheduler}"
+            raise ConfigError(f"option '--perturbation-interval': {self.perturbation_interval} is not before the last "
+                              f"round ({said}): {name} would never exploit or explore; allowed: {allowed}")
+
+    def check_run(self, cfg: Any, spaces: Sequence[Any] = ()) -> None:
+        """The options against the run every trial shares (``cfg``, a
+        :class:`~fedtune.config.FederatedRunConfig` of the ``--set``/``--config`` fields) and the
+        search ``spaces``: ``--target-domain`` has no effect under a ``split_scheme``; PBT and PB2
+        refuse FedEx when they explore one of its knobs (:meth:`explored`). A member restarts from
+        the donor's checkpoint with the donor's knobs, explored; FedEx's configurations are built
+        from the member's own values of ``fedex_knobs`` (configuration 0 is them), so an explored
+        FedEx knob leaves the donor's FedEx state describing other configurations (the restore is
+        refused). With every FedEx knob fixed (``--knobs own`` fixes the shared ones) the member
+        continues the donor's FedEx exactly."""
+        if self.target_domain is not None and cfg.split_scheme is not None:
+            raise ConfigError(f"option '--target-domain': {shown(self.target_domain, 60)} has no effect with "
+                              f"split_scheme {cfg.split_scheme!r}, whose split file names the test domains (its "
+                              "'test' rows); allowed: leave --target-domain out")
+        if self.scheduler not in POPULATION_SCHEDULERS or not cfg.fedex_configs:
+            return
+        for space in spaces:
+            clash = [k for k in cfg.fedex_knobs if k in self.explored(space)]
+            if clash:
+                raise ConfigError(f"option '--scheduler': {self.scheduler} explores {clash[0]} (sampled by search "
+                                  f"space '{space.source}'), a knob FedEx (fedex_configs {cfg.fedex_configs}) builds "
+                                  "its configurations from, so a member restored from another's checkpoint would "
+                                  f"hold a FedEx state of other configurations; allowed: {clash[0]} fixed (a space "
+                                  "that fixes it, or --knobs own for a shared knob), fedex_knobs without it, "
+                                  "fedex_configs 0, or --scheduler fifo, asha or hyperband")
+
+    def explored(self, space: Any) -> set[str]:
+        """The parameters of ``space`` a PBT/PB2 member may take changed at an exploit: the sampled
+        unconditional ones (conditional ones follow the donor), with ``--knobs own`` only the
+        algorithm's own (the shared ones are fixed for every member)."""
+        own = None
+        if self.knobs == "own":
+            from fedtune.algorithms import own_knobs
+
+            own = set(own_knobs(space.algorithm))
+        return {n for n, p in space.params.items() if p.sampled and not p.when and (own is None or n in own)}
 
     def _check_bounded(self) -> None:
         for f in fields(self):
@@ -206,9 +287,6 @@ class SweepOptions:
         if self.scheduler in POPULATION_SCHEDULERS:
             self._check_population()
             return
-        if self.perturbation_interval is not None:
-            raise ConfigError(f"option '--perturbation-interval': PBT's and PB2's; allowed with --scheduler pbt or pb2, "
-                              f"not {self.scheduler}")
         if self.scheduler != "hyperband":
             return
         if len(self.metrics()) > 1:

@@ -228,9 +228,11 @@ def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
     Checks, in order: the options; every space file (unknown keys, ranges outside what the
     algorithm allows, malformed YAML: :func:`fedtune.spaces.lookup.load_space`); every ``--set``
     field; then every search's default configuration as a full :class:`FederatedRunConfig` with its
-    data plan (dataset, data root, target domain, setting), so nothing launches on bad input.
+    data plan (dataset, data root, target domain, setting), so nothing launches on bad input. A
+    study that has started (its ``study.json`` is there: ``--resume``) keeps the scheduler options
+    it started with (:meth:`SweepOptions.validate`'s ``started``).
     """
-    opts.validate()
+    opts.validate(started=_started(opts, name or opts.name))
     if opts.optuna_storage is not None:  # saved normalised: --resume from elsewhere opens the same storage
         from fedtune.results.optuna_url import check_optuna_storage
 
@@ -244,6 +246,7 @@ def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
     base = _base_config(opts, overrides, name)
     output, study = base["output"], base["name"]
     probe = FederatedRunConfig.from_dict({**base, "algorithm": spaces[0].algorithm}, source="--set")  # field errors first
+    opts.check_run(probe, spaces)
     targets = _targets(opts, probe, overrides)
     searches: list[Search] = []
     fixed: dict[str, dict[str, Any]] = {}
@@ -255,6 +258,15 @@ def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
                 fixed[rep.key] = rep_fixed
     return StudyPlan(options=opts, name=study, study_dir=Path(output) / study, searches=searches, fixed=fixed,
                      targets=targets, base_seed=int(probe.seed))
+
+
+def _started(opts: SweepOptions, name: str | None) -> bool:
+    """Whether the study ``name`` has started (its ``study.json`` is in the output folder); a name
+    no file system takes has not (the options' check names it)."""
+    try:
+        return bool(name) and StudyDir(Path(abs_path(opts.output) or "fedtune_results") / name).study_json.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _base_config(opts: SweepOptions, overrides: Mapping[str, Any], name: str | None) -> dict[str, Any]:

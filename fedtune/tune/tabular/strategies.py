@@ -22,26 +22,50 @@ their own tables and strategies; this one answers from fedtune's records with fe
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from fedtune.bounds import Bounds
+from fedtune.errors import ConfigError, shown
 from fedtune.results import selection
+from fedtune.tune.study.options import SAMPLERS
 from fedtune.tune.tabular.table import Cell, TabularBenchmark
 
 __all__ = ["STRATEGIES", "Point", "Strategy", "simulate"]
+
+SCHEDULERS = ("fifo", "asha", "hyperband")
+"""The schedulers a strategy runs one trial at a time (:func:`_pruner`: Optuna's pruners)."""
+
+
+def _checked(where: str, value: Any, bounds: Bounds, *, integer: bool = False) -> Any:
+    """``value`` when it is a number (an integer with ``integer``) within ``bounds``, else one ConfigError line."""
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ConfigError(f"{where}: {shown(value, 60)} is not {'an integer' if integer else 'a number'}; "
+                          f"allowed: {bounds.text()}")
+    return bounds.check(where, value if integer else float(value))
 
 
 @dataclass(frozen=True)
 class Strategy:
     """A sampler (``random``: the grid in random order; or a ``--sampler`` name) and a scheduler
-    (``fifo``, ``asha``, ``hyperband``) with the sweep's ``grace_period`` and ``reduction_factor``."""
+    (``fifo``, ``asha``, ``hyperband``) with the sweep's ``grace_period`` and ``reduction_factor``
+    (integers: Optuna's pruners'); another value is one ConfigError line."""
 
     name: str
     sampler: str
     scheduler: str = "fifo"
     grace_period: int = 1
     reduction_factor: int = 3
+
+    def __post_init__(self) -> None:
+        where = f"strategy {shown(self.name, 40)}"
+        Bounds(choices=SAMPLERS).check(f"{where}: sampler", self.sampler)
+        Bounds(choices=SCHEDULERS).check(f"{where}: scheduler", self.scheduler)
+        _checked(f"{where}: grace_period", self.grace_period, Bounds(lo=1), integer=True)
+        _checked(f"{where}: reduction_factor", self.reduction_factor, Bounds(lo=2), integer=True)
 
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
@@ -76,7 +100,7 @@ def _pruner(strategy: Strategy, rounds: int) -> Any:
     if strategy.scheduler == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=grace, max_resource=rounds,
                                               reduction_factor=strategy.reduction_factor)
-    raise ValueError(f"strategy {strategy.name}: scheduler {strategy.scheduler!r}; allowed: fifo, asha, hyperband")
+    raise ConfigError(f"strategy {strategy.name}: scheduler {strategy.scheduler!r}; allowed: {', '.join(SCHEDULERS)}")
 
 
 def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Strategy, seed: int, *,
@@ -87,12 +111,21 @@ def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Stra
     pruning), or ``max_trials`` (default: 4 x the grid; ``random`` stops when the grid is done).
     ``grid_cost``: the compute ``budget`` is a share of, when ``bench`` holds runs of another
     fidelity than the grid's (multi-fidelity over clients: the grid run at full participation
-    costs more than the same configurations run along the rungs). Returns one :class:`Point` per trial."""
+    costs more than the same configurations run along the rungs). Returns one :class:`Point` per trial.
+    An algorithm or cell the table has no run of, a protocol it cannot answer, a budget, grid cost,
+    trial cap or seed out of range: one ConfigError line."""
     import optuna
     from optuna.trial import TrialState
 
     from fedtune.tune.tuner.samplers import make_sampler
 
+    bench.check(algorithm, cell, protocol)
+    _checked("simulate: budget", budget, Bounds(lo=0.0, lo_open=True, note="a share of the grid's compute"))
+    if grid_cost is not None:
+        _checked("simulate: grid_cost", grid_cost, Bounds(lo=0.0, lo_open=True, note="client-rounds"))
+    if max_trials is not None:
+        _checked("simulate: max_trials", max_trials, Bounds(lo=1), integer=True)
+    _checked("simulate: seed", seed, Bounds(lo=0), integer=True)
     axes = bench.axes(algorithm)
     grid = bench.configs(algorithm)
     size = len(grid)

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fedtune.errors import ConfigError, DataError, clipped, shown
 from fedtune.results import selection
 
 __all__ = ["Cell", "TabularBenchmark", "build_table"]
@@ -27,6 +28,10 @@ __all__ = ["Cell", "TabularBenchmark", "build_table"]
 POOL = "+"
 COLUMNS = ("algorithm", "dataset", "target_domain", "seed", "config", "round", "val_acc", "target_acc",
            "num_participants")
+KEYS = COLUMNS[:6]
+"""The columns that say which run and round a row is: never null."""
+PROTOCOLS = tuple(p for p in selection.PROTOCOLS if selection.SCORE[p] in COLUMNS)
+"""The selection protocols the table can answer: those whose score column it holds (``val``)."""
 
 
 class Cell(NamedTuple):
@@ -76,8 +81,12 @@ class TabularBenchmark:
     """Answers trials from a table of :func:`build_table` (or its Parquet file)."""
 
     def __init__(self, table: pa.Table | str | os.PathLike[str]):
+        """A table or its Parquet file; a file that cannot be read, a table without rows, without
+        :data:`COLUMNS`, with a null key or a configuration that is not JSON: one DataError line."""
+        source = "the tabular table" if isinstance(table, pa.Table) else f"tabular table '{table}'"
         if not isinstance(table, pa.Table):
-            table = pq.read_table(table)
+            table = _read(table, source)
+        _check(table, source)
         self._runs: dict[tuple[str, Cell, str], list[dict[str, Any]]] = defaultdict(list)
         for r in table.to_pylist():
             self._runs[(r["algorithm"], Cell(r["dataset"], r["target_domain"], int(r["seed"])), r["config"])].append(
@@ -93,6 +102,23 @@ class TabularBenchmark:
 
     def algorithms(self) -> list[str]:
         return sorted(self._configs)
+
+    def check(self, space: str, cell: Cell | None = None, protocol: str = "val") -> None:
+        """ConfigError, one line, unless every algorithm of ``space`` has runs in the table, in
+        ``cell`` when given, and ``protocol`` is one the table answers (:data:`PROTOCOLS`)."""
+        for algorithm in self.parts(space):
+            if algorithm not in self._configs:
+                raise ConfigError(f"space {shown(space, 80)}: the table has no run of algorithm "
+                                  f"{shown(algorithm, 60)}; allowed: {', '.join(self.algorithms())}, or several "
+                                  f"joined by '{POOL}'")
+        if cell is not None and cell not in self.cells(space):
+            cells = ", ".join(str(tuple(c)) for c in self.cells(space)) or "none (no cell holds every algorithm)"
+            raise ConfigError(f"cell {shown(tuple(cell), 80)}: the table has no run of {space} there; allowed: "
+                              f"{clipped(cells, 200)}")
+        if protocol not in PROTOCOLS:
+            raise ConfigError(f"protocol {shown(protocol, 40)}: the table holds no "
+                              f"{selection.SCORE.get(protocol, 'score')} column to choose by; allowed: "
+                              f"{', '.join(PROTOCOLS)}")
 
     # A space name is one algorithm, or several joined by "+" (POOL): one study over their union,
     # the algorithm a categorical knob and each algorithm's knobs conditional on it ("fedprox.prox_mu").
@@ -148,6 +174,7 @@ class TabularBenchmark:
         """The grid's own selection: the configuration whose run scores highest under ``protocol``
         (:func:`fedtune.results.selection.choose_round`, the first in :meth:`configs` order on
         ties), and its reported target accuracy."""
+        self.check(space, cell, protocol)
         best: tuple[float, dict[str, Any]] | None = None
         target = math.nan
         for config in self.configs(space):
@@ -155,3 +182,41 @@ class TabularBenchmark:
             if math.isfinite(choice.score) and (best is None or choice.score > best[0]):
                 best, target = (choice.score, config), choice.target_acc
         return (best[1] if best else None), target
+
+
+def _read(path: str | os.PathLike[str], source: str) -> pa.Table:
+    """The Parquet file of a table; one DataError line when it is missing or unreadable."""
+    try:
+        return pq.read_table(path)
+    except FileNotFoundError:
+        raise DataError(f"{source} does not exist; allowed: a Parquet file of build_table "
+                        "(pyarrow.parquet.write_table(build_table(...), path))") from None
+    except (pa.ArrowException, OSError) as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        raise DataError(f"{source} is unreadable ({type(exc).__name__}: {shown(first, 120)}); allowed: a Parquet "
+                        "file of build_table: build it again from the grid's studies") from None
+
+
+def _check(table: pa.Table, source: str) -> None:
+    """A table :class:`TabularBenchmark` can answer from: :data:`COLUMNS`, rows, no null key, each
+    configuration a JSON object (one DataError line naming what is wrong)."""
+    made = f"a table of build_table (columns {', '.join(COLUMNS)})"
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    if missing:
+        raise DataError(f"{source} has no column {', '.join(missing)}; allowed: {made}")
+    if table.num_rows == 0:
+        raise DataError(f"{source} has no rows; allowed: {made} from studies with round rows")
+    for name in KEYS:
+        column = table.column(name)
+        if column.null_count:
+            raise DataError(f"{source}: column {name} has {column.null_count} null value(s); allowed: {made}")
+        if name in ("seed", "round") and not pa.types.is_integer(column.type):
+            raise DataError(f"{source}: column {name} holds {column.type}, not integers; allowed: {made}")
+    for config in set(table.column("config").to_pylist()):
+        try:
+            ok = isinstance(json.loads(config), dict)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise DataError(f"{source}: configuration {shown(config, 80)} is not a JSON object of knob values; "
+                            f"allowed: {made}")
