@@ -120,7 +120,7 @@ class FederatedRunConfig:
     local_optimizer: str = _f("sgd", "client optimiser: sgd (local_momentum, weight_decay) or adam (torch Adam, betas 0.9/0.999, L2 weight_decay: DomainBed's, with local_lr 5e-5); its state is reset every round", choices=LOCAL_OPTIMIZERS, hp=True)
     local_momentum: float = _f(0.9, "client SGD momentum (optimizer state is reset every round; unused by adam)", lo=0.0, hi=1.0, hp=True)
     weight_decay: float = _f(0.0, "client weight decay", lo=0.0, hp=True)
-    global_lr: float | None = _f(None, "server learning rate: theta <- theta + global_lr * aggregate(updates); unset: the server rule's default (fedavg 1.0, fedomg 0.05)", lo=0.0, lo_open=True, hp=True)
+    global_lr: float | None = _f(None, "server learning rate: theta <- theta + global_lr * aggregate(updates); unset: the server optimiser's default (adam, yogi, adagrad 0.01: Flower's FedYogi eta), else the server rule's (fedavg 1.0, fedomg 0.05)", lo=0.0, lo_open=True, hp=True)
     server_optimizer: str = _f("sgd", "server optimiser on the server rule's step d (any rule): sgd (theta + global_lr d, the rule as it is), avgm (FedAvgM: server_momentum), adam (FedAdam: server_beta1, server_beta2, server_tau, server_v_start, server_adam_bias_correction), yogi (FedYogi), adagrad (FedAdagrad: server_tau, server_v_start); global_lr is its learning rate; its state is checkpointed", choices=tuple(SERVER_OPTIMIZERS), hp=True)
     eval_batch_size: int = _f(256, "batch size of evaluation", lo=1)
     eval_batch_mib: float = _f(160.0, "at most this many MiB of float32 inputs in an evaluation batch: fewer images than eval_batch_size where they are large (256 at 224 px are 147 MiB; at 448 px a batch is 69 images)", lo=0.0, lo_open=True)
@@ -249,8 +249,8 @@ class FederatedRunConfig:
 
     @property
     def effective_global_lr(self) -> float:
-        """The server learning rate the run uses: ``global_lr``, or the server rule's default when
-        unset (:meth:`~fedtune.algorithms.Resolved.effective_global_lr`: the rule's declared default)."""
+        """The server learning rate the run uses: ``global_lr``, or when unset the server optimiser's
+        declared default, else the server rule's (:meth:`~fedtune.algorithms.Resolved.effective_global_lr`)."""
         return self.resolved.effective_global_lr(self)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -427,6 +427,10 @@ class FederatedRunConfig:
                   "placement_timeout_s", "on_client_failure", "client_placement", "client_cpus", "client_gpus",
                   "coordinator_cpus", "coordinator_gpus", "checkpoint_every", "cache_dir", "cache_key", "cache_wait_s"}
         values = {**self.to_dict(), "augment": self.effective_augment}  # what ran, not "auto"
+        if self.global_lr is None and SERVER_OPTIMIZERS.spec(self.server_optimizer).default_lr is not None:
+            # adam/yogi/adagrad step at their own default since issue 44 (the rule's before): hash the
+            # step that runs, so these runs get new ids; sgd and avgm runs keep theirs (global_lr None)
+            values["global_lr"] = self.effective_global_lr
         specs = self.resolved.hparam_specs()
         values["params"] = {**{k: specs[k].of(self) for k in _PARAMS_HASHED_WHEN_UNSET if k in specs},
                             **{k: v for k, v in values["params"].items()
@@ -453,8 +457,11 @@ _HASHED_WHEN_SET = {"weights": "none", "augment": "none", "local_optimizer": "sg
 _PARAMS_HASHED_WHEN_SET = {"client_weighting": "examples", "server_v_start": "tau_squared"}
 # Hyperparameters whose default changed after studies were written: hashed at the value that runs, set
 # or not, so a run that leaves one unset gets another id than the runs of the old default
-# (fedadg_variant: fedtune's `fixed` reading until issue 44, the authors' PACS code since).
-_PARAMS_HASHED_WHEN_UNSET = ("fedadg_variant",)
+# (fedadg_variant: fedtune's `fixed` reading until issue 44, the authors' PACS code since;
+# fish_inner_optimizer: `fresh` until issue 44, `round` (DomainBed's, Bai et al.'s) since;
+# feddg_window: `centred`, L ~ U(0, 1), until issue 44, ELCFS's `dc` since).
+_PARAMS_HASHED_WHEN_UNSET = ("fedadg_variant", "fish_inner_optimizer", "feddg_window", "feddg_ratio_low",
+                             "feddg_ratio_high")
 
 
 # Old field names, refused with a message saying what changed (a null value still reads: the default).

@@ -1,7 +1,8 @@
 """FedDG (client method ``feddg``, docs/methods.md §23): the amplitude interpolation against a float64
-NumPy replay of Bai et al.'s ``_amp_spectrum_swap`` (both windows), r = 1 is the identity, the source
-bank is every source client's training examples on every worker, local steps against a float64
-reference that draws the same random numbers, and bad input in one line."""
+NumPy replay of Bai et al.'s ``_amp_spectrum_swap`` (both windows) and of ELCFS's ``low_freq_mutate_np``
+at its training's L = 0 (the default ``feddg_window: dc``), r = 1 is the identity, the source bank is
+every source client's training examples on every worker, local steps under ``dc`` and ``centred`` against a
+float64 reference that draws the same random numbers, new trial ids, and bad input in one line."""
 
 from __future__ import annotations
 
@@ -34,6 +35,48 @@ def _reference_mix(x: np.ndarray, bank: np.ndarray, window: float, ratio: float,
     a[..., h1:ch + b + 1, w1:cw + b + 1] = a[..., h1:ch + b + 1, w1:cw + b + 1] * ratio \
         + t[..., h1:ch + b + 1, w1:cw + b + 1] * (1 - ratio)
     return np.real(np.fft.ifft2(np.fft.ifftshift(a, axes=(-2, -1)) * np.exp(1j * pha)))
+
+
+def _elcfs_mutate(x: np.ndarray, bank: np.ndarray, L: float, ratio: float | None) -> np.ndarray:
+    """ELCFS's source_to_target_freq / low_freq_mutate_np (github:liuquande/FedDG-ELCFS,
+    dataloaders/fundus_dataloader.py) in float64, image by image: ``ratio=None`` is its training's
+    swap ``a_src[:, h1:h2, w1:w2] = a_trg[...]``, a number its commented-out interpolation
+    ``a_src * ratio + a_trg * (1 - ratio)``. Its clip to [0, 255] is for uint8 images, left out."""
+    out = np.empty_like(x)
+    for i, (img, other) in enumerate(zip(x, bank)):
+        fft_src = np.fft.fft2(img, axes=(-2, -1))
+        amp_src, pha_src = np.abs(fft_src), np.angle(fft_src)
+        amp_trg = np.abs(np.fft.fft2(other, axes=(-2, -1)))  # the stored amplitude of a target image
+        a_src = np.fft.fftshift(amp_src, axes=(-2, -1))
+        a_trg = np.fft.fftshift(amp_trg, axes=(-2, -1))
+        _, h, w = a_src.shape
+        b = (np.floor(np.amin((h, w)) * L)).astype(int)
+        c_h, c_w = np.floor(h / 2.0).astype(int), np.floor(w / 2.0).astype(int)
+        h1, h2, w1, w2 = c_h - b, c_h + b + 1, c_w - b, c_w + b + 1
+        if ratio is None:
+            a_src[:, h1:h2, w1:w2] = a_trg[:, h1:h2, w1:w2]
+        else:
+            a_src[:, h1:h2, w1:w2] = a_src[:, h1:h2, w1:w2] * ratio + a_trg[:, h1:h2, w1:w2] * (1 - ratio)
+        a_src = np.fft.ifftshift(a_src, axes=(-2, -1))
+        out[i] = np.real(np.fft.ifft2(a_src * np.exp(1j * pha_src), axes=(-2, -1)))
+    return out
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 8, 8), (1, 1, 7, 9), (2, 3, 9, 6)])
+def test_window_zero_is_elcfs_dc_swap_and_moves_only_the_channel_means(shape):
+    rng = np.random.default_rng(1)
+    x, bank = rng.normal(size=shape), rng.normal(size=shape) + 2.0
+    tx, tb = torch.from_numpy(x).float(), torch.from_numpy(bank).float()
+    swapped = amplitude_mix(tx, tb, 0.0, 0.0)
+    np.testing.assert_allclose(swapped.numpy(), _elcfs_mutate(x, bank, 0.0, None), atol=2e-5)
+    np.testing.assert_allclose(amplitude_mix(tx, tb, 0.0, 0.3).numpy(), _elcfs_mutate(x, bank, 0.0, 0.3), atol=2e-5)
+    # the DC term alone: the images keep their deviations from their channel means; each mean's size is
+    # the bank image's, its sign the image's own (the phase)
+    centred = x - x.mean(axis=(-2, -1), keepdims=True)
+    np.testing.assert_allclose(swapped.numpy() - swapped.numpy().mean(axis=(-2, -1), keepdims=True), centred,
+                               atol=2e-5)
+    np.testing.assert_allclose(swapped.numpy().mean(axis=(-2, -1)),
+                               np.sign(x.mean(axis=(-2, -1))) * np.abs(bank.mean(axis=(-2, -1))), atol=2e-5)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 8, 8), (1, 1, 7, 9)])
@@ -88,7 +131,8 @@ def _ctx(model, data, bank, cfg, seed=5):
                          generator=torch.Generator().manual_seed(seed), device=torch.device("cpu"), source_bank=bank)
 
 
-def test_local_steps_follow_a_float64_reference_drawing_the_same_numbers():
+@pytest.mark.parametrize("window", ["dc", "centred"])
+def test_local_steps_follow_a_float64_reference_drawing_the_same_numbers(window):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(48, 5), nn.ReLU(), nn.Linear(5, 3))
     ref = nn.Sequential(nn.Flatten(), nn.Linear(48, 5), nn.ReLU(), nn.Linear(5, 3)).double()
@@ -96,16 +140,17 @@ def test_local_steps_follow_a_float64_reference_drawing_the_same_numbers():
     x, y = torch.randn(10, 3, 4, 4), torch.randint(0, 3, (10,))
     bank_x = torch.randn(7, 3, 4, 4)
     data, bank = TensorExamples(x, y), TensorExamples(bank_x, torch.zeros(7, dtype=torch.int64))
-    cfg = _cfg(feddg_ratio_low=0.2, feddg_ratio_high=0.7)
+    cfg = _cfg(feddg_ratio_low=0.2, feddg_ratio_high=0.7, **({} if window == "dc" else {"feddg_window": window}))
     FedDG(cfg).train(_ctx(model, data, bank, cfg))
 
     gen = torch.Generator().manual_seed(5)  # the reference draws in the method's order from the same stream
     opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     for idx in batches(10, 4, 3, gen):
-        window = float(torch.rand((), generator=gen))
+        L = float(torch.rand((), generator=gen)) if window == "centred" else None  # Bai: L ~ U(0, 1)
         ratio = 0.2 + 0.5 * float(torch.rand((), generator=gen))
         rows = torch.randint(7, (len(idx),), generator=gen)
-        mixed = _reference_mix(x[idx].double().numpy(), bank_x[rows].double().numpy(), window, ratio, False)
+        xs, bs = x[idx].double().numpy(), bank_x[rows].double().numpy()
+        mixed = _elcfs_mutate(xs, bs, 0.0, ratio) if L is None else _reference_mix(xs, bs, L, ratio, False)
         loss = nn.functional.cross_entropy(ref(torch.from_numpy(mixed)), y[idx])
         opt.zero_grad()
         loss.backward()
@@ -126,7 +171,9 @@ def test_a_run_is_reproducible_and_mixing_changes_it(tmp_path):
 
     mixed = rows("a")
     assert rows("b") == mixed
-    assert rows("c", feddg_ratio_low=1.0) != mixed
+    assert rows("c", feddg_ratio_low=1.0, feddg_ratio_high=1.0) != mixed  # nothing mixed
+    # r is drawn between the two ends in either order: (0.8, 0.2) is the same draw as (0.2, 0.8) mirrored
+    assert rows("d", feddg_ratio_low=0.8, feddg_ratio_high=0.2) != mixed
 
 
 def test_bad_input_is_one_line():
@@ -142,8 +189,29 @@ def test_bad_input_is_one_line():
         build_plan(FederatedRunConfig.from_dict({"algorithm": "feddg", "dataset": "rect4"}))
     with pytest.raises(ConfigError, match="^client method feddg: the run has no source bank"):
         FedDG(cfg).train(_ctx(model, vectors, None, cfg))
-    with pytest.raises(ConfigError, match=r"^fields 'feddg_ratio_low'/'feddg_ratio_high': .* low 0.8 > high 0.2; "
-                                          r"allowed: low <= high$"):
-        _cfg(feddg_ratio_low=0.8, feddg_ratio_high=0.2)
     with pytest.raises(ConfigError, match=r"^field 'feddg_window' \(client method feddg\): 'corner' is not allowed"):
         _cfg(feddg_window="corner")
+    with pytest.raises(ConfigError, match=r"^field 'feddg_window' \(client method feddg\): 'uniform' is not "
+                                          r"allowed.*dc, centred, bai"):
+        _cfg(feddg_window="uniform")
+
+
+def test_runs_at_the_new_defaults_get_new_trial_ids_and_runs_that_set_them_keep_theirs(monkeypatch):
+    import fedtune.config as config
+
+    old_range = {"feddg_ratio_low": 0.0, "feddg_ratio_high": 1.0}  # the default range until issue 44
+
+    def ids():
+        out = {w: FederatedRunConfig.from_dict({"algorithm": "feddg", **({} if w is None else {"feddg_window": w})})
+               .trial_id() for w in (None, "dc", "centred", "bai")}
+        out.update({f"{w}+range": FederatedRunConfig.from_dict({"algorithm": "feddg", "feddg_window": w, **old_range})
+                    .trial_id() for w in ("centred", "bai")})
+        return out
+
+    now = ids()
+    assert now[None] == now["dc"] and len(set(now.values())) == 5
+    monkeypatch.setattr(config, "_PARAMS_HASHED_WHEN_UNSET", ())  # the hash of the set params only (before)
+    before = ids()
+    assert before[None] != now[None]  # unset ran centred at r ~ U(0, 1) before: another id now
+    assert before["centred"] != now["centred"]  # the window set, the ratio's default changed: another id
+    assert (before["centred+range"], before["bai+range"]) == (now["centred+range"], now["bai+range"])

@@ -352,3 +352,51 @@ def test_a_finite_loss_exploding_by_orders_of_magnitude_marks_the_trial_diverged
     assert math.isfinite(last["train_loss"]) and last["train_loss"] > 1e3 * max(result.rows[0]["train_loss"], 1.0)
     assert all(r["status"] == "ok" for r in result.rows[:-1])
     assert "1000 times the first round's" in result.error
+
+
+# ------------------------------------------------------- each optimiser's own learning rate when unset
+ADAPTIVE = ("adam", "yogi", "adagrad")
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_an_unset_global_lr_is_the_optimisers_declared_one_and_a_set_one_is_the_users(name):
+    own = SERVER_OPTIMIZERS.spec(name).default_lr
+    assert (own == 0.01) if name in ADAPTIVE else own is None  # Flower's FedYogi eta; avgm: the rule's
+    for algorithm, rule_lr in (("fedavg", 1.0), ("fedomg", 0.05)):
+        unset = FederatedRunConfig.from_dict({"algorithm": algorithm, "server_optimizer": name})
+        assert unset.effective_global_lr == (own if own is not None else rule_lr)
+        assert unset.hyperparameters()["global_lr"] == unset.effective_global_lr
+        cfg = FederatedRunConfig.from_dict({"algorithm": algorithm, "server_optimizer": name, "global_lr": 0.3})
+        assert cfg.effective_global_lr == 0.3
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_the_default_run_trains_under_each_optimiser_at_its_defaults(tmp_path, name):
+    # rotated-digits, the default model and clients; with global_lr unset adam/adagrad used to step at
+    # the rule's 1.0 and diverge in round 2
+    result = run(FederatedRunConfig.from_dict({"rounds": 3, "backend": "local", "server_optimizer": name,
+                                               "output": str(tmp_path)}), progress=False)
+    loss = [r["train_loss"] for r in result.rows]
+    assert result.status == "completed" and len(loss) == 3 and all(r["status"] == "ok" for r in result.rows)
+    assert all(math.isfinite(x) for x in loss) and loss[-1] < loss[0], loss
+
+
+def test_adaptive_runs_with_global_lr_unset_get_new_trial_ids_and_sgd_runs_keep_theirs(monkeypatch):
+    import dataclasses
+
+    def id_of(**kw):
+        return FederatedRunConfig.from_dict(kw).trial_id()
+
+    for name in ADAPTIVE:
+        assert id_of(server_optimizer=name) == id_of(server_optimizer=name, global_lr=0.01)  # what runs
+        assert id_of(server_optimizer=name, global_lr=0.5) != id_of(server_optimizer=name)
+    new = {name: id_of(server_optimizer=name) for name in OPTIMIZERS}
+    kept = {"sgd": id_of(), "fedomg": id_of(algorithm="fedomg"), "sgd_lr": id_of(global_lr=0.1),
+            "avgm": new["avgm"], "adam_lr": id_of(server_optimizer="adam", global_lr=0.1)}
+    # before: no optimiser declared a learning rate (the rule's default ran, global_lr None was hashed)
+    spec = SERVER_OPTIMIZERS.spec
+    monkeypatch.setattr(SERVER_OPTIMIZERS, "spec", lambda name: dataclasses.replace(spec(name), default_lr=None))
+    for name in OPTIMIZERS:
+        assert (id_of(server_optimizer=name) == new[name]) == (name == "avgm"), name
+    assert kept == {"sgd": id_of(), "fedomg": id_of(algorithm="fedomg"), "sgd_lr": id_of(global_lr=0.1),
+                    "avgm": id_of(server_optimizer="avgm"), "adam_lr": id_of(server_optimizer="adam", global_lr=0.1)}

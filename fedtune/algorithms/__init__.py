@@ -202,9 +202,14 @@ class Resolved:
         return {h.name: h for h in (*self.client_spec.hparams, *self.rule_spec.hparams)}
 
     def effective_global_lr(self, cfg: RunConfig) -> float:
-        """The server learning rate a run with ``cfg`` uses: ``cfg.global_lr`` if set, else the
-        rule's :attr:`~fedtune.algorithms.base.ServerRuleSpec.default_global_lr` (the one source)."""
-        return float(cfg.global_lr) if cfg.global_lr is not None else float(self.rule_spec.default_global_lr)
+        """The server learning rate a run with ``cfg`` uses: ``cfg.global_lr`` if set, else the server
+        optimiser's :attr:`~fedtune.algorithms.base.ServerOptimizerSpec.default_lr` (FedAdam, FedYogi,
+        FedAdagrad: 0.01, Flower's FedYogi ``eta``), else the rule's
+        :attr:`~fedtune.algorithms.base.ServerRuleSpec.default_global_lr` (the one source)."""
+        if cfg.global_lr is not None:
+            return float(cfg.global_lr)
+        own = SERVER_OPTIMIZERS.spec(getattr(cfg, "server_optimizer", "sgd")).default_lr
+        return float(own) if own is not None else float(self.rule_spec.default_global_lr)
 
     def preset_defaults(self) -> dict[str, Any]:
         """The algorithm's own defaults (:attr:`Preset.defaults`) for the hyperparameters this pair

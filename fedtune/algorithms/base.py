@@ -229,7 +229,12 @@ class ServerRuleSpec(ComponentSpec):
 
 @dataclass(frozen=True)
 class ServerOptimizerSpec(ComponentSpec):
-    """A server optimiser (:class:`~fedtune.algorithms.server.optimizer.ServerOptimizer`, NumPy code)."""
+    """A server optimiser (:class:`~fedtune.algorithms.server.optimizer.ServerOptimizer`, NumPy code).
+
+    ``default_lr``: the run's ``global_lr`` when unset under this optimiser (an adaptive step's
+    scale is its own, not the server rule's); None: the server rule's ``default_global_lr``."""
+
+    default_lr: float | None = None
 
 
 @dataclass(frozen=True)

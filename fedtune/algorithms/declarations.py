@@ -143,13 +143,16 @@ GROUPDRO_ETA = HParam("groupdro_eta", 0.01, "GroupDRO step size of the client's 
                       "exp(eta * risk), normalised (DomainBed's default 1e-2, searched 10^U(-3, -1)); 0 = the mean "
                       "of the domain risks", lo=0.0, search={**search_loguniform(1e-3, 0.1, 0.01), "help": "step size of the domain weights"})
 FISH_META_LR = HParam("fish_meta_lr", 0.5, "Fish meta step: theta <- theta + fish_meta_lr * (inner - theta) after "
-                      "one inner step per domain of the batch (DomainBed's meta_lr, default 0.5, searched in "
-                      "{0.05, 0.1, 0.5})", lo=0.0, hi=1.0,
+                      "one inner step per domain of the batch, in (0, 1] (0 would train nothing; DomainBed's meta_lr, "
+                      "default 0.5, searched in {0.05, 0.1, 0.5})", lo=0.0, hi=1.0, lo_open=True,
                       search={**search_categorical([0.05, 0.1, 0.5], 0.5), "help": "meta step size"})
-FISH_INNER_OPTIMIZER = HParam("fish_inner_optimizer", "fresh", "Fish inner steps' optimiser: fresh = a new local "
-                              "optimiser at every meta step (the paper's Algorithm 1, DomainBed), round = the round's "
-                              "optimiser, momentum kept across steps (Bai et al.'s code)",
-                              kind="choice", choices=("fresh", "round"), variant=True)
+FISH_INNER_OPTIMIZER = HParam("fish_inner_optimizer", "round", "Fish inner steps' optimiser: round = one optimiser for "
+                              "the round, its state (momentum, Adam's moments) carried across meta steps (DomainBed's "
+                              "Fish.update loads the last inner optimiser's state into each new one; Bai et al.'s "
+                              "Fish.step steps the client's optimiser), fresh = a new optimiser at every meta step, "
+                              "its state kept only across one batch's domains (fedtune's default before issue 44; "
+                              "Algorithm 1 writes plain SGD inner steps, where the two agree)",
+                              kind="choice", choices=("round", "fresh"), variant=True)
 MMD_WEIGHT = HParam("mmd_weight", 1.0, "MMD weight of the penalty (mean over the batch's domain pairs of the "
                     "Gaussian-kernel MMD of the encoder features; DomainBed's mmd_gamma, default 1, searched "
                     "10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
@@ -163,14 +166,20 @@ AFL_LAMBDA_AT = HParam("afl_lambda_at", "start", "AFL: where the domain losses t
                        "the round's starting model, in the clients' one call (the paper's Stochastic-AFL); aggregated = "
                        "at the aggregated model, the round's participants called again after aggregation (Bai et al.'s "
                        "code)", "choice", choices=("start", "aggregated"), variant=True)
-FEDDG_RATIO_LOW = HParam("feddg_ratio_low", 0.0, "FedDG: lower end of the interpolation ratio r ~ U(low, high) of a "
-                         "client's own low-frequency amplitudes against the source bank's (1 with high 1: no mixing, "
-                         "what Bai et al.'s sweeps ran)", lo=0.0, hi=1.0)
-FEDDG_RATIO_HIGH = HParam("feddg_ratio_high", 1.0, "FedDG: upper end of the interpolation ratio r ~ U(low, high) "
-                          "(r = 1 keeps the client's own amplitudes)", lo=0.0, hi=1.0)
-FEDDG_WINDOW = HParam("feddg_window", "centred", "FedDG low-frequency square: centred (clipped to the spectrum) or "
-                      "bai (Bai et al.'s slicing: for a window above about 1/2 its start goes negative and counts from "
-                      "the end, an off-centre block)", "choice", choices=("centred", "bai"), variant=True)
+FEDDG_RATIO_LOW = HParam("feddg_ratio_low", 0.0, "FedDG: one end of the interpolation ratio r, drawn uniformly between "
+                         "feddg_ratio_low and feddg_ratio_high (either order), of a client's own low-frequency "
+                         "amplitudes against the source bank's (default 0 with high 0: the "
+                         "source bank's swapped in outright, ELCFS's training code; low 0, high 1: the paper's "
+                         "continuous interpolation; low 1: no mixing, what Bai et al.'s sweeps ran)", lo=0.0, hi=1.0)
+FEDDG_RATIO_HIGH = HParam("feddg_ratio_high", 0.0, "FedDG: the other end of the interpolation ratio r "
+                          "(r = 0 takes the bank's amplitudes, ELCFS's code; r = 1 keeps the client's own)",
+                          lo=0.0, hi=1.0)
+FEDDG_WINDOW = HParam("feddg_window", "dc", "FedDG low-frequency square, half-width b = floor(min(H, W) * L): dc = "
+                      "L 0, the DC term alone (ELCFS's training code: source_to_target_freq(..., L=0)); centred = "
+                      "L ~ U(0, 1) per batch (Bai et al.'s FourierMixup), the square clipped to the spectrum "
+                      "(fedtune's default before issue 44); bai = L ~ U(0, 1) sliced as Bai et al.'s code (for L "
+                      "above about 1/2 the start goes negative and counts from the end, an off-centre block)",
+                      "choice", choices=("dc", "centred", "bai"), variant=True)
 # FedADG (docs/methods.md §24): defaults = the authors' PACS code; fedadg_variant's readings set the knobs they change.
 FEDADG_ALPHA = HParam("fedadg_alpha", 0.85, "FedADG: weight alpha of the label-smoothed cross-entropy against the "
                       "feature alignment (1 - alpha) in the adversarial steps (the authors' code: 0.85; Bai et al.'s "
@@ -291,8 +300,10 @@ GMA_TAU = HParam("gma_tau", 0.4, "FedGMA sign-agreement threshold: a coordinate 
                  "0 with gma_mask soft = FedAvg)", lo=0.0, hi=1.0,
                  search={**search_uniform(0.1, 0.9, 0.4), "help": "sign-agreement threshold (Bai et al.: 0.1, 0.4, 0.9)"})
 GMA_MASK = HParam("gma_mask", "soft", "FedGMA mask: soft = 1 where the agreement passes gma_tau, the agreement "
-                  "elsewhere (the paper); bai = gma_tau * (1 + agreement) where it passes, 0 elsewhere (what Bai et "
-                  "al.'s code computes, with their step gma_tau folded in: run it with global_lr 1)", "choice",
+                  "elsewhere (the AND-mask relaxed, Bai et al.'s line read with 1 - mask; the paper's own statement "
+                  "was not checked, docs/methods.md section 21.2); bai = gma_tau * (1 + agreement) where it passes, "
+                  "0 elsewhere (what Bai et al.'s code computes, with their step gma_tau folded in: run it with "
+                  "global_lr 1)", "choice",
                   choices=("soft", "bai"), variant=True)
 
 # ================================================================== cross-field checks
@@ -301,13 +312,6 @@ def _check_feddyn(cfg: RunConfig) -> None:
     if FEDDYN_MEAN.of(cfg) == "uniform" and rule != "fedavg":
         raise ConfigError(f"field 'feddyn_mean': uniform (the paper's unweighted mean of the clients' models) "
                           f"replaces FedAvg's mean and needs server_rule fedavg, not {rule}; use feddyn_mean: rule")
-
-
-def _check_feddg(cfg: RunConfig) -> None:
-    low, high = FEDDG_RATIO_LOW.of(cfg), FEDDG_RATIO_HIGH.of(cfg)
-    if low > high:
-        raise ConfigError(f"fields 'feddg_ratio_low'/'feddg_ratio_high': the ratio is drawn from U(low, high), "
-                          f"but low {low:g} > high {high:g}; allowed: low <= high")
 
 
 def _check_fedga(cfg: RunConfig) -> None:
@@ -436,14 +440,15 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      (GROUPDRO_ETA,), keeps_client_state=True),
     ClientMethodSpec("fish", "fedtune.algorithms.client.fish:Fish",
                      "Fish: each local step an inner step per domain of the batch, then theta moves fish_meta_lr of "
-                     "the way to where they ended (fish_inner_optimizer fresh|round; clients holding several domains)",
+                     "the way to where they ended (fish_inner_optimizer round|fresh; clients holding several domains)",
                      (FISH_META_LR, FISH_INNER_OPTIMIZER)),
     ClientMethodSpec("feddg", "fedtune.algorithms.client.feddg:FedDG",
                      "FedDG (ELCFS's frequency-space interpolation): local SGD on the batch with its low-frequency "
-                     "amplitude spectra interpolated (r ~ U(feddg_ratio_low, feddg_ratio_high), window ~ U(0, 1)) "
-                     "towards those of random images of every source client (images only)",
-                     (FEDDG_RATIO_LOW, FEDDG_RATIO_HIGH, FEDDG_WINDOW), check=_check_feddg, needs_source_bank=True,
-                     needs_images=True),
+                     "amplitude spectra interpolated (r ~ U(feddg_ratio_low, feddg_ratio_high); feddg_window dc: the "
+                     "DC term, centred|bai: a window ~ U(0, 1)) towards those of random images of every source client "
+                     "(images only)",
+                     (FEDDG_RATIO_LOW, FEDDG_RATIO_HIGH, FEDDG_WINDOW),
+                     needs_source_bank=True, needs_images=True),
     ClientMethodSpec("fedadg", "fedtune.algorithms.client.fedadg:FedADG",
                      "FedADG: label-smoothed local SGD, then adversarial steps aligning the encoder features to a "
                      "federated generator's class-conditional distribution through the client's own discriminator",

@@ -2,7 +2,11 @@
 :mod:`fedtune.algorithms.declarations` declares the client methods and server rules).
 
 A server optimiser turns a server rule's direction into the step (FedAvgM, FedAdam, FedYogi,
-FedAdagrad: Reddi et al. 2021; ``sgd``: the rule's own step). Torch-free and NumPy-free like the
+FedAdagrad: Reddi et al. 2021; ``sgd``: the rule's own step). An adaptive one declares its own
+learning rate, what ``global_lr`` is when unset (``default_lr``: 0.01, Flower's FedYogi ``eta``,
+for all three: at ``server_tau`` 1e-9 the first adaptive step moves every weight by about
+``global_lr``, and Flower's FedAdam/FedAdagrad ``eta`` 0.1 diverges on the default run;
+docs/methods.md §14.2); sgd and avgm step at the rule's (FedAvg 1.0, as Hsu et al.'s FedAvgM). Torch-free and NumPy-free like the
 other declarations; the registry :data:`fedtune.algorithms.SERVER_OPTIMIZERS` is built from
 :data:`SERVER_OPTIMIZER_SPECS`, the code lives in :mod:`fedtune.algorithms.server.optimizer`.
 """
@@ -41,17 +45,20 @@ SERVER_OPTIMIZER_SPECS: tuple[ServerOptimizerSpec, ...] = (
     ServerOptimizerSpec("sgd", "fedtune.algorithms.server.optimizer:ServerOptimizer",
                         "the server rule's own step: theta + global_lr * d (today's rule)"),
     ServerOptimizerSpec("avgm", "fedtune.algorithms.server.optimizer:FedAvgM",
-                        "FedAvgM (Hsu et al. 2019): v <- server_momentum v + delta, theta <- theta + global_lr v",
+                        "FedAvgM (Hsu et al. 2019): v <- server_momentum v + delta, theta <- theta + global_lr v (unset: "
+                        "the rule's, FedAvg 1.0 as Hsu et al.)",
                         (SERVER_MOMENTUM,)),
     ServerOptimizerSpec("adam", "fedtune.algorithms.server.optimizer:FedAdam",
-                        "FedAdam (Reddi et al. 2021): m, v moments of delta, theta <- theta + global_lr m / (sqrt(v) + tau)",
-                        (*_ADAPTIVE[:3], SERVER_V_START, SERVER_ADAM_BIAS_CORRECTION)),
+                        "FedAdam (Reddi et al. 2021): m, v moments of delta, theta <- theta + global_lr m / (sqrt(v) + tau); "
+                        "global_lr unset: 0.01 (Flower's FedYogi eta; its FedAdam's 0.1 diverges at tau 1e-9)",
+                        (*_ADAPTIVE[:3], SERVER_V_START, SERVER_ADAM_BIAS_CORRECTION), default_lr=0.01),
     ServerOptimizerSpec("yogi", "fedtune.algorithms.server.optimizer:FedYogi",
-                        "FedYogi (Reddi et al. 2021): as FedAdam with v <- v - (1 - beta2) delta^2 sign(v - delta^2)",
-                        _ADAPTIVE),
+                        "FedYogi (Reddi et al. 2021): as FedAdam with v <- v - (1 - beta2) delta^2 sign(v - delta^2); "
+                        "global_lr unset: 0.01 (Flower's FedYogi eta)", _ADAPTIVE, default_lr=0.01),
     ServerOptimizerSpec("adagrad", "fedtune.algorithms.server.optimizer:FedAdagrad",
-                        "FedAdagrad (Reddi et al. 2021): v <- v + delta^2, theta <- theta + global_lr delta / (sqrt(v) + tau)",
-                        (SERVER_TAU, SERVER_V_START)),
+                        "FedAdagrad (Reddi et al. 2021): v <- v + delta^2, theta <- theta + global_lr delta / "
+                        "(sqrt(v) + tau); global_lr unset: 0.01 (Flower's FedYogi eta; its FedAdagrad's 0.1 diverges "
+                        "at tau 1e-9)", (SERVER_TAU, SERVER_V_START), default_lr=0.01),
 )
 
 __all__ = [name for name in dir() if name.isupper() and not name.startswith("_")]

@@ -9,18 +9,23 @@ the same size drawn uniformly with replacement from every source client's traini
 (the *source bank*, un-augmented; ``ClientContext.source_bank``):
 
 1. ``A, P = |F(x)|, arg F(x)`` and ``A' = |F(x')|`` (2-D FFT of each channel);
-2. ``L ~ U(0, 1)`` and ``r ~ U(feddg_ratio_low, feddg_ratio_high)``, one each per batch;
+2. ``r ~ U(feddg_ratio_low, feddg_ratio_high)`` per batch, and the window ``L``: ``feddg_window:
+   dc`` (default) ``L = 0``, the DC term alone (ELCFS's training code, ``source_to_target_freq(...,
+   L=0)``); ``centred`` and ``bai`` ``L ~ U(0, 1)`` per batch (Bai et al.'s ``lmda =
+   random.uniform(0, 1)``);
 3. in the centred (``fftshift``-ed) spectrum, the low-frequency square of half-width
-   ``b = ⌊min(H, W) · L⌋`` around ``(⌊H/2⌋, ⌊W/2⌋)``, clipped to the spectrum (``feddg_window:
-   bai`` slices it as Bai et al.'s code, see :func:`amplitude_mix`): ``A ← r · A + (1 − r) · A'``;
+   ``b = ⌊min(H, W) · L⌋`` around ``(⌊H/2⌋, ⌊W/2⌋)``, clipped to the spectrum (``centred``; ``bai``
+   slices it as Bai et al.'s code, see :func:`amplitude_mix`): ``A ← r · A + (1 − r) · A'``;
 4. ``x̃ = Re F⁻¹(A e^{iP})``; one SGD step on the cross-entropy of ``x̃`` (the step trains on the
    interpolated images only, as Bai et al.'s ``process_batch``).
 
-``r = 1`` leaves every image as it is (up to the FFT round trip): Bai et al.'s sweeps set
-``hparam1 = 1`` and leave ``hparam2`` at its default 1, so their FedDG rows train on the clients'
-own images (docs/methods.md §23.2); ``feddg_ratio_low: 1`` runs that. The default range ``[0, 1]``
-is the paper's continuous interpolation. The FFTs run in float32 outside autocast. Randomness (``L``,
-``r``, the bank's rows) comes from the client's round generator: runs are reproducible.
+The default ``r = 0`` (``feddg_ratio_low = feddg_ratio_high = 0``) swaps the square in outright, as
+ELCFS's training code does; ``feddg_ratio_high: 1`` is the paper's continuous interpolation. ``r =
+1`` leaves every image as it is (up to the FFT round trip): Bai et al.'s sweeps set ``hparam1 = 1``
+and leave ``hparam2`` at its default 1, so their FedDG rows train on the clients' own images
+(docs/methods.md §23.2); ``feddg_ratio_low: 1, feddg_ratio_high: 1`` runs that. The FFTs run in float32 outside autocast. Randomness (``L``
+under ``centred``/``bai``, ``r``, the bank's rows) comes from the client's round generator: runs are
+reproducible.
 """
 
 from __future__ import annotations
@@ -75,7 +80,8 @@ class FedDG(ClientMethod):
     def __init__(self, cfg: RunConfig):
         super().__init__(cfg)
         self.low, self.high = float(FEDDG_RATIO_LOW.of(cfg)), float(FEDDG_RATIO_HIGH.of(cfg))
-        self.wrap = FEDDG_WINDOW.of(cfg) == "bai"
+        window = FEDDG_WINDOW.of(cfg)
+        self.wrap, self.draws_window = window == "bai", window != "dc"
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         bank = ctx.source_bank
@@ -89,7 +95,7 @@ class FedDG(ClientMethod):
         gen = ctx.generator
 
         def step(x: torch.Tensor, y: torch.Tensor) -> float:
-            window = float(torch.rand((), generator=gen))
+            window = float(torch.rand((), generator=gen)) if self.draws_window else 0.0
             ratio = self.low + (self.high - self.low) * float(torch.rand((), generator=gen))
             rows = torch.randint(len(bank), (x.shape[0],), generator=gen)
             bx, _ = bank.batch(rows)

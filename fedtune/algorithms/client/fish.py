@@ -9,9 +9,12 @@ makes each local step a Reptile-style meta step over the domains present in the 
     θ ← θ + fish_meta_lr · (θ̃ − θ)          (every floating tensor of the model's state)
 
 The inner steps use the run's local optimiser (``local_lr``, momentum, weight decay):
-``fish_inner_optimizer: fresh`` (default; the paper's and DomainBed's) starts it anew at every
-meta step, so its momentum only runs across the domains of one batch; ``round`` (Bai et al.'s
-code) keeps the round's optimiser, its momentum across steps. The round's loss is the inner steps'
+``fish_inner_optimizer: round`` (default) keeps one optimiser for the round, its state (momentum,
+Adam's moments) carried across meta steps: DomainBed's ``Fish.update`` makes a new inner
+optimiser each step but loads the last one's ``state_dict`` into it, and Bai et al.'s
+``Fish.step`` steps the client's own optimiser. ``fresh`` starts it anew at every meta step, so
+its state only runs across the domains of one batch (fedtune's default before issue 44; with plain
+SGD, Algorithm 1's inner step, the two agree). The round's loss is the inner steps'
 cross-entropy weighted by their rows. With one domain and ``fish_meta_lr`` 1 a step is an SGD step.
 
 Departures (docs/methods.md §20): uniform batches (as DeepCORAL), where DomainBed takes one
@@ -53,7 +56,7 @@ class Fish(ClientMethod):
 
         def step(x: torch.Tensor, y: torch.Tensor) -> float:
             if self.fresh:
-                run["opt"] = self.start_round(ctx)  # Algorithm 1 / DomainBed: a new inner optimiser each meta step
+                run["opt"] = self.start_round(ctx)  # a new inner optimiser, its state dropped, each meta step
             before = [t.detach().clone() for t in state]
             d = ctx.data.domains[ctx.rows].to(x.device)
             total = 0.0

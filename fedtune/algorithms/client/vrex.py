@@ -10,8 +10,9 @@ present in each batch::
     loss = mean_d R_d + w · mean_d (R_d − mean R)²,   w = vrex_lambda from iteration
            vrex_anneal_iters on, 1 before (DomainBed's penalty_weight)
 
-Iterations count the client's optimiser steps across rounds as Fishr's do (step ``s`` of round
-``r`` is ``(r − 1) · local steps + s``; :func:`fedtune.algorithms.client.fishr.iterations_behind`);
+Iterations count along the model's trajectory as Fishr's do: step ``s`` (from 0) of round ``r`` is
+``(r − 1) · S + s``, ``S`` the client's local steps per round, whether or not it took part before
+(:func:`fedtune.algorithms.client.fishr.iterations_behind`);
 at the switch (``vrex_anneal_iters > 0``) the local optimiser is rebuilt, as DomainBed resets Adam.
 A batch from one domain has no variance: its step is the cross-entropy. The round's reported loss
 is the mean risk (the penalty's weight jumps at the switch; the divergence check reads the loss).
