@@ -136,7 +136,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                           f"{row.get('val_acc', float('nan')):.4f}", f"{row.get('target_acc', float('nan')):.4f}")
     console.print(table)
     if result.rows and not validated:  # no row selected by a validation accuracy that does not exist
-        why = "val_fraction=0: no source validation split" if not cfg.val_fraction > 0 else "no round was evaluated"
+        evaluated = any(isinstance(r.get("target_acc"), float) and r["target_acc"] == r["target_acc"]
+                        for r in result.rows)
+        if cfg.split_scheme is not None and evaluated:  # WILDS' CelebA, officially: train, val, test only
+            why = (f"split_scheme {cfg.split_scheme!r} has no ID validation rows (id_val), which val_acc is measured "
+                   "on; its OOD validation rows (val) are ood_val_acc")
+        else:
+            why = "val_fraction=0: no source validation split" if not cfg.val_fraction > 0 else "no round was evaluated"
         console.print(f"no best-validation round: no round has a val_acc ({why})")
     if result.time_to_first_round_s is not None:
         i = result.info

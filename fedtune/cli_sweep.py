@@ -84,7 +84,7 @@ def add_sweep_parser(sub: Any) -> Any:
                    help="all (default): search every parameter of each space; own: only each algorithm's own knobs "
                         "(`fedtune algorithms` lists them), every shared one (local_lr, momentum, ...) fixed at one "
                         "value for every method (the default study: own)")
-    p.add_argument("--sampler-seed", type=int, default=None, metavar="S", help="seed of the Optuna sampler (default 0)")
+    p.add_argument("--sampler-seed", type=int, default=None, metavar="S", help="seed of the Optuna sampler (default 0; 0 to 2**32-1)")
     p.add_argument("--address", metavar="ADDR", help="Ray cluster to join ('auto' for the running one)")
     p.add_argument("--max-failures", type=int, default=None, metavar="N",
                    help="restart a failed trial up to N times (-1: no limit), from its last checkpoint "

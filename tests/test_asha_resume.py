@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 
 import pytest
 from test_sweep import ASHA_SPACE, TINY_SET, paused_driver, wait_until_paused  # the same study as test_sweep's
@@ -131,32 +132,65 @@ def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty
         assert its == sorted(set(its)) and its == list(range(1, len(its) + 1)), (path, its)
 
 
+HB_COMMON = ["--rounds", "3", "--num-samples", "6", "--scheduler", "hyperband", "--grace-period", "1",
+             "--reduction-factor", "2", "--sampler", "random", "--sampler-seed", "13", "--max-concurrent", "1",
+             "--set", "local_steps=2", *TINY_SET, "--name", "hb", "--no-report"]
+
+
+def hb_outcome(root):
+    """Per Optuna trial of the HyperBand study in ``root``: (number, local_lr, Optuna state, rounds it
+    reported, rounds in the Arrow store, trials.parquet status); each (trial, round) stored once."""
+    import optuna
+
+    from fedtune.results.store import load
+    from fedtune.tune.study.plan import optuna_storage_url
+
+    study = optuna.load_study(study_name="hb/fedavg", storage=optuna_storage_url(root / "hb"))
+    rows = {}
+    for row in load(root / "hb").to_pylist():
+        assert row["round"] not in rows.setdefault(row["trial_id"], set()), ("duplicate", row)
+        rows[row["trial_id"]].add(row["round"])
+    status = {t["trial_id"]: t["status"] for t in load(root / "hb", "trials").to_pylist()}
+    return [(t.number, t.params["local_lr"], t.state.name, sorted(t.intermediate_values),
+             sorted(rows[t.user_attrs["fedtune_trial_id"]]), status[t.user_attrs["fedtune_trial_id"]])
+            for t in study.trials]
+
+
+@pytest.fixture(scope="module")
+def unbroken_hb(ray_session, tmp_path_factory):
+    """The HyperBand study below run without a break: its :func:`hb_outcome`."""
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.sweep import run_sweep
+    from test_sweep import TINY
+
+    root = tmp_path_factory.mktemp("unbroken")
+    space = root / "space.yaml"
+    space.write_text(ASHA_SPACE)
+    run_sweep(SweepOptions(spaces=[str(space)], rounds=3, num_samples=6, scheduler="hyperband", grace_period=1,
+                           reduction_factor=2.0, max_concurrent=1, name="hb", output=str(root),
+                           overrides=dict(TINY, local_steps=2), sampler="random", sampler_seed=13, report=False))
+    unbroken = hb_outcome(root)
+    assert [o[2] for o in unbroken].count("PRUNED") >= 2  # the study prunes something to compare
+    for t in unbroken:
+        assert t[3] == t[4] and (t[2] == "PRUNED") == (t[5] == "pruned")  # Optuna and Arrow agree
+    return unbroken
+
+
 @pytest.mark.ray
 @pytest.mark.slow
-def test_a_resumed_hyperband_study_prunes_exactly_as_an_unbroken_one(ray_session, tmp_path):
+def test_a_resumed_hyperband_study_prunes_exactly_as_an_unbroken_one(ray_session, tmp_path, unbroken_hb):
     """``--scheduler hyperband`` keeps its rungs in the Optuna study (Optuna's HyperbandPruner), so
     unlike ASHA above a resume loses nothing: the same study interrupted after two trials and
     resumed prunes the same trials at the same rounds as it does without the break (seeded random
     sampling draws local_lr 0.2, 0.2, 1e-5, 1e-5, 0.2, 1e-5; the study name, which places trials in
     HyperBand's brackets, is the same for both)."""
-    import optuna
-
     from fedtune.results.store import load
     from fedtune.tune.study.options import SweepOptions
-    from fedtune.tune.study.plan import optuna_storage_url
     from fedtune.tune.study.sweep import run_sweep
-    from test_sweep import TINY
 
     space = tmp_path / "space.yaml"
     space.write_text(ASHA_SPACE)
-    common = ["--rounds", "3", "--num-samples", "6", "--scheduler", "hyperband", "--grace-period", "1",
-              "--reduction-factor", "2", "--sampler", "random", "--sampler-seed", "13", "--max-concurrent", "1",
-              "--set", "local_steps=2", *TINY_SET, "--name", "hb", "--no-report"]
-    run_sweep(SweepOptions(spaces=[str(space)], rounds=3, num_samples=6, scheduler="hyperband", grace_period=1,
-                           reduction_factor=2.0, max_concurrent=1, name="hb", output=str(tmp_path / "unbroken"),
-                           overrides=dict(TINY, local_steps=2), sampler="random", sampler_seed=13, report=False))
-
-    cmd = [sys.executable, "-m", "fedtune.cli", "sweep", str(space), *common, "--output", str(tmp_path / "broken"),
+    cmd = [sys.executable, "-m", "fedtune.cli", "sweep", str(space), *HB_COMMON, "--output", str(tmp_path / "broken"),
            "--address", ray_session.get_runtime_context().gcs_address]
     env, flag, go = paused_driver(tmp_path, "end:2")  # held once its second trial has ended
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -171,20 +205,64 @@ def test_a_resumed_hyperband_study_prunes_exactly_as_an_unbroken_one(ray_session
         proc.stderr.close()
     assert len(load(tmp_path / "broken" / "hb", "trials").to_pylist()) < 6, "nothing left to resume"
     run_sweep(SweepOptions(output=str(tmp_path / "broken"), name="hb", report=False), resume=True)
+    assert hb_outcome(tmp_path / "broken") == unbroken_hb
 
-    def outcome(root):
-        study = optuna.load_study(study_name="hb/fedavg", storage=optuna_storage_url(root / "hb"))
-        rows = {}
-        for row in load(root / "hb").to_pylist():
-            assert row["round"] not in rows.setdefault(row["trial_id"], set()), ("duplicate", row)
-            rows[row["trial_id"]].add(row["round"])
-        status = {t["trial_id"]: t["status"] for t in load(root / "hb", "trials").to_pylist()}
-        return [(t.number, t.params["local_lr"], t.state.name, sorted(t.intermediate_values),
-                 sorted(rows[t.user_attrs["fedtune_trial_id"]]), status[t.user_attrs["fedtune_trial_id"]])
-                for t in study.trials]
 
-    unbroken, resumed = outcome(tmp_path / "unbroken"), outcome(tmp_path / "broken")
-    assert [o[2] for o in unbroken].count("PRUNED") >= 2  # the study prunes something to compare
-    for t in unbroken:
-        assert t[3] == t[4] and (t[2] == "PRUNED") == (t[5] == "pruned")  # Optuna and Arrow agree
-    assert resumed == unbroken
+KILL_AFTER_PRUNE = textwrap.dedent("""
+    import os, signal
+    from fedtune.tune.tuner import optuna_search as m
+    _complete = m.FedtuneOptunaSearch.on_trial_complete
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        _complete(self, trial_id, result, error)
+        ot = self._ot_trials.get(trial_id)
+        frozen = self._frozen(ot) if ot is not None else None
+        if frozen is not None and frozen.state.name == "PRUNED":  # told Optuna, before Tune's next snapshot
+            with open(os.environ["PRUNED_FLAG"], "w") as f:
+                f.write(frozen.user_attrs["fedtune_trial_id"])
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    m.FedtuneOptunaSearch.on_trial_complete = on_trial_complete
+""")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_trial_hyperband_pruned_just_before_a_sigkill_stays_pruned(ray_session, tmp_path, unbroken_hb):
+    """The driver is SIGKILLed right after Optuna recorded HyperBand's first prune, before Tune's
+    next experiment snapshot (one at every step here), which still holds the trial running: the
+    resume does not run it again (it ran 3 rounds and was stored completed, Optuna saying pruned),
+    and the study ends exactly as the unbroken one, both stores agreeing."""
+    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.sweep import run_sweep
+
+    space = tmp_path / "space.yaml"
+    space.write_text(ASHA_SPACE)
+    patch, flag = tmp_path / "site", tmp_path / "pruned"
+    patch.mkdir()
+    (patch / "sitecustomize.py").write_text(KILL_AFTER_PRUNE)
+    env = {**os.environ, "PRUNED_FLAG": str(flag), "TUNE_GLOBAL_CHECKPOINT_S": "0",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(patch), os.environ.get("PYTHONPATH")) if p)}
+    cmd = [sys.executable, "-m", "fedtune.cli", "sweep", str(space), *HB_COMMON, "--output", str(tmp_path),
+           "--address", ray_session.get_runtime_context().gcs_address]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == -signal.SIGKILL and flag.is_file(), proc.stderr[-3000:]
+    pruned = flag.read_text()
+
+    result = run_sweep(SweepOptions(output=str(tmp_path), name="hb", report=False), resume=True)
+
+    resumed = hb_outcome(tmp_path)
+    assert resumed == unbroken_hb
+    mine = [o for o, t in zip(resumed, _trial_ids(tmp_path)) if t == pruned]
+    assert len(mine) == 1 and mine[0][2] == "PRUNED" and mine[0][5] == "pruned" and mine[0][4] == mine[0][3]
+    assert any(f"fedtune trial {pruned}: PRUNED at round {mine[0][3][-1]}" in w and "not run again" in w
+               for w in result.warnings), result.warnings
+
+
+def _trial_ids(root):
+    import optuna
+
+    from fedtune.tune.study.plan import optuna_storage_url
+
+    return [t.user_attrs["fedtune_trial_id"] for t in
+            optuna.load_study(study_name="hb/fedavg", storage=optuna_storage_url(root / "hb")).trials]

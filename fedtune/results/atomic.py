@@ -39,7 +39,7 @@ from typing import Any
 from fedtune.errors import ResourceError
 
 __all__ = ["TEMP_MARKER", "ResultsWriteError", "StorageFullError", "atomic_write", "atomic_write_text",
-           "is_temp_name", "write_error", "writes_to"]
+           "is_temp_name", "write_error", "write_error_in", "writes_to"]
 
 TEMP_MARKER = ".fedtune-"
 """What names a temporary file of :func:`atomic_write`: ``.<target name>.fedtune-<8 random>.tmp``."""
@@ -114,6 +114,46 @@ def write_error(path: str | os.PathLike[str], exc: BaseException) -> ResultsWrit
         return None
     err.__cause__ = exc
     return err
+
+
+_DB_FULL = ("database or disk is full", "disk full")  # SQLite's SQLITE_FULL; MySQL's "The table is full"
+_DB_REFUSED = ("attempt to write a readonly database", "readonly database")
+
+
+def write_error_in(exc: BaseException, path: str | os.PathLike[str]) -> ResultsWriteError | None:
+    """The first error in ``exc``'s chain (its causes and contexts) that says a device is full or a
+    folder refuses writes, as a :class:`ResultsWriteError`: an :class:`OSError` (:func:`write_error`,
+    naming its own file when it has one, else ``path``) or a database's own words for it (SQLite's
+    "database or disk is full", "attempt to write a readonly database"), naming ``path`` (the
+    database). None when nothing in the chain says so.
+
+    >>> import sqlite3
+    >>> try:
+    ...     try:
+    ...         raise sqlite3.OperationalError("database or disk is full")
+    ...     except sqlite3.OperationalError as e:
+    ...         raise RuntimeError("An exception is raised during the commit") from e
+    ... except RuntimeError as e:
+    ...     str(write_error_in(e, "/o/s/optuna.db"))
+    "no space left on device writing '/o/s/optuna.db'"
+    """
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen and len(seen) < 16:
+        seen.add(id(e))
+        if isinstance(e, ResultsWriteError):
+            return e
+        if isinstance(e, OSError):
+            err = write_error(getattr(e, "filename", None) or path, e)
+            if err is not None:
+                return err
+        text = str(e).lower()
+        if any(words in text for words in _DB_FULL):
+            return StorageFullError(f"{_FULL[_errno.ENOSPC]} writing '{path}'", path, _errno.ENOSPC)
+        if any(words in text for words in _DB_REFUSED):
+            return ResultsWriteError(f"cannot write '{path}': {_REFUSED[_errno.EROFS]}", path, _errno.EROFS)
+        e = e.__cause__ or e.__context__
+    return None
 
 
 @contextmanager

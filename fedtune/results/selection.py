@@ -57,7 +57,8 @@ from fedtune.errors import ConfigError
 from fedtune.results.status import DIVERGED
 
 __all__ = [
-    "PROTOCOLS", "DEFAULT", "F1", "SCORE", "LOSS", "LABELS", "Choice", "check_protocol", "choose_round",
+    "PROTOCOLS", "DEFAULT", "F1", "SCORE", "LOSS", "LABELS", "SPLIT_ROWS", "Choice", "check_protocol",
+    "check_split_rows", "choose_round",
     "is_finite", "objective", "objective_values", "protocol_of_metric", "select", "variance_note",
 ]
 
@@ -97,6 +98,34 @@ class Choice(NamedTuple):
     round: int | None
     score: float
     target_acc: float
+
+
+SPLIT_ROWS: dict[str, str] = {"val": "id_val", "val-f1": "id_val", "ood-val": "val", "ood-val-f1": "val"}
+"""Under a split file (``split_scheme``), the rows whose accuracy each protocol selects by: ``val`` and
+``val-f1`` the file's ID validation (``id_val``), ``ood-val`` and ``ood-val-f1`` its OOD validation (``val``)."""
+
+
+def check_split_rows(protocol: str, split_scheme: str | None, rows: Mapping[str, int], where: str,
+                     field: str = "selection") -> None:
+    """Refuse a protocol whose validation rows the split file lacks: ``rows`` counts the examples of
+    its ``id_val`` and ``val`` splits. WILDS' CelebA, for one, has no ``id_val`` rows under its official
+    scheme: selecting by ``val`` there would find no ``val_acc`` in any round, and every trial would
+    have nothing to be chosen by.
+
+    >>> check_split_rows("val", "official", {"id_val": 0, "val": 12}, "dataset 'celeba'", "option '--selection':")
+    Traceback (most recent call last):
+    ...
+    fedtune.errors.ConfigError: option '--selection': 'val' selects by val_acc, measured on the split file's 'id_val' rows (ID validation), but split scheme 'official' of dataset 'celeba' has none (its validation rows: 'val', 12); allowed: ood-val, ood-val-f1
+    """
+    need = SPLIT_ROWS.get(protocol)
+    if split_scheme is None or need is None or rows.get(need, 0) > 0:
+        return
+    allowed = [p for p, s in SPLIT_ROWS.items() if rows.get(s, 0) > 0]
+    held = ", ".join(f"'{s}', {n}" for s, n in rows.items() if n > 0) or "none"
+    what = "ID validation" if need == "id_val" else "OOD validation"
+    raise ConfigError(f"{field} {protocol!r} selects by {SCORE[protocol]}, measured on the split file's {need!r} "
+                      f"rows ({what}), but split scheme {split_scheme!r} of {where} has none (its validation rows: "
+                      f"{held}); allowed: {', '.join(allowed) or 'none: the split file needs id_val or val rows'}")
 
 
 def check_protocol(protocol: Any, setting: str | None = None, *, oracle_fraction: float | None = None,

@@ -7,8 +7,9 @@ Round status (``rounds`` table, column ``status``):
   exploded (over 1000 times the first round's, floored at 1: ``fedtune.runtime.coordinator.loss_exploded``).
 Trial status (``trials`` table, column ``status``):
   ``running`` (written when a trial starts), ``completed`` (ran all its rounds), ``diverged``
-  (its last round diverged), ``pruned`` (a scheduler stopped it early), ``failed`` (it raised;
-  ``error`` holds the message), ``interrupted`` (Ctrl-C or SIGTERM).
+  (its last round diverged), ``pruned`` (a scheduler stopped it early), ``failed`` (it raised, or
+  a sweep's trial ran all its rounds without a value of the study's objective; ``error`` says
+  which), ``interrupted`` (Ctrl-C or SIGTERM).
 
 >>> is_finished(COMPLETED), is_finished(RUNNING)
 (True, False)

@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, clipped
 from fedtune.results.atomic import atomic_write, atomic_write_text
 
 __all__ = ["CHECKPOINT_FORMAT", "STATE_FILE", "WEIGHTS_FILE", "LEGACY_SIDE_FILE", "ARRAYS_FILE", "IDENTITY_FIELDS",
-           "check_identity", "read_checkpoint", "run_identity", "write_checkpoint"]
+           "DamagedCheckpoint", "check_identity", "newest_readable_checkpoint", "read_checkpoint", "run_identity",
+           "write_checkpoint"]
 
 CHECKPOINT_FORMAT = 1
 STATE_FILE = "fedtune_state.json"
@@ -179,30 +181,97 @@ def write_checkpoint(directory: str | os.PathLike[str], state: Mapping[str, Any]
     return directory
 
 
+class DamagedCheckpoint(ValueError):
+    """A checkpoint directory whose files cannot be read back (truncated, overwritten, missing: a
+    process killed while the disk wrote them, a full disk). The message names the directory and the
+    file."""
+
+
 def read_checkpoint(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read :func:`write_checkpoint`'s files back into a state dict (arrays loaded without pickle)."""
+    """Read :func:`write_checkpoint`'s files back into a state dict (arrays loaded without pickle).
+    A checkpoint of another format is a ValueError; one whose files cannot be read is a
+    :class:`DamagedCheckpoint` naming the file."""
     directory = Path(directory)
     path = directory / STATE_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"'{directory}' is not a fedtune checkpoint (no {STATE_FILE})")
-    doc = json.loads(path.read_text())
-    if doc.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"checkpoint '{directory}' has format {doc.get('format')}, this fedtune reads {CHECKPOINT_FORMAT}")
-    with np.load(directory / ARRAYS_FILE, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    legacy_file, legacy_key = LEGACY_SIDE_FILE
-    side = _decode(doc.get("side"), arrays)
-    if side is None and (directory / legacy_file).is_file():
-        side = {legacy_key: np.load(directory / legacy_file, allow_pickle=False)}
-    return {
-        "round": int(doc["round"]),
-        "weights": np.load(directory / WEIGHTS_FILE, allow_pickle=False),
-        "rule": _decode(doc["rule"], arrays),
-        "side": side,
-        "optimizer": _decode(doc.get("optimizer"), arrays),
-        "tuner": _decode(doc.get("tuner"), arrays),
-        "first_loss": doc.get("first_loss"),
-        "clients": _decode(doc["clients"], arrays),
-        "meta": _decode(doc["meta"], arrays),
-        "identity": _decode(doc.get("identity"), arrays),
-    }
+        raise DamagedCheckpoint(f"checkpoint '{directory}' is damaged: it has no {STATE_FILE} (not a fedtune "
+                                "checkpoint, or one whose writing did not finish)")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # JSONDecodeError, undecodable bytes: truncated or overwritten
+        raise DamagedCheckpoint(f"checkpoint '{directory}' is damaged: {STATE_FILE} cannot be read "
+                                f"({type(exc).__name__}: {clipped(str(exc), 120)})") from None
+    if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else None
+        raise ValueError(f"checkpoint '{directory}' has format {found}, this fedtune reads {CHECKPOINT_FORMAT}")
+    where = ARRAYS_FILE
+    try:
+        with np.load(directory / ARRAYS_FILE, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        legacy_file, legacy_key = LEGACY_SIDE_FILE
+        side = _decode(doc.get("side"), arrays)
+        if side is None and (directory / legacy_file).is_file():
+            where = legacy_file
+            side = {legacy_key: np.load(directory / legacy_file, allow_pickle=False)}
+        where = WEIGHTS_FILE
+        weights = np.load(directory / WEIGHTS_FILE, allow_pickle=False)
+        where = STATE_FILE
+        return {
+            "round": int(doc["round"]),
+            "weights": weights,
+            "rule": _decode(doc["rule"], arrays),
+            "side": side,
+            "optimizer": _decode(doc.get("optimizer"), arrays),
+            "tuner": _decode(doc.get("tuner"), arrays),
+            "first_loss": doc.get("first_loss"),
+            "clients": _decode(doc["clients"], arrays),
+            "meta": _decode(doc["meta"], arrays),
+            "identity": _decode(doc.get("identity"), arrays),
+        }
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+        raise DamagedCheckpoint(f"checkpoint '{directory}' is damaged: {where} cannot be read "
+                                f"({type(exc).__name__}: {clipped(str(exc), 120)})") from None
+
+
+def newest_readable_checkpoint(directory: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, Path | None,
+                                                                            list[str]]:
+    """``directory``'s checkpoint or, when it is damaged (:class:`DamagedCheckpoint`), the newest
+    readable one of the older checkpoints beside it (named like it, with a smaller number: Ray Tune's
+    ``checkpoint_000004``, ``checkpoint_000002``, ...). Returns (state, the directory read, one line
+    per damaged checkpoint); (None, None, lines) when none can be read: the run starts again from
+    round 1.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> state = {"round": 2, "weights": np.ones(3, np.float32)}
+    >>> _ = write_checkpoint(d / "checkpoint_000002", state)
+    >>> _ = write_checkpoint(d / "checkpoint_000004", dict(state, round=4))
+    >>> _ = (d / "checkpoint_000004" / STATE_FILE).write_text('{"format": 1, "rou')
+    >>> back, read, damaged = newest_readable_checkpoint(d / "checkpoint_000004")
+    >>> back["round"], read.name, len(damaged)
+    (2, 'checkpoint_000002', 1)
+    """
+    directory = Path(directory)
+    damaged: list[str] = []
+    for candidate in [directory, *_older_siblings(directory)]:
+        try:
+            return read_checkpoint(candidate), candidate, damaged
+        except DamagedCheckpoint as exc:
+            damaged.append(str(exc))
+    return None, None, damaged
+
+
+def _older_siblings(directory: Path) -> list[Path]:
+    """The checkpoints beside ``directory`` with its name's stem and a smaller number, newest first."""
+    import re
+
+    m = re.fullmatch(r"(.*?)(\d+)", directory.name)
+    if m is None or not directory.parent.is_dir():
+        return []
+    stem, number = m.group(1), int(m.group(2))
+    older = []
+    for p in directory.parent.iterdir():
+        n = re.fullmatch(re.escape(stem) + r"(\d+)", p.name)
+        if n is not None and int(n.group(1)) < number and p.is_dir():
+            older.append((int(n.group(1)), p))
+    return [p for _, p in sorted(older, reverse=True)]

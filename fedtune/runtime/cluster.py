@@ -39,8 +39,8 @@ from fedtune.errors import ConfigError, ResourceError
 if TYPE_CHECKING:
     from fedtune.config import FederatedRunConfig
 
-__all__ = ["ClusterView", "cluster_address", "cluster_nodes", "cluster_view", "connect_ray", "launchable_nodes",
-           "node_types_of_autoscaler"]
+__all__ = ["RAY_START_HINT", "ClusterView", "cluster_address", "cluster_nodes", "cluster_view", "connect_ray",
+           "launchable_nodes", "node_types_of_autoscaler", "ray_start_failed"]
 
 BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
 """Where ``ray up`` leaves the autoscaler's config on the head node."""
@@ -84,8 +84,15 @@ def connect_ray(cfg: FederatedRunConfig, *, verbose: bool = False) -> bool:
     kwargs: dict[str, Any] = dict(log_to_driver=verbose, logging_level=logging.INFO if verbose else logging.WARNING)
     target = cluster_address(cfg.address)
     if target is None:
-        ray.init(address="local", num_cpus=cfg.num_cpus or os.cpu_count(), num_gpus=cfg.num_gpus,
-                 include_dashboard=False, **kwargs)
+        try:
+            ray.init(address="local", num_cpus=cfg.num_cpus or os.cpu_count(), num_gpus=cfg.num_gpus,
+                     include_dashboard=False, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - Ray's start-up errors are plain Exception/RuntimeError
+            try:
+                ray.shutdown()  # whatever of it did start
+            except Exception:  # noqa: BLE001, S110 - nothing more to stop
+                pass
+            raise ResourceError(ray_start_failed(exc)) from None
         return True
     given = [name for name in ("num_cpus", "num_gpus") if getattr(cfg, name) is not None]
     if given:
@@ -100,11 +107,31 @@ def connect_ray(cfg: FederatedRunConfig, *, verbose: bool = False) -> bool:
                             "address (--address, RAY_ADDRESS) and that the cluster is up")
     try:
         ray.init(address=cfg.address or target, **kwargs)
-    except ConnectionError as exc:
-        raise ResourceError(f"could not join the Ray cluster at {target}: {exc}; check `ray status`, the "
+    except Exception as exc:  # noqa: BLE001 - ConnectionError, or a GCS that did not answer in time
+        text = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise ResourceError(f"could not join the Ray cluster at {target}: {text}; check `ray status`, the "
                             "address (--address, RAY_ADDRESS), and RAY_AUTH_MODE/RAY_AUTH_TOKEN when the cluster "
-                            "uses token authentication") from None
+                            "uses token authentication; a busy head may need a retry") from None
     return True
+
+
+RAY_START_HINT = ("the machine may be too busy for Ray's start-up time limits (its GCS gets "
+                  "RAY_gcs_server_port_wait_time_s seconds, default 30; its raylet 30 s, fixed in Ray): retry when "
+                  "it is less loaded, give the GCS longer (RAY_gcs_server_port_wait_time_s=120), or start Ray once "
+                  "yourself (ray start --head --num-cpus N) and join it with --address auto")
+"""What to try when a local Ray does not start (:func:`ray_start_failed`)."""
+
+
+def ray_start_failed(exc: BaseException) -> str:
+    """The one line for a local Ray that did not start (``ray.init`` raised ``exc``: a raylet or GCS
+    that did not come up in time on a loaded machine, most often).
+
+    >>> print(ray_start_failed(Exception("The current node timed out during startup. It could be")))  # doctest: +ELLIPSIS
+    Ray did not start on this machine: The current node timed out during startup; the machine may be ...
+    """
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    first = text.split(". ")[0].rstrip(".")
+    return f"Ray did not start on this machine: {first[:300]}; {RAY_START_HINT}"
 
 
 CONNECT_PROBE_S = 5.0

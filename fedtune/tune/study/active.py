@@ -22,7 +22,8 @@ also written by :class:`fedtune.tune.trial.scale_up.ScaleUpWatch`); ``study_dir`
 being run; ``optuna_url``: that study's Optuna storage URL (``--optuna-storage``, else the ``sqlite:///``
 URL of its ``optuna.db``; :attr:`fedtune.tune.study.plan.StudyPlan.optuna_url`). ``study_dir`` and
 ``optuna_url`` are set only while a study runs: the Optuna storage unpickled from Tune's
-experiment reopens on them (:func:`fedtune.tune.tuner.optuna_search.optuna_storage`)."""
+experiment reopens on them (:func:`fedtune.tune.tuner.optuna_search.optuna_storage`); ``warnings``:
+what trials said while it ran (:func:`fedtune.tune.trial.callback.trial_warning`), for the sweep's warnings."""
 
 SESSIONS: dict[str, dict[str, Any]] = {}
 """Per search key, what this driver session saw: trials ``started``, ``ended``, ``errored``, their

@@ -30,6 +30,8 @@ LOGGERS: dict[str, tuple[str, str] | None] = {"csv": None, "tensorboard": ("tens
 """``--logger`` names (:mod:`fedtune.tune.trial.loggers`): the module each needs and fedtune's pip extra
 that installs it (csv needs nothing more than Ray Tune)."""
 SELECTIONS = _protocol.PROTOCOLS
+SEED_MAX = 2**32 - 1
+"""The largest seed NumPy's generators (and so Optuna's samplers and Tune's random search) take."""
 
 METRICS: dict[str, str] = {
     "val_acc": "max", "val_loss": "min", "target_val_acc": "max", "target_val_loss": "min",
@@ -54,11 +56,13 @@ RUNG_SCHEDULERS = ("asha", "hyperband")  # the schedulers with rungs: --grace-pe
 
 
 def _opt(default: Any, flag: str, *, kind: type | None = None, lo: float | None = None, lo_open: bool = False,
-         choices: Sequence[str] = (), note: str = "", factory: Any = None, schedulers: Sequence[str] = ()) -> Any:
+         hi: float | None = None, choices: Sequence[str] = (), note: str = "", factory: Any = None,
+         schedulers: Sequence[str] = ()) -> Any:
     """An option: its default, its ``--flag``, and (when bounded) its type and allowed values;
     ``schedulers``: the only ``--scheduler`` values that read it (another value than its default
     is refused with any other scheduler)."""
-    meta = {"flag": flag, "kind": kind, "bounds": Bounds(lo=lo, lo_open=lo_open, choices=tuple(choices), note=note),
+    meta = {"flag": flag, "kind": kind,
+            "bounds": Bounds(lo=lo, lo_open=lo_open, hi=hi, choices=tuple(choices), note=note),
             "schedulers": tuple(schedulers)}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
@@ -106,7 +110,8 @@ class SweepOptions:
     name: str | None = None
     verbose: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)
-    sampler_seed: int = 0
+    # --sampler-seed: the Optuna samplers' (NumPy's) seed, plus each --trial-seeds replicate's index
+    sampler_seed: int = _opt(0, "sampler-seed", kind=int, lo=0, hi=SEED_MAX, note="NumPy's seed range")
     grace_period: int = _opt(1, "grace-period", kind=int, lo=1, schedulers=RUNG_SCHEDULERS)
     reduction_factor: float = _opt(2.0, "reduction-factor", kind=float, lo=1, lo_open=True, schedulers=RUNG_SCHEDULERS)
     # --perturbation-interval N: PBT/PB2 exploit and explore every N rounds (None: a quarter of the rounds)
@@ -244,6 +249,10 @@ class SweepOptions:
                 raise ConfigError(f"{where}: expected a number, got {shown(value)}")
             bounds.check(where, value)
         Bounds(choices=SELECTIONS).check("option '--selection'", self.protocol())
+        if self.sampler_seed + self.trial_seeds - 1 > SEED_MAX:  # replicate k samples with sampler_seed + k
+            raise ConfigError(f"option '--sampler-seed': {self.sampler_seed} with --trial-seeds {self.trial_seeds} "
+                              f"seeds the last search's sampler with {self.sampler_seed + self.trial_seeds - 1}; "
+                              f"allowed: --sampler-seed + --trial-seeds - 1 <= {SEED_MAX} (NumPy's seed range)")
         if self.seeds > 1 and self.trial_seeds > 1:
             raise ConfigError(f"options '--seeds {self.seeds}' and '--trial-seeds {self.trial_seeds}' cannot be "
                               "combined; allowed: --trial-seeds K (K whole searches: ± includes selection variance) "
@@ -345,9 +354,13 @@ class SweepOptions:
     def _check_places(self) -> None:
         """Storages, loggers, the study's name and output folder, the target domain."""
         if self.storage_path is not None:
-            from fedtune.tune.tuner.storage import check_storage_path
+            from fedtune.tune.tuner.storage import check_storage_path, local_storage_dir
 
-            check_storage_path(self.storage_path)
+            local = local_storage_dir(check_storage_path(self.storage_path))
+            if local is not None:  # a folder that refuses writes: now, not when Tune first saves there
+                from fedtune.results.store import check_output_dir
+
+                check_output_dir(local, "option '--storage-path'")
         _check_loggers(self.loggers)
         if self.optuna_storage is not None:
             from fedtune.results.optuna_url import check_optuna_storage

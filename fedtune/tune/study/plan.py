@@ -334,6 +334,10 @@ def _target_searches(opts: SweepOptions, space: Any, target: str | None, base: M
     _protocol.check_protocol(opts.protocol(), run_plan.setting, oracle_fraction=cfg.oracle_fraction,
                              val_fraction=cfg.val_fraction, split_scheme=cfg.split_scheme,
                              field="option '--selection':")
+    _protocol.check_split_rows(opts.protocol(), run_plan.split_scheme,  # CelebA's official split: no id_val rows
+                               {s: sum(len(v) for v in getattr(run_plan, split).values())
+                                for s, split in (("id_val", "id_val"), ("val", "ood_val"))},
+                               f"dataset {cfg.dataset!r}", field="option '--selection':")
     out = []
     for k in range(opts.trial_seeds):  # k >= 1: the whole search again, other seeds (DomainBed)
         rep = Search(space.algorithm, target, space.source, per_target=search.per_target, trial_seed=k)

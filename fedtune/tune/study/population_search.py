@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["population_tuner"]
+__all__ = ["population_space", "population_tuner"]
+
+
+def population_space(opts: Any, plan: Any, search: Any, space: Any, rounds: int) -> dict[str, Any]:
+    """The ``param_space`` of a PBT/PB2 search's fit: its space's Tune domains, the search's fixed
+    options, and a checkpoint at every perturbation interval (given again on ``--resume``)."""
+    return {**space.tune_space(), **plan.fixed[search.key], "checkpoint_every": opts.population_interval(rounds)}
 
 
 def population_tuner(opts: Any, plan: Any, search: Any, space: Any, total: int, study_name: str, *, rounds: int,
@@ -37,7 +43,7 @@ def population_tuner(opts: Any, plan: Any, search: Any, space: Any, total: int, 
     run_config.callbacks.append(PopulationRecorder(storage, study_name, space, metric, mode, str(plan.study_dir)))
     return tune.Tuner(
         population_trainable(),
-        param_space={**space.tune_space(), **plan.fixed[search.key], "checkpoint_every": interval},
+        param_space=population_space(opts, plan, search, space, rounds),
         tune_config=tune.TuneConfig(
             search_alg=BasicVariantGenerator(random_state=seed),
             scheduler=make_population_scheduler(opts.scheduler, metric, mode, interval, space, seed),

@@ -21,7 +21,7 @@ from typing import Any
 
 from fedtune.errors import ResourceError
 
-__all__ = ["RayLost", "TrialLogFilter", "fit_stop", "ray_gone", "ray_lost_in"]
+__all__ = ["RayLost", "TrialLogFilter", "fit_stop", "ray_gone", "ray_lost_in", "study_write_error"]
 
 
 class RayLost(ResourceError):
@@ -93,4 +93,27 @@ def fit_stop(error: BaseException | None, key: str, study_dir: Any, hint: str) -
         return type(lost)(f"search '{key}': {lost}; continue with: {hint}")
     from fedtune.tune.trial.callback import write_failure
 
-    return write_failure(study_dir, resume_command=hint)
+    recorded = write_failure(study_dir, resume_command=hint)
+    if recorded is not None or error is None:
+        return recorded
+    return study_write_error(error, study_dir, hint)  # optuna.db or Tune's own files on a full disk
+
+
+def study_write_error(error: BaseException, study_dir: Any, hint: str) -> Exception | None:
+    """``error`` as the one line of a write the disk refused while a study ran outside the Arrow
+    store (:func:`fedtune.results.atomic.write_error_in`: the Optuna database, which SQLite reports
+    as "database or disk is full", or a file of Tune's experiment), with what is intact and the
+    resume command ``hint``; None for any other error."""
+    from fedtune.results.atomic import write_error_in
+    from fedtune.results.optuna_url import shown
+    from fedtune.results.study_dir import StudyDir
+    from fedtune.tune.study.active import ACTIVE
+
+    url = str(ACTIVE.get("optuna_url") or "")
+    database = url[len("sqlite:///"):] if url.startswith("sqlite:///") else (shown(url) if url
+                                                                            else StudyDir(study_dir).optuna_db)
+    err = write_error_in(error, database)
+    if err is None:
+        return None
+    return err.with_context(f"the study stopped; the finished rounds and trials are intact in '{study_dir}'; "
+                            f"free space (or make the folder writable), then resume it with: {hint}")

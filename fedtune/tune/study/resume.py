@@ -17,8 +17,9 @@ from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE, StudyDir, latest_s
 from fedtune.tune.study.plan import StudyPlan, plan_study
 from fedtune.tune.study.options import SweepOptions
 
-__all__ = ["FAILED_UNRECORDED", "check_optuna_storage", "rebuild_trial_rows", "recover_seed_rows", "recover_trial_rows",
-           "repair_round_files", "resumed_study", "study_space"]
+__all__ = ["FAILED_UNRECORDED", "RESUME_ALLOWED", "RESUME_FIXED", "check_optuna_storage", "check_resume_flags",
+           "rebuild_trial_rows", "recover_seed_rows", "recover_trial_rows", "repair_round_files", "resumed_study",
+           "set_aside_unreadable_snapshots", "study_space"]
 
 
 def resumed_study(opts: SweepOptions, output: Path) -> tuple[StudyPlan, dict[str, Any]]:
@@ -86,6 +87,24 @@ def repair_round_files(study_dir: Path, console: Any = None) -> list[str]:
     return notes
 
 
+def set_aside_unreadable_snapshots(plan: StudyPlan, console: Any = None) -> list[str]:
+    """``--resume``: every Tune experiment of the study whose newest snapshot cannot be read has it
+    set aside (:func:`fedtune.tune.tuner.storage.set_aside_unreadable_state`), so Tune restores the
+    one before it, or the search's fit starts again on its Optuna study, with the study's options.
+    Returns one warning per snapshot set aside."""
+    from rich.markup import escape
+
+    from fedtune.tune.tuner.storage import experiments_in, set_aside_unreadable_state
+
+    notes = []
+    for experiment in experiments_in(plan.tune_storage):
+        for note in set_aside_unreadable_state(experiment):
+            notes.append(note)
+            if console is not None:
+                console.print(f"[yellow]warning: {escape(note)}[/yellow]", soft_wrap=True)
+    return notes
+
+
 FAILED_UNRECORDED = "the trial raised; the driver stopped before its error text was recorded"
 """``error`` of a failed trial's ``trials.parquet`` row rebuilt by :func:`recover_trial_rows`."""
 
@@ -147,6 +166,7 @@ def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: A
     from optuna.trial import TrialState
 
     from fedtune.results import status
+    from fedtune.tune.trial.callback import no_objective_error
     from fedtune.tune.trial.trainable import trial_run_config
 
     rebuild = _RowRebuilder(study_dir, console)
@@ -170,7 +190,8 @@ def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: A
             note = (f"trial {trial_id} had no {rebuild.files.trials.name} row (its driver stopped before writing "
                     f"it, or the file was moved away): rebuilt from its {len(rows)} round rows and Optuna's record "
                     "of the trial")
-        rebuild.write(trial_id, rows, cfg, note, error=FAILED_UNRECORDED if failed else None,
+        error = FAILED_UNRECORDED if failed else (no_objective_error() if told == status.NO_METRIC else None)
+        rebuild.write(trial_id, rows, cfg, note, error=error,
                       started_at=t.datetime_start, ended_at=None if orphaned else t.datetime_complete,
                       short=status.INTERRUPTED if orphaned else status.PRUNED)
     return rebuild.notes
@@ -276,10 +297,91 @@ _RESUME_ATTRS = {"set": ("overrides",), "scale_up_timeout": ("scale_up_timeout_s
 """``fedtune sweep`` dests whose :class:`~fedtune.tune.study.options.SweepOptions` attributes have other names."""
 
 
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _effective(opts: SweepOptions, dest: str) -> Any:
+    """Option ``dest`` of ``opts`` as the study runs it: an unset option as its default (``--knobs``
+    all, the dataset's and the rounds' defaults, the selection protocol and the metrics they imply),
+    a path made absolute, a storage URL normalised; JSON-plain, so 2 and 2.0 compare equal."""
+    from fedtune.tune.study.plan import abs_path
+
+    if dest == "knobs":
+        return opts.knobs or "all"
+    if dest in ("selection", "metric"):
+        return [opts.protocol(), opts.metrics()]
+    if dest == "dataset":
+        return opts.dataset or FederatedRunConfig().dataset
+    if dest == "rounds":
+        return int(opts.rounds or FederatedRunConfig().rounds)
+    if dest == "data_root":
+        return abs_path(opts.data_root)
+    if dest == "storage_path" and opts.storage_path:
+        from fedtune.tune.tuner.storage import check_storage_path
+
+        return check_storage_path(opts.storage_path)
+    if dest == "optuna_storage" and opts.optuna_storage:
+        from fedtune.results.optuna_url import check_optuna_storage
+
+        return check_optuna_storage(opts.optuna_storage)
+    return [_plain(getattr(opts, a)) for a in _RESUME_ATTRS.get(dest, (dest,))]
+
+
+def _first_domain(opts: SweepOptions) -> str | None:
+    """The target domain of a study without ``--target-domain``: its dataset's first domain."""
+    from fedtune.data.registry import get_dataset
+    from fedtune.tune.study.plan import abs_path
+
+    fields = {**opts.config_fields, **opts.overrides}
+    try:
+        ds = get_dataset(opts.dataset or FederatedRunConfig().dataset, root=abs_path(opts.data_root),
+                         image_size=fields.get("image_size"), data_seed=int(fields.get("data_seed", 0) or 0))
+        return str(ds.info.domains[0])
+    except Exception:  # noqa: BLE001 - the data is not here: the two cannot be shown equal
+        return None
+
+
+def _same(dest: str, given: SweepOptions, saved: SweepOptions, study_dir: Path) -> bool:
+    """Whether option ``dest`` given with ``--resume`` runs the study as its saved value does."""
+    if dest == "spaces":  # the study keeps its own copies: the same text is the same space
+        try:
+            return ([Path(p).read_text(errors="replace") for p in given.spaces]
+                    == [study_space(study_dir, p).read_text(errors="replace") for p in saved.spaces])
+        except OSError:
+            return False
+    if dest == "target_domain" and (given.target_domain is None) != (saved.target_domain is None):
+        first = _first_domain(saved)
+        return first is not None and str(given.target_domain or first) == str(saved.target_domain or first)
+    try:
+        return _effective(given, dest) == _effective(saved, dest)
+    except ConfigError:  # a value that does not even check: not the saved one
+        return False
+
+
+def _shown_option(opts: SweepOptions, dest: str) -> str:
+    """Option ``dest`` of ``opts`` for a message: its value, an unset one as the default it runs with."""
+    from fedtune.errors import shown
+
+    if dest == "spaces":
+        return shown(list(opts.spaces), 120)
+    values = [getattr(opts, a) for a in _RESUME_ATTRS.get(dest, (dest,))]
+    value = values[0] if len(values) == 1 else values
+    if value is None and dest in ("knobs", "dataset", "rounds", "selection"):
+        default = opts.protocol() if dest == "selection" else _effective(opts, dest)
+        return f"{shown(default, 120)} (unset: the default)"
+    if value is None and dest == "target_domain":
+        return "None (unset: the dataset's first domain)"
+    return shown(value, 120)
+
+
 def check_resume_flags(given_flags: dict[str, Any], opts: SweepOptions) -> None:
-    """Refuse, naming them, the study's options (:data:`RESUME_FIXED`) given with ``--resume`` with a
-    value other than the one the study saved; the saved value again is accepted (and changes
-    nothing). Without a study to compare with, every one given is refused."""
+    """Refuse, naming them with the given and the saved value, the study's options
+    (:data:`RESUME_FIXED`) given with ``--resume`` that would run the study differently from the
+    value it saved; the saved value again is accepted (and changes nothing), also when it is
+    spelled differently: an option left unset at the start given now as its default (``--knobs all``,
+    the default dataset, ``--selection val``), a relative path to the same folder, 2 for 2.0.
+    Without a study to compare with, every one given is refused."""
     from fedtune.results.study_dir import read_study_if_any
     from fedtune.tune.study.plan import abs_path
 
@@ -289,25 +391,17 @@ def check_resume_flags(given_flags: dict[str, Any], opts: SweepOptions) -> None:
     output = Path(abs_path(opts.output) or "fedtune_results")
     name = opts.name or latest_study(output)
     saved_json = (read_study_if_any(output / name).get("options") if name and (output / name).is_dir() else None)
-    saved = SweepOptions.from_json(saved_json) if isinstance(saved_json, dict) else None
-
-    def plain(value: Any) -> Any:
-        return json.loads(json.dumps(value, sort_keys=True, default=str))
-
-    def same(dest: str) -> bool:
-        if saved is None:
-            return False
-        if dest == "spaces":  # the study keeps its own copies: the same text is the same space
-            def texts(paths, base=None):
-                return [(study_space(base, p) if base else Path(p)).read_text(errors="replace") for p in paths]
-            try:
-                return texts(opts.spaces) == texts(saved.spaces, output / name)
-            except OSError:
-                return False
-        return all(plain(getattr(opts, a)) == plain(getattr(saved, a)) for a in _RESUME_ATTRS.get(dest, (dest,)))
-
-    changed = [f"--{k.replace('_', '-')}" for k in given if not same(k)]
+    if not isinstance(saved_json, dict):
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
+        raise ConfigError(f"--resume continues a study with its saved options; {flags} cannot change them (no study "
+                          f"'{name}' in '{output}' to compare them with; allowed with --resume: "
+                          f"{', '.join(RESUME_ALLOWED)}, and the study's saved options again)")
+    saved = SweepOptions.from_json(saved_json)
+    changed = [k for k in given if not _same(k, opts, saved, output / name)]
     if changed:
-        raise ConfigError(f"--resume continues a study with its saved options; {', '.join(changed)} cannot change "
-                          f"them (the study's saved value is accepted; allowed with --resume: "
-                          f"{', '.join(RESUME_ALLOWED)})")
+        flags = {k: f"--{k.replace('_', '-')}" for k in changed}
+        what = ", ".join(f"{flags[k]} given {_shown_option(opts, k)}, the study's {_shown_option(saved, k)}"
+                         for k in changed)
+        raise ConfigError(f"--resume continues a study with its saved options; {', '.join(flags.values())} cannot "
+                          f"change them ({what}); allowed with --resume: {', '.join(RESUME_ALLOWED)}, and the "
+                          "study's saved options again")

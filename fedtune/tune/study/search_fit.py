@@ -158,22 +158,37 @@ def finish_search(study: Any, search: Search, study_name: str, ended: dict[str, 
     study.save()
 
 
-def restore_tuner(study: Any, exp_dir: str) -> Any:
+def restore_tuner(study: Any, exp_dir: str, *, param_space: dict[str, Any] | None = None,
+                  searches: list[Search] = ()) -> Any:
     """``Tuner.restore`` of ``exp_dir`` for ``study`` (in its study directory, wherever the study was
     created): Tune takes the experiment's location from ``exp_dir``; the Optuna storage unpickles onto
     this study (``ACTIVE["study_dir"]``); the Arrow callback pickled in ``tuner.pkl`` is pointed at
-    this study directory too, so a copied or moved study writes only here."""
+    this study directory too, so a copied or moved study writes only here.
+
+    ``param_space``: the fit's first ``param_space`` again (Tune does not keep it: should its restore
+    fail, it starts the experiment anew from this, never from an empty one, whose trials would run
+    without the study's fixed options). ``searches``: the fit's Optuna searches; a trial their
+    searchers already ended (Optuna holds it finished) that Tune's snapshot, older, still holds
+    running is not run again (:class:`~fedtune.tune.tuner.schedulers.EndedStayEnded`)."""
     from ray import tune
 
     from fedtune.results.store import ResultsStore
     from fedtune.tune.study.moved_modules import old_module_names
     from fedtune.tune.trial.callback import ArrowCallback
     from fedtune.tune.trial.population import PopulationRecorder, population_trainable
+    from fedtune.tune.tuner.schedulers import EndedStayEnded, ended_in_optuna
 
     plan = study.plan
     trainable = population_trainable() if study.opts.scheduler in POPULATION_SCHEDULERS else study.trainable
     with old_module_names():  # a study started before a module moved (fedtune.tune.study.moved_modules)
-        tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True, resume_errored=False)
+        try:
+            tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
+                                       resume_errored=False, param_space=param_space)
+        except ValueError as exc:  # a study of an older fedtune whose fixed options had other keys
+            if param_space is None or "param_space" not in str(exc):
+                raise
+            tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
+                                       resume_errored=False)
     run_config = tuner._local_tuner.get_run_config()  # Ray keeps the callbacks of the first run
     for cb in run_config.callbacks or []:
         if isinstance(cb, ArrowCallback):
@@ -181,4 +196,8 @@ def restore_tuner(study: Any, exp_dir: str) -> Any:
             cb.study = cb.store.study
         elif isinstance(cb, PopulationRecorder):
             cb.study_dir = str(plan.study_dir)
+    ended = ended_in_optuna(study.storage(), [s.optuna_study(plan.name) for s in searches])
+    if ended:  # restored with tuner.pkl's scheduler (Tune keeps no newer one), told what Optuna ended since
+        tune_config = tuner._local_tuner._tune_config
+        tune_config.scheduler = EndedStayEnded(tune_config.scheduler, ended)
     return tuner

@@ -159,7 +159,11 @@ def _run_alone(study: Any, search: Search, trial_dirname: Any) -> None:
     name = f"{search.tune_name}--seeds"
     exp_dir = study.plan.tune_location(name)
     if restorable(exp_dir):
-        tuner = restore_tuner(study, exp_dir)
+        space = None  # the fit's first param_space, as built below (Tune keeps only its keys)
+        if isinstance(state.get("config"), dict) and state.get("seeds"):
+            space = {**state["config"], "output": study.plan.fixed[search.key]["output"], "name": study.plan.name,
+                     "seed": tune.grid_search(list(state["seeds"][1:]))}
+        tuner = restore_tuner(study, exp_dir, param_space=space)
     else:
         configs = _seed_configs(study, search)
         if configs is None:
@@ -182,7 +186,7 @@ def _run_shared(study: Any, searches: list[Search], trial_dirname: Any) -> None:
 
     exp_dir = study.plan.tune_location(SEEDS_FIT)
     if restorable(exp_dir):
-        tuner, ran = restore_tuner(study, exp_dir), searches
+        tuner, ran = restore_tuner(study, exp_dir, param_space={}), searches
     else:
         parts = [(s, _seed_configs(study, s)) for s in searches]
         ran = [s for s, configs in parts if configs is not None]

@@ -20,8 +20,9 @@ objective, the cluster-capacity check: everything checked before Ray starts),
 
 **Resume.** ``--resume`` reads ``study.json`` and continues: searches marked done are skipped;
 a started fit is ``Tuner.restore``-d from ``tune/...`` (unfinished trials continue from
-their last Tune checkpoint, ``--set checkpoint_every=N``, else from round 1; the Arrow
-callback keeps each (trial, round) once); one never started begins. The searcher (with its
+their last readable Tune checkpoint, ``--set checkpoint_every=N``, else from round 1; a trial
+Optuna already holds finished is not run again; the Arrow callback keeps each (trial, round)
+once; an unreadable snapshot is set aside first); one never started begins. The searcher (with its
 Optuna storage) comes back from Tune's experiment snapshot, taken every
 :data:`fedtune.tune.tuner.env.EXPERIMENT_SNAPSHOT_S` seconds; trials asked from Optuna after the
 last snapshot of a killed driver are left RUNNING in optuna.db and are told FAIL
@@ -68,7 +69,8 @@ from fedtune.tune.study.search_fit import (ended_early_check, finish_search, fit
                                            searcher_of, seed_groups, study_tuner)
 from fedtune.tune.study.options import SweepOptions
 from fedtune.tune.study.ray_lost import fit_stop
-from fedtune.tune.study.resume import rebuild_trial_rows, repair_round_files, resumed_study
+from fedtune.tune.study.resume import (rebuild_trial_rows, repair_round_files, resumed_study,
+                                       set_aside_unreadable_snapshots)
 from fedtune.tune.study.seed_runs import run_seeds
 from fedtune.tune.study.study_start import command_line, new_study_data, now, relative, say_knobs, snapshot_spaces
 from fedtune.tune.tuner.env import signal_handlers_kept, tune_env
@@ -169,6 +171,7 @@ class _Study:
                         run_seeds(self, group, trial_dirname)
         finally:
             self.view.stop()
+            self.warnings.extend(_ACTIVE.pop("warnings", []))  # the trials' (fedtune.tune.trial.callback.trial_warning)
             _ACTIVE["view"] = None
             _ACTIVE.pop("autoscaler", None)
             _ACTIVE.pop("study_dir", None)
@@ -194,7 +197,8 @@ class _Study:
                                  totals=totals)
         return tune.RunConfig(
             name=name, storage_path=self.plan.tune_storage,
-            callbacks=[ArrowCallback(str(self.plan.study_dir.parent), self.plan.name), progress,
+            callbacks=[ArrowCallback(str(self.plan.study_dir.parent), self.plan.name,
+                                     objective=(list(self.plan.metrics), list(self.plan.modes))), progress,
                        ScaleUpWatch(key, self.opts.scale_up_timeout_s),
                        *self._loggers(key)],
             verbose=1 if self.opts.verbose else 0, log_to_file=False,
@@ -285,9 +289,14 @@ class _Study:
             return
         space, total, study_name = self._begin_search(search)
         exp_dir = self.plan.tune_location(search.tune_name)
+        population = self.opts.scheduler in POPULATION_SCHEDULERS
         if restorable(exp_dir):
-            tuner = restore_tuner(self, exp_dir)
-        elif self.opts.scheduler in POPULATION_SCHEDULERS:
+            from fedtune.tune.study.population_search import population_space
+
+            tuner = restore_tuner(self, exp_dir, searches=[] if population else [search],
+                                  param_space=population_space(self.opts, self.plan, search, space, self.rounds())
+                                  if population else dict(self.plan.fixed[search.key]))
+        elif population:
             from fedtune.tune.study.population_search import population_tuner
 
             tuner = population_tuner(self.opts, self.plan, search, space, total, study_name, rounds=self.rounds(),
@@ -310,7 +319,7 @@ class _Study:
         earlier driver started it), each finished in the study's order after it."""
         begun = [(s, *self._begin_search(s)) for s in searches]
         exp_dir = self.plan.tune_location(STUDY_FIT)
-        tuner = (restore_tuner(self, exp_dir) if restorable(exp_dir)
+        tuner = (restore_tuner(self, exp_dir, param_space={}, searches=searches) if restorable(exp_dir)
                  else study_tuner(self, [(s, space, total) for s, space, total, _ in begun], trial_dirname))
         ended = {s.key: {"why": None} for s in searches}
         self.fit_searches(tuner, STUDY_FIT, [(s.key, total, ended_early_check(self, name, total, ended[s.key]))
@@ -369,6 +378,15 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
             raise StudyInterrupted(f"study '{name}' was interrupted before it started; nothing ran") from None
         raise StudyInterrupted(f"study '{name}' was interrupted; continue it with: fedtune sweep --resume "
                                f"--name {name} --output {output}") from None
+    except Exception as exc:  # a full disk under optuna.db or Tune's files between fits: one line, not theirs
+        from fedtune.results.atomic import ResultsWriteError
+        from fedtune.tune.study.ray_lost import study_write_error
+
+        err = None if isinstance(exc, ResultsWriteError) else study_write_error(
+            exc, study_dir, f"fedtune sweep --resume --name {name} --output {output}")
+        if err is None:
+            raise
+        raise err from None
 
 
 def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any] | None, output: Path, *,
@@ -429,6 +447,7 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
                         study.warnings.append(f"removed {len(removed)} temporary file(s) a stopped driver left: "
                                               + ", ".join(p.name for p in removed))
                     study.warnings.extend(repair_round_files(plan.study_dir, console))
+                    study.warnings.extend(set_aside_unreadable_snapshots(plan, console))
                     study.warnings.extend(rebuild_trial_rows(plan, data, console))
                 study.run()
                 data["completed_at"] = now()

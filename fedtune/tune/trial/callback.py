@@ -9,7 +9,9 @@ Trials never write results themselves. The callback runs on the Tune driver and 
   status ``completed`` (ran all its rounds), ``diverged`` (its last round diverged), ``pruned``
   (stopped early — by a scheduler or a stopper — before its last round, last round ``ok``) or
   ``failed`` (it raised; ``error`` holds the message; ``failed`` is the store's word for an
-  error, the same one ``fedtune run`` writes).
+  error, the same one ``fedtune run`` writes; given a sweep's ``objective``, also a trial that ran
+  all its rounds without a finite value of it, which Optuna can only tell FAIL:
+  :func:`no_objective_error`).
 
 ``trial_id`` is fedtune's (:meth:`FederatedRunConfig.trial_id`), not Tune's. Each (trial, round) is
 stored once: rows are kept in memory keyed by round, so a trial restored from a checkpoint
@@ -17,10 +19,12 @@ that reports rounds again replaces them instead of adding copies, and two Tune t
 configuration (equal ``trial_id``) share one file. A trial restarted after a failure
 (``--max-failures``: a lost node) continues from its last checkpoint; each row's ``attempt`` is
 Tune's count of the trial's failures when the round ran, and ``trials.parquet`` keeps the final
-count as ``restarts``. The first row this callback sees of a
-trial decides where its history comes from: round 1 means a fresh trial, which replaces any
-rows an earlier study run left under that ``trial_id``; a later round means a trial resumed
-after a driver restart (``Tuner.restore``), whose earlier rows are first read back from disk.
+count as ``restarts``. A round-1 row starts a trial's history anew: a fresh trial, or one that
+starts again without a readable checkpoint, replaces the rows an earlier run left under that
+``trial_id`` (in memory or on disk); a later round as the first row this callback sees of a trial
+means a trial resumed after a driver restart (``Tuner.restore``), whose earlier rows are first
+read back from disk. A result's ``fedtune_warning`` (a damaged checkpoint the trial fell back
+from) is said on the driver (:func:`trial_warning`).
 The rows' ``study`` column is the callback's ``study`` (the trial config's ``output``/``name``
 are not used by Tune trials: the callback decides where results go).
 
@@ -49,7 +53,7 @@ from fedtune.results.status import COMPLETED, DIVERGED, FAILED, PRUNED
 from fedtune.results.store import ResultsStore, load
 from fedtune.results.summary import summarize_trial
 
-__all__ = ["ArrowCallback", "trial_row", "trial_status", "write_failure"]
+__all__ = ["ArrowCallback", "no_objective_error", "trial_row", "trial_status", "trial_warning", "write_failure"]
 
 ERROR_STATUS = FAILED
 
@@ -76,6 +80,38 @@ def write_failure(study_dir: str | os.PathLike[str], *, clear: bool = True,
     if resume_command:
         return err.with_context(f"free space (or make the folder writable), then resume it with: {resume_command}")
     return err.with_context(_WHAT_TO_DO)
+
+
+def no_objective_error(metrics: list[str] | None = None) -> str:
+    """``error`` of a trial that ran all its rounds without a finite value of the study's objective:
+    Optuna can only tell it FAIL (``fedtune_status: no_metric``), and ``trials.parquet`` says
+    ``failed`` with this, not ``completed``, so the two agree.
+
+    >>> no_objective_error(["val_acc"])
+    "no round has a finite val_acc: the trial has no value of the study's objective (Optuna: FAIL, no_metric)"
+    """
+    from fedtune.results.status import NO_METRIC
+
+    what = f"no round has a finite {', '.join(metrics)}" if metrics else "no value of the objective"
+    return f"{what}: the trial has no value of the study's objective (Optuna: FAIL, {NO_METRIC})"
+
+
+def trial_warning(text: str) -> None:
+    """Say a trial's warning (sent with its result: a trial actor's own output is not shown) on the
+    driver: on the sweep's live view, and kept for the sweep's warnings (``ACTIVE["warnings"]``);
+    logged outside a sweep."""
+    from fedtune.tune.study.active import ACTIVE
+
+    view = ACTIVE.get("view")
+    if view is None:
+        import logging
+
+        logging.getLogger(__name__).warning(text)
+        return
+    from rich.markup import escape
+
+    ACTIVE.setdefault("warnings", []).append(text)
+    view.console.print(f"[yellow]warning: {escape(text)}[/yellow]", soft_wrap=True)
 
 
 def trial_status(last_row: Mapping[str, Any] | None, rounds: int, error: str | None, short: str = PRUNED) -> str:
@@ -150,7 +186,8 @@ class ArrowCallback(Callback):
     module docstring for what it writes and when.
     """
 
-    def __init__(self, output: str, study: str):
+    def __init__(self, output: str, study: str, objective: tuple[list[str], list[str]] | None = None):
+        self.objective = objective  # (metrics, modes) of a sweep: a completed trial without a value is failed
         self.store = ResultsStore(output, study)
         self.study = self.store.study
         self._rows: dict[str, dict[int, dict[str, Any]]] = {}  # fedtune trial id -> round -> row
@@ -164,6 +201,8 @@ class ArrowCallback(Callback):
         self._started.setdefault(trial.trial_id, _now())
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if result.get("fedtune_warning"):  # a damaged checkpoint the trial fell back from
+            trial_warning(str(result["fedtune_warning"]))
         row = result.get("fedtune_row")
         if isinstance(row, Mapping):
             self._restarts[trial.trial_id] = int(getattr(trial, "num_failures", 0) or 0)
@@ -179,6 +218,7 @@ class ArrowCallback(Callback):
     def __setstate__(self, state: dict[str, Any]) -> None:  # callbacks pickled by an older fedtune lack _restarts
         self.__dict__.update(state)
         self.__dict__.setdefault("_restarts", {})
+        self.__dict__.setdefault("objective", None)
 
     def get_state(self) -> dict[str, Any]:
         # Rows are not part of the state: a resumed trial reads them back from disk.
@@ -203,8 +243,10 @@ class ArrowCallback(Callback):
         row = {**row, "study": self.study}
         trial_id, rnd = str(row["trial_id"]), int(row["round"])
         rows = self._rows.get(trial_id)
-        if rows is None:
-            rows = self._rows[trial_id] = {} if rnd <= 1 else self._rows_on_disk(trial_id)
+        if rnd <= 1:  # the trial (again) from its start: its earlier rows, in memory or on disk, are replaced
+            rows = self._rows[trial_id] = {}
+        elif rows is None:
+            rows = self._rows[trial_id] = self._rows_on_disk(trial_id)
         if "pbt_event" in row or any("pbt_history" in r for r in rows.values()):  # a PBT/PB2 member
             from fedtune.tune.trial.population import fold_history
 
@@ -238,6 +280,7 @@ class ArrowCallback(Callback):
         if trial_id is None:
             return
         rows = self._rows.get(trial_id, {})
+        error = error or self._no_objective([rows[r] for r in sorted(rows)], cfg, last)
         try:
             self.store.write_trial(trial_row([rows[r] for r in sorted(rows)], cfg, study=self.study,
                                              trial_id=trial_id, error=error,
@@ -247,6 +290,17 @@ class ArrowCallback(Callback):
             self._refused(exc, f"the {self.store.trials_path.name} row of trial {trial_id}")
             return
         self._ended.add(tune_trial_id)
+
+    def _no_objective(self, rows: list[Mapping[str, Any]], cfg: Any, last: Mapping[str, Any] | None) -> str | None:
+        """:func:`no_objective_error` for a trial that ran all its rounds (as Optuna's searcher reads
+        it: :func:`fedtune.results.selection.objective_values` of its rounds) and has no objective value."""
+        if not self.objective or cfg is None or trial_status(last, cfg.rounds, None) != COMPLETED:
+            return None
+        from fedtune.results.selection import objective_values
+
+        metrics, modes = self.objective
+        per_round = {int(r["round"]): {m: r.get(m, float("nan")) for m in metrics} for r in rows}
+        return None if objective_values(per_round, metrics, modes) is not None else no_objective_error(metrics)
 
     def _rows_on_disk(self, trial_id: str) -> dict[int, dict[str, Any]]:
         path = self.store.rounds_path(trial_id)

@@ -72,7 +72,7 @@ __all__ = ["MLFLOW_DB", "WANDB_MODES", "FedtuneCSVLogger", "FedtuneMLflowLogger"
            "FedtuneWandbLogger", "check_wandb", "logger_callbacks", "mlflow_tracking_uri", "wandb_dir",
            "wandb_mode"]
 
-_DROP = ("fedtune_row",)
+_DROP = ("fedtune_row", "fedtune_warning")  # the whole Arrow row; a message, not a metric
 
 
 MLFLOW_DB = "mlflow.db"

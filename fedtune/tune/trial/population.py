@@ -49,10 +49,8 @@ class PopulationTrainable(FedtuneTrainable):
         self._searched = sorted(k for k in config if k in self.cfg.hyperparameters())
 
     def load_checkpoint(self, checkpoint: str | dict) -> None:
-        from fedtune.runtime.checkpoint import read_checkpoint
-
         super().load_checkpoint(checkpoint)
-        donor = (read_checkpoint(checkpoint).get("meta") or {}).get("trial_id")
+        donor = self.restored_meta.get("trial_id")
         if donor is not None and donor != self.fedtune_trial_id:  # an exploit: another member's state
             hps = self.cfg.hyperparameters()
             self._event = {"round": int(self.run.round), "from": str(donor),

@@ -25,7 +25,9 @@ client's persistent ``ctx.state`` and the round. Participant sampling and every 
 order and initial RNG derive from (seed, client, round), so this is all the state there is: a
 run restored from round ``r`` computes rounds ``r+1, ...`` exactly as an uninterrupted run.
 Loading a checkpoint keeps the trial's own config (PBT-style exploitation loads another
-trial's weights into a new config); the model must have the same size. Checkpoints are NumPy and
+trial's weights into a new config); the model must have the same size. A damaged checkpoint (cut by
+a SIGKILL or a full disk) falls back to the newest readable one beside it, else to round 1, and
+the next result's ``fedtune_warning`` names it. Checkpoints are NumPy and
 JSON files only (no pickle; :mod:`fedtune.runtime.checkpoint`), so server-rule and client state
 must consist of arrays, tensors, numbers, strings, lists, tuples and dicts; anything else (e.g. a
 live ``nn.Module`` kept in ``ctx.state``) fails the checkpoint with a TypeError naming where it sits.
@@ -62,7 +64,7 @@ from ray.tune import PlacementGroupFactory
 from fedtune.config import FederatedRunConfig
 from fedtune.results import status
 from fedtune.results.schema import IDENTITY_COLUMNS
-from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
+from fedtune.runtime.checkpoint import newest_readable_checkpoint, write_checkpoint
 from fedtune.runtime.cluster import cluster_nodes
 from fedtune.runtime.driver import FederatedRun, build_plan, round_row
 from fedtune.runtime.resources import ResourcePlan, resource_plan_of
@@ -76,7 +78,7 @@ RESULT_KEYS = ("round", "val_acc", "target_acc", "target_val_acc", "ood_val_acc"
                "startup_s", "actors_reused", "actors_in_trial_pg")
 """Keys every result of :meth:`FedtuneTrainable.step` has. Besides them: every numeric column
 of the round row (``val_acc.<domain>``, ``wall_s``, ``diag.<name>``, ...; ``hp.*`` stay in
-``config``). ``trial_id`` is overwritten by Ray Tune with *its* trial id (Tune fills that key
+``config``), and, in the first result after a restore that met a damaged checkpoint, ``fedtune_warning``. ``trial_id`` is overwritten by Ray Tune with *its* trial id (Tune fills that key
 itself), so fedtune's id (:meth:`FederatedRunConfig.trial_id`) is ``fedtune_trial_id`` and
 ``fedtune_row["trial_id"]``. ``val_acc``/``target_acc`` and the selection scores
 ``target_val_acc`` (fda only) / ``ood_val_acc``, ``val_macro_f1``, ``ood_val_macro_f1`` (a split
@@ -209,6 +211,8 @@ class FedtuneTrainable(tune.Trainable):
     """
 
     run: FederatedRun | None = None
+    _warning: str | None = None  # a damaged checkpoint, said with the next result
+    restored_meta: dict[str, Any] = {}  # ``meta`` of the checkpoint the last restore read
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> PlacementGroupFactory:
@@ -276,6 +280,8 @@ class FedtuneTrainable(tune.Trainable):
             "done": done, "startup_s": self.startup["startup_s"], "actors_reused": self.startup["actors_reused"],
             "actors_in_trial_pg": self.startup["actors_in_trial_pg"],
         })
+        if self._warning is not None:  # said on the driver (fedtune.tune.trial.callback.ArrowCallback)
+            out["fedtune_warning"], self._warning = self._warning, None
         every = self.cfg.checkpoint_every
         if every and not done and row["round"] % every == 0:
             out["should_checkpoint"] = True
@@ -291,9 +297,23 @@ class FedtuneTrainable(tune.Trainable):
                             "checkpoints") from None
 
     def load_checkpoint(self, checkpoint: str | dict) -> None:
+        """Load ``checkpoint``; a damaged one (a SIGKILL or a full disk mid-write) falls back to the
+        newest readable checkpoint before it, and with none readable the trial starts again from
+        round 1 (its rounds come back the same: a run is deterministic). Either way the next
+        result's ``fedtune_warning`` names the damaged checkpoints."""
         if isinstance(checkpoint, dict):  # pragma: no cover - we only ever save directories
             raise TypeError("FedtuneTrainable checkpoints are directories written by write_checkpoint")
-        self.run.set_state(read_checkpoint(checkpoint))
+        state, read, damaged = newest_readable_checkpoint(checkpoint)
+        self.restored_meta = dict((state or {}).get("meta") or {})
+        if damaged:
+            then = (f"it continues from the readable checkpoint '{read}' (round {state['round']})" if state
+                    else "no readable checkpoint is left: it starts again from round 1")
+            self._warning = f"trial {self.fedtune_trial_id}: {'; '.join(damaged)}; {then}"
+        if state is None:
+            self._iteration = 0
+            return
+        self.run.set_state(state)
+        self._iteration = int(state["round"])
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         """Re-use this actor, its placement group and (same layout) its client actors for a new

@@ -21,7 +21,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
 from fedtune.errors import ConfigError
 
@@ -101,6 +101,97 @@ class OptunaPruning(FIFOScheduler):
         return {**self.__dict__, "_study": None}
 
 
+class EndedStayEnded(TrialScheduler):
+    """The scheduler of a restored fit (``scheduler``; None: FIFO) that never runs again a trial its
+    searcher already ended: ``ended`` maps such Tune trial ids to what Optuna recorded.
+
+    Tune's experiment snapshot is taken every few seconds, the searcher's record (Optuna) at once:
+    a driver killed between the two leaves a trial that Optuna holds finished (PRUNED by HyperBand
+    or ASHA at a rung, COMPLETE, FAIL) while the snapshot still holds it running. ``Tuner.restore``
+    would run it again, to its last round, and the two stores would disagree (Optuna: pruned at round
+    2; ``trials.parquet``: completed after 4). A pruned trial stays pruned, as in a study that was
+    never broken: before each scheduling decision, such a trial still pending is stopped without
+    running (Tune's ``stop_trial``: the searcher, already told, ignores it; the Arrow callback
+    writes nothing for a trial with no new round, so its row and rounds stay what they were), and
+    a warning names it. Every other call goes to ``scheduler``."""
+
+    def __init__(self, scheduler: Any, ended: dict[str, str]):
+        super().__init__()
+        self.inner = scheduler if scheduler is not None else FIFOScheduler()
+        self.ended = dict(ended)
+
+    @property
+    def metric(self) -> Any:
+        return self.inner.metric
+
+    @property
+    def supports_buffered_results(self) -> bool:
+        return self.inner.supports_buffered_results
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        return self.inner.set_search_properties(metric, mode, **spec)
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        self.inner.on_trial_add(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        self.inner.on_trial_error(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        return self.inner.on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
+        self.inner.on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Any) -> None:
+        self.inner.on_trial_remove(tune_controller, trial)
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        if self.ended:
+            from ray.tune.experiment import Trial
+
+            from fedtune.tune.trial.callback import trial_warning
+
+            for trial in list(tune_controller.get_trials()):
+                said = self.ended.pop(trial.trial_id, None) if trial.status == Trial.PENDING else None
+                if said is not None:
+                    tune_controller.stop_trial(trial)
+                    trial_warning(f"Tune trial {trial.trial_id} ({said}) ended before the last driver stopped, "
+                                  "after Tune's last snapshot: it is not run again (its rounds and row stay as "
+                                  "they were)")
+        return self.inner.choose_trial_to_run(tune_controller)
+
+    def debug_string(self) -> str:
+        return self.inner.debug_string()
+
+    def save(self, checkpoint_path: str) -> None:
+        self.inner.save(checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.inner.restore(checkpoint_path)
+
+
+def ended_in_optuna(storage: Any, study_names: list[str]) -> dict[str, str]:
+    """Tune trial id -> what Optuna recorded (``fedtune trial <id>: PRUNED at round 2``), for every
+    trial of the Optuna studies ``study_names`` that Optuna holds finished (none for a study not
+    created yet)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    out: dict[str, str] = {}
+    for name in study_names:
+        try:
+            study = optuna.load_study(study_name=name, storage=storage)
+        except KeyError:
+            continue
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+            tune_id = t.user_attrs.get("tune_trial_id")
+            if tune_id:
+                steps = f" at round {max(t.intermediate_values)}" if t.intermediate_values else ""
+                out[str(tune_id)] = f"fedtune trial {t.user_attrs.get('fedtune_trial_id')}: {t.state.name}{steps}"
+    return out
+
+
 def _numeric(p: Any) -> bool:
     """A range, or a categorical of numbers (``local_momentum``'s choices), not of names or flags."""
     if p.distribution != "categorical":
@@ -160,4 +251,5 @@ def make_population_scheduler(name: str, metric: str, mode: str, interval: int, 
                                    custom_explore_fn=clip)
 
 
-__all__ = ["ClipToSpace", "OptunaPruning", "make_population_scheduler", "make_scheduler"]
+__all__ = ["ClipToSpace", "EndedStayEnded", "OptunaPruning", "ended_in_optuna", "make_population_scheduler",
+           "make_scheduler"]
