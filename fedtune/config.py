@@ -35,6 +35,7 @@ from fedtune.bounds import Bounds
 from fedtune.data.heterogeneity import ROUNDINGS
 from fedtune.errors import ConfigError, clipped, shown
 from fedtune.config_values import check_mlp_hidden, coerce, unknown_key_message
+from fedtune.plugins import MAIN_MODULE, check_run_field_names, load_plugins, plugins_of_run
 
 if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
     from fedtune.algorithms import Resolved
@@ -63,6 +64,7 @@ class FederatedRunConfig:
     """Everything one federated run needs. Field names are what ``--set`` and YAML use."""
 
     # --- what to run -------------------------------------------------------------------
+    plugins: list[str] = _f(None, "plugins to import before anything else, in every process of the run (fedtune.plugins): a module (pkg.mod), MODULE:NAME (register that component), or a .py file; the modules of components from outside fedtune that the run uses are added when it is validated; never part of the trial id", factory=list)
     algorithm: str = _f("fedavg", "named algorithm: a preset (client method, server rule); see `fedtune algorithms`")
     client_method: str | None = _f(None, "override the preset's client method (how a client trains)")
     server_rule: str | None = _f(None, "override the preset's server rule (how updates combine)")
@@ -161,6 +163,9 @@ class FederatedRunConfig:
         from fedtune.algorithms import all_hparams
 
         known = {f.name: f for f in fields(cls)}
+        if values.get("plugins") is not None:  # first: they declare the names everything below looks up
+            load_plugins(coerce("plugins", values["plugins"], list[str]), source=f"{source}: field 'plugins'")
+        check_run_field_names(known)
         component = all_hparams()
         hints = get_type_hints(cls)
         kwargs: dict[str, Any] = {}
@@ -201,6 +206,7 @@ class FederatedRunConfig:
         >>> FederatedRunConfig.from_validated(cfg.to_dict()) == cfg
         True
         """
+        load_plugins(values.get("plugins"), source="the run's field 'plugins'")
         return cls(**copy.deepcopy(values))
 
     @classmethod
@@ -299,9 +305,20 @@ class FederatedRunConfig:
                 check(self)
         if self.fedex_configs:
             self._validate_fedex()
+        self._validate_plugins()
         if self.precision == "fp16" and not resolved.client_spec.scales_fp16_gradients:
             raise ConfigError(f"field 'precision': fp16 is not available with client method {resolved.client_method_name} "
                               "(its extra gradient passes bypass the fp16 gradient scaler); allowed: fp32, bf16")
+
+    def _validate_plugins(self) -> None:
+        """``plugins`` gains where every component from outside fedtune the run uses comes from; one
+        defined in ``__main__`` cannot reach Ray's workers."""
+        entries = plugins_of_run(self)
+        if MAIN_MODULE in entries and self.backend == "ray":
+            raise ConfigError("field 'backend': a component of this run is registered from __main__ (a notebook cell "
+                              "or the script itself), which Ray's workers cannot import; move it into a module file "
+                              "(e.g. my_methods.py) and register it from there, or run with backend: local")
+        self.plugins = [e for e in entries if e != MAIN_MODULE]
 
     def _validate_fedex(self) -> None:
         """FedEx's fields against the run (``fedex_configs`` > 0)."""
@@ -397,7 +414,7 @@ class FederatedRunConfig:
 
     def trial_id(self) -> str:
         """A stable id of what this run computes: equal configs (up to output/naming/backends) share it."""
-        ignore = {"backend", "address", "eval_every", "eval_batch_size", "eval_batch_mib", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
+        ignore = {"plugins", "backend", "address", "eval_every", "eval_batch_size", "eval_batch_mib", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
                   "placement_timeout_s", "on_client_failure", "client_placement", "client_cpus", "client_gpus",
                   "coordinator_cpus", "coordinator_gpus", "checkpoint_every", "cache_dir", "cache_key", "cache_wait_s"}
         values = {**self.to_dict(), "augment": self.effective_augment}  # what ran, not "auto"

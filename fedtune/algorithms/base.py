@@ -148,12 +148,14 @@ def search_categorical(choices: list[Any], default: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class ComponentSpec:
     """What every component declares: its registry ``name``, where its class lives
-    (``"module:Class"``, imported only when the class is needed), a one-line ``description``,
-    its ``hparams`` and an optional cross-field ``check`` run once when a config is validated."""
+    (``"module:Class"``, imported only when the class is needed; a class registered with
+    ``fedtune.register`` may leave it empty: it is filled in from the class), a one-line
+    ``description``, its ``hparams`` and an optional cross-field ``check`` run once when a config
+    is validated."""
 
     name: str
-    where: str
-    description: str
+    where: str = ""
+    description: str = ""
     hparams: tuple[HParam, ...] = ()
     check: ConfigCheck | None = None
 

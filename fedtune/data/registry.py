@@ -7,10 +7,13 @@ dataset module defers its heavy imports to the point where pixels are decoded.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fedtune.errors import DataError, shown
+
+from fedtune.entry_points import load_entry_points
 
 from .base import DatasetInfo, DomainDataset
 from .cache_lock import DEFAULT_WAIT_S
@@ -72,12 +75,73 @@ _FIXED_SIZE = {"rotated-digits": 28, "colored-digits": 28, "mnist": 28, "fashion
                "cifar10": 32, "cifar100": 32}
 
 
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset from outside fedtune (a plugin's; ``fedtune.register(DatasetSpec(...))``): its
+    ``name``, a one-line ``description``, whether it ``needs_root`` (``data_root``), and ``build``,
+    called as ``build(root=..., image_size=..., data_seed=...)``, which returns the
+    :class:`~fedtune.data.base.DomainDataset` (named domains, labels without decoding, ``load``)."""
+
+    name: str
+    build: Callable[..., DomainDataset]
+    description: str = ""
+    needs_root: bool = False
+
+
+_PLUGIN_DATASETS: dict[str, tuple[DatasetSpec, str]] = {}  # name -> (spec, who registered it)
+
+
+def register_dataset(spec: DatasetSpec, owner: str) -> None:
+    """Add a plugin's dataset (``owner`` names the plugin). The same spec again is a no-op; a name
+    fedtune or another plugin has is one DataError naming both."""
+    key = _key(spec.name)
+    if key != spec.name or not key:
+        raise DataError(f"{owner}: dataset name {shown(spec.name)} is not allowed; allowed: lower-case, with "
+                        "'-' between words (it is how configs name it)")
+    if key in _BY_NAME:
+        if _PLUGIN_DATASETS.get(key, (None,))[0] == spec:
+            return
+        who = _PLUGIN_DATASETS[key][1] if key in _PLUGIN_DATASETS else "fedtune's built-in"
+        raise DataError(f"{owner}: dataset {key!r} is {'already registered by ' if key in _PLUGIN_DATASETS else ''}"
+                        f"{who}; allowed: a name of its own")
+    if not callable(spec.build):
+        raise DataError(f"{owner}: dataset {key!r}: build is not callable")
+    _PLUGIN_DATASETS[key] = (spec, owner)
+    _BY_NAME[key] = DatasetEntry(key, spec.description, spec.needs_root)
+
+
+def dataset_owner(name: str) -> str | None:
+    """Who registered dataset ``name`` when it is a plugin's, else None."""
+    entry = _PLUGIN_DATASETS.get(_key(name))
+    return entry[1] if entry else None
+
+
+_entry_points_seen = 0
+
+
+def _load_entry_point_datasets() -> None:
+    """Installed plugins' datasets (:mod:`fedtune.entry_points`) on the first use of this registry."""
+    global _entry_points_seen
+    loaded = load_entry_points()
+    while _entry_points_seen < len(loaded):
+        ep = loaded[_entry_points_seen]
+        _entry_points_seen += 1
+        if isinstance(ep.obj, DatasetSpec):
+            register_dataset(ep.obj, f"plugin entry point {ep.name!r} ({ep.distribution or 'unknown package'})")
+
+
+def _key(name: str) -> str:
+    return str(name).strip().lower().replace("_", "-")
+
+
 def list_datasets() -> list[DatasetEntry]:
-    return list(_ENTRIES)
+    _load_entry_point_datasets()
+    return list(_BY_NAME.values())
 
 
 def _entry(name: str) -> DatasetEntry:
-    key = str(name).strip().lower().replace("_", "-")
+    _load_entry_point_datasets()
+    key = _key(name)
     if key not in _BY_NAME:
         raise DataError(
             f"dataset {shown(name)} is unknown; choose one of: {', '.join(_BY_NAME)}"
@@ -185,6 +249,13 @@ def get_dataset(
         raise DataError(f"dataset {n!r} needs data_root (--data-root DIR) holding {_layout(n)}")
     if entry.needs_root:
         _check_root(root)  # type: ignore[arg-type]
+    if n in _PLUGIN_DATASETS:
+        spec, owner = _PLUGIN_DATASETS[n]
+        dataset = spec.build(root=root, image_size=image_size, data_seed=data_seed)
+        if not isinstance(dataset, DomainDataset):
+            raise DataError(f"dataset {n!r} ({owner}): build returned {type(dataset).__name__}, not a "
+                            "fedtune.extend.DomainDataset")
+        return dataset
 
     if n == "rotated-digits":
         from .digits import RotatedDigits

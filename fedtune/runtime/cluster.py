@@ -82,6 +82,11 @@ def connect_ray(cfg: FederatedRunConfig, *, verbose: bool = False) -> bool:
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = dict(log_to_driver=verbose, logging_level=logging.INFO if verbose else logging.WARNING)
+    from fedtune.plugins import plugin_runtime_env
+
+    shipped = plugin_runtime_env()  # plugins that are not installed travel to every node with the job
+    if shipped is not None:
+        kwargs["runtime_env"] = shipped
     target = cluster_address(cfg.address)
     if target is None:
         ray.init(address="local", num_cpus=cfg.num_cpus or os.cpu_count(), num_gpus=cfg.num_gpus,
