@@ -15,7 +15,9 @@ documents; it stays where it is when fedtune's modules move:
   :class:`AggregateResult`, :func:`server_step`, :func:`weighted_sum`), :class:`ServerOptimizer`,
   :class:`HParam`, :class:`ClientMethodSpec`, :class:`ServerRuleSpec`, :class:`ServerOptimizerSpec`,
   :class:`Preset`, :class:`DatasetSpec`,
-  :class:`DomainDataset`, :class:`DatasetInfo`.
+  :class:`DomainDataset`, :class:`DatasetInfo`, :class:`CachedImageDataset` (a dataset of image files
+  decoded once into fedtune's image cache); your own model is named ``MODULE:FUNCTION`` in the run's
+  ``model`` field (:mod:`fedtune.model_factory`).
 
 Each name is defined in one module (``fedtune._HOMES``; ``fedtune.run is fedtune.runtime.driver.run``)
 and loads on first use, so importing ``fedtune`` is light (no torch, no Ray, no pyarrow). Code
@@ -60,6 +62,7 @@ if TYPE_CHECKING:  # for type checkers; at run time each name loads on first use
     from fedtune.algorithms.server.rule import AggregateResult, RoundInfo, ServerRule
     from fedtune.data.base import DatasetInfo, DomainDataset
     from fedtune.data.registry import DatasetSpec
+    from fedtune.data.folder import CachedImageDataset
 
 __version__ = "0.1.0"
 
@@ -103,6 +106,7 @@ _HOMES: dict[str, str] = {
     "DatasetSpec": "fedtune.data.registry",
     "DomainDataset": "fedtune.data.base",
     "DatasetInfo": "fedtune.data.base",
+    "CachedImageDataset": "fedtune.data.folder",
 }
 """Each public name -> the module that defines it (and that code inside fedtune imports it from)."""
 
@@ -111,7 +115,7 @@ __all__ = ["__version__", "FederatedRunConfig", "run", "ConfigError", "load", "m
            "list_datasets", "register", "plugin_runtime_env", "HParam", "ClientMethodSpec", "ServerRuleSpec",
            "ServerOptimizerSpec", "Preset", "ClientMethod", "ClientContext", "ClientOutcome", "SGD",
            "descend", "ServerRule", "RoundInfo", "AggregateResult", "server_step", "weighted_sum", "ServerOptimizer",
-           "DatasetSpec", "DomainDataset", "DatasetInfo"]
+           "DatasetSpec", "DomainDataset", "DatasetInfo", "CachedImageDataset"]
 
 
 def __getattr__(name: str) -> Any:

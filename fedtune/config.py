@@ -35,7 +35,7 @@ from fedtune.bounds import Bounds
 from fedtune.data.heterogeneity import ROUNDINGS
 from fedtune.errors import ConfigError, clipped, shown
 from fedtune.config_values import check_mlp_hidden, coerce, unknown_key_message
-from fedtune.plugins import MAIN_MODULE, check_run_field_names, load_plugins, plugins_of_run
+from fedtune.plugins import MAIN_MODULE, check_run_field_names, load_plugins, parse_model_factory, plugins_of_run
 
 if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
     from fedtune.algorithms import Resolved
@@ -97,7 +97,7 @@ class FederatedRunConfig:
     test_fraction: float = _f(0.2, "fl: per-client test hold-out", lo=0.0, hi=0.9, lo_open=True)
     probe_fraction: float = _f(0.1, "ufdg: fraction of the target domain's labels for the linear probe", lo=0.0, hi=1.0, lo_open=True)
     oracle_fraction: float = _f(0.2, "fdg/fda/ufdg: fraction of the target domain held out (stratified, fixed by data_seed) as the oracle slice: scored as oracle_acc, never part of target_acc; 0: no slice (no oracle selection)", lo=0.0, hi=0.9)
-    model: str | None = _f(None, "cnn, mlp, or a torchvision classification model by name (resnet18, resnet50, convnext_tiny, efficientnet_b0, ...); default: the dataset's")
+    model: str | None = _f(None, "cnn, mlp, a torchvision classification model by name (resnet18, resnet50, convnext_tiny, efficientnet_b0, ...), or your own: MODULE:FUNCTION or path/to/file.py:FUNCTION, a factory build(input_shape, num_classes) -> torch.nn.Module whose module every process imports (docs/extending.md); default: the dataset's")
     mlp_hidden: list[int] = _f(None, "hidden layer widths of the mlp model ([] = linear model)", factory=lambda: [256, 256])
     weights: str = _f("none", "torchvision models: pretrained weights, none, DEFAULT or an enum name such as IMAGENET1K_V1 (read from $TORCH_HOME/hub/checkpoints); the classifier is replaced for the dataset's classes")
     freeze_batchnorm: bool = _f(False, "keep the model's batch-norm layers in eval mode while clients train: normalisation by the running statistics they start with (pretrained or initial), never updated; their scale and shift still train (DomainBed's and Bai et al.'s ResNets); no effect on a model without batch norm")
@@ -338,9 +338,13 @@ class FederatedRunConfig:
 
     def _validate_model_and_data(self) -> None:
         """Model name, pretrained weights, augmentation and precision against each other."""
-        from fedtune.data.registry import DOMAINBED, is_image_folder
+        from fedtune.data.registry import DOMAINBED, dataset_owner, is_image_folder, plugin_dataset
 
-        if self.model is not None and self.model not in ("cnn", "mlp"):
+        if self.model is not None and parse_model_factory(self.model) is not None:
+            from fedtune.model_factory import resolve_factory
+
+            resolve_factory(self.model)  # imports its module (a plugin); one line if it is not there
+        elif self.model is not None and self.model not in ("cnn", "mlp"):
             from fedtune.models import check_model_name
 
             check_model_name(self.model)
@@ -363,7 +367,12 @@ class FederatedRunConfig:
             from fedtune.data.split_file import check_scheme
 
             check_scheme(self.split_scheme)
-            if not is_image_folder(self.dataset):
+            plugin = plugin_dataset(self.dataset)
+            if plugin is not None and self.split_scheme not in plugin.split_schemes:
+                raise ConfigError(f"field 'split_scheme': {shown(self.split_scheme, 40)} is not a split scheme of "
+                                  f"dataset {plugin.name!r} ({dataset_owner(plugin.name)}); allowed: "
+                                  f"{', '.join((*plugin.split_schemes, 'null'))}")
+            if plugin is None and not is_image_folder(self.dataset):
                 raise ConfigError(f"field 'split_scheme': a split file lists image paths of a folder dataset (folder, "
                                   f"{', '.join(DOMAINBED)}); dataset {shown(self.dataset)} allows: null")
             if self.setting not in (None, "fdg"):

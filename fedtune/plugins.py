@@ -53,7 +53,8 @@ from fedtune.data.registry import DatasetSpec, dataset_owner, register_dataset
 from fedtune.errors import ConfigError, clipped, shown
 
 __all__ = ["PluginError", "PluginRecord", "register", "load_plugins", "parse_entry", "plugins_of_run",
-           "loaded_plugin_entries", "plugin_runtime_env", "runtime_env_for", "plugin_records", "check_plugin_records", "check_run_field_names", "MAIN_MODULE"]
+           "loaded_plugin_entries", "plugin_runtime_env", "runtime_env_for", "plugin_records", "check_plugin_records", "check_run_field_names", "MAIN_MODULE",
+           "parse_model_factory", "model_factory_entry"]
 
 MAIN_MODULE = "__main__"
 
@@ -239,10 +240,14 @@ def _on_ray_worker() -> bool:
 # ------------------------------------------------------------------------------------------------ a run's plugins
 def plugins_of_run(cfg: Any) -> list[str]:
     """The plugin entries every process of a run of ``cfg`` must import: ``cfg.plugins`` as the user
-    gave them, then where each component from outside fedtune that the run uses comes from (its
-    algorithm, client method, server rule, the client method's server side, server optimiser,
-    dataset). A component registered from ``__main__`` has no entry: :data:`MAIN_MODULE`."""
+    gave them, then the module of the run's model factory (``model: MODULE:FUNCTION``), then where
+    each component from outside fedtune that the run uses comes from (its algorithm, client method,
+    server rule, the client method's server side, server optimiser, dataset). A component
+    registered from ``__main__`` has no entry: :data:`MAIN_MODULE`."""
     out = list(cfg.plugins or [])
+    factory = model_factory_entry(cfg.model)  # the module of ``model: MODULE:FUNCTION``, unless an entry imports it
+    if factory is not None and parse_entry(factory)[0] not in {parse_entry(e)[0] for e in out}:
+        out.append(factory)
     resolved = cfg.resolved
     used = [("algorithm", cfg.algorithm), ("client method", resolved.client_method_name),
             ("server rule", resolved.server_rule_name), ("server optimizer", cfg.server_optimizer),
@@ -254,6 +259,28 @@ def plugins_of_run(cfg: Any) -> list[str]:
         if entry is not None and entry not in out:
             out.append(entry)
     return out
+
+
+def parse_model_factory(model: Any) -> tuple[str, str] | None:
+    """``(plugin entry, function name)`` of a ``model`` that names a factory, ``MODULE:FUNCTION`` or
+    ``path/to/file.py:FUNCTION``; None for a model named otherwise (cnn, mlp, a torchvision model).
+    The entry is the module (or file) :func:`load_plugins` imports; a factory in ``__main__`` (a
+    notebook) has :data:`MAIN_MODULE`.
+
+    >>> parse_model_factory("mypkg.nets:build"), parse_model_factory("nets/small.py:make"), parse_model_factory("cnn")
+    (('mypkg.nets', 'build'), ('nets/small.py', 'make'), None)
+    """
+    if not isinstance(model, str) or ":" not in model:
+        return None
+    entry, _, function = model.strip().rpartition(":")
+    return entry.strip(), function.strip()
+
+
+def model_factory_entry(model: Any) -> str | None:
+    """The plugin entry of ``model``'s factory module (:func:`parse_model_factory`), None when
+    ``model`` names no factory."""
+    parsed = parse_model_factory(model)
+    return parsed[0] if parsed is not None else None
 
 
 def _outside(kind: str, name: str) -> bool:

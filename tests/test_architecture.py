@@ -355,7 +355,7 @@ LAYERS: list[tuple[str, ...]] = [
      "fedtune.results.study_dir", "fedtune.results.status", "fedtune.entry_points"),
     ("fedtune.data", "fedtune.layout"),
     ("fedtune.algorithms", "fedtune.models", "fedtune.flat_weights", "fedtune.model_heads", "fedtune.model_check", "fedtune.weight_files",
-     "fedtune.plugins"),
+     "fedtune.plugins", "fedtune.model_factory"),
     ("fedtune.config", "fedtune.config_values"),
     ("fedtune.results",),
     ("fedtune.runtime",),

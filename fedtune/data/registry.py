@@ -77,15 +77,29 @@ _FIXED_SIZE = {"rotated-digits": 28, "colored-digits": 28, "mnist": 28, "fashion
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """A dataset from outside fedtune (a plugin's; ``fedtune.register(DatasetSpec(...))``): its
-    ``name``, a one-line ``description``, whether it ``needs_root`` (``data_root``), and ``build``,
-    called as ``build(root=..., image_size=..., data_seed=...)``, which returns the
-    :class:`~fedtune.data.base.DomainDataset` (named domains, labels without decoding, ``load``)."""
+    """A dataset from outside fedtune (a plugin's; ``fedtune.register(DatasetSpec(...))``, docs/extending.md).
+
+    ``name``: how configs name it (lower case, ``-`` between words). ``build``: called as
+    ``build(root=..., image_size=..., data_seed=...)`` in every process that opens the dataset (the
+    driver, each client actor), it returns the :class:`~fedtune.data.base.DomainDataset` (named
+    domains, labels without decoding, ``load``) whose ``info.name`` is ``name``; ``root`` is the run's
+    ``data_root`` (None when unset), ``image_size`` its ``image_size`` (None when unset: the dataset's
+    own size; when set, the dataset's images must have that side), ``data_seed`` its ``data_seed``
+    (seed any random construction from it). ``description``: one line for ``fedtune datasets``.
+    ``needs_root``: a run without ``data_root`` is refused in one line. ``image_files``: its images
+    are files decoded into fedtune's image cache, i.e. ``build`` returns a
+    :class:`~fedtune.data.folder.CachedImageDataset`; the run's ``cache_dir``, ``cache_key`` and
+    ``cache_wait_s`` then apply to it, ``augment: domainbed`` may augment it and ``fedtune run``
+    reports what the cache does. ``split_schemes``: the ``split_scheme`` values its dataset's
+    ``split_pieces(scheme)`` answers (split name -> domain -> indices, as
+    :func:`fedtune.data.split_file.pieces_by_split` makes them); empty: ``split_scheme`` is refused."""
 
     name: str
     build: Callable[..., DomainDataset]
     description: str = ""
     needs_root: bool = False
+    image_files: bool = False
+    split_schemes: tuple[str, ...] = ()
 
 
 _PLUGIN_DATASETS: dict[str, tuple[DatasetSpec, str]] = {}  # name -> (spec, who registered it)
@@ -106,8 +120,18 @@ def register_dataset(spec: DatasetSpec, owner: str) -> None:
                         f"{who}; allowed: a name of its own")
     if not callable(spec.build):
         raise DataError(f"{owner}: dataset {key!r}: build is not callable")
+    if isinstance(spec.split_schemes, str) or not all(isinstance(x, str) and x for x in spec.split_schemes):
+        raise DataError(f"{owner}: dataset {key!r}: split_schemes {shown(spec.split_schemes, 60)} is not allowed; "
+                        "allowed: a tuple of scheme names, e.g. ('official',)")
     _PLUGIN_DATASETS[key] = (spec, owner)
-    _BY_NAME[key] = DatasetEntry(key, spec.description, spec.needs_root)
+    _BY_NAME[key] = DatasetEntry(key, f"{spec.description} ({owner})".strip(), spec.needs_root)
+
+
+def plugin_dataset(name: str) -> DatasetSpec | None:
+    """The :class:`DatasetSpec` of dataset ``name`` when it is a plugin's, else None."""
+    _load_entry_point_datasets()
+    entry = _PLUGIN_DATASETS.get(_key(name))
+    return entry[0] if entry else None
 
 
 def dataset_owner(name: str) -> str | None:
@@ -177,17 +201,23 @@ def _check_domainbed_layout(name: str, path: Path, info: DatasetInfo) -> None:
 
 
 def is_image_folder(name: str) -> bool:
-    """Whether ``name`` is a dataset of image files (``folder``, a DomainBed one, a WILDS one): what the
-    decoded-image cache applies to, DomainBed's augmentation may (``augment: domainbed``) and a split
-    scheme may split (``split_scheme``).
+    """Whether ``name`` is a dataset of image files (``folder``, a DomainBed one, a WILDS one, a plugin's
+    declaring ``image_files``): what the decoded-image cache applies to, DomainBed's augmentation may
+    (``augment: domainbed``) and a split scheme may split (``split_scheme``; a plugin's dataset: the
+    schemes it declares).
 
     >>> is_image_folder("PACS"), is_image_folder("camelyon17"), is_image_folder("rotated-digits")
     (True, True, False)
     """
-    return str(name).strip().lower().replace("_", "-") in ("folder", *DOMAINBED, *WILDS_SETS, "femnist")
+    key = _key(name)
+    if key in _PLUGIN_DATASETS:
+        return _PLUGIN_DATASETS[key][0].image_files
+    return key in ("folder", *DOMAINBED, *WILDS_SETS, "femnist")
 
 
 def _layout(name: str) -> str:
+    if name in _PLUGIN_DATASETS:
+        return f"the files dataset {name!r} reads ({_PLUGIN_DATASETS[name][1]})"
     if name == "folder":
         return "DIR/<domain>/<class>/<image>"
     if name in DOMAINBED:
@@ -250,12 +280,11 @@ def get_dataset(
     if entry.needs_root:
         _check_root(root)  # type: ignore[arg-type]
     if n in _PLUGIN_DATASETS:
+        from .plugin_sets import build_plugin_dataset
+
         spec, owner = _PLUGIN_DATASETS[n]
-        dataset = spec.build(root=root, image_size=image_size, data_seed=data_seed)
-        if not isinstance(dataset, DomainDataset):
-            raise DataError(f"dataset {n!r} ({owner}): build returned {type(dataset).__name__}, not a "
-                            "fedtune.extend.DomainDataset")
-        return dataset
+        return build_plugin_dataset(spec, owner, root=root, image_size=image_size, data_seed=data_seed,
+                                    cache=(cache_dir, cache_key, cache_wait_s))
 
     if n == "rotated-digits":
         from .digits import RotatedDigits
