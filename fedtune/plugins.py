@@ -98,10 +98,10 @@ def parse_entry(entry: str) -> tuple[str, str | None, str | None]:
 # ------------------------------------------------------------------------------------------------ registering
 def register(*components: Any) -> None:
     """Register components from outside fedtune, each a subclass of
-    :class:`~fedtune.extend.ClientMethod`, :class:`~fedtune.extend.ServerRule` or
-    :class:`~fedtune.extend.ServerOptimizer` carrying its declaration as ``spec``, a declaration alone
-    (its class imported from ``spec.where``), a :class:`~fedtune.extend.Preset` or a
-    :class:`~fedtune.extend.DatasetSpec`. A client method or server rule that has no algorithm of its
+    :class:`~fedtune.ClientMethod`, :class:`~fedtune.ServerRule` or
+    :class:`~fedtune.ServerOptimizer` carrying its declaration as ``spec``, a declaration alone
+    (its class imported from ``spec.where``), a :class:`~fedtune.Preset` or a
+    :class:`~fedtune.DatasetSpec`. A client method or server rule that has no algorithm of its
     name gets one, so ``--algorithm NAME`` runs it: the method under FedAvg's weighted mean, or the
     rule over plain local SGD. Registering the same component again is a no-op; a bad one is one
     :class:`PluginError` naming it (a name taken by fedtune or another plugin, no declaration, a
@@ -392,7 +392,9 @@ def check_plugin_records(recorded: Iterable[dict[str, Any]], *, where: str = "th
         try:
             load_plugins([entry], source=where)
         except PluginError as exc:
-            raise PluginError(f"{where} ran with plugin {entry!r}, which is missing here: {exc}") from None
+            why = str(exc).split(" does not import: ", 1)[-1]
+            raise PluginError(f"{where} ran with plugin {entry!r}, which does not import here ({why}); make it "
+                              "importable again (the same code), or start a new study (--name)") from None
         now = plugin_records([entry])[0]
         if record.get("sha256") and now["sha256"] != record["sha256"]:
             raise PluginError(f"{where} ran with plugin {entry!r} (module {now['module']}, sha256 "

@@ -162,7 +162,7 @@ _KIND_OF_SPEC = ((ClientMethodSpec, CLIENT_METHODS, "fedtune.algorithms.client.m
                  (ServerRuleSpec, SERVER_RULES, "fedtune.algorithms.server.rule", "ServerRule"),
                  (ServerOptimizerSpec, SERVER_OPTIMIZERS, "fedtune.algorithms.server.optimizer", "ServerOptimizer"))
 COMPONENT_HELP = ("a ClientMethod, ServerRule or ServerOptimizer subclass carrying its declaration as 'spec' "
-                  "(fedtune.extend), such a declaration, or a Preset")
+                  "(from fedtune import ...), such a declaration, or a Preset")
 
 
 def owner_of(kind: str, name: str) -> str | None:
@@ -193,9 +193,10 @@ def register_component(component: Any, owner: str) -> tuple[str, str]:
     if cls is not None:
         if not any(c.__module__ == base_module and c.__name__ == base for c in cls.__mro__):
             raise ConfigError(f"{owner}: {cls.__qualname__} declares a {registry.kind} (a {type(spec).__name__}) but "
-                              f"does not subclass {base}; allowed: a subclass of fedtune.extend.{base}")
+                              f"does not subclass {base}; allowed: a subclass of fedtune.{base}")
         if not spec.where:
             spec = dataclasses.replace(spec, where=f"{cls.__module__}:{cls.__qualname__}")
+            cls.spec = spec  # the registry keeps the class's own declaration: it says where the class lives
         if "name" not in vars(cls):  # its own, not a base class's (a subclass of SGD is not "sgd")
             cls.name = spec.name
         elif cls.name != spec.name:
@@ -223,7 +224,7 @@ def _check_new_hparams(spec: ComponentSpec, owner: str) -> None:
     known = all_hparams()
     for h in spec.hparams:
         if not isinstance(h, HParam):
-            raise ConfigError(f"{owner}: hyperparameter {shown(h, 60)} is not a fedtune.extend.HParam")
+            raise ConfigError(f"{owner}: hyperparameter {shown(h, 60)} is not a fedtune.HParam")
         if h.name in known and known[h.name][1] != h:
             raise ConfigError(f"{owner}: hyperparameter {h.name!r} is declared differently by {known[h.name][0]}; "
                               f"allowed: another name, or share that component's HParam object")
@@ -266,9 +267,9 @@ def load_plugin_entry_points() -> None:
 
 
 def _is_dataset(obj: Any) -> bool:
-    from fedtune.data.registry import DatasetSpec
-
-    return isinstance(obj, DatasetSpec)
+    """A dataset plugin (fedtune.data.registry.DatasetSpec, which that registry takes), told by its
+    type's name: importing the data registry here would put torch within the coordinator's reach."""
+    return any(c.__name__ == "DatasetSpec" and c.__module__ == "fedtune.data.registry" for c in type(obj).__mro__)
 
 
 def own_knobs(algorithm: str) -> tuple[str, ...]:
