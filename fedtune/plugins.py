@@ -33,6 +33,7 @@ move it into a module file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -40,7 +41,7 @@ import os
 import sys
 import sysconfig
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -50,17 +51,13 @@ from fedtune.algorithms import CLIENT_METHODS, SERVER_OPTIMIZERS, SERVER_RULES, 
 from fedtune.algorithms.base import ClientMethodSpec, Preset, ServerRuleSpec
 from fedtune.algorithms.presets import PRESETS
 from fedtune.data.registry import DatasetSpec, dataset_owner, register_dataset
-from fedtune.errors import ConfigError, clipped, shown
+from fedtune.errors import ConfigError, PluginError, clipped, shown
 
-__all__ = ["PluginError", "PluginRecord", "register", "load_plugins", "parse_entry", "plugins_of_run",
+__all__ = ["PluginRecord", "register", "load_plugins", "parse_entry", "plugins_of_run",
            "loaded_plugin_entries", "plugin_runtime_env", "runtime_env_for", "plugin_records", "check_plugin_records", "check_run_field_names", "MAIN_MODULE",
            "parse_model_factory", "model_factory_entry"]
 
 MAIN_MODULE = "__main__"
-
-
-class PluginError(ConfigError):
-    """A plugin cannot be imported or registered; the message names it and what to do."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +155,45 @@ def _register_own_preset(kind: str, name: str, owner: str, entry: str | None) ->
         _source_of[("algorithm", name)] = entry or MAIN_MODULE
 
 
+@contextlib.contextmanager
+def isolated() -> Iterator[None]:
+    """Every registry, and this module's record of plugins, as they were before the block: a test
+    (fedtune's, or a plugin author's) registers components inside it and no later code sees them.
+
+    >>> import fedtune
+    >>> with isolated():
+    ...     fedtune.register(fedtune.Preset("sgd-twice", "sgd", "fedavg", ("fl",), "a test's"))
+    ...     "sgd-twice" in fedtune.PRESETS
+    True
+    >>> "sgd-twice" in fedtune.PRESETS
+    False
+    """
+    from fedtune import algorithms
+    from fedtune.data import registry as datasets
+
+    registries = (algorithms.CLIENT_METHODS, algorithms.SERVER_RULES, algorithms.SERVER_SIDES,
+                  algorithms.SERVER_OPTIMIZERS)
+    saved = [(r, dict(r._specs), dict(r._classes)) for r in registries]
+    dicts = (PRESETS, algorithms._OWNERS, datasets._PLUGIN_DATASETS, datasets._BY_NAME, _loaded, _source_of, _files)
+    kept = [(d, dict(d)) for d in dicts]
+    before = set(_loaded.values()) | set(_files)
+    with _lock:
+        try:
+            yield
+        finally:
+            imported = (set(_loaded.values()) | set(_files)) - before
+            for registry, specs, classes in saved:
+                registry._specs.clear()
+                registry._specs.update(specs)
+                registry._classes.clear()
+                registry._classes.update(classes)
+            for d, old in kept:
+                d.clear()
+                d.update(old)
+            for name in imported:  # plugin modules imported inside the block: imported afresh next time
+                sys.modules.pop(name, None)
+
+
 # ------------------------------------------------------------------------------------------------ loading
 def load_plugins(entries: Iterable[str] | None, *, source: str = "plugins") -> list[str]:
     """Import every plugin entry of ``entries`` not imported yet in this process (each once), in
@@ -220,21 +256,27 @@ def _import_module(name: str, path: str | None, entry: str, source: str) -> Modu
         raise
     except Exception as exc:  # noqa: BLE001 - the plugin's own error, in one line
         hint = ""
+        node = _on_ray_worker()
         if isinstance(exc, ModuleNotFoundError) and exc.name == name.partition(".")[0]:
-            hint = ("; on a Ray worker: fedtune ships plugins with the Ray it starts or joins (runtime_env "
-                    "py_modules); with a Ray started by other code pass ray.init(runtime_env=fedtune.plugin_runtime_env())"
-                    ", or install the module on every node") if _on_ray_worker() else \
-                "; allowed: an importable module, MODULE:NAME, or a path to a .py file"
+            hint = (f" (on Ray's node {node}): fedtune ships plugins that are not installed with the Ray it starts "
+                    "or joins (runtime_env py_modules); with a Ray started by other code pass "
+                    "ray.init(runtime_env=fedtune.plugin_runtime_env()), or install the module on every node") \
+                if node else "; allowed: an importable module, MODULE:NAME, or a path to a .py file"
         raise PluginError(f"{source}: plugin {entry!r} does not import: {type(exc).__name__}: "
                           f"{clipped(str(exc), 200)}{hint}") from None
 
 
-def _on_ray_worker() -> bool:
+def _on_ray_worker() -> str | None:
+    """The node address when this process is one of Ray's workers (an actor, a Tune trial), else None."""
     ray = sys.modules.get("ray")
     try:
-        return bool(ray is not None and ray.is_initialized() and ray.get_runtime_context().worker.mode == 0)
+        from ray._private.worker import WORKER_MODE, global_worker
+
+        if ray is not None and ray.is_initialized() and global_worker.mode == WORKER_MODE:
+            return str(ray.util.get_node_ip_address())
     except Exception:  # noqa: BLE001 - a partial Ray import: not a worker we can name
-        return False
+        return None
+    return None
 
 
 # ------------------------------------------------------------------------------------------------ a run's plugins

@@ -21,7 +21,8 @@ from torch import nn
 from fedtune.cli import main
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError, DataError
-from fedtune.plugins import PluginError, check_plugin_records, load_plugins, plugin_records
+from fedtune.errors import PluginError
+from fedtune.plugins import check_plugin_records, load_plugins, plugin_records
 from fedtune.runtime.driver import build_plan, run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
