@@ -54,7 +54,7 @@ from fedtune.data.registry import DatasetSpec, dataset_owner, register_dataset
 from fedtune.errors import ConfigError, PluginError, clipped, shown
 
 __all__ = ["PluginRecord", "register", "load_plugins", "parse_entry", "plugins_of_run",
-           "loaded_plugin_entries", "plugin_runtime_env", "runtime_env_for", "plugin_records", "check_plugin_records", "check_run_field_names", "MAIN_MODULE",
+           "loaded_plugin_entries", "plugin_runtime_env", "plugin_worker_paths", "runtime_env_for", "plugin_records", "check_plugin_records", "check_run_field_names", "MAIN_MODULE",
            "parse_model_factory", "model_factory_entry"]
 
 MAIN_MODULE = "__main__"
@@ -371,9 +371,28 @@ def loaded_plugin_entries() -> list[str]:
 def plugin_runtime_env() -> dict[str, Any] | None:
     """Ray's ``runtime_env`` for a Ray you start yourself (``ray.init(runtime_env=...)``, before
     Ray Tune's ``Tuner``): every plugin of this process that is not installed, as ``py_modules``
-    (:func:`runtime_env_for`); None when there is none. fedtune passes it itself when it starts or
-    joins Ray (``fedtune run``, ``fedtune sweep``)."""
+    (:func:`runtime_env_for`); None when there is none. fedtune passes it itself when it joins a
+    Ray cluster (``fedtune run``/``sweep`` with an address); a local Ray it starts gets the plugins'
+    folders on its workers' path instead (:func:`plugin_worker_paths`)."""
     return runtime_env_for(loaded_plugin_entries())
+
+
+def plugin_worker_paths() -> list[str]:
+    """The folders a local Ray's workers need on their path to import this process's plugins: the
+    folder holding each plugin module (or top-level package) that is not installed and is named by
+    its module (one named by a ``.py`` path is loaded from that path, which a local worker can
+    read). fedtune puts them in the ``PYTHONPATH`` of a local Ray it starts, which its workers
+    inherit: no ``runtime_env`` (which costs every worker a fresh start, about 0.75 s here)."""
+    paths: list[str] = []
+    for entry in loaded_plugin_entries():
+        module_name, _, path = parse_entry(entry)
+        found = _module_root(module_name)
+        if path is not None or found is None or found[1]:
+            continue
+        folder = str(found[0].parent)
+        if folder not in paths:
+            paths.append(folder)
+    return paths
 
 
 def runtime_env_for(entries: Iterable[str]) -> dict[str, Any] | None:
@@ -420,7 +439,8 @@ def plugin_records(entries: Iterable[str]) -> list[dict[str, Any]]:
         module_name = parse_entry(entry)[0]
         found = _module_root(module_name) if entry != MAIN_MODULE else None
         sha = _source_sha256(found[0]) if found is not None else ""
-        out.append(PluginRecord(entry, module_name, _version(module_name) if found else None, sha).to_dict())
+        version = _version(module_name) if found is not None and found[1] else None  # an installed module's
+        out.append(PluginRecord(entry, module_name, version, sha).to_dict())
     return out
 
 

@@ -224,6 +224,18 @@ def test_a_module_outside_site_packages_is_shipped_and_an_installed_one_is_not(t
     plugins.load_plugins([str(path)])
     assert plugins.runtime_env_for([str(path)]) == {"py_modules": [str(path)]}
     assert plugins.runtime_env_for(["numpy"]) is None
+    assert plugins.plugin_worker_paths() == []  # loaded from its .py path: a local worker reads the same file
+
+
+def test_a_module_named_plugin_puts_its_folder_on_a_local_rays_worker_path(tmp_path):
+    write_plugin(tmp_path / "pkgs", "named_clip")
+    sys.path.insert(0, str(tmp_path / "pkgs"))
+    try:
+        plugins.load_plugins(["named_clip"])
+        assert plugins.plugin_worker_paths() == [str(tmp_path / "pkgs")]
+        assert plugins.runtime_env_for(["named_clip"]) == {"py_modules": [str(tmp_path / "pkgs" / "named_clip.py")]}
+    finally:
+        sys.path.remove(str(tmp_path / "pkgs"))
 
 
 # ------------------------------------------------------------------------------------------------ Ray's workers
@@ -232,7 +244,8 @@ import sys, json
 sys.path.insert(0, {folder!r})  # the driver imports the plugin from here; Ray's workers cannot
 import fedtune, fedtune.plugins
 if {no_shipping}:
-    fedtune.plugins.runtime_env_for = lambda entries: None
+    import fedtune.runtime.cluster
+    fedtune.runtime.cluster.plugin_worker_paths = lambda: []
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import PluginError
 base = {base!r}
@@ -250,10 +263,11 @@ print(json.dumps(rows))
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.parametrize("no_shipping", [False, True], ids=["shipped", "not-shipped"])
-def test_a_module_not_installed_on_the_workers_reaches_them_with_ray_runtime_env(tmp_path, no_shipping):
+def test_a_module_not_installed_reaches_the_workers_of_a_local_ray(tmp_path, no_shipping):
     """The plugin's folder is on the driver's path only and the run starts elsewhere: the client and
-    coordinator actors can import it only from Ray's shipped copy (runtime_env py_modules). Without
-    the shipping, the run stops in one line naming the plugin."""
+    coordinator actors of the local Ray fedtune starts can import it only because fedtune puts its
+    folder on their path. Without that, the run stops in one line naming the plugin and the node.
+    (A cluster's nodes get it through Ray's runtime_env: tests/test_cluster_local.py.)"""
     folder = tmp_path / "only_here"
     write_plugin(folder, "unshipped_clip")
     base = {**TINY, "plugins": ["unshipped_clip"], "algorithm": "clipped", "num_cpus": 2,
@@ -270,6 +284,6 @@ def test_a_module_not_installed_on_the_workers_reaches_them_with_ray_runtime_env
     assert isinstance(rows["local"], list) and len(rows["local"]) == 2
     if no_shipping:
         assert rows["ray"].startswith("PluginError: ") and "'unshipped_clip' does not import" in rows["ray"]
-        assert "runtime_env" in rows["ray"] and "\n" not in rows["ray"]
+        assert "on Ray's node" in rows["ray"] and "runtime_env" in rows["ray"] and "\n" not in rows["ray"]
     else:
         assert rows["ray"] == rows["local"]
