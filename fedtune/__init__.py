@@ -8,7 +8,16 @@ documents; it stays where it is when fedtune's modules move:
   ``fedtune report`` reads and prints);
 - Ray Tune's ``Tuner``: :func:`search_space`, :func:`fedtune_trainable`, :class:`ArrowCallback`;
 - registries: :data:`PRESETS` (named algorithms), :data:`CLIENT_METHODS`, :data:`SERVER_RULES`,
-  :data:`SERVER_OPTIMIZERS`, :func:`list_datasets`.
+  :data:`SERVER_OPTIMIZERS`, :func:`list_datasets`;
+- your own components (docs/extending.md): :func:`register`, :func:`plugin_runtime_env`, and what a
+  component subclasses and declares with: :class:`ClientMethod` (:class:`ClientContext`,
+  :class:`ClientOutcome`, :func:`descend`, :class:`SGD`), :class:`ServerRule` (:class:`RoundInfo`,
+  :class:`AggregateResult`, :func:`server_step`, :func:`weighted_sum`), :class:`ServerOptimizer`,
+  :class:`HParam`, :class:`ClientMethodSpec`, :class:`ServerRuleSpec`, :class:`ServerOptimizerSpec`,
+  :class:`Preset`, :class:`DatasetSpec`,
+  :class:`DomainDataset`, :class:`DatasetInfo`, :class:`CachedImageDataset` (a dataset of image files
+  decoded once into fedtune's image cache); your own model is named ``MODULE:FUNCTION`` in the run's
+  ``model`` field (:mod:`fedtune.model_factory`).
 
 Each name is defined in one module (``fedtune._HOMES``; ``fedtune.run is fedtune.runtime.driver.run``)
 and loads on first use, so importing ``fedtune`` is light (no torch, no Ray, no pyarrow). Code
@@ -45,6 +54,15 @@ if TYPE_CHECKING:  # for type checkers; at run time each name loads on first use
     from fedtune.spaces.lookup import search_space
     from fedtune.tune.trial.callback import ArrowCallback
     from fedtune.tune.trial.trainable import fedtune_trainable
+    from fedtune.plugins import plugin_runtime_env, register
+    from fedtune.algorithms.base import ClientMethodSpec, HParam, Preset, ServerOptimizerSpec, ServerRuleSpec
+    from fedtune.algorithms.client.method import SGD, ClientContext, ClientMethod, ClientOutcome, descend
+    from fedtune.algorithms.server.aggregate import server_step, weighted_sum
+    from fedtune.algorithms.server.optimizer import ServerOptimizer
+    from fedtune.algorithms.server.rule import AggregateResult, RoundInfo, ServerRule
+    from fedtune.data.base import DatasetInfo, DomainDataset
+    from fedtune.data.registry import DatasetSpec
+    from fedtune.data.folder import CachedImageDataset
 
 __version__ = "0.1.0"
 
@@ -66,12 +84,38 @@ _HOMES: dict[str, str] = {
     "SERVER_RULES": "fedtune.algorithms",
     "SERVER_OPTIMIZERS": "fedtune.algorithms",
     "list_datasets": "fedtune.data.registry",
+    # your own components (docs/extending.md)
+    "register": "fedtune.plugins",
+    "plugin_runtime_env": "fedtune.plugins",
+    "HParam": "fedtune.algorithms.base",
+    "ClientMethodSpec": "fedtune.algorithms.base",
+    "ServerRuleSpec": "fedtune.algorithms.base",
+    "ServerOptimizerSpec": "fedtune.algorithms.base",
+    "Preset": "fedtune.algorithms.base",
+    "ClientMethod": "fedtune.algorithms.client.method",
+    "ClientContext": "fedtune.algorithms.client.method",
+    "ClientOutcome": "fedtune.algorithms.client.method",
+    "SGD": "fedtune.algorithms.client.method",
+    "descend": "fedtune.algorithms.client.method",
+    "ServerRule": "fedtune.algorithms.server.rule",
+    "RoundInfo": "fedtune.algorithms.server.rule",
+    "AggregateResult": "fedtune.algorithms.server.rule",
+    "server_step": "fedtune.algorithms.server.aggregate",
+    "weighted_sum": "fedtune.algorithms.server.aggregate",
+    "ServerOptimizer": "fedtune.algorithms.server.optimizer",
+    "DatasetSpec": "fedtune.data.registry",
+    "DomainDataset": "fedtune.data.base",
+    "DatasetInfo": "fedtune.data.base",
+    "CachedImageDataset": "fedtune.data.folder",
 }
 """Each public name -> the module that defines it (and that code inside fedtune imports it from)."""
 
 __all__ = ["__version__", "FederatedRunConfig", "run", "ConfigError", "load", "make_report", "search_space",
            "fedtune_trainable", "ArrowCallback", "PRESETS", "CLIENT_METHODS", "SERVER_RULES", "SERVER_OPTIMIZERS",
-           "list_datasets"]
+           "list_datasets", "register", "plugin_runtime_env", "HParam", "ClientMethodSpec", "ServerRuleSpec",
+           "ServerOptimizerSpec", "Preset", "ClientMethod", "ClientContext", "ClientOutcome", "SGD",
+           "descend", "ServerRule", "RoundInfo", "AggregateResult", "server_step", "weighted_sum", "ServerOptimizer",
+           "DatasetSpec", "DomainDataset", "DatasetInfo", "CachedImageDataset"]
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 from fedtune.config import FederatedRunConfig, describe_fields, parse_set_options
 from fedtune.errors import ConfigError, DataError, ResourceError
 from fedtune.results import status
-from fedtune.cli_sweep import add_sweep_parser, cmd_sweep
+from fedtune.cli_sweep import add_plugin_argument, add_sweep_parser, cmd_sweep
 
 # Flags of `fedtune run` that map one-to-one onto config fields (flag dest -> field).
 RUN_FLAGS = {
@@ -52,12 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_config_arguments(partition)
     partition.add_argument("--json", action="store_true", help="print one JSON object (train and val counts)")
 
-    sub.add_parser("datasets", help="list datasets")
-    sub.add_parser("algorithms", help="list algorithms, client methods and server rules")
-    sub.add_parser("fields", help="list every config field with its default and meaning")
+    add_plugin_argument(sub.add_parser("datasets", help="list datasets"))
+    add_plugin_argument(sub.add_parser("algorithms", help="list algorithms, client methods and server rules"))
+    add_plugin_argument(sub.add_parser("fields", help="list every config field with its default and meaning"))
     spaces = sub.add_parser("spaces", help="search spaces: show the effective space of an algorithm or file")
     show = spaces.add_subparsers(dest="spaces_command", required=True).add_parser(
         "show", help="print a space: every parameter, its distribution, default, condition and source")
+    add_plugin_argument(show)
     show.add_argument("space", metavar="NAME|FILE.yaml", help="an algorithm (`fedtune algorithms`) or a space file")
     show.add_argument("--yaml", action="store_true", help="print it as a complete space file instead of a table")
 
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_run_config_arguments(p: argparse.ArgumentParser) -> None:
     """The options that make a run's config (``fedtune run`` and ``fedtune partition``)."""
+    add_plugin_argument(p)
     p.add_argument("--config", metavar="FILE.yaml", help="YAML mapping of config fields")
     p.add_argument("--algorithm", help="named algorithm (see `fedtune algorithms`); default fedavg")
     p.add_argument("--dataset", help="dataset (see `fedtune datasets`); default rotated-digits (embedded)")
@@ -259,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # SIGTERM (kill, a scheduler's stop) ends a command like Ctrl-C: recorded as interrupted, exit 130.
         with sigterm_as_interrupt():
+            if getattr(args, "plugins", None):  # before anything reads a registry
+                from fedtune.plugins import load_plugins
+
+                load_plugins(args.plugins, source="--plugin")
             if args.command == "run":
                 return cmd_run(args)
             if args.command == "partition":

@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from fedtune.tune.study.options import SweepOptions
 
 
+def add_plugin_argument(p: Any) -> None:
+    """``--plugin MODULE`` (repeatable) on a ``fedtune`` subcommand: components from outside fedtune
+    (:mod:`fedtune.plugins`), imported before anything reads a registry."""
+    p.add_argument("--plugin", action="append", dest="plugins", default=[], metavar="MODULE",
+                   help="import a plugin first (repeatable): a module (pkg.mod), MODULE:NAME or a .py file that "
+                        "registers your own client methods, server rules, optimisers or datasets (docs/extending.md)")
+
+
 def _add_scheduler_options(p: Any) -> None:
     """``fedtune sweep``'s scheduler and its options: ASHA's rungs and multi-fidelity over clients
     along them, PBT's perturbation interval."""
@@ -49,6 +57,7 @@ def add_sweep_parser(sub: Any) -> Any:
                     "Ray Tune + Optuna; every round goes to OUTPUT/STUDY/. Without arguments: a small default "
                     "study on rotated-digits comparing " + ", ".join(DEFAULT_ALGORITHMS) + ".")
     p.add_argument("spaces", nargs="*", metavar="SPACE.yaml", help="search-space files (one per algorithm)")
+    add_plugin_argument(p)
     p.add_argument("--algorithm", action="append", dest="algorithms", default=[], metavar="NAME",
                    help="algorithm to search (repeatable); default: the SPACE files' algorithms, else fedavg")
     p.add_argument("--dataset", help="dataset (see `fedtune datasets`); default rotated-digits (embedded)")

@@ -35,6 +35,7 @@ from fedtune.bounds import Bounds
 from fedtune.data.heterogeneity import ROUNDINGS
 from fedtune.errors import ConfigError, clipped, shown
 from fedtune.config_values import check_mlp_hidden, coerce, unknown_key_message
+from fedtune.plugins import MAIN_MODULE, check_run_field_names, load_plugins, parse_model_factory, plugins_of_run
 
 if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
     from fedtune.algorithms import Resolved
@@ -68,6 +69,7 @@ class FederatedRunConfig:
     """Everything one federated run needs. Field names are what ``--set`` and YAML use."""
 
     # --- what to run -------------------------------------------------------------------
+    plugins: list[str] = _f(None, "plugins to import before anything else, in every process of the run (fedtune.plugins): a module (pkg.mod), MODULE:NAME (register that component), or a .py file; the modules of components from outside fedtune that the run uses are added when it is validated; never part of the trial id", factory=list)
     algorithm: str = _f("fedavg", "named algorithm: a preset (client method, server rule); see `fedtune algorithms`")
     client_method: str | None = _f(None, "override the preset's client method (how a client trains)")
     server_rule: str | None = _f(None, "override the preset's server rule (how updates combine)")
@@ -100,7 +102,7 @@ class FederatedRunConfig:
     test_fraction: float = _f(0.2, "fl: per-client test hold-out", lo=0.0, hi=0.9, lo_open=True)
     probe_fraction: float = _f(0.1, "ufdg: fraction of the target domain's labels for the linear probe", lo=0.0, hi=1.0, lo_open=True)
     oracle_fraction: float = _f(0.2, "fdg/fda/ufdg: fraction of the target domain held out (stratified, fixed by data_seed) as the oracle slice: scored as oracle_acc, never part of target_acc; 0: no slice (no oracle selection)", lo=0.0, hi=0.9)
-    model: str | None = _f(None, "cnn, mlp, or a torchvision classification model by name (resnet18, resnet50, convnext_tiny, efficientnet_b0, ...); default: the dataset's")
+    model: str | None = _f(None, "cnn, mlp, a torchvision classification model by name (resnet18, resnet50, convnext_tiny, efficientnet_b0, ...), or your own: MODULE:FUNCTION or path/to/file.py:FUNCTION, a factory build(input_shape, num_classes) -> torch.nn.Module whose module every process imports (docs/extending.md); default: the dataset's")
     mlp_hidden: list[int] = _f(None, "hidden layer widths of the mlp model ([] = linear model)", factory=lambda: [256, 256])
     weights: str = _f("none", "torchvision models: pretrained weights, none, DEFAULT or an enum name such as IMAGENET1K_V1 (read from $TORCH_HOME/hub/checkpoints); the classifier is replaced for the dataset's classes")
     freeze_batchnorm: bool = _f(False, "keep the model's batch-norm layers in eval mode while clients train: normalisation by the running statistics they start with (pretrained or initial), never updated; their scale and shift still train (DomainBed's and Bai et al.'s ResNets); no effect on a model without batch norm")
@@ -166,6 +168,9 @@ class FederatedRunConfig:
         from fedtune.algorithms import all_hparams
 
         known = {f.name: f for f in fields(cls)}
+        if values.get("plugins") is not None:  # first: they declare the names everything below looks up
+            load_plugins(coerce("plugins", values["plugins"], list[str]), source=f"{source}: field 'plugins'")
+        check_run_field_names(known)
         component = all_hparams()
         hints = get_type_hints(cls)
         kwargs: dict[str, Any] = {}
@@ -206,6 +211,7 @@ class FederatedRunConfig:
         >>> FederatedRunConfig.from_validated(cfg.to_dict()) == cfg
         True
         """
+        load_plugins(values.get("plugins"), source="the run's field 'plugins'")
         return cls(**copy.deepcopy(values))
 
     @classmethod
@@ -307,6 +313,7 @@ class FederatedRunConfig:
                 check(self)
         if self.fedex_configs:
             self._validate_fedex()
+        self._validate_plugins()
         if self.precision == "fp16" and not resolved.client_spec.scales_fp16_gradients:
             raise ConfigError(f"field 'precision': fp16 is not available with client method {resolved.client_method_name} "
                               "(its extra gradient passes bypass the fp16 gradient scaler); allowed: fp32, bf16")
@@ -323,6 +330,16 @@ class FederatedRunConfig:
             if value != default:
                 raise ConfigError(f"field '{f.name}': {shown(value, 60)} has no effect: {needs[1]}; allowed: "
                                   f"{needs[2]}, or {f.name} left at its default {default!r}")
+
+    def _validate_plugins(self) -> None:
+        """``plugins`` gains where every component from outside fedtune the run uses comes from; one
+        defined in ``__main__`` cannot reach Ray's workers."""
+        entries = plugins_of_run(self)
+        if MAIN_MODULE in entries and self.backend == "ray":
+            raise ConfigError("field 'backend': a component of this run is registered from __main__ (a notebook cell "
+                              "or the script itself), which Ray's workers cannot import; move it into a module file "
+                              "(e.g. my_methods.py) and register it from there, or run with backend: local")
+        self.plugins = [e for e in entries if e != MAIN_MODULE]
 
     def _validate_fedex(self) -> None:
         """FedEx's fields against the run (``fedex_configs`` > 0)."""
@@ -342,9 +359,13 @@ class FederatedRunConfig:
 
     def _validate_model_and_data(self) -> None:
         """Model name, pretrained weights, augmentation and precision against each other."""
-        from fedtune.data.registry import DOMAINBED, is_image_folder
+        from fedtune.data.registry import DOMAINBED, dataset_owner, is_image_folder, plugin_dataset
 
-        if self.model is not None and self.model not in ("cnn", "mlp"):
+        if self.model is not None and parse_model_factory(self.model) is not None:
+            from fedtune.model_factory import resolve_factory
+
+            resolve_factory(self.model)  # imports its module (a plugin); one line if it is not there
+        elif self.model is not None and self.model not in ("cnn", "mlp"):
             from fedtune.models import check_model_name
 
             check_model_name(self.model)
@@ -367,7 +388,12 @@ class FederatedRunConfig:
             from fedtune.data.split_file import check_scheme
 
             check_scheme(self.split_scheme)
-            if not is_image_folder(self.dataset):
+            plugin = plugin_dataset(self.dataset)
+            if plugin is not None and self.split_scheme not in plugin.split_schemes:
+                raise ConfigError(f"field 'split_scheme': {shown(self.split_scheme, 40)} is not a split scheme of "
+                                  f"dataset {plugin.name!r} ({dataset_owner(plugin.name)}); allowed: "
+                                  f"{', '.join((*plugin.split_schemes, 'null'))}")
+            if plugin is None and not is_image_folder(self.dataset):
                 raise ConfigError(f"field 'split_scheme': a split file lists image paths of a folder dataset (folder, "
                                   f"{', '.join(DOMAINBED)}); dataset {shown(self.dataset)} allows: null")
             if self.setting not in (None, "fdg"):
@@ -423,7 +449,7 @@ class FederatedRunConfig:
 
     def trial_id(self) -> str:
         """A stable id of what this run computes: equal configs (up to output/naming/backends) share it."""
-        ignore = {"backend", "address", "eval_every", "eval_batch_size", "eval_batch_mib", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
+        ignore = {"plugins", "backend", "address", "eval_every", "eval_batch_size", "eval_batch_mib", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
                   "placement_timeout_s", "on_client_failure", "client_placement", "client_cpus", "client_gpus",
                   "coordinator_cpus", "coordinator_gpus", "checkpoint_every", "cache_dir", "cache_key", "cache_wait_s"}
         values = {**self.to_dict(), "augment": self.effective_augment}  # what ran, not "auto"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
-__all__ = ["ConfigError", "DataError", "ResourceError", "INPUT_ERRORS", "clipped", "shown"]
+__all__ = ["ConfigError", "DataError", "PluginError", "ResourceError", "INPUT_ERRORS", "clipped", "shown"]
 
 
 class ConfigError(ValueError):
@@ -25,11 +25,16 @@ class DataError(ValueError):
     """A dataset cannot be built or read (unknown name, missing root, bad layout)."""
 
 
+class PluginError(ConfigError):
+    """A plugin (a user's own component, :mod:`fedtune.plugins`) cannot be imported or registered; the
+    message names it, its own error and what to do."""
+
+
 class ResourceError(RuntimeError):
     """The cluster cannot host the run as configured."""
 
 
-INPUT_ERRORS: tuple[type[Exception], ...] = (ConfigError, DataError)
+INPUT_ERRORS: tuple[type[Exception], ...] = (ConfigError, DataError, PluginError)
 """The bad-input errors: raised inside a Ray actor they are re-raised as themselves (one line,
 as on the local backend), and the command line prints them without a traceback."""
 

@@ -21,6 +21,7 @@ from torch import nn
 
 from fedtune.errors import ConfigError, shown
 from fedtune.old_names import old_name_error
+from fedtune.model_factory import build_factory_model, is_factory
 from fedtune.model_heads import ProbabilisticHead, projector_mlp
 from fedtune.weight_files import checkpoint_state_dict, published_file
 
@@ -79,6 +80,10 @@ def resolve_weights(model: str, weights: str):
     if model in BUILTIN_MODELS:
         raise ConfigError(f"field 'weights': model '{model}' has no pretrained weights; allowed: none "
                           "(or a torchvision model such as resnet18)")
+    if is_factory(model):
+        raise ConfigError(f"field 'weights': {shown(weights)} names torchvision's weights, and model {model!r} is your "
+                          "own factory; allowed: weights none, with a checkpoint of the factory's model as "
+                          "pretrained_path")
     from torchvision.models import get_model_weights
 
     check_model_name(model)
@@ -160,7 +165,8 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
 
     ``name``: ``cnn`` (:class:`FedAvgCNN`), ``mlp``, or any torchvision classification model
     (``torchvision.models.get_model``: resnet18, resnet50, convnext_tiny, efficientnet_b0, ...;
-    grey input replaces the first convolution). ``weights`` (torchvision models): ``none``,
+    grey input replaces the first convolution), or your own factory ``MODULE:FUNCTION``
+    (:mod:`fedtune.model_factory`). ``weights`` (torchvision models): ``none``,
     ``DEFAULT`` or an enum member name such as ``IMAGENET1K_V1``; torchvision's weights are read
     from ``$TORCH_HOME/hub/checkpoints`` (:func:`ensure_weights_file`, SHA-256 checked against the
     file name), then the classifier is replaced by a fresh ``num_classes`` one. ``pretrained_path``:
@@ -260,6 +266,8 @@ def _body(name: str, input_shape: tuple[int, ...], num_classes: int, mlp_hidden:
         if h != w or h < 8:
             raise ConfigError(f"field 'model': cnn needs square images of side >= 8, got {h}x{w}")
         return FedAvgCNN(c, h, num_classes)
+    if is_factory(name):
+        return build_factory_model(name, input_shape, num_classes)
     return _torchvision_model(name, input_shape, num_classes, weights)
 
 
@@ -402,8 +410,8 @@ def encode(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """
     if isinstance(model, FedAvgCNN):
         return model.classifier[:-1](model.features(x))
-    if isinstance(model, nn.Sequential):
-        return model[:-1](x)
+    if isinstance(model, nn.Sequential) and len(model) and _head_owner(model) == (model, str(len(model) - 1)):
+        return model[:-1](x)  # the mlp (and a Sequential ending in its head): every layer but the head
     parent, key = _head_owner(model)
     seen: list[torch.Tensor] = []
     handle = _child(parent, key).register_forward_pre_hook(lambda m, args: seen.append(args[0]))
@@ -419,27 +427,40 @@ def count_parameters(model: nn.Module) -> int:
 
 
 MAX_MODEL_PARAMS = 1 << 30
-"""Most parameters of a cnn or mlp model (4 GiB as float32, per copy: every client actor, the
-coordinator and each trained state hold one)."""
+"""Most parameters of a cnn, mlp or factory model (4 GiB as float32, per copy: every client actor,
+the coordinator and each trained state hold one)."""
 
 
 def check_model_size(name: str, input_shape: tuple[int, ...], num_classes: int, mlp_hidden: list[int],
                      head: dict[str, Any]) -> int:
     """The parameters of model ``name`` (cnn or mlp, whose size grows with the input: image_size,
-    the dataset's features, mlp_hidden), counted on torch's meta device (nothing allocated), or a
-    ConfigError above :data:`MAX_MODEL_PARAMS`: raised before any data is decoded or weight built.
-    torchvision models have the sizes of their architecture: 0, not counted.
+    the dataset's features, mlp_hidden; a factory's, which may), counted on torch's meta device
+    (nothing allocated), or a ConfigError above :data:`MAX_MODEL_PARAMS`: raised before any data is
+    decoded or weight built. torchvision models have the sizes of their architecture: 0, not
+    counted; so has a factory whose construction needs real tensors (the pre-launch check,
+    :func:`fedtune.model_check.check_model_runs`, counted it on the CPU).
 
     >>> check_model_size("cnn", (3, 32, 32), 10, [], {})
     2156490
     """
-    if name not in ("cnn", "mlp"):
+    if name not in ("cnn", "mlp") and not is_factory(name):
         return 0
-    with torch.device("meta"):
-        model = build_model(name, input_shape=input_shape, num_classes=num_classes, mlp_hidden=mlp_hidden, **head)
-    count = sum(p.numel() for p in model.parameters())
+    try:
+        with torch.device("meta"):
+            model = build_model(name, input_shape=input_shape, num_classes=num_classes, mlp_hidden=mlp_hidden, **head)
+    except (NotImplementedError, RuntimeError):
+        if not is_factory(name):
+            raise
+        return 0
+    return refuse_oversized(name, input_shape, sum(p.numel() for p in model.parameters()))
+
+
+def refuse_oversized(name: str, input_shape: tuple[int, ...], count: int) -> int:
+    """``count`` (model ``name``'s parameters on inputs of ``input_shape``), or one ConfigError line
+    above :data:`MAX_MODEL_PARAMS` naming what to lower."""
     if count > MAX_MODEL_PARAMS:
-        knob = "image_size" if name == "cnn" else "mlp_hidden (or image_size)"
+        knob = ("image_size" if name == "cnn" else "mlp_hidden (or image_size)" if name == "mlp"
+                else "the factory's widths (or image_size)")
         raise ConfigError(f"field 'model': {name} on inputs of shape {tuple(input_shape)} has {count} parameters "
                           f"({count * 4 / 2**30:.1f} GiB as float32); allowed: at most {MAX_MODEL_PARAMS}; lower {knob}")
     return count

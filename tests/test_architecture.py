@@ -352,9 +352,10 @@ def test_the_face_check_can_fail():
 # of a layer below it, never above (the first prefix that matches a module names its layer).
 LAYERS: list[tuple[str, ...]] = [
     ("fedtune.errors", "fedtune.bounds", "fedtune.yaml_safe", "fedtune.old_names", "fedtune.results.atomic",
-     "fedtune.results.study_dir", "fedtune.results.status"),
+     "fedtune.results.study_dir", "fedtune.results.status", "fedtune.entry_points"),
     ("fedtune.data", "fedtune.layout"),
-    ("fedtune.algorithms", "fedtune.models", "fedtune.flat_weights", "fedtune.model_heads", "fedtune.model_check", "fedtune.weight_files"),
+    ("fedtune.algorithms", "fedtune.models", "fedtune.flat_weights", "fedtune.model_heads", "fedtune.model_check", "fedtune.weight_files",
+     "fedtune.plugins", "fedtune.model_factory"),
     ("fedtune.config", "fedtune.config_values"),
     ("fedtune.results",),
     ("fedtune.runtime",),

@@ -9,6 +9,9 @@ Each trial reserves 1 CPU (its client actor; the coordinator shares that bundle)
 per node the two trials can only run side by side on *different* nodes. It checks:
 
 * the CLI exits 0, ``study.json`` marks the search done;
+* the trials run a plugin's client method whose module only the driver can import (on its
+  ``PYTHONPATH`` alone): ``study.json`` records it, and the nodes imported Ray's shipped copy
+  (``runtime_env`` ``py_modules``) — a user's method reaches a cluster with no file copied by hand;
 * every (trial, round) is in the Arrow store exactly once, and ``trials.parquet`` says completed;
 * a monitor driver connected to the cluster saw 2 alive nodes before the sweep and at every
   poll (every 0.5 s) while it ran, and again after it;
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import select
 import shutil
 import subprocess
@@ -116,6 +120,23 @@ print(json.dumps({"polls": len(counts), "min_alive": min(counts), "nodes": nodes
 """
 
 
+CLUSTER_PLUGIN = '''
+import os
+import fedtune
+
+MARKER = {marker!r}  # written into the file: the nodes' processes do not have the driver's environment
+with open(MARKER, "a") as f:
+    f.write(f"{{os.getpid()}} {{__file__}}\\n")
+
+
+class ClusterSgd(fedtune.SGD):
+    spec = fedtune.ClientMethodSpec("cluster-sgd", description="local SGD, a plugin not installed on the nodes")
+
+
+fedtune.register(ClusterSgd)
+'''
+
+
 def test_sweep_runs_on_a_two_node_local_cluster(local_cluster, tmp_path):
     from fedtune.results.store import load
 
@@ -134,13 +155,20 @@ def test_sweep_runs_on_a_two_node_local_cluster(local_cluster, tmp_path):
         assert line, f"the monitor driver did not connect:\n{tail(monitor_err)}"
         assert json.loads(line) == {"ready": 2}, (line, tail(cluster.temp_dir / "ray-start-node2.log"))
 
+        # The trials run a plugin's client method (local SGD under another name) whose module only the
+        # driver can import (its folder is on the driver's PYTHONPATH alone): the nodes get Ray's shipped copy.
+        plugin_src = tmp_path / "plugin_src"
+        plugin_src.mkdir()
+        (plugin_src / "cluster_sgd.py").write_text(CLUSTER_PLUGIN.format(marker=str(tmp_path / "imported_from.txt")))
+        env = {**cluster.env,
+               "PYTHONPATH": os.pathsep.join(p for p in (str(plugin_src), cluster.env.get("PYTHONPATH")) if p)}
         cmd = [sys.executable, "-m", "fedtune.cli", "sweep", "--address", cluster.address,
-               "--algorithm", "fedavg", "--dataset", "rotated-digits", "--rounds", "2", "--num-samples", "2",
+               "--plugin", "cluster_sgd", "--algorithm", "cluster-sgd", "--dataset", "rotated-digits", "--rounds", "2", "--num-samples", "2",
                "--set", "local_steps=1", "--set", "model=mlp", "--set", "mlp_hidden=[8]",
                "--set", "max_client_actors=1", "--max-concurrent", "2",
                "--output", str(tmp_path), "--name", "cluster", "--no-report"]
         with open(sweep_log, "w") as out:
-            sweep = subprocess.Popen(cmd, cwd=tmp_path, env=cluster.env, stdout=out, stderr=subprocess.STDOUT,
+            sweep = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
             try:
                 rc = sweep.wait(timeout=SWEEP_TIMEOUT_S)
@@ -159,7 +187,11 @@ def test_sweep_runs_on_a_two_node_local_cluster(local_cluster, tmp_path):
     assert rc == 0, tail(sweep_log)
     study_dir = tmp_path / "cluster"
     study = json.loads((study_dir / "study.json").read_text())
-    assert study["searches"]["fedavg"]["status"] == "done"
+    assert study["searches"]["cluster-sgd"]["status"] == "done"
+    assert [p["module"] for p in study["plugins"]] == ["cluster_sgd"]
+    imported = {line.split(" ", 1)[1] for line in (tmp_path / "imported_from.txt").read_text().splitlines()}
+    assert str(tmp_path / "plugin_src" / "cluster_sgd.py") in imported  # the driver
+    assert any("runtime_resources" in path for path in imported), imported  # the nodes: Ray's shipped copy
     assert study["options"]["address"] == cluster.address
 
     # Every (trial, round) exactly once; both trials completed their 2 rounds.

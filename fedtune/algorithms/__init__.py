@@ -27,15 +27,20 @@ access), never imports torch.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import types
+import warnings
 from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from fedtune.algorithms.base import ClientMethodSpec, HParam, Preset, RunConfig, ServerRuleSpec, ServerSideSpec
+from fedtune.algorithms.base import (ClientMethodSpec, ComponentSpec, HParam, Preset, RunConfig, ServerOptimizerSpec,
+                                     ServerRuleSpec, ServerSideSpec)
 from fedtune.algorithms.declarations import CLIENT_METHOD_SPECS, SERVER_RULE_SPECS
 from fedtune.algorithms.optimizer_declarations import SERVER_OPTIMIZER_SPECS
 from fedtune.algorithms.presets import PRESETS
+from fedtune.entry_points import PluginWarning, load_entry_points
 from fedtune.errors import ConfigError, shown
 from fedtune.old_names import old_name_error
 
@@ -61,17 +66,21 @@ class Registry(MutableMapping[str, type]):
 
     def spec(self, name: str) -> Any:
         """The declaration of ``name`` (KeyError for an unknown name); imports nothing."""
+        load_plugin_entry_points()
         return self._specs[name]
 
     def specs(self) -> list[Any]:
         """Every declaration, in registry order; imports nothing."""
+        load_plugin_entry_points()
         return list(self._specs.values())
 
     def where(self, name: str) -> str:
         """Where ``name``'s class lives, ``"module:Class"`` (KeyError for an unknown name)."""
+        load_plugin_entry_points()
         return self._specs[name].where
 
     def __getitem__(self, name: str) -> type:
+        load_plugin_entry_points()
         cls = self._classes.get(name)
         if cls is None:
             module, _, attr = self._specs[name].where.partition(":")
@@ -104,12 +113,15 @@ class Registry(MutableMapping[str, type]):
         return cls
 
     def __contains__(self, name: object) -> bool:
+        load_plugin_entry_points()
         return name in self._specs
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._specs)
+        load_plugin_entry_points()
+        return iter(list(self._specs))
 
     def __len__(self) -> int:
+        load_plugin_entry_points()
         return len(self._specs)
 
     def __repr__(self) -> str:
@@ -137,6 +149,127 @@ LOCAL_OPTIMIZERS = ("sgd", "adam")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 ALL_SETTINGS = ("fdg", "fl", "fda", "ufdg")
+
+
+# ------------------------------------------------------------------------ components from outside fedtune
+# Who put each name in a registry: fedtune's own declarations, or the plugin (a module, an entry
+# point) that registered it (fedtune.plugins.register), for the one-line error of a name taken twice.
+_BUILT_IN = "fedtune"
+_OWNERS: dict[tuple[str, str], str] = {
+    **{(r.kind, n): _BUILT_IN for r in (CLIENT_METHODS, SERVER_RULES, SERVER_OPTIMIZERS) for n in r._specs},
+    **{("algorithm", n): _BUILT_IN for n in PRESETS}}
+_KIND_OF_SPEC = ((ClientMethodSpec, CLIENT_METHODS, "fedtune.algorithms.client.method", "ClientMethod"),
+                 (ServerRuleSpec, SERVER_RULES, "fedtune.algorithms.server.rule", "ServerRule"),
+                 (ServerOptimizerSpec, SERVER_OPTIMIZERS, "fedtune.algorithms.server.optimizer", "ServerOptimizer"))
+COMPONENT_HELP = ("a ClientMethod, ServerRule or ServerOptimizer subclass carrying its declaration as 'spec' "
+                  "(from fedtune import ...), such a declaration, or a Preset")
+
+
+def owner_of(kind: str, name: str) -> str | None:
+    """Who registered ``name`` as a ``kind`` ("client method", ..., "algorithm"): ``"fedtune"`` for a
+    built-in, the plugin's description for one from outside, None when nobody has."""
+    return _OWNERS.get((kind, name))
+
+
+def register_component(component: Any, owner: str) -> tuple[str, str]:
+    """Put a component from outside fedtune in its registry (``owner`` names who registers it, for
+    messages); returns ``(kind, name)``. ``component`` is a subclass of ClientMethod, ServerRule or
+    ServerOptimizer carrying its declaration as ``spec`` (an empty ``spec.where`` is filled in from the
+    class, a ``name`` the class does not set itself from the spec), a declaration alone (its class imported from
+    ``spec.where`` on first use), or a :class:`Preset`. Registering the same component again is a
+    no-op; a name that fedtune or another plugin already has, a class whose base does not match its
+    spec, or a hyperparameter declared differently elsewhere is one ConfigError naming both sides.
+    Imports nothing (the class's base is checked by name, so torch stays out of this process)."""
+    if isinstance(component, Preset):
+        return _register_preset(component, owner)
+    cls = component if isinstance(component, type) else None
+    spec = getattr(component, "spec", None) if cls is not None else component
+    kinds = [k for k in _KIND_OF_SPEC if isinstance(spec, k[0])]
+    if not kinds:
+        what = f"class {cls.__module__}.{cls.__qualname__} has no 'spec' declaration" if cls is not None and spec is None \
+            else f"{shown(component, 80)} is not a fedtune component"
+        raise ConfigError(f"{owner}: {what}; allowed: {COMPONENT_HELP}")
+    _, registry, base_module, base = kinds[0]
+    if cls is not None:
+        if not any(c.__module__ == base_module and c.__name__ == base for c in cls.__mro__):
+            raise ConfigError(f"{owner}: {cls.__qualname__} declares a {registry.kind} (a {type(spec).__name__}) but "
+                              f"does not subclass {base}; allowed: a subclass of fedtune.{base}")
+        if not spec.where:
+            spec = dataclasses.replace(spec, where=f"{cls.__module__}:{cls.__qualname__}")
+            cls.spec = spec  # the registry keeps the class's own declaration: it says where the class lives
+        if "name" not in vars(cls):  # its own, not a base class's (a subclass of SGD is not "sgd")
+            cls.name = spec.name
+        elif cls.name != spec.name:
+            raise ConfigError(f"{owner}: {cls.__qualname__}.name is {shown(cls.name)} but its spec is named "
+                              f"{shown(spec.name)}; give them one name")
+    elif not spec.where or ":" not in spec.where:
+        raise ConfigError(f"{owner}: {registry.kind} {shown(spec.name)} declares no place for its class (where: "
+                          f"{shown(spec.where)}); allowed: 'module:Class', or register the class itself")
+    taken = _OWNERS.get((registry.kind, spec.name))
+    if taken is not None:
+        if registry._specs.get(spec.name) == spec and (cls is None or registry._classes.get(spec.name) in (None, cls)):
+            return registry.kind, spec.name  # the same component again (a module imported twice)
+        where = "fedtune's built-in" if taken == _BUILT_IN else f"already registered by {taken}"
+        raise ConfigError(f"{owner}: {registry.kind} {shown(spec.name)} is {where} "
+                          f"({registry._specs[spec.name].where}); allowed: a name of its own")
+    _check_new_hparams(spec, f"{registry.kind} {spec.name} ({owner})")
+    registry[spec.name] = cls if cls is not None else spec
+    if isinstance(spec, ClientMethodSpec) and spec.server_side:
+        SERVER_SIDES[spec.name] = ServerSideSpec(spec.name, spec.server_side)
+    _OWNERS[(registry.kind, spec.name)] = owner
+    return registry.kind, spec.name
+
+
+def _check_new_hparams(spec: ComponentSpec, owner: str) -> None:
+    known = all_hparams()
+    for h in spec.hparams:
+        if not isinstance(h, HParam):
+            raise ConfigError(f"{owner}: hyperparameter {shown(h, 60)} is not a fedtune.HParam")
+        if h.name in known and known[h.name][1] != h:
+            raise ConfigError(f"{owner}: hyperparameter {h.name!r} is declared differently by {known[h.name][0]}; "
+                              f"allowed: another name, or share that component's HParam object")
+
+
+def _register_preset(preset: Preset, owner: str) -> tuple[str, str]:
+    taken = _OWNERS.get(("algorithm", preset.name))
+    if taken is not None:
+        if PRESETS.get(preset.name) == preset:
+            return "algorithm", preset.name
+        where = "fedtune's built-in" if taken == _BUILT_IN else f"already registered by {taken}"
+        raise ConfigError(f"{owner}: algorithm {shown(preset.name)} is {where}; allowed: a name of its own")
+    for field_name, registry in (("client_method", CLIENT_METHODS), ("server_rule", SERVER_RULES)):
+        if getattr(preset, field_name) not in registry:
+            raise ConfigError(f"{owner}: algorithm {preset.name!r} pairs {registry.kind} "
+                              f"{shown(getattr(preset, field_name))}, which is not registered; register it first")
+    PRESETS[preset.name] = preset
+    _OWNERS[("algorithm", preset.name)] = owner
+    return "algorithm", preset.name
+
+
+_entry_points_seen = 0
+
+
+def load_plugin_entry_points() -> None:
+    """Installed packages' plugins (:mod:`fedtune.entry_points`), on the first use of a registry: a
+    module registers its components as it is imported; a component an entry point names is
+    registered here. One that cannot be registered is one warning line naming it; the rest stay."""
+    global _entry_points_seen
+    loaded = load_entry_points()
+    while _entry_points_seen < len(loaded):
+        ep = loaded[_entry_points_seen]
+        _entry_points_seen += 1
+        if ep.obj is None or isinstance(ep.obj, types.ModuleType) or _is_dataset(ep.obj):
+            continue
+        try:
+            register_component(ep.obj, f"plugin entry point {ep.name!r} ({ep.distribution or 'unknown package'})")
+        except ConfigError as exc:
+            warnings.warn(f"{exc}; skipped", PluginWarning, stacklevel=3)
+
+
+def _is_dataset(obj: Any) -> bool:
+    """A dataset plugin (fedtune.data.registry.DatasetSpec, which that registry takes), told by its
+    type's name: importing the data registry here would put torch within the coordinator's reach."""
+    return any(c.__name__ == "DatasetSpec" and c.__module__ == "fedtune.data.registry" for c in type(obj).__mro__)
 
 
 def own_knobs(algorithm: str) -> tuple[str, ...]:

@@ -157,12 +157,14 @@ def search_categorical(choices: list[Any], default: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class ComponentSpec:
     """What every component declares: its registry ``name``, where its class lives
-    (``"module:Class"``, imported only when the class is needed), a one-line ``description``,
-    its ``hparams`` and an optional cross-field ``check`` run once when a config is validated."""
+    (``"module:Class"``, imported only when the class is needed; a class registered with
+    ``fedtune.register`` may leave it empty: it is filled in from the class), a one-line
+    ``description``, its ``hparams`` and an optional cross-field ``check`` run once when a config
+    is validated."""
 
     name: str
-    where: str
-    description: str
+    where: str = ""
+    description: str = ""
     hparams: tuple[HParam, ...] = ()
     check: ConfigCheck | None = None
 
@@ -180,6 +182,8 @@ class ClientMethodSpec(ComponentSpec):
     ``needs_source_bank``: its clients read the run's *source bank*, every source client's training
     examples un-augmented (``ClientContext.source_bank``; FedDG's shared amplitude spectra).
     ``needs_images``: it runs only on image datasets (refused in one line before any actor starts).
+    ``reads_features``: it reads the model's encoder features, the input of its last ``nn.Linear``
+    (MOON, CORAL, FedIIR, ...), so a model without one is refused in one line before launch.
     ``keeps_client_state``: a client keeps something on its actor between rounds (``ctx.state``:
     SCAFFOLD's control variate, FedDyn's gradient, MOON's previous model, ...), so it is always
     trained by the actor that owns it (:mod:`fedtune.runtime.placement`); a callable decides from
@@ -192,6 +196,7 @@ class ClientMethodSpec(ComponentSpec):
     server_side: str | None = None
     needs_source_bank: bool = False
     needs_images: bool = False
+    reads_features: bool = False
     keeps_client_state: bool | Callable[[Any], bool] = False
 
     def head(self, cfg: RunConfig) -> dict[str, Any]:

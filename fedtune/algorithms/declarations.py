@@ -404,27 +404,28 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
     ClientMethodSpec("moon", "fedtune.algorithms.client.moon:MOON",
                      "MOON: CE + moon_mu * model-contrastive loss pulling the encoder features towards the global "
                      "model's and away from the client's previous model's (temperature moon_temperature)",
-                     (MOON_MU, MOON_TEMPERATURE), keeps_client_state=True),
+                     (MOON_MU, MOON_TEMPERATURE), keeps_client_state=True, reads_features=True),
     ClientMethodSpec("fediir", "fedtune.algorithms.client.fediir:FedIIR",
                      "FedIIR: local SGD on CE + fediir_penalty ||grad_classifier CE - g_bar||^2, g_bar the server's "
                      "moving average (fediir_ema) of the clients' mean classifier gradient",
                      (FEDIIR_PENALTY, FEDIIR_EMA),
                      scales_fp16_gradients=False,  # the penalty's inner gradient goes through torch.autograd.grad
-                     server_side="fedtune.algorithms.server.fediir:FedIIRServer"),
+                     server_side="fedtune.algorithms.server.fediir:FedIIRServer", reads_features=True),
     ClientMethodSpec("fishr", "fedtune.algorithms.client.fishr:Fishr",
                      "Fishr (federated, FedOMG Eq. 4): local SGD on CE + fishr_penalty dist(Var_i[grad_classifier "
                      "CE_i], server's mean variance), variances smoothed by fishr_ema, warm-up fishr_anneal_iters",
                      (FISHR_PENALTY, FISHR_ANNEAL_ITERS, FISHR_EMA, FISHR_DISTANCE),
                      scales_fp16_gradients=False,  # the per-example gradients are taken without the loss scaler
-                     server_side="fedtune.algorithms.server.fishr:FishrServer", keeps_client_state=True),
+                     server_side="fedtune.algorithms.server.fishr:FishrServer", keeps_client_state=True,
+                     reads_features=True),
     ClientMethodSpec("coral", "fedtune.algorithms.client.coral:DeepCORAL",
                      "DeepCORAL: local SGD on CE + coral_weight * mean over the batch's domain pairs of the CORAL "
                      "distance of the encoder features (clients holding several domains: domain_homogeneity > 0)",
-                     (CORAL_WEIGHT,)),
+                     (CORAL_WEIGHT,), reads_features=True),
     ClientMethodSpec("mmd", "fedtune.algorithms.client.mmd:MMD",
                      "MMD: local SGD on CE + mmd_weight * mean over the batch's domain pairs of the Gaussian-kernel "
                      "MMD of the encoder features (clients holding several domains: domain_homogeneity > 0)",
-                     (MMD_WEIGHT,)),
+                     (MMD_WEIGHT,), reads_features=True),
     ClientMethodSpec("vrex", "fedtune.algorithms.client.vrex:VREx",
                      "V-REx: local SGD on the mean of the batch's per-domain risks + vrex_lambda * their variance "
                      "(weight 1 before vrex_anneal_iters; clients holding several domains: domain_homogeneity > 0)",
@@ -454,7 +455,8 @@ CLIENT_METHOD_SPECS: tuple[ClientMethodSpec, ...] = (
                      "federated generator's class-conditional distribution through the client's own discriminator",
                      FEDADG_HPARAMS,
                      scales_fp16_gradients=False,  # the discriminator's and generator's steps bypass the scaler
-                     server_side="fedtune.algorithms.server.fedadg:FedADGServer", keeps_client_state=True),
+                     server_side="fedtune.algorithms.server.fedadg:FedADGServer", keeps_client_state=True,
+                     reads_features=True),
     ClientMethodSpec("afl", "fedtune.algorithms.client.afl:AFL",
                      "AFL: local SGD on sum_d lambda_d R_d over the batch's domains, lambda the server's mixture weights "
                      "over the training domains, moved by projected ascent on each domain's loss (afl_lambda_lr)",

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -102,23 +103,73 @@ def decode_image(path: Path, size: int, out: np.ndarray) -> None:
 
 class CachedImageDataset(DomainDataset):
     """Images listed per domain (``files``: paths relative to ``root``, canonical order) with their
-    labels, decoded once per node into the image cache; subclasses list them (:class:`ImageFolderDataset`
-    from folders, :class:`fedtune.data.wilds_sets.WildsImageDataset` from the ``wilds`` package) and may
-    decode differently (:meth:`_decoder`)."""
+    labels, decoded once per node into the image cache: the base every dataset of image files shares.
+    fedtune's subclasses list them (:class:`ImageFolderDataset` from folders,
+    :class:`fedtune.data.wilds_sets.WildsImageDataset` from the ``wilds`` package) and may decode
+    differently (:meth:`_decoder`).
+
+    A plugin's dataset of image files (``DatasetSpec(image_files=True)``, docs/extending.md) builds
+    one with this constructor: ``files[domain]`` the image paths relative to ``root`` in the
+    domain's canonical order, ``labels[domain]`` their class indices into ``classes``, decoded with
+    PIL (RGB, bilinear) at ``image_size`` (default 64) and normalised with ImageNet's mean and
+    standard deviation, like every image folder; the run's cache fields apply
+    (:meth:`use_cache`, which fedtune calls). Bad input is one DataError naming the dataset.
+
+    >>> import pathlib, tempfile
+    >>> ds = CachedImageDataset("toy", tempfile.mkdtemp(), {"a": ["x.png"], "b": ["y.png", "z.png"]},
+    ...                         {"a": [0], "b": [1, 0]}, ("cat", "dog"), image_size=8)
+    >>> ds.info.domains, ds.info.input_shape, ds.labels("b").tolist(), ds.files("b")
+    (('a', 'b'), (3, 8, 8), [1, 0], ['y.png', 'z.png'])
+    """
 
     root: Path
     image_size: int
     _files: dict[str, list[str]]
     _labels: dict[str, np.ndarray]
 
+    def __init__(self, name: str, root: str | os.PathLike, files: Mapping[str, Sequence[str]],
+                 labels: Mapping[str, Sequence[int] | np.ndarray], classes: Sequence[str], *,
+                 image_size: int | None = None, default_model: str = "cnn", default_setting: str = "fdg",
+                 cache_dir: str | os.PathLike | None = None, cache_key: str = "stat",
+                 cache_wait_s: float = DEFAULT_WAIT_S):
+        self.root = Path(root)
+        self._init_cache(cache_dir, cache_key, cache_wait_s, image_size)
+        where = f"dataset {name!r}"
+        classes = tuple(str(c) for c in classes)
+        if not files or set(files) != set(labels):
+            raise DataError(f"{where}: files and labels must name the same domains, at least one; got "
+                            f"{', '.join(map(repr, files)) or 'none'} and {', '.join(map(repr, labels)) or 'none'}")
+        if len(classes) < 2:
+            raise DataError(f"{where}: {len(classes)} class(es); a classification task needs at least 2")
+        self._files, self._labels = {}, {}
+        for d in files:
+            paths, y = [str(f) for f in files[d]], np.asarray(labels[d])
+            fits = bool(paths) and y.shape == (len(paths),) and y.dtype.kind in "iu" and y.min() >= 0 \
+                and y.max() < len(classes)
+            if not fits:
+                raise DataError(f"{where}: domain {d!r} needs at least one image and one label per image, each a "
+                                f"whole number in 0..{len(classes) - 1} ({len(classes)} classes); got {len(paths)} "
+                                f"image(s) and labels of shape {tuple(y.shape)} ({y.dtype})")
+            self._files[str(d)], self._labels[str(d)] = paths, y.astype(np.int64)
+        self.info = DatasetInfo(name=name, domains=tuple(self._files), classes=classes,
+                                input_shape=(3, self.image_size, self.image_size), default_model=default_model,
+                                default_setting=default_setting)
+
     def _init_cache(self, cache_dir, cache_key: str, cache_wait_s: float, image_size: int | None,
                     default_size: int = 0) -> None:
-        self.cache_dir = resolve_cache_dir(cache_dir)
-        self.cache_key, self.cache_wait_s = cache_key, float(cache_wait_s)
-        self._pixels: dict[str, ImageMap] = {}
+        self.use_cache(cache_dir, cache_key, cache_wait_s)
         self.image_size = (default_size or DEFAULT_IMAGE_SIZE) if image_size is None else int(image_size)
         if self.image_size < 1:
             raise DataError(f"image_size must be a positive integer, got {image_size!r}")
+
+    def use_cache(self, cache_dir: str | os.PathLike | None, cache_key: str = "stat",
+                  cache_wait_s: float = DEFAULT_WAIT_S) -> None:
+        """Decode into (and read from) the cache in ``cache_dir`` (None: :func:`~fedtune.data.cache.default_cache_dir`)
+        keyed by ``cache_key`` (``stat`` or ``content``), waiting up to ``cache_wait_s`` for another
+        builder: the run's fields of those names (fedtune sets them on a plugin's dataset)."""
+        self.cache_dir = resolve_cache_dir(cache_dir)
+        self.cache_key, self.cache_wait_s = cache_key, float(cache_wait_s)
+        self._pixels: dict[str, ImageMap] = {}
 
     def files(self, domain: str) -> list[str]:
         """Paths of ``domain``'s images relative to the dataset's root (folders: ``<class>/<file>``
@@ -136,8 +187,8 @@ class CachedImageDataset(DomainDataset):
         return lambda i, out: decode_image(base / files[i], s, out)
 
     def _file_root(self, domain: str) -> Path:
-        """The folder ``files(domain)`` are relative to."""
-        return self.root / domain
+        """The folder ``files(domain)`` are relative to (``root``; an image folder's: ``root/<domain>``)."""
+        return self.root
 
     def pixels(self, domain: str) -> ImageMap:
         """``domain``'s images mapped read-only from the node's cache (``.array``: uint8
@@ -168,6 +219,9 @@ class CachedImageDataset(DomainDataset):
 
 class ImageFolderDataset(CachedImageDataset):
     """``ROOT/<domain>/<class>/<image>``; see the module docstring."""
+
+    def _file_root(self, domain: str) -> Path:
+        return self.root / domain
 
     def __init__(
         self,

@@ -7,10 +7,13 @@ dataset module defers its heavy imports to the point where pixels are decoded.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fedtune.errors import DataError, shown
+
+from fedtune.entry_points import load_entry_points
 
 from .base import DatasetInfo, DomainDataset
 from .cache_lock import DEFAULT_WAIT_S
@@ -72,12 +75,97 @@ _FIXED_SIZE = {"rotated-digits": 28, "colored-digits": 28, "mnist": 28, "fashion
                "cifar10": 32, "cifar100": 32}
 
 
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset from outside fedtune (a plugin's; ``fedtune.register(DatasetSpec(...))``, docs/extending.md).
+
+    ``name``: how configs name it (lower case, ``-`` between words). ``build``: called as
+    ``build(root=..., image_size=..., data_seed=...)`` in every process that opens the dataset (the
+    driver, each client actor), it returns the :class:`~fedtune.data.base.DomainDataset` (named
+    domains, labels without decoding, ``load``) whose ``info.name`` is ``name``; ``root`` is the run's
+    ``data_root`` (None when unset), ``image_size`` its ``image_size`` (None when unset: the dataset's
+    own size; when set, the dataset's images must have that side), ``data_seed`` its ``data_seed``
+    (seed any random construction from it). ``description``: one line for ``fedtune datasets``.
+    ``needs_root``: a run without ``data_root`` is refused in one line. ``image_files``: its images
+    are files decoded into fedtune's image cache, i.e. ``build`` returns a
+    :class:`~fedtune.data.folder.CachedImageDataset`; the run's ``cache_dir``, ``cache_key`` and
+    ``cache_wait_s`` then apply to it, ``augment: domainbed`` may augment it and ``fedtune run``
+    reports what the cache does. ``split_schemes``: the ``split_scheme`` values its dataset's
+    ``split_pieces(scheme)`` answers (split name -> domain -> indices, as
+    :func:`fedtune.data.split_file.pieces_by_split` makes them); empty: ``split_scheme`` is refused."""
+
+    name: str
+    build: Callable[..., DomainDataset]
+    description: str = ""
+    needs_root: bool = False
+    image_files: bool = False
+    split_schemes: tuple[str, ...] = ()
+
+
+_PLUGIN_DATASETS: dict[str, tuple[DatasetSpec, str]] = {}  # name -> (spec, who registered it)
+
+
+def register_dataset(spec: DatasetSpec, owner: str) -> None:
+    """Add a plugin's dataset (``owner`` names the plugin). The same spec again is a no-op; a name
+    fedtune or another plugin has is one DataError naming both."""
+    key = _key(spec.name)
+    if key != spec.name or not key:
+        raise DataError(f"{owner}: dataset name {shown(spec.name)} is not allowed; allowed: lower-case, with "
+                        "'-' between words (it is how configs name it)")
+    if key in _BY_NAME:
+        if _PLUGIN_DATASETS.get(key, (None,))[0] == spec:
+            return
+        who = _PLUGIN_DATASETS[key][1] if key in _PLUGIN_DATASETS else "fedtune's built-in"
+        raise DataError(f"{owner}: dataset {key!r} is {'already registered by ' if key in _PLUGIN_DATASETS else ''}"
+                        f"{who}; allowed: a name of its own")
+    if not callable(spec.build):
+        raise DataError(f"{owner}: dataset {key!r}: build is not callable")
+    if isinstance(spec.split_schemes, str) or not all(isinstance(x, str) and x for x in spec.split_schemes):
+        raise DataError(f"{owner}: dataset {key!r}: split_schemes {shown(spec.split_schemes, 60)} is not allowed; "
+                        "allowed: a tuple of scheme names, e.g. ('official',)")
+    _PLUGIN_DATASETS[key] = (spec, owner)
+    _BY_NAME[key] = DatasetEntry(key, f"{spec.description} ({owner})".strip(), spec.needs_root)
+
+
+def plugin_dataset(name: str) -> DatasetSpec | None:
+    """The :class:`DatasetSpec` of dataset ``name`` when it is a plugin's, else None."""
+    _load_entry_point_datasets()
+    entry = _PLUGIN_DATASETS.get(_key(name))
+    return entry[0] if entry else None
+
+
+def dataset_owner(name: str) -> str | None:
+    """Who registered dataset ``name`` when it is a plugin's, else None."""
+    entry = _PLUGIN_DATASETS.get(_key(name))
+    return entry[1] if entry else None
+
+
+_entry_points_seen = 0
+
+
+def _load_entry_point_datasets() -> None:
+    """Installed plugins' datasets (:mod:`fedtune.entry_points`) on the first use of this registry."""
+    global _entry_points_seen
+    loaded = load_entry_points()
+    while _entry_points_seen < len(loaded):
+        ep = loaded[_entry_points_seen]
+        _entry_points_seen += 1
+        if isinstance(ep.obj, DatasetSpec):
+            register_dataset(ep.obj, f"plugin entry point {ep.name!r} ({ep.distribution or 'unknown package'})")
+
+
+def _key(name: str) -> str:
+    return str(name).strip().lower().replace("_", "-")
+
+
 def list_datasets() -> list[DatasetEntry]:
-    return list(_ENTRIES)
+    _load_entry_point_datasets()
+    return list(_BY_NAME.values())
 
 
 def _entry(name: str) -> DatasetEntry:
-    key = str(name).strip().lower().replace("_", "-")
+    _load_entry_point_datasets()
+    key = _key(name)
     if key not in _BY_NAME:
         raise DataError(
             f"dataset {shown(name)} is unknown; choose one of: {', '.join(_BY_NAME)}"
@@ -113,17 +201,23 @@ def _check_domainbed_layout(name: str, path: Path, info: DatasetInfo) -> None:
 
 
 def is_image_folder(name: str) -> bool:
-    """Whether ``name`` is a dataset of image files (``folder``, a DomainBed one, a WILDS one): what the
-    decoded-image cache applies to, DomainBed's augmentation may (``augment: domainbed``) and a split
-    scheme may split (``split_scheme``).
+    """Whether ``name`` is a dataset of image files (``folder``, a DomainBed one, a WILDS one, a plugin's
+    declaring ``image_files``): what the decoded-image cache applies to, DomainBed's augmentation may
+    (``augment: domainbed``) and a split scheme may split (``split_scheme``; a plugin's dataset: the
+    schemes it declares).
 
     >>> is_image_folder("PACS"), is_image_folder("camelyon17"), is_image_folder("rotated-digits")
     (True, True, False)
     """
-    return str(name).strip().lower().replace("_", "-") in ("folder", *DOMAINBED, *WILDS_SETS, "femnist")
+    key = _key(name)
+    if key in _PLUGIN_DATASETS:
+        return _PLUGIN_DATASETS[key][0].image_files
+    return key in ("folder", *DOMAINBED, *WILDS_SETS, "femnist")
 
 
 def _layout(name: str) -> str:
+    if name in _PLUGIN_DATASETS:
+        return f"the files dataset {name!r} reads ({_PLUGIN_DATASETS[name][1]})"
     if name == "folder":
         return "DIR/<domain>/<class>/<image>"
     if name in DOMAINBED:
@@ -185,6 +279,12 @@ def get_dataset(
         raise DataError(f"dataset {n!r} needs data_root (--data-root DIR) holding {_layout(n)}")
     if entry.needs_root:
         _check_root(root)  # type: ignore[arg-type]
+    if n in _PLUGIN_DATASETS:
+        from .plugin_sets import build_plugin_dataset
+
+        spec, owner = _PLUGIN_DATASETS[n]
+        return build_plugin_dataset(spec, owner, root=root, image_size=image_size, data_seed=data_seed,
+                                    cache=(cache_dir, cache_key, cache_wait_s))
 
     if n == "rotated-digits":
         from .digits import RotatedDigits

@@ -26,15 +26,17 @@ this machine (the head, where fedtune's driver runs; ``ray up`` writes it to
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedtune.errors import ConfigError, ResourceError
+from fedtune.plugins import plugin_runtime_env, plugin_worker_paths
 
 if TYPE_CHECKING:
     from fedtune.config import FederatedRunConfig
@@ -84,16 +86,20 @@ def connect_ray(cfg: FederatedRunConfig, *, verbose: bool = False) -> bool:
     kwargs: dict[str, Any] = dict(log_to_driver=verbose, logging_level=logging.INFO if verbose else logging.WARNING)
     target = cluster_address(cfg.address)
     if target is None:
-        try:
-            ray.init(address="local", num_cpus=cfg.num_cpus or os.cpu_count(), num_gpus=cfg.num_gpus,
-                     include_dashboard=False, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - Ray's start-up errors are plain Exception/RuntimeError
+        with _worker_path(plugin_worker_paths()):  # plugins that are not installed: their folders
             try:
-                ray.shutdown()  # whatever of it did start
-            except Exception:  # noqa: BLE001, S110 - nothing more to stop
-                pass
-            raise ResourceError(ray_start_failed(exc)) from None
+                ray.init(address="local", num_cpus=cfg.num_cpus or os.cpu_count(), num_gpus=cfg.num_gpus,
+                         include_dashboard=False, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - Ray's start-up errors are plain Exception/RuntimeError
+                try:
+                    ray.shutdown()  # whatever of it did start
+                except Exception:  # noqa: BLE001, S110 - nothing more to stop
+                    pass
+                raise ResourceError(ray_start_failed(exc)) from None
         return True
+    shipped = plugin_runtime_env()  # plugins that are not installed travel to every node with the job
+    if shipped is not None:
+        kwargs["runtime_env"] = shipped
     given = [name for name in ("num_cpus", "num_gpus") if getattr(cfg, name) is not None]
     if given:
         why = "RAY_ADDRESS is set" if not cfg.address and os.environ.get("RAY_ADDRESS") else f"address {target}"
@@ -132,6 +138,24 @@ def ray_start_failed(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     first = text.split(". ")[0].rstrip(".")
     return f"Ray did not start on this machine: {first[:300]}; {RAY_START_HINT}"
+
+
+@contextlib.contextmanager
+def _worker_path(folders: list[str]) -> Iterator[None]:
+    """``PYTHONPATH`` with ``folders`` first while a local Ray starts: its raylet, and so every worker
+    it starts, inherits them (the plugins' folders); this process's own environment is restored."""
+    if not folders:
+        yield
+        return
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([*folders, *([before] if before else [])])
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 CONNECT_PROBE_S = 5.0

@@ -23,6 +23,7 @@ from fedtune.config import FederatedRunConfig
 from fedtune.data.registry import get_dataset
 from fedtune.data.partition import make_plan
 from fedtune.data.base import FederatedPlan
+from fedtune.plugins import parse_model_factory
 from fedtune.results.status import COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING
 from fedtune.runtime.cluster import cluster_nodes, cluster_view, connect_ray
 from fedtune.runtime.remote_errors import ray_get
@@ -46,7 +47,8 @@ def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
             f"field 'setting': algorithm '{cfg.algorithm}' (client method {resolved.client_method_name}, server rule "
             f"{resolved.server_rule_name}) does not run in setting '{setting}'; allowed: {', '.join(resolved.settings)}")
     model = cfg.model or info.default_model
-    if model != "mlp" and not info.is_image:
+    factory = parse_model_factory(model) is not None  # your own model: checked on the dataset's input below
+    if model != "mlp" and not factory and not info.is_image:
         raise ConfigError(f"field 'model': '{model}' needs image input but dataset '{cfg.dataset}' gives vectors of "
                           f"shape {info.input_shape}; allowed here: mlp")
     if resolved.client_spec.needs_images and not info.is_image:
@@ -59,11 +61,12 @@ def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
         from fedtune.weight_files import check_pretrained_file
 
         check_pretrained_file(cfg.pretrained_path)
-    if model not in ("cnn", "mlp"):  # a torchvision model: one forward on the meta device, before launch
+    if model not in ("cnn", "mlp"):  # a torchvision or factory model: one forward on the meta device, before launch
         from fedtune.model_check import check_model_runs
 
-        check_model_runs(model, info.input_shape, info.num_classes, resolved.client_spec.head(cfg),
-                         weights=cfg.weights, pretrained_path=cfg.pretrained_path)
+        spec = resolved.client_spec
+        check_model_runs(model, info.input_shape, info.num_classes, spec.head(cfg), weights=cfg.weights,
+                         pretrained_path=cfg.pretrained_path, method=spec.name, reads_features=spec.reads_features)
     labels = {d: dataset.labels(d) for d in info.domains}
     split = None
     if cfg.split_scheme is not None and hasattr(dataset, "split_pieces"):  # a WILDS dataset's own splits

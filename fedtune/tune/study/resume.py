@@ -13,6 +13,7 @@ from typing import Any
 
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
+from fedtune.plugins import check_plugin_records
 from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE, StudyDir, latest_study, read_study, studies_in
 from fedtune.tune.study.plan import StudyPlan, plan_study
 from fedtune.tune.study.options import SweepOptions
@@ -35,6 +36,8 @@ def resumed_study(opts: SweepOptions, output: Path) -> tuple[StudyPlan, dict[str
         raise ConfigError(f"--resume: no study '{name}' in '{output}' (no {study_dir / STUDY_FILE}); "
                           f"studies there: {', '.join(known) or 'none'}")
     data = read_study(study_dir)
+    # its plugins first (what its configs name), each the same code it ran with: else one line
+    check_plugin_records(data.get("plugins") or [], where=f"study '{name}'")
     saved = SweepOptions.from_json(data["options"])
     saved.address, saved.verbose, saved.report, saved.output = opts.address, opts.verbose, opts.report, str(output)
     saved.name = name

@@ -9,6 +9,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
+from fedtune.plugins import loaded_plugin_entries, plugin_records
 from fedtune.results import status
 from fedtune.results.study_dir import OPTUNA_FILE, SPACES_DIR, TUNE_DIR
 from fedtune.tune.study.plan import StudyPlan, plan_study, seeds_for
@@ -47,7 +48,9 @@ def new_study_data(opts: SweepOptions, plan: StudyPlan, output: Path) -> dict[st
             "trial_seed_of": {s.key: s.trial_seed for s in plan.searches},
             "optuna_storage": opts.optuna_storage or OPTUNA_FILE,
             "tune_dir": plan.tune_storage if opts.storage_path else TUNE_DIR,
-            "knobs": knob_summary(plan)}
+            "knobs": knob_summary(plan),
+            # each plugin's module, version and source hash: a resume imports and checks them first
+            "plugins": plugin_records(loaded_plugin_entries())}
 
 
 def snapshot_spaces(opts: SweepOptions, plan: StudyPlan) -> tuple[SweepOptions, StudyPlan]:

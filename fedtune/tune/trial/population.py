@@ -30,7 +30,7 @@ from typing import Any
 from ray import tune
 from ray.tune import Callback
 
-from fedtune.tune.trial.trainable import FedtuneTrainable, resources_for
+from fedtune.tune.trial.trainable import FedtuneTrainable, resources_for, with_plugins
 
 __all__ = ["PopulationRecorder", "PopulationTrainable", "fold_history", "population_trainable"]
 
@@ -66,7 +66,7 @@ class PopulationTrainable(FedtuneTrainable):
 
 def population_trainable():
     """:class:`PopulationTrainable` with its per-trial resources (as :func:`fedtune_trainable`)."""
-    return tune.with_resources(PopulationTrainable, resources_for)
+    return tune.with_resources(with_plugins(PopulationTrainable), resources_for)
 
 
 def fold_history(row: Mapping[str, Any], earlier: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:

@@ -62,6 +62,7 @@ from ray import tune
 from ray.tune import PlacementGroupFactory
 
 from fedtune.config import FederatedRunConfig
+from fedtune.plugins import load_plugins, loaded_plugin_entries
 from fedtune.results import status
 from fedtune.results.schema import IDENTITY_COLUMNS
 from fedtune.runtime.checkpoint import newest_readable_checkpoint, write_checkpoint
@@ -213,6 +214,9 @@ class FedtuneTrainable(tune.Trainable):
     run: FederatedRun | None = None
     _warning: str | None = None  # a damaged checkpoint, said with the next result
     restored_meta: dict[str, Any] = {}  # ``meta`` of the checkpoint the last restore read
+    # Plugin entries (fedtune.plugins) this trainable imports before it reads a trial's config: those
+    # of the process that made it (fedtune_trainable), so a trial process registers the same components.
+    plugins: tuple[str, ...] = ()
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> PlacementGroupFactory:
@@ -226,6 +230,7 @@ class FedtuneTrainable(tune.Trainable):
         import ray
 
         t0 = time.time()
+        load_plugins(self.plugins, source="the trainable's plugins")
         cfg = trial_run_config(config)  # validated from the declarations: no torch import here
         pg = ray.util.get_current_placement_group()
         resources = plan_from_bundles(cfg, pg.bundle_specs) if pg is not None else None
@@ -329,7 +334,18 @@ class FedtuneTrainable(tune.Trainable):
                 self.run = None
 
 
+def with_plugins(cls: type[FedtuneTrainable]) -> type[FedtuneTrainable]:
+    """``cls``, or a subclass of it that carries this process's plugin entries (:mod:`fedtune.plugins`:
+    every one imported or registered from so far) to the trial processes, which import them first."""
+    entries = tuple(loaded_plugin_entries())
+    if not entries:
+        return cls
+    return type(cls.__name__, (cls,), {"plugins": entries, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+
+
 def fedtune_trainable():
     """:class:`FedtuneTrainable` with its per-trial resources: ``tune.with_resources(FedtuneTrainable,
-    resources_for)``. Pass it to :class:`ray.tune.Tuner`."""
-    return tune.with_resources(FedtuneTrainable, resources_for)
+    resources_for)``, carrying the plugins registered so far (:func:`with_plugins`): call it after
+    ``fedtune.register``. Pass it to :class:`ray.tune.Tuner`."""
+    return tune.with_resources(with_plugins(FedtuneTrainable), resources_for)
