@@ -361,7 +361,7 @@ ADAPTIVE = ("adam", "yogi", "adagrad")
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_an_unset_global_lr_is_the_optimisers_declared_one_and_a_set_one_is_the_users(name):
     own = SERVER_OPTIMIZERS.spec(name).default_lr
-    assert (own == 0.01) if name in ADAPTIVE else own is None  # Flower's FedYogi eta; avgm: the rule's
+    assert (own == 1e-3) if name in ADAPTIVE else own is None  # Adam's step size; avgm: the rule's
     for algorithm, rule_lr in (("fedavg", 1.0), ("fedomg", 0.05)):
         unset = FederatedRunConfig.from_dict({"algorithm": algorithm, "server_optimizer": name})
         assert unset.effective_global_lr == (own if own is not None else rule_lr)
@@ -373,12 +373,13 @@ def test_an_unset_global_lr_is_the_optimisers_declared_one_and_a_set_one_is_the_
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_the_default_run_trains_under_each_optimiser_at_its_defaults(tmp_path, name):
     # rotated-digits, the default model and clients; with global_lr unset adam/adagrad used to step at
-    # the rule's 1.0 and diverge in round 2
+    # the rule's 1.0 and diverge in round 2, and at 0.01 (tau 1e-9) the loss went 2.26 -> 8.6 -> 2.07
+    # and then sat at ln 10, chance: every round's loss must fall
     result = run(FederatedRunConfig.from_dict({"rounds": 3, "backend": "local", "server_optimizer": name,
                                                "output": str(tmp_path)}), progress=False)
     loss = [r["train_loss"] for r in result.rows]
     assert result.status == "completed" and len(loss) == 3 and all(r["status"] == "ok" for r in result.rows)
-    assert all(math.isfinite(x) for x in loss) and loss[-1] < loss[0], loss
+    assert all(math.isfinite(x) for x in loss) and loss[0] > loss[1] > loss[2], loss
 
 
 def test_adaptive_runs_with_global_lr_unset_get_new_trial_ids_and_sgd_runs_keep_theirs(monkeypatch):
@@ -388,7 +389,7 @@ def test_adaptive_runs_with_global_lr_unset_get_new_trial_ids_and_sgd_runs_keep_
         return FederatedRunConfig.from_dict(kw).trial_id()
 
     for name in ADAPTIVE:
-        assert id_of(server_optimizer=name) == id_of(server_optimizer=name, global_lr=0.01)  # what runs
+        assert id_of(server_optimizer=name) == id_of(server_optimizer=name, global_lr=1e-3)  # what runs
         assert id_of(server_optimizer=name, global_lr=0.5) != id_of(server_optimizer=name)
     new = {name: id_of(server_optimizer=name) for name in OPTIMIZERS}
     kept = {"sgd": id_of(), "fedomg": id_of(algorithm="fedomg"), "sgd_lr": id_of(global_lr=0.1),

@@ -337,7 +337,7 @@ class Resolved:
     def effective_global_lr(self, cfg: RunConfig) -> float:
         """The server learning rate a run with ``cfg`` uses: ``cfg.global_lr`` if set, else the server
         optimiser's :attr:`~fedtune.algorithms.base.ServerOptimizerSpec.default_lr` (FedAdam, FedYogi,
-        FedAdagrad: 0.01, Flower's FedYogi ``eta``), else the rule's
+        FedAdagrad: 1e-3, Adam's step size), else the rule's
         :attr:`~fedtune.algorithms.base.ServerRuleSpec.default_global_lr` (the one source)."""
         if cfg.global_lr is not None:
             return float(cfg.global_lr)

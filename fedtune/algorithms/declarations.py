@@ -148,7 +148,8 @@ FISH_META_LR = HParam("fish_meta_lr", 0.5, "Fish meta step: theta <- theta + fis
                       search={**search_categorical([0.05, 0.1, 0.5], 0.5), "help": "meta step size"})
 FISH_INNER_OPTIMIZER = HParam("fish_inner_optimizer", "round", "Fish inner steps' optimiser: round = one optimiser for "
                               "the round, its state (momentum, Adam's moments) carried across meta steps (DomainBed's "
-                              "Fish.update loads the last inner optimiser's state into each new one; Bai et al.'s "
+                              "Fish.update loads the last inner optimiser's state into each new one, as the authors' "
+                              "reload_inner_optim; Bai et al.'s "
                               "Fish.step steps the client's optimiser), fresh = a new optimiser at every meta step, "
                               "its state kept only across one batch's domains (fedtune's default before issue 44; "
                               "Algorithm 1 writes plain SGD inner steps, where the two agree)",

@@ -11,7 +11,8 @@ makes each local step a Reptile-style meta step over the domains present in the 
 The inner steps use the run's local optimiser (``local_lr``, momentum, weight decay):
 ``fish_inner_optimizer: round`` (default) keeps one optimiser for the round, its state (momentum,
 Adam's moments) carried across meta steps: DomainBed's ``Fish.update`` makes a new inner
-optimiser each step but loads the last one's ``state_dict`` into it, and Bai et al.'s
+optimiser each step but loads the last one's ``state_dict`` into it (as the Fish authors'
+``train_fish`` with ``reload_inner_optim``, set for every WILDS dataset), and Bai et al.'s
 ``Fish.step`` steps the client's own optimiser. ``fresh`` starts it anew at every meta step, so
 its state only runs across the domains of one batch (fedtune's default before issue 44; with plain
 SGD, Algorithm 1's inner step, the two agree). The round's loss is the inner steps'
