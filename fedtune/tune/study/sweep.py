@@ -188,6 +188,7 @@ class _Study:
         from fedtune.tune.trial.callback import ArrowCallback
         from fedtune.tune.trial.progress import SweepProgress
         from fedtune.tune.trial.scale_up import ScaleUpWatch
+        from fedtune.tune.trial.state_signer import StateSigner
 
         key = next(iter(totals))
         progress = SweepProgress(key, self.rounds(), self.plan.metrics[0], self.plan.modes[0], totals[key],
@@ -196,7 +197,7 @@ class _Study:
             name=name, storage_path=self.plan.tune_storage,
             callbacks=[ArrowCallback(str(self.plan.study_dir.parent), self.plan.name), progress,
                        ScaleUpWatch(key, self.opts.scale_up_timeout_s),
-                       *self._loggers(key)],
+                       *self._loggers(key), StateSigner()],
             verbose=1 if self.opts.verbose else 0, log_to_file=False,
             failure_config=tune.FailureConfig(max_failures=self.opts.max_failures),
             checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False))
@@ -326,13 +327,15 @@ def trial_dirname(trial: Any) -> str:
 
 # ------------------------------------------------------------------------------------------------
 def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, trainable: Any = None,
-              on_ray: Callable[[], None] | None = None) -> SweepResult:
+              on_ray: Callable[[], None] | None = None, trust_study_files: bool = False) -> SweepResult:
     """Run (or, with ``resume``, continue) the study ``opts`` describes; see the module docstring.
 
     Validates everything before Ray starts; starts a local Ray (or joins ``opts.address``)
     unless Ray is already initialised, and shuts down only a Ray it started. ``trainable``
     replaces :func:`fedtune.tune.trial.trainable.fedtune_trainable` (tests). Raises ConfigError on bad
     input and :class:`StudyInterrupted` when the study was interrupted (``--resume`` continues it).
+    ``resume`` refuses Ray Tune state this user's key did not sign unless ``trust_study_files``
+    (``--trust-study-files``: :mod:`fedtune.tune.study.state_signatures`).
     """
     from rich.console import Console
 
@@ -363,7 +366,7 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
             if resume:
                 plan, data = resumed_study(opts, output)
             return _start_or_continue(opts, plan, data, output, console=console, trainable=trainable, on_ray=on_ray,
-                                      t0=t0)
+                                      t0=t0, trust=trust_study_files)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside Tune's graceful stop (Ray's start, between searches, report)
         if not (study_dir / STUDY_FILE).is_file():
             raise StudyInterrupted(f"study '{name}' was interrupted before it started; nothing ran") from None
@@ -372,8 +375,12 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
 
 
 def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any] | None, output: Path, *,
-                       console: Any, trainable: Any, on_ray: Callable[[], None] | None, t0: float) -> SweepResult:
+                       console: Any, trainable: Any, on_ray: Callable[[], None] | None, t0: float,
+                       trust: bool = False) -> SweepResult:
+    from fedtune.tune.study.state_signatures import check_study_experiments, state_key
+
     resume = data is not None
+    state_key()  # the signing key, made or refused in one line before anything runs
     if "wandb" in plan.options.loggers:  # what W&B would refuse later, in a logging actor: now, in one line
         from fedtune.tune.trial.loggers import check_wandb
 
@@ -381,6 +388,8 @@ def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any]
     if data is not None:
         from fedtune.tune.study.resume import check_optuna_storage
 
+        # Ray Tune's pickles checked before anything could unpickle them (before Ray starts)
+        check_study_experiments(plan.tune_storage, study=plan.name, trust=trust)
         check_optuna_storage(plan, data)
         data.setdefault("resumed_at", []).append(now())
     else:
