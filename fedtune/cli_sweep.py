@@ -45,6 +45,16 @@ def _add_scheduler_options(p: Any) -> None:
                    help="PBT/PB2: exploit and explore every N rounds (default: a quarter of the rounds)")
 
 
+def _add_resume_options(p: Any) -> None:
+    """``--resume``, and ``--trust-study-files`` for a study whose Ray Tune state is not signed
+    (:mod:`fedtune.tune.study.state_signatures`)."""
+    p.add_argument("--resume", action="store_true", help="continue an interrupted study (its saved options)")
+    p.add_argument("--trust-study-files", action="store_true",
+                   help="with --resume: continue a study whose Ray Tune state (pickles, which run code when loaded) "
+                        "your fedtune key did not sign, e.g. one from before fedtune signed it or one you were given; "
+                        "only for a folder you trust (it is then signed with your key)")
+
+
 def add_sweep_parser(sub: Any) -> Any:
     """Add ``fedtune sweep`` to the subcommands ``sub`` of the ``fedtune`` parser."""
     from fedtune.tune.study.default_study import DEFAULT_ALGORITHMS
@@ -110,7 +120,7 @@ def add_sweep_parser(sub: Any) -> Any:
                         "journal:///ABSOLUTE/PATH.log (Optuna's journal file, fine on NFS)")
     p.add_argument("--output", metavar="DIR", default="fedtune_results", help="results directory")
     p.add_argument("--name", metavar="STUDY", help="study name (default sweep-<UTC time>; --resume: the latest)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted study (its saved options)")
+    _add_resume_options(p)
     p.add_argument("--no-report", action="store_true", help="do not write report.md and plots at the end")
     p.add_argument("--verbose", action="store_true", help="Ray Tune's own tables and logs instead of the live view")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -156,6 +166,8 @@ def options_from_args(args: Any) -> SweepOptions:
         opts.scale_up_timeout_s = args.scale_up_timeout
     if args.config:
         opts = with_config_file(opts, args.config)
+    if getattr(args, "trust_study_files", False) and not args.resume:
+        raise ConfigError("--trust-study-files only applies with --resume (a new study's files are its own)")
     if args.resume:
         from fedtune.tune.study.resume import RESUME_FIXED, check_resume_flags
 
@@ -226,7 +238,8 @@ def cmd_sweep(args: Any) -> int:
     console = Console()
     opts = options_from_args(args)
     try:
-        result = run_sweep(opts, resume=args.resume, console=console)
+        result = run_sweep(opts, resume=args.resume, console=console,
+                           trust_study_files=getattr(args, "trust_study_files", False))
     except StudyInterrupted as exc:
         print(f"fedtune: {exc}", file=sys.stderr)
         return 130

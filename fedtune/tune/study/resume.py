@@ -292,7 +292,7 @@ RESUME_FIXED = ("spaces", "algorithms", "dataset", "data_root", "target_domain",
                  "max_failures", "storage_path", "scale_up_timeout")
 """Options (argparse dests) a study keeps from its start: given with ``--resume``, they are refused
 (each defaults to None on the command line, so "given" is exact)."""
-RESUME_ALLOWED = ("--name", "--output", "--address", "--verbose", "--no-report")
+RESUME_ALLOWED = ("--name", "--output", "--address", "--verbose", "--no-report", "--trust-study-files")
 """What ``--resume`` does take: where the study is and how this driver runs and ends."""
 
 

@@ -161,9 +161,11 @@ def finish_search(study: Any, search: Search, study_name: str, ended: dict[str, 
 def restore_tuner(study: Any, exp_dir: str, *, param_space: dict[str, Any] | None = None,
                   searches: list[Search] = ()) -> Any:
     """``Tuner.restore`` of ``exp_dir`` for ``study`` (in its study directory, wherever the study was
-    created): Tune takes the experiment's location from ``exp_dir``; the Optuna storage unpickles onto
-    this study (``ACTIVE["study_dir"]``); the Arrow callback pickled in ``tuner.pkl`` is pointed at
-    this study directory too, so a copied or moved study writes only here.
+    created), once every pickle in it is found signed by this user
+    (:mod:`~fedtune.tune.study.state_signatures`): Tune takes the experiment's location from
+    ``exp_dir``; the Optuna storage unpickles onto this study (``ACTIVE["study_dir"]``); the Arrow
+    callback pickled in ``tuner.pkl`` is pointed at this study directory too, so a copied or moved
+    study writes only here; a :class:`~fedtune.tune.trial.state_signer.StateSigner` signs what it writes.
 
     ``param_space``: the fit's first ``param_space`` again (Tune does not keep it: should its restore
     fail, it starts the experiment anew from this, never from an empty one, whose trials would run
@@ -174,12 +176,15 @@ def restore_tuner(study: Any, exp_dir: str, *, param_space: dict[str, Any] | Non
 
     from fedtune.results.store import ResultsStore
     from fedtune.tune.study.moved_modules import old_module_names
+    from fedtune.tune.study.state_signatures import check_experiment
     from fedtune.tune.trial.callback import ArrowCallback
     from fedtune.tune.trial.population import PopulationRecorder, population_trainable
     from fedtune.tune.tuner.schedulers import EndedStayEnded, ended_in_optuna
+    from fedtune.tune.trial.state_signer import StateSigner
 
     plan = study.plan
     trainable = population_trainable() if study.opts.scheduler in POPULATION_SCHEDULERS else study.trainable
+    check_experiment(exp_dir, study=plan.name)  # every pickle signed by this user (or trusted, so signed, at start)
     with old_module_names():  # a study started before a module moved (fedtune.tune.study.moved_modules)
         try:
             tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
@@ -190,6 +195,9 @@ def restore_tuner(study: Any, exp_dir: str, *, param_space: dict[str, Any] | Non
             tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
                                        resume_errored=False)
     run_config = tuner._local_tuner.get_run_config()  # Ray keeps the callbacks of the first run
+    # a study from before fedtune signed its state has no signer among them
+    run_config.callbacks = [cb for cb in run_config.callbacks or [] if not isinstance(cb, StateSigner)]
+    run_config.callbacks.append(StateSigner())
     for cb in run_config.callbacks or []:
         if isinstance(cb, ArrowCallback):
             cb.store = ResultsStore(plan.study_dir.parent, plan.name)

@@ -191,6 +191,7 @@ class _Study:
         from fedtune.tune.trial.callback import ArrowCallback
         from fedtune.tune.trial.progress import SweepProgress
         from fedtune.tune.trial.scale_up import ScaleUpWatch
+        from fedtune.tune.trial.state_signer import StateSigner
 
         key = next(iter(totals))
         progress = SweepProgress(key, self.rounds(), self.plan.metrics[0], self.plan.modes[0], totals[key],
@@ -200,7 +201,7 @@ class _Study:
             callbacks=[ArrowCallback(str(self.plan.study_dir.parent), self.plan.name,
                                      objective=(list(self.plan.metrics), list(self.plan.modes))), progress,
                        ScaleUpWatch(key, self.opts.scale_up_timeout_s),
-                       *self._loggers(key)],
+                       *self._loggers(key), StateSigner()],
             verbose=1 if self.opts.verbose else 0, log_to_file=False,
             failure_config=tune.FailureConfig(max_failures=self.opts.max_failures),
             checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False))
@@ -335,13 +336,15 @@ def trial_dirname(trial: Any) -> str:
 
 # ------------------------------------------------------------------------------------------------
 def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, trainable: Any = None,
-              on_ray: Callable[[], None] | None = None) -> SweepResult:
+              on_ray: Callable[[], None] | None = None, trust_study_files: bool = False) -> SweepResult:
     """Run (or, with ``resume``, continue) the study ``opts`` describes; see the module docstring.
 
     Validates everything before Ray starts; starts a local Ray (or joins ``opts.address``)
     unless Ray is already initialised, and shuts down only a Ray it started. ``trainable``
     replaces :func:`fedtune.tune.trial.trainable.fedtune_trainable` (tests). Raises ConfigError on bad
     input and :class:`StudyInterrupted` when the study was interrupted (``--resume`` continues it).
+    ``resume`` refuses Ray Tune state this user's key did not sign unless ``trust_study_files``
+    (``--trust-study-files``: :mod:`fedtune.tune.study.state_signatures`).
     """
     from rich.console import Console
 
@@ -372,7 +375,7 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
             if resume:
                 plan, data = resumed_study(opts, output)
             return _start_or_continue(opts, plan, data, output, console=console, trainable=trainable, on_ray=on_ray,
-                                      t0=t0)
+                                      t0=t0, trust=trust_study_files)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside Tune's graceful stop (Ray's start, between searches, report)
         if not (study_dir / STUDY_FILE).is_file():
             raise StudyInterrupted(f"study '{name}' was interrupted before it started; nothing ran") from None
@@ -390,15 +393,24 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
 
 
 def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any] | None, output: Path, *,
-                       console: Any, trainable: Any, on_ray: Callable[[], None] | None, t0: float) -> SweepResult:
+                       console: Any, trainable: Any, on_ray: Callable[[], None] | None, t0: float,
+                       trust: bool = False) -> SweepResult:
+    from fedtune.tune.study.state_signatures import check_study_experiments, state_key
+
     resume = data is not None
+    state_key()  # the signing key, made or refused in one line before anything runs
     if "wandb" in plan.options.loggers:  # what W&B would refuse later, in a logging actor: now, in one line
         from fedtune.tune.trial.loggers import check_wandb
 
         check_wandb(plan.name)
+    set_aside: list[str] = []
     if data is not None:
         from fedtune.tune.study.resume import check_optuna_storage
 
+        # An unreadable snapshot (a full disk cut it) can run nothing: set aside first, by name only;
+        # then Ray Tune's pickles are checked before anything could unpickle them (before Ray starts)
+        set_aside = set_aside_unreadable_snapshots(plan, console)
+        check_study_experiments(plan.tune_storage, study=plan.name, trust=trust)
         check_optuna_storage(plan, data)
         data.setdefault("resumed_at", []).append(now())
     else:
@@ -409,12 +421,14 @@ def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any]
         data = new_study_data(opts, plan, output)
         if opts.knobs == "own":
             say_knobs(console, data["knobs"])
-    return _drive(opts, plan, data, resume=resume, console=console, trainable=trainable, on_ray=on_ray, t0=t0)
+    return _drive(opts, plan, data, resume=resume, console=console, trainable=trainable, on_ray=on_ray, t0=t0,
+                  set_aside=set_aside)
 
 
 def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume: bool, console: Any,
-           trainable: Any, on_ray: Callable[[], None] | None, t0: float) -> SweepResult:
-    """The study's phases once its driver lock is held: Ray, the searches and seed runs, the report."""
+           trainable: Any, on_ray: Callable[[], None] | None, t0: float, set_aside: list[str] = ()) -> SweepResult:
+    """The study's phases once its driver lock is held: Ray, the searches and seed runs, the report
+    (``set_aside``: the lines of the unreadable snapshots a resume set aside, said with its warnings)."""
     import ray
 
     from fedtune.runtime.cluster import cluster_address, connect_ray
@@ -447,7 +461,7 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
                         study.warnings.append(f"removed {len(removed)} temporary file(s) a stopped driver left: "
                                               + ", ".join(p.name for p in removed))
                     study.warnings.extend(repair_round_files(plan.study_dir, console))
-                    study.warnings.extend(set_aside_unreadable_snapshots(plan, console))
+                    study.warnings.extend(set_aside)
                     study.warnings.extend(rebuild_trial_rows(plan, data, console))
                 study.run()
                 data["completed_at"] = now()
