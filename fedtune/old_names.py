@@ -173,6 +173,8 @@ MOVED_NAMES: dict[str, str] = {
              "SERVER_MOMENTUM", "SERVER_BETA1", "SERVER_BETA2", "SERVER_TAU", "SERVER_ADAM_BIAS_CORRECTION",
              "SERVER_V_START"),
     **_moved("fedtune.algorithms", "fedtune.algorithms.client.simclr", "SimCLR", "GalaSimCLR"),
+    # issue 44: FedADG's declarations (seventeen hyperparameters and their readings) left declarations.py
+    **_moved("fedtune.algorithms.declarations", "fedtune.algorithms.fedadg_declarations", "FEDADG_ALPHA", "FEDADG_EPOCHS", "FEDADG_GEN_LR", "FEDADG_DISC_LR", "FEDADG_NOISE", "FEDADG_LATENT", "FEDADG_DISC_WIDTH", "FEDADG_SOFT_LABEL", "FEDADG_LABEL_SMOOTHING", "FEDADG_SMOOTHING_FORM", "FEDADG_PRETRAIN_LOSS", "FEDADG_ORDER", "FEDADG_DISC_LOSS", "FEDADG_GEN_LOSS", "FEDADG_DISC_ARCH", "FEDADG_MODEL_MODE", "FEDADG_VARIANT", "FEDADG_HPARAMS"),
     # issue 28: the modules fedtune.algorithms.client and .server became packages
     **_moved("fedtune.algorithms.client", "fedtune.algorithms.client.method", "StepFunction", "RecordStep", "Augment",
              "ClientData", "ClientContext", "ClientOutcome", "batches", "descend", "ClientMethod", "SGD"),

@@ -45,11 +45,11 @@ from fedtune.algorithms.client.method import ClientContext, ClientMethod, Client
 from fedtune.algorithms.client.moon import FeatureTap, classifier_layer
 from fedtune.algorithms.client.precision import autocast
 from fedtune.algorithms.client.steps import batches_per_epoch
-from fedtune.algorithms.declarations import (FEDADG_ALPHA, FEDADG_DISC_ARCH, FEDADG_DISC_LOSS, FEDADG_DISC_LR,
-                                             FEDADG_DISC_WIDTH, FEDADG_EPOCHS, FEDADG_GEN_LOSS, FEDADG_GEN_LR,
-                                             FEDADG_LABEL_SMOOTHING, FEDADG_LATENT, FEDADG_MODEL_MODE, FEDADG_NOISE,
-                                             FEDADG_ORDER, FEDADG_PRETRAIN_LOSS, FEDADG_SMOOTHING_FORM,
-                                             FEDADG_SOFT_LABEL)
+from fedtune.algorithms.fedadg_declarations import (FEDADG_ALPHA, FEDADG_DISC_ARCH, FEDADG_DISC_LOSS,
+                                                    FEDADG_DISC_LR, FEDADG_DISC_WIDTH, FEDADG_EPOCHS, FEDADG_GEN_LOSS,
+                                                    FEDADG_GEN_LR, FEDADG_LABEL_SMOOTHING, FEDADG_LATENT,
+                                                    FEDADG_MODEL_MODE, FEDADG_NOISE, FEDADG_ORDER,
+                                                    FEDADG_PRETRAIN_LOSS, FEDADG_SMOOTHING_FORM, FEDADG_SOFT_LABEL)
 from fedtune.algorithms.server.fedadg import GENERATOR_KEY
 
 DISCRIMINATOR_KEY = "fedadg.discriminator"
