@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_type_hints
@@ -35,6 +33,7 @@ from fedtune.bounds import Bounds
 from fedtune.data.heterogeneity import ROUNDINGS
 from fedtune.errors import ConfigError, clipped, shown
 from fedtune.config_values import check_mlp_hidden, coerce, unknown_key_message
+from fedtune.trial_ids import trial_id_of
 from fedtune.plugins import MAIN_MODULE, check_run_field_names, load_plugins, parse_model_factory, plugins_of_run
 
 if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
@@ -448,46 +447,9 @@ class FederatedRunConfig:
                                       self.fidelity_grace_rounds, self.fidelity_factor)
 
     def trial_id(self) -> str:
-        """A stable id of what this run computes: equal configs (up to output/naming/backends) share it."""
-        ignore = {"plugins", "backend", "address", "eval_every", "eval_batch_size", "eval_batch_mib", "num_cpus", "num_gpus", "output", "name", "max_client_actors",
-                  "placement_timeout_s", "on_client_failure", "client_placement", "client_cpus", "client_gpus",
-                  "coordinator_cpus", "coordinator_gpus", "checkpoint_every", "cache_dir", "cache_key", "cache_wait_s"}
-        values = {**self.to_dict(), "augment": self.effective_augment}  # what ran, not "auto"
-        if self.global_lr is None and SERVER_OPTIMIZERS.spec(self.server_optimizer).default_lr is not None:
-            # adam/yogi/adagrad step at their own default since issue 44 (the rule's before): hash the
-            # step that runs, so these runs get new ids; sgd and avgm runs keep theirs (global_lr None)
-            values["global_lr"] = self.effective_global_lr
-        specs = self.resolved.hparam_specs()
-        values["params"] = {**{k: specs[k].of(self) for k in _PARAMS_HASHED_WHEN_UNSET if k in specs},
-                            **{k: v for k, v in values["params"].items()
-                               if not (k in _PARAMS_HASHED_WHEN_SET and v == _PARAMS_HASHED_WHEN_SET[k])}}
-        payload = {k: v for k, v in sorted(values.items())
-                   if k not in ignore and not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])}
-        digest = hashlib.sha1(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:10]
-        return f"{self.algorithm}-{digest}"
-
-
-# Fields added after studies were first written: left out of trial_id while at these values, so the
-# trial ids of earlier studies (which ran with exactly these) stay the same. ``augment`` is hashed as
-# the augmentation that runs: DomainBed's datasets augment by default, so their ids change.
-_HASHED_WHEN_SET = {"weights": "none", "augment": "none", "local_optimizer": "sgd", "precision": "fp32",
-                    "channels_last": True, "cudnn_benchmark": True, "server_optimizer": "sgd",
-                    "domain_homogeneity": None, "domain_homogeneity_rounding": "authors", "target_lr_scale": 1.0,
-                    "split_scheme": None, "freeze_batchnorm": False, "fidelity_participation": None,
-                    "fidelity_grace_rounds": 1, "fidelity_factor": 2.0, "fedex_configs": 0, "fedex_knobs": ["local_lr"],
-                    "fedex_eps": 0.5, "fedex_schedule": "aggressive", "fedex_baseline": 0.0, "fedex_diff": False,
-                    "fedex_cutoff": 0.0, "fedex_objective": "error"}
-# The same for hyperparameters added later (in ``params``), at the value every earlier run computed with:
-# the example-weighted model mean, and Reddi et al.'s v start. A shipped space that now names them fixed
-# at these values keeps its trial ids.
-_PARAMS_HASHED_WHEN_SET = {"client_weighting": "examples", "server_v_start": "tau_squared"}
-# Hyperparameters whose default changed after studies were written: hashed at the value that runs, set
-# or not, so a run that leaves one unset gets another id than the runs of the old default
-# (fedadg_variant: fedtune's `fixed` reading until issue 44, the authors' PACS code since;
-# fish_inner_optimizer: `fresh` until issue 44, `round` (DomainBed's, Bai et al.'s) since;
-# feddg_window: `centred`, L ~ U(0, 1), until issue 44, ELCFS's `dc` since).
-_PARAMS_HASHED_WHEN_UNSET = ("fedadg_variant", "fish_inner_optimizer", "feddg_window", "feddg_ratio_low",
-                             "feddg_ratio_high")
+        """A stable id of what this run computes: equal configs (up to output/naming/backends) share it
+        (:func:`fedtune.trial_ids.trial_id_of`)."""
+        return trial_id_of(self)
 
 
 # Old field names, refused with a message saying what changed (a null value still reads: the default).

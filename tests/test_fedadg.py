@@ -289,14 +289,14 @@ def test_a_reading_sets_only_what_is_unset_and_reports_it():
 
 
 def test_runs_at_the_new_defaults_get_new_trial_ids(monkeypatch):
-    import fedtune.config as config
+    import fedtune.trial_ids as trial_ids
 
     for base in ({"algorithm": "fedadg"}, {"algorithm": "fedomg", "client_method": "fedadg"}):
         unset = FederatedRunConfig.from_dict(base)
         assert unset.trial_id() == FederatedRunConfig.from_dict({**base, "fedadg_variant": "authors"}).trial_id()
         assert unset.trial_id() != FederatedRunConfig.from_dict({**base, "fedadg_variant": "bai"}).trial_id()
         new = unset.trial_id()
-        monkeypatch.setattr(config, "_PARAMS_HASHED_WHEN_UNSET", ())  # the hash of the set params only (before)
+        monkeypatch.setattr(trial_ids, "PARAMS_HASHED_WHEN_UNSET", ())  # the hash of the set params only (before)
         assert FederatedRunConfig.from_dict(base).trial_id() != new
         monkeypatch.undo()
 

@@ -197,7 +197,7 @@ def test_bad_input_is_one_line():
 
 
 def test_runs_at_the_new_defaults_get_new_trial_ids_and_runs_that_set_them_keep_theirs(monkeypatch):
-    import fedtune.config as config
+    import fedtune.trial_ids as trial_ids
 
     old_range = {"feddg_ratio_low": 0.0, "feddg_ratio_high": 1.0}  # the default range until issue 44
 
@@ -210,7 +210,7 @@ def test_runs_at_the_new_defaults_get_new_trial_ids_and_runs_that_set_them_keep_
 
     now = ids()
     assert now[None] == now["dc"] and len(set(now.values())) == 5
-    monkeypatch.setattr(config, "_PARAMS_HASHED_WHEN_UNSET", ())  # the hash of the set params only (before)
+    monkeypatch.setattr(trial_ids, "PARAMS_HASHED_WHEN_UNSET", ())  # the hash of the set params only (before)
     before = ids()
     assert before[None] != now[None]  # unset ran centred at r ~ U(0, 1) before: another id now
     assert before["centred"] != now["centred"]  # the window set, the ratio's default changed: another id

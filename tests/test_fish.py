@@ -148,14 +148,14 @@ def test_the_default_is_domainbeds_update_with_the_inner_state_carried_across_me
 
 
 def test_runs_at_the_new_default_get_new_trial_ids(monkeypatch):
-    import fedtune.config as config
+    import fedtune.trial_ids as trial_ids
 
     base = {"algorithm": "fish"}
     unset = FederatedRunConfig.from_dict(base)
     assert unset.trial_id() == FederatedRunConfig.from_dict({**base, "fish_inner_optimizer": "round"}).trial_id()
     assert unset.trial_id() != FederatedRunConfig.from_dict({**base, "fish_inner_optimizer": "fresh"}).trial_id()
     new = unset.trial_id()
-    monkeypatch.setattr(config, "_PARAMS_HASHED_WHEN_UNSET", ())  # the hash of the set params only (before)
+    monkeypatch.setattr(trial_ids, "PARAMS_HASHED_WHEN_UNSET", ())  # the hash of the set params only (before)
     assert FederatedRunConfig.from_dict(base).trial_id() != new
 
 
