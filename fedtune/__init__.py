@@ -17,7 +17,11 @@ documents; it stays where it is when fedtune's modules move:
   :class:`Preset`, :class:`DatasetSpec`,
   :class:`DomainDataset`, :class:`DatasetInfo`, :class:`CachedImageDataset` (a dataset of image files
   decoded once into fedtune's image cache); your own model is named ``MODULE:FUNCTION`` in the run's
-  ``model`` field (:mod:`fedtune.model_factory`).
+  ``model`` field (:mod:`fedtune.model_factory`);
+- checking your own components (docs/extending.md, "Checking your component"; ``fedtune check``):
+  :func:`check_component` (every contract check of a registered component, as :class:`CheckResult`
+  values), :func:`assert_component_ok` (the same, one AssertionError naming each failure: for pytest),
+  :func:`check_plugin` (every component a plugin module registers).
 
 Each name is defined in one module (``fedtune._HOMES``; ``fedtune.run is fedtune.runtime.driver.run``)
 and loads on first use, so importing ``fedtune`` is light (no torch, no Ray, no pyarrow). Code
@@ -63,6 +67,8 @@ if TYPE_CHECKING:  # for type checkers; at run time each name loads on first use
     from fedtune.data.base import DatasetInfo, DomainDataset
     from fedtune.data.registry import DatasetSpec
     from fedtune.data.folder import CachedImageDataset
+    from fedtune.contracts.result import CheckResult
+    from fedtune.contracts.suite import assert_component_ok, check_component, check_plugin
 
 __version__ = "0.1.0"
 
@@ -107,6 +113,11 @@ _HOMES: dict[str, str] = {
     "DomainDataset": "fedtune.data.base",
     "DatasetInfo": "fedtune.data.base",
     "CachedImageDataset": "fedtune.data.folder",
+    # checking your own components (fedtune check)
+    "check_component": "fedtune.contracts.suite",
+    "assert_component_ok": "fedtune.contracts.suite",
+    "check_plugin": "fedtune.contracts.suite",
+    "CheckResult": "fedtune.contracts.result",
 }
 """Each public name -> the module that defines it (and that code inside fedtune imports it from)."""
 
@@ -115,7 +126,8 @@ __all__ = ["__version__", "FederatedRunConfig", "run", "ConfigError", "load", "m
            "list_datasets", "register", "plugin_runtime_env", "HParam", "ClientMethodSpec", "ServerRuleSpec",
            "ServerOptimizerSpec", "Preset", "ClientMethod", "ClientContext", "ClientOutcome", "SGD",
            "descend", "ServerRule", "RoundInfo", "AggregateResult", "server_step", "weighted_sum", "ServerOptimizer",
-           "DatasetSpec", "DomainDataset", "DatasetInfo", "CachedImageDataset"]
+           "DatasetSpec", "DomainDataset", "DatasetInfo", "CachedImageDataset", "check_component", "assert_component_ok",
+           "check_plugin", "CheckResult"]
 
 
 def __getattr__(name: str) -> Any:

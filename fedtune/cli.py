@@ -1,6 +1,7 @@
 """The ``fedtune`` command line: every subcommand's parser and handler (``run``, ``partition``, ``datasets``,
-``algorithms``, ``fields``, ``spaces show``, ``sweep``, ``report``). Heavy modules are imported by the handler that
-needs them, so ``fedtune --help`` and bad flags answer at once."""
+``algorithms``, ``fields``, ``spaces show``, ``sweep``, ``report``, ``check``; ``sweep`` and ``check`` in modules of
+their own). Heavy modules are imported by the handler that needs them, so ``fedtune --help`` and bad flags answer
+at once."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from fedtune.config import FederatedRunConfig, describe_fields, parse_set_options
 from fedtune.errors import ConfigError, DataError, ResourceError
 from fedtune.results import status
+from fedtune.cli_check import add_check_parser, cmd_check
 from fedtune.cli_sweep import add_plugin_argument, add_sweep_parser, cmd_sweep
 
 # Flags of `fedtune run` that map one-to-one onto config fields (flag dest -> field).
@@ -63,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--yaml", action="store_true", help="print it as a complete space file instead of a table")
 
     add_sweep_parser(sub)
+    add_check_parser(sub)
 
     report = sub.add_parser("report", help="tables, report.md and plots of a study (OUTPUT/STUDY)",
                             description="Summarise a study directory: per-algorithm (and per target domain) "
@@ -283,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                 return cmd_sweep(args)
             if args.command == "report":
                 return cmd_report(args)
+            if args.command == "check":
+                return cmd_check(args)
     except (ConfigError, DataError, ResourceError, ClientFailure, CorruptResultsError) as exc:
         print(f"fedtune: error: {exc}", file=sys.stderr)
         return 2

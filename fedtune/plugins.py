@@ -53,8 +53,9 @@ from fedtune.algorithms.presets import PRESETS
 from fedtune.data.registry import DatasetSpec, dataset_owner, register_dataset
 from fedtune.errors import ConfigError, PluginError, clipped, shown
 
-__all__ = ["PluginRecord", "register", "load_plugins", "parse_entry", "plugins_of_run",
-           "loaded_plugin_entries", "plugin_runtime_env", "plugin_worker_paths", "runtime_env_for", "plugin_records", "check_plugin_records", "check_run_field_names", "MAIN_MODULE",
+__all__ = ["PluginRecord", "register", "load_plugins", "parse_entry", "plugins_of_run", "loaded_plugin_entries",
+           "components_of", "plugin_runtime_env", "plugin_worker_paths", "runtime_env_for", "plugin_records",
+           "check_plugin_records", "check_run_field_names", "isolated", "MAIN_MODULE",
            "parse_model_factory", "model_factory_entry"]
 
 MAIN_MODULE = "__main__"
@@ -366,6 +367,16 @@ def loaded_plugin_entries() -> list[str]:
         out = list(_loaded)
         out += [e for e in dict.fromkeys(_source_of.values()) if e not in out and e != MAIN_MODULE]
     return out
+
+
+def components_of(entry: str) -> list[tuple[str, str]]:
+    """The components ``(kind, name)`` registered from the module of plugin ``entry`` in this process
+    (by any entry naming that module), in registration order; ``kind`` is ``client method``,
+    ``server rule``, ``server optimizer``, ``algorithm`` (a preset, or the one a method or rule gets
+    of its name) or ``dataset``. ``fedtune check`` checks them."""
+    module = parse_entry(entry)[0]
+    with _lock:
+        return [key for key, source in _source_of.items() if source != MAIN_MODULE and parse_entry(source)[0] == module]
 
 
 def plugin_runtime_env() -> dict[str, Any] | None:

@@ -360,9 +360,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedtune.config", "fedtune.config_values", "fedtune.trial_ids"),
     ("fedtune.results",),
     ("fedtune.runtime",),
-    ("fedtune.spaces", "fedtune.reports"),
+    ("fedtune.spaces", "fedtune.reports", "fedtune.contracts"),
     ("fedtune.tune",),
-    ("fedtune.cli_sweep", "fedtune.cli", "fedtune.__main__", "fedtune"),
+    ("fedtune.cli_sweep", "fedtune.cli_check", "fedtune.cli", "fedtune.__main__", "fedtune"),
 ]
 
 
