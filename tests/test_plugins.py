@@ -287,3 +287,73 @@ def test_a_module_not_installed_reaches_the_workers_of_a_local_ray(tmp_path, no_
         assert "on Ray's node" in rows["ray"] and "runtime_env" in rows["ray"] and "\n" not in rows["ray"]
     else:
         assert rows["ray"] == rows["local"]
+
+
+# ------------------------------------------------------------------------------------------------ everywhere
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_tuner_api_runs_a_plugin_registered_before_fedtune_trainable(ray_session, tmp_path):
+    """Ray Tune's own Tuner: the trainable carries the plugins registered before it was made, and each
+    trial process imports them; the plugin's hyperparameter is searched from its declaration."""
+    from ray import tune
+
+    from fedtune.tune.trial.callback import ArrowCallback
+
+    path = write_plugin(tmp_path / "p", "tuner_clip")
+    plugins.load_plugins([str(path)])
+    space = {**fedtune.search_space("clipped"), **TINY, "backend": "ray", "clip_norm": tune.loguniform(0.1, 10.0),
+             "output": str(tmp_path / "out")}
+    tuner = tune.Tuner(fedtune.fedtune_trainable(), param_space=space,
+                       tune_config=tune.TuneConfig(num_samples=2, metric="val_acc", mode="max"),
+                       run_config=tune.RunConfig(name="t", storage_path=str(tmp_path / "tune"), verbose=0,
+                                                 callbacks=[ArrowCallback(str(tmp_path / "out"), "tuner")]))
+    grid = tuner.fit()
+    assert not grid.errors, grid.errors
+    trials = fedtune.load(tmp_path / "out" / "tuner", "trials").to_pylist()
+    assert [t["status"] for t in trials] == ["completed", "completed"]
+    assert {t["client_method"] for t in trials} == {"clipped"} and len({t["hp.clip_norm"] for t in trials}) == 2
+
+
+def test_a_report_of_a_plugins_study_reads_it_without_the_plugin(tmp_path):
+    """`fedtune report` reads the results alone: a fresh process that cannot import the plugin names
+    its components from the stored rows."""
+    path = write_plugin(tmp_path / "p", "report_clip")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "fedtune", "run", "--plugin", str(path), "--algorithm", "clipped",
+                          "--backend", "local", "--dataset", "rect4", "--rounds", "2", "--output", str(out),
+                          "--name", "s", "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    path.unlink()  # the plugin is gone
+    report = subprocess.run([sys.executable, "-m", "fedtune", "report", str(out / "s"), "--no-plots"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "clipped" in report.stdout
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_study_records_its_plugin_and_a_resume_with_changed_or_missing_code_is_one_line(tmp_path):
+    path = write_plugin(tmp_path / "p", "resume_clip")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def sweep(*extra):
+        return subprocess.run([sys.executable, "-m", "fedtune", "sweep", "--output", str(tmp_path / "out"),
+                               "--name", "s", "--no-report", *extra], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    first = sweep("--plugin", str(path), "--algorithm", "clipped", "--num-samples", "1", "--rounds", "1",
+                  "--set", "model=mlp", "--set", "mlp_hidden=[8]", "--set", "local_steps=1")
+    assert first.returncode == 0, first.stderr[-2000:]
+    (record,) = json.loads((tmp_path / "out" / "s" / "study.json").read_text())["plugins"]
+    assert (record["entry"], record["module"]) == (str(path), "resume_clip")
+    path.write_text(path.read_text() + "# changed\n")
+    changed = sweep("--resume")
+    assert changed.returncode == 2
+    assert changed.stderr.strip().splitlines()[-1].startswith(
+        f"fedtune: error: study 's' ran with plugin '{path}' (module resume_clip, sha256 ")
+    assert "whose source has changed since" in changed.stderr
+    path.unlink()
+    missing = sweep("--resume")
+    assert missing.returncode == 2 and "which does not import here" in missing.stderr.strip().splitlines()[-1]
