@@ -302,6 +302,35 @@ def test_resume_takes_trust_study_files_and_names_it_among_its_flags(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
+
+# --------------------------------------------------------------------------- CMA-ES's pickle in the Optuna storage
+def test_cma_state_in_the_optuna_storage_is_signed_before_it_is_read_and_a_changed_one_refused(key_home, tmp_path):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.CmaEsSampler(seed=0, n_startup_trials=1))
+    for _ in range(16):  # past one population (6 in 2-D): CMA-ES then pickles its optimizer into a trial
+        t = study.ask()
+        x, y = t.suggest_float("x", -1, 1), t.suggest_float("y", -1, 1)
+        study.tell(t, x * x + y * y)
+    finished = study.get_trials(deepcopy=False)
+    assert any(k.startswith("cma:optimizer") for t in finished for k in t.system_attrs)  # CMA-ES pickled its state
+    with pytest.raises(ConfigError, match=r"^--resume: the Optuna study '.*' holds CMA-ES state pickled in its trial "
+                                          r"\d+ that sampling would unpickle.*--trust-study-files$"):
+        sig.check_cma_trials(tmp_path, study.study_name, finished, trust=False)
+    for t in finished:
+        sig.sign_cma_trial(tmp_path, study.study_name, t.number, t.system_attrs)
+    sig.check_cma_trials(tmp_path, study.study_name, finished, trust=False)  # signed: passes
+    (with_cma,) = [t for t in finished if any(k.startswith("cma:optimizer") for k in t.system_attrs)][-1:]
+    key = next(k for k in with_cma.system_attrs if k.startswith("cma:optimizer"))
+    tampered = SimpleNamespace(number=with_cma.number,
+                               system_attrs={**with_cma.system_attrs, key: pickle.dumps(print).hex()})
+    with pytest.raises(ConfigError, match=rf"in its trial {with_cma.number} that sampling would unpickle"):
+        sig.check_cma_trials(tmp_path, study.study_name, [tampered], trust=False)
+    sig.check_cma_trials(tmp_path, study.study_name, [tampered], trust=True)  # the user vouches: signed
+    sig.check_cma_trials(tmp_path, study.study_name, [tampered], trust=False)
+
+
 # A real study killed mid-search (SIGKILL), its tuner.pkl or searcher state then replaced.
 from test_sweep import TINY_SET, paused_driver, wait_until_paused  # noqa: E402 - the same driver pause
 

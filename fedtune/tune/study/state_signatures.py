@@ -5,7 +5,8 @@ trials embedded as cloudpickle hex in ``experiment_state-*.json``, the searcher'
 (``search_gen_state-*.json`` and ``searcher-state-*.pkl``, both pickles), the callbacks' state
 (``callback-states-*.pkl``), a skipped errored trial's ``error.pkl`` (read when the fit's results
 are gathered) and a dict checkpoint's ``_dict_checkpoint.pkl`` (read by the trial that restores
-it). Unpickling runs whatever the file says, so a study folder someone handed over could run code
+it). Optuna's CMA-ES sampler keeps a pickle too, in the Optuna storage (:func:`check_cma_trials`).
+Unpickling runs whatever the file says, so a study folder someone handed over could run code
 on the user who resumes it.
 
 The driver therefore signs every such file of each Tune experiment with a per-user key
@@ -30,6 +31,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import stat
 from collections.abc import Iterable, Iterator
@@ -38,8 +40,8 @@ from typing import Any
 
 from fedtune.errors import ConfigError
 
-__all__ = ["KEPT_VERSIONS", "MANIFEST", "TRUST_FLAG", "ExperimentSignatures", "bears_pickle", "check_experiment",
-           "check_study_experiments", "key_path", "state_key"]
+__all__ = ["KEPT_VERSIONS", "MANIFEST", "TRUST_FLAG", "ExperimentSignatures", "bears_pickle", "check_cma_trials",
+           "check_experiment", "check_study_experiments", "key_path", "sign_cma_trial", "state_key"]
 
 MANIFEST = ".fedtune-signatures"
 """The signatures of an experiment's pickle-bearing files, in the experiment folder (JSON, never a pickle)."""
@@ -347,3 +349,50 @@ def check_study_experiments(tune_storage: str, *, study: str, trust: bool = Fals
         if info.type == pyarrow.fs.FileType.Directory:
             check_experiment(location, study=study, trust=trust,
                              ignore=() if restorable(location) else ("tuner.pkl",))
+
+
+# -- CMA-ES's optimizer in the Optuna storage -------------------------------------------------------
+# Optuna's CmaEsSampler pickles its optimizer into a trial's system attributes (``cma:optimizer:<i>``,
+# ``sepcma:``, ``cmawm:``) and unpickles the last finished trial's when it samples: an Optuna
+# storage handed over with a study could run code too. The driver signs those attributes before it
+# tells a trial finished (the sampler reads finished trials only) and checks them before it asks.
+_CMA_KEY = re.compile(r"^[a-z]*cma[a-z]*:optimizer")
+
+
+def _cma_state(system_attrs: dict[str, Any]) -> bytes | None:
+    found = {k: v for k, v in system_attrs.items() if _CMA_KEY.match(k)}
+    return json.dumps(found, sort_keys=True).encode() if found else None
+
+
+def sign_cma_trial(study_dir: str | Path, optuna_study: str, number: int, system_attrs: dict[str, Any]) -> None:
+    """Sign the CMA-ES optimizer pickled into a trial's system attributes (none: nothing to sign),
+    in the study folder's :data:`MANIFEST`, as ``optuna/<study>/<number>``."""
+    content = _cma_state(system_attrs)
+    if content is None:
+        return
+    book = ExperimentSignatures(study_dir)
+    rel = f"optuna/{optuna_study}/{number}"
+    book.add(rel, _digest(book.key, rel, [content]))
+    book.save()
+
+
+def check_cma_trials(study_dir: str | Path, optuna_study: str, trials: Iterable[Any], *, trust: bool) -> None:
+    """Before CMA-ES reads its optimizer back from the finished ``trials`` (Optuna's ``FrozenTrial``):
+    one this user's key did not sign is refused in one line naming it; with ``trust`` (the user's
+    ``--trust-study-files``) they are signed instead."""
+    book = ExperimentSignatures(study_dir)
+    for t in trials:
+        content = _cma_state(t.system_attrs)
+        if content is None:
+            continue
+        rel = f"optuna/{optuna_study}/{t.number}"
+        digest = _digest(book.key, rel, [content])
+        if trust:
+            book.add(rel, digest)
+            continue
+        if not any(hmac.compare_digest(digest, d) for d in (book.entries or {}).get(rel, [])):
+            raise ConfigError(f"--resume: the Optuna study '{optuna_study}' holds CMA-ES state pickled in its trial "
+                              f"{t.number} that sampling would unpickle, which runs any code in it, and your fedtune "
+                              f"key did not sign it; nothing was run. If this study and its Optuna storage are yours, "
+                              f"or you trust whoever gave them to you, resume with {TRUST_FLAG}")
+    book.save()

@@ -404,6 +404,8 @@ def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any]
 
         check_wandb(plan.name)
     set_aside: list[str] = []
+    _ACTIVE["trust_study_files"] = trust  # the CMA-ES state in the Optuna storage (the searchers check it)
+    _ACTIVE["cma_checked"] = {}
     if data is not None:
         from fedtune.tune.study.resume import check_optuna_storage
 

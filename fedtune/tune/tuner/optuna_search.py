@@ -244,6 +244,7 @@ class FedtuneOptunaSearch(OptunaSearch):
         older snapshot does not run more trials than were asked for."""
         from fedtune.spaces.model import strip_switches
 
+        self._check_cma_state()
         budget = getattr(self, "fedtune_num_samples", None)
         for _ in range(MAX_DUPLICATE_ASKS):
             spent = self.spent()
@@ -316,6 +317,24 @@ class FedtuneOptunaSearch(OptunaSearch):
             return
         self._record(trial_id, result)
 
+    def _check_cma_state(self) -> None:
+        """Before CMA-ES is asked: the optimizer it unpickles from the study's finished trials must be
+        signed by this user's driver (:func:`~fedtune.tune.study.state_signatures.check_cma_trials`),
+        each trial checked once per driver (``ACTIVE["cma_checked"]``, never saved with the searcher)."""
+        study_dir = ACTIVE.get("study_dir")
+        if study_dir is None or not isinstance(self._ot_study.sampler, optuna.samplers.CmaEsSampler):
+            return
+        from fedtune.tune.study.state_signatures import check_cma_trials
+
+        name = self._ot_study.study_name
+        checked = ACTIVE.setdefault("cma_checked", {}).setdefault(name, set())
+        finished = [t for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
+                                                                                 TrialState.PRUNED))
+                    if t.number not in checked]
+        if finished:
+            check_cma_trials(study_dir, name, finished, trust=bool(ACTIVE.get("trust_study_files")))
+            checked.update(t.number for t in finished)
+
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id in self._completed_trials:
             return
@@ -347,6 +366,10 @@ class FedtuneOptunaSearch(OptunaSearch):
             values = objective_values(per_round, self.fedtune_metrics, self.fedtune_modes)
             state, fedtune_status = ((TrialState.COMPLETE, status.COMPLETED) if values
                                      else (TrialState.FAIL, status.NO_METRIC))
+        if frozen is not None and ACTIVE.get("study_dir") is not None:  # CMA-ES reads finished trials' pickles:
+            from fedtune.tune.study.state_signatures import sign_cma_trial  # signed before the trial is told
+
+            sign_cma_trial(ACTIVE["study_dir"], self._ot_study.study_name, frozen.number, frozen.system_attrs)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
