@@ -1,4 +1,4 @@
-"""Auto-β (FedDA/FedGP, docs/methods.md §2) under local momentum: what the recorded samples do to
+"""Auto-β (FedDA/FedGP, docs/methods-seeds.md §2) under local momentum: what the recorded samples do to
 the estimates σ̂², d̂² and to β_DA, before and after the fix of issue 8.
 
 A script, not a test: it prints one table. No Ray: it calls the ``sgd`` client method with the

@@ -70,7 +70,7 @@ of ``100p`` equal a plain-torch FedAvg over the same cohorts and batches to 7e-9
 2 rounds of ``100`` (every client, so the cohorts agree) to 1.3e-7.
 
 The latest reading, all three workloads (2026-11-27, sixth session, ``--repeats 3 --rounds 20``):
-docs/evidence.md, "Many clients: roaming clients and the 1,000-client workload". Earlier:
+docs/evidence-speed.md, "Many clients: roaming clients and the 1,000-client workload". Earlier:
 
 Reading on a quiet machine (2026-11-26, ``--workloads 100,100p --repeats 2 --with-fedtune``, load
 average 1.89 before, 1.77 after; s/round min / median / max, and the median of the per-repeat

@@ -1,4 +1,4 @@
-"""FedGaLA's global step ÷ FedAvg's step (norm ratio), before and after issue 8 (docs/methods.md §3).
+"""FedGaLA's global step ÷ FedAvg's step (norm ratio), before and after issue 8 (docs/methods-seeds.md §3).
 
 A script, not a test: it prints one table. Before issue 8 the aligned step was
 ``a = Σ_u w_u p_u Δ_u`` with ``Σ w = 1`` (about ``1/U`` of FedAvg's step); now it is

@@ -1,6 +1,6 @@
 """fedtune: honest hyperparameter studies of federated domain generalisation / adaptation on Ray.
 
-This package is fedtune's public face, the user API that README.md's "Python API" section
+This package is fedtune's public face, the user API that docs/python-api.md
 documents; it stays where it is when fedtune's modules move:
 
 - running: :class:`FederatedRunConfig`, :func:`run`, :class:`ConfigError`;

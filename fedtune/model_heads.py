@@ -15,7 +15,7 @@ from torch import nn
 
 
 class ProbabilisticHead(nn.Module):
-    """FedSR's head (Nguyen et al., NeurIPS 2022; docs/methods.md §7): the encoder's features
+    """FedSR's head (Nguyen et al., NeurIPS 2022; docs/methods-baselines.md §7): the encoder's features
     ``h`` go through ``dist`` (``features -> 2·z_dim``) to ``mu`` (first half) and
     ``sigma = softplus(second half)``; ``classifier`` (``z_dim -> num_classes``) reads ``z``.
 

@@ -173,7 +173,7 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
     a local checkpoint (:func:`load_checkpoint`: strict on every backbone key). With pretrained
     weights by either route, every new head module (classifier, projector, probabilistic head) is
     drawn from one seed drawn from torch's global RNG, so the same file by either route and the
-    same seed give the same model bit for bit (docs/methods.md §5.9).
+    same seed give the same model bit for bit (docs/methods-protocol.md §5.9).
 
     ``head="classifier"`` (supervised runs) ends in a ``num_classes`` linear classifier.
     ``head="projector"`` (unsupervised runs, e.g. SimCLR) builds exactly the same model (same

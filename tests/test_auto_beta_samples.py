@@ -1,4 +1,4 @@
-"""Auto-β's samples are the raw per-batch steps −lr·∇_b whatever the optimiser (docs/methods.md §2,
+"""Auto-β's samples are the raw per-batch steps −lr·∇_b whatever the optimiser (docs/methods-seeds.md §2,
 issue 8): the worker's recorder (fedtune.algorithms.client.step_records.StepRecorder) fed through
 ``ctx.record_step`` by the client methods, and the estimates it leads to under momentum."""
 

@@ -1,4 +1,4 @@
-"""FedAvg's ``client_weighting`` (docs/methods.md §7.4, §8.5) and the presets' own defaults: FedSR's
+"""FedAvg's ``client_weighting`` (docs/methods-baselines.md §7.4, §8.5) and the presets' own defaults: FedSR's
 and FedIIR's authors average the clients' models uniformly (FedSR ``sum(ps)/len(ps)``, FedIIR
 ``torch.div(..., num_client)``), so the presets ``fedsr`` and ``fediir`` run the uniform mean;
 FedOMG's authors weight by examples (``Cal_Weight_Dict``), so ``fedsr-omg`` / ``fediir-omg`` keep

@@ -24,7 +24,7 @@ that breaks fails here:
 * every declared hyperparameter: values out of its bounds, of the wrong kind or not among its
   choices are one line naming the field and the allowed values; a hyperparameter of a component the
   run does not use is one line;
-* the README's table of algorithms is the registry (here).
+* docs/algorithms.md's table of algorithms is the registry (here).
 
 The methods' equations are tested against independent references in their own files
 (test_fedomg, test_fedsr, test_moon, test_fediir_fishr, test_scaffold_feddyn, test_fedga, ...).
@@ -226,13 +226,13 @@ def test_a_hyperparameter_of_a_component_the_run_does_not_use_is_one_line(name):
     ok(check_unused(name))
 
 
-# ================================================================== the README's table
-README = Path(__file__).resolve().parents[1] / "README.md"
+# ================================================================== docs/algorithms.md's table
+ALGORITHMS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "algorithms.md"  # the table the README held before issue 46
 HEADER = "| algorithm | client method | server rule | settings | hyperparameters (default) |"
 
 
 def table_rows() -> dict[str, list[str]]:
-    lines = README.read_text().splitlines()
+    lines = ALGORITHMS_PAGE.read_text().splitlines()
     start = lines.index(HEADER) + 2
     rows: dict[str, list[str]] = {}
     for line in lines[start:]:
@@ -240,7 +240,7 @@ def table_rows() -> dict[str, list[str]]:
             break
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
         name = cells[0].strip("`")
-        assert name not in rows, f"README lists {name} twice"
+        assert name not in rows, f"docs/algorithms.md lists {name} twice"
         rows[name] = cells
     return rows
 
@@ -249,7 +249,7 @@ def ticked(cell: str) -> list[str]:
     return re.findall(r"`([^`]+)`", cell)
 
 
-def test_the_readme_table_lists_every_preset_with_its_parts_and_settings():
+def test_the_algorithms_table_lists_every_preset_with_its_parts_and_settings():
     rows = table_rows()
     assert sorted(rows) == sorted(PRESETS)  # every preset, and nothing else
     for name, (algo, client, rule, settings, _) in rows.items():
@@ -261,7 +261,7 @@ def test_the_readme_table_lists_every_preset_with_its_parts_and_settings():
         assert [s.strip() for s in settings.split(",")] == want_settings, name
 
 
-def test_each_readme_row_names_the_presets_own_hyperparameters_with_their_defaults():
+def test_each_algorithms_table_row_names_the_presets_own_hyperparameters_with_their_defaults():
     specs = {name: spec for name, (_, spec) in HPARAMS.items()}
     rows = table_rows()
     for name, cells in rows.items():

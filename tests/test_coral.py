@@ -1,4 +1,4 @@
-"""DeepCORAL (client method ``coral``, docs/methods.md §15): the penalty against an independent
+"""DeepCORAL (client method ``coral``, docs/methods-benchmark.md §15): the penalty against an independent
 float64 reference of DomainBed's equations, its edge cases, one local step against a float64
 autograd reference, and the invariant coral_weight = 0 => plain SGD."""
 

@@ -1,7 +1,8 @@
 """Faithfulness fixes of issue 21, each checked against an independent reference written here:
-auto-β's ``τd̂²`` without cancellation (docs/methods.md §2.4), FedGaLA's float64 squares (§3.3)
-and its gate's ties (§3.2), GFM's augmenter size (§4.3), the README's home of
-``gala_global_weights``, and what ``sam_sharpness`` is (§6)."""
+auto-β's ``τd̂²`` without cancellation (docs/methods-seeds.md §2.4), FedGaLA's float64 squares (§3.3)
+and its gate's ties (§3.2), GFM's augmenter size (§4.3), the documented home of
+``gala_global_weights`` (docs/algorithms.md, the README's "public math" before issue 46), and what
+``sam_sharpness`` is (docs/methods-protocol.md §6)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------ 1. auto-β, τd̂² without cancellation
 def _exact_estimates(t: np.ndarray, s: np.ndarray) -> tuple[Fraction, list[Fraction], list[Fraction]]:
     """Appendix A.2's ``σ̂², d̂_i², τd̂_i²`` in exact rational arithmetic, straight from the
-    definitions (docs/methods.md §2.4): projections ``r_b = t_b − ⟨t_b, u⟩u`` formed explicitly."""
+    definitions (docs/methods-seeds.md §2.4): projections ``r_b = t_b − ⟨t_b, u⟩u`` formed explicitly."""
     T = [[Fraction(float(v)) for v in row] for row in t]
     S = [[Fraction(float(v)) for v in row] for row in s]
     B = len(T)
@@ -83,7 +84,7 @@ def test_auto_beta_tau_d2_is_exact_on_integer_inputs_with_a_huge_common_part():
 
 # ------------------------------------------------------------------ 2. FedGaLA: squares in float64
 def _gala_weights_reference(updates: np.ndarray, p: np.ndarray, iters: int) -> np.ndarray:
-    """The alignment weights of docs/methods.md §3.3 in float64 throughout (the float32 updates
+    """The alignment weights of docs/methods-seeds.md §3.3 in float64 throughout (the float32 updates
     are widened before any product)."""
     u = updates.astype(np.float64)
     a = p @ u
@@ -161,9 +162,9 @@ def test_default_augmenter_is_teachaugments_size():
     assert 0.05 < (color + geometry) / resnet18 < 0.25  # the augmenter alone: under Table 7's 0.25M
 
 
-# ------------------------------------------------------------------ 5. README: one home per name
-def test_readme_public_math_names_their_defining_module():
-    text = (ROOT / "README.md").read_text()
+# ------------------------------------------------------------------ 5. docs: one home per name
+def test_documented_public_math_names_their_defining_module():
+    text = (ROOT / "docs" / "algorithms.md").read_text()
     assert "fedtune.algorithms.server.gala.gala_global_weights" in text
     assert not re.search(r"(?<![\w.])gala\.gala_global_weights", text)
     mod = importlib.import_module("fedtune.algorithms.server.gala")
@@ -206,7 +207,7 @@ def test_sam_sharpness_is_the_loss_rise_along_the_gradient_not_the_sphere_averag
     assert worst_first_order > 5 * abs(float(np.mean(rises)))
     # ... and the documentation says which one it is
     sam_doc = importlib.import_module("fedtune.algorithms.client.sam").__doc__
-    row = next(line for line in (ROOT / "docs" / "methods.md").read_text().splitlines()
+    row = next(line for line in (ROOT / "docs" / "methods-protocol.md").read_text().splitlines()
                if line.startswith("| SAM / GFM"))
     for text in (sam_doc, row):
         assert "estimate of the flatness" not in text and "one-sample estimate" not in text

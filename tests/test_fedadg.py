@@ -1,4 +1,4 @@
-"""FedADG (client method ``fedadg`` with its server side, docs/methods.md §24).
+"""FedADG (client method ``fedadg`` with its server side, docs/methods-benchmark.md §24).
 
 The rounds are checked against a float64 reference written from the authors' code
 (``github:wzml/FedADG``: ``pacs-ours/localTrain.py`` and ``Nets.py`` for PACS, ``src/localTrain.py``

@@ -1,4 +1,4 @@
-"""FedDG (client method ``feddg``, docs/methods.md §23): the amplitude interpolation against a float64
+"""FedDG (client method ``feddg``, docs/methods-benchmark.md §23): the amplitude interpolation against a float64
 NumPy replay of Bai et al.'s ``_amp_spectrum_swap`` (both windows) and of ELCFS's ``low_freq_mutate_np``
 at its training's L = 0 (the default ``feddg_window: dc``), r = 1 is the identity, the source bank is
 every source client's training examples on every worker, local steps under ``dc`` and ``centred`` against a

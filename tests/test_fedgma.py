@@ -1,4 +1,4 @@
-"""FedGMA (server rule ``fedgma``, docs/methods.md §21): the agreement and both masks against float64
+"""FedGMA (server rule ``fedgma``, docs/methods-benchmark.md §21): the agreement and both masks against float64
 NumPy written from the equations, Bai et al.'s arithmetic replayed with their ParamDict's operator
 semantics, the soft mask at gma_tau = 0 is FedAvg bit for bit (rule and whole run), and a bad value
 in one line."""

@@ -1,4 +1,4 @@
-"""FedDA / FedGP / target-only (fedtune/algorithms/server/fedgp.py, docs/methods.md §2)."""
+"""FedDA / FedGP / target-only (fedtune/algorithms/server/fedgp.py, docs/methods-seeds.md §2)."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_magnitude_alignment_factor_by_hand():
 
 # ================================================================================ auto-β
 def brute_force_estimates(t: np.ndarray, s: np.ndarray) -> tuple[float, float, float]:
-    """docs/methods.md §2 written out literally (explicit r_b)."""
+    """docs/methods-seeds.md §2 written out literally (explicit r_b)."""
     B = len(t)
     tbar = t.mean(0)
     sigma2 = sum(np.sum((tb - tbar) ** 2) for tb in t) / ((B - 1) * B)

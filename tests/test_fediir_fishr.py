@@ -1,4 +1,4 @@
-"""FedIIR and federated Fishr (docs/methods.md §8, §9): the client penalties against
+"""FedIIR and federated Fishr (docs/methods-baselines.md §8, §9): the client penalties against
 float64 NumPy references of the equations (per-example classifier gradients in closed form,
 (softmax − onehot) ⊗ [features, 1], gradients of the objective by central finite differences), the
 server sides' statistics against hand computations, their state through a checkpoint, zero weights

@@ -1,4 +1,4 @@
-"""FedOMG (fedtune/algorithms/server/fedomg.py, docs/methods.md §1): Gram pass, step-2 solvers, direction, rule."""
+"""FedOMG (fedtune/algorithms/server/fedomg.py, docs/methods-seeds.md §1): Gram pass, step-2 solvers, direction, rule."""
 
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def test_exact_solver_degenerate_inputs():
 # ================================================================================ authors' solver
 def _authors_iteration(G: list[list[float]], p: list[float], kappa: float, lr: float = 25.0, momentum: float = 0.5,
                        steps: int = 20, eps: float = 1e-4) -> list[float]:
-    """docs/methods.md §1 / the paper's Table 4, written out in plain Python: normalise G by the squared
+    """docs/methods-seeds.md §1 / the paper's Table 4, written out in plain Python: normalise G by the squared
     mean update norm √(G_uu + eps); Γ = softmax(w) from w = 0; steps + 1 evaluations of
     J = Γᵀ(Ĝp) + κ√(pᵀĜp + eps)·√(ΓᵀĜΓ + eps), each of the first `steps` followed by one SGD step
     with momentum (v = ∇J first, then v = momentum·v + ∇J; w −= lr·v); keep the best iterate."""

@@ -1,4 +1,4 @@
-"""Fish (client method ``fish``, docs/methods.md §20): local meta steps against a float64 reference
+"""Fish (client method ``fish``, docs/methods-benchmark.md §20): local meta steps against a float64 reference
 of Algorithm 1 with the inner optimiser fresh at every meta step and kept across steps, against a
 float64 reference of DomainBed's ``Fish.update`` (the inner optimiser's state carried across meta
 steps, Adam and SGD with momentum: the default), the one-domain / meta_lr = 1 invariant, a run, new

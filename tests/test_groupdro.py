@@ -1,4 +1,4 @@
-"""GroupDRO (client method ``groupdro``, docs/methods.md §19): the risks and the weights' update
+"""GroupDRO (client method ``groupdro``, docs/methods-benchmark.md §19): the risks and the weights' update
 against float64 NumPy, local steps against a float64 autograd reference that carries q, q kept
 across rounds in the client's state, eta = 0 keeps q uniform, a run, and a bad value in one line."""
 

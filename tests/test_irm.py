@@ -1,4 +1,4 @@
-"""IRM (client method ``irm``, docs/methods.md §18): the IRMv1 penalty against its closed form in
+"""IRM (client method ``irm``, docs/methods-benchmark.md §18): the IRMv1 penalty against its closed form in
 float64 NumPy, singleton domains, local steps against a float64 autograd reference before and after
 the warm-up, a run, and bad values in one line. (The warm-up's iteration count and the optimiser
 reset are V-REx's, tested in tests/test_vrex.py.)"""

@@ -1,4 +1,4 @@
-"""MMD (client method ``mmd``, docs/methods.md §16): the penalty against an independent float64
+"""MMD (client method ``mmd``, docs/methods-benchmark.md §16): the penalty against an independent float64
 reference of DomainBed's equations, its edge cases, one local step against a float64 autograd
 reference, the invariant mmd_weight = 0 => plain SGD, a run, and a bad weight in one line."""
 

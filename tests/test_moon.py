@@ -1,4 +1,4 @@
-"""MOON client method (Li, He, Song, CVPR 2021, Eqs. 1-3; docs/methods.md §10)."""
+"""MOON client method (Li, He, Song, CVPR 2021, Eqs. 1-3; docs/methods-baselines.md §10)."""
 
 from __future__ import annotations
 

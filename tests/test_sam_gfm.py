@@ -1,4 +1,4 @@
-"""FedProx, SAM (FedSAM), GFM and GCA client methods (docs/methods.md §4, seed 004 Alg. 1)."""
+"""FedProx, SAM (FedSAM), GFM and GCA client methods (docs/methods-seeds.md §4, seed 004 Alg. 1)."""
 
 from __future__ import annotations
 

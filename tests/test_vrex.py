@@ -1,4 +1,4 @@
-"""V-REx (client method ``vrex``, docs/methods.md §17): the risks and their variance against a
+"""V-REx (client method ``vrex``, docs/methods-benchmark.md §17): the risks and their variance against a
 float64 NumPy reference, local steps against float64 autograd references (the penalty's weight
 after and before the warm-up, the optimiser reset at the switch, the iteration count across
 rounds), a run, and bad values in one line."""

@@ -237,7 +237,7 @@ GMA_TAU = HParam("gma_tau", 0.4, "FedGMA sign-agreement threshold: a coordinate 
                  search={**search_uniform(0.1, 0.9, 0.4), "help": "sign-agreement threshold (Bai et al.: 0.1, 0.4, 0.9)"})
 GMA_MASK = HParam("gma_mask", "soft", "FedGMA mask: soft = 1 where the agreement passes gma_tau, the agreement "
                   "elsewhere (the AND-mask relaxed, Bai et al.'s line read with 1 - mask; the paper's own statement "
-                  "was not checked, docs/methods.md section 21.2); bai = gma_tau * (1 + agreement) where it passes, "
+                  "was not checked, docs/methods-benchmark.md section 21.2); bai = gma_tau * (1 + agreement) where it passes, "
                   "0 elsewhere (what Bai et al.'s code computes, with their step gma_tau folded in: run it with "
                   "global_lr 1)", "choice",
                   choices=("soft", "bai"), variant=True)
@@ -270,7 +270,7 @@ def _check_target_source(cfg: RunConfig) -> None:
 
 
 def _target_source_hooks(cfg: RunConfig) -> tuple[str, ...]:
-    """Auto-β's per-batch step records (docs/methods.md §2), only with ``gp_beta: auto``."""
+    """Auto-β's per-batch step records (docs/methods-seeds.md §2), only with ``gp_beta: auto``."""
     return ("fedtune.algorithms.client.step_records:StepRecords",) if GP_BETA.of(cfg) == "auto" else ()
 
 
@@ -418,7 +418,7 @@ SERVER_RULE_SPECS: tuple[ServerRuleSpec, ...] = (
                    (GALA_ITERS, GALA_MIX, GALA_WEIGHTS)),
     # default_global_lr: fedtune's default server step, *not* the paper's η_g: the authors' step is
     # η·d/(U(1+κ²)) and their PACS script uses η = 0.5 (Table 4 says 0.05), while global_lr
-    # multiplies d directly (docs/methods.md §1). Compare FedOMG with other rules only with
+    # multiplies d directly (docs/methods-seeds.md §1). Compare FedOMG with other rules only with
     # global_lr tuned for each.
     ServerRuleSpec("fedomg", "fedtune.algorithms.server.fedomg:FedOMG",
                    "FedOMG: θ ← θ + global_lr · (g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖), Γ* matching the clients' updates",

@@ -1,4 +1,4 @@
-"""FedADG's declarations (docs/methods.md §24): its seventeen hyperparameters, the readings
+"""FedADG's declarations (docs/methods-benchmark.md §24): its seventeen hyperparameters, the readings
 ``fedadg_variant`` names (the authors' PACS code, their VLCS code, Bai et al.'s), and its
 :class:`~fedtune.algorithms.base.ClientMethodSpec`, which :mod:`fedtune.algorithms.declarations`
 lists with every other client method. Split from that module (over 500 lines) as one method's whole
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fedtune.algorithms.base import ClientMethodSpec, HParam, search_loguniform, search_uniform
 
-# FedADG (docs/methods.md §24): defaults = the authors' PACS code; fedadg_variant's readings set the knobs they change.
+# FedADG (docs/methods-benchmark.md §24): defaults = the authors' PACS code; fedadg_variant's readings set the knobs they change.
 FEDADG_ALPHA = HParam("fedadg_alpha", 0.85, "FedADG: weight alpha of the label-smoothed cross-entropy against the "
                       "feature alignment (1 - alpha) in the adversarial steps (the authors' code: 0.85; Bai et al.'s "
                       "hparam1: 0.15, 0.1)", lo=0.0, hi=1.0,

@@ -4,7 +4,7 @@
 A server optimiser turns a server rule's direction into the step (FedAvgM, FedAdam, FedYogi,
 FedAdagrad: Reddi et al. 2021; ``sgd``: the rule's own step). An adaptive one declares its own
 learning rate, what ``global_lr`` is when unset (``default_lr``: :data:`ADAPTIVE_LR`, 1e-3, for all
-three; docs/methods.md §14.2); sgd and avgm step at the rule's (FedAvg 1.0, as Hsu et al.'s
+three; docs/methods-server.md §14.2); sgd and avgm step at the rule's (FedAvg 1.0, as Hsu et al.'s
 FedAvgM). Torch-free and NumPy-free like the
 other declarations; the registry :data:`fedtune.algorithms.SERVER_OPTIMIZERS` is built from
 :data:`SERVER_OPTIMIZER_SPECS`, the code lives in :mod:`fedtune.algorithms.server.optimizer`.
@@ -41,7 +41,7 @@ SERVER_V_START = HParam(
 
 _ADAPTIVE = (SERVER_BETA1, SERVER_BETA2, SERVER_TAU, SERVER_V_START)
 
-# global_lr when unset under adam, yogi and adagrad (docs/methods.md §14.2). At the default tau (1e-9)
+# global_lr when unset under adam, yogi and adagrad (docs/methods-server.md §14.2). At the default tau (1e-9)
 # their first steps m / (sqrt(v) + tau) are about +-1 per coordinate whatever the rule's scale, so eta
 # is the step of every weight: Adam's own step size alpha = 1e-3 (Kingma and Ba 2015; torch's and
 # Keras's Adam default, Keras's Adagrad default). Flower's eta (FedAdam 0.1, FedYogi 0.01, FedAdagrad

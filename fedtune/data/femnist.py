@@ -7,7 +7,7 @@ columns with the standard library's ``csv``): ``path`` (relative to ``femnist_v1
 and ``domain_remapped`` (the writer). Domains are ``writer_<domain_remapped>`` in numeric order;
 inside a domain examples keep the file's order. Images are decoded once into the image cache at
 ``image_size`` (default 28, theirs) as RGB: their grey images become three equal channels (their
-loader converts to one channel, ``"L"``; fedtune's image path is RGB: docs/methods.md §5.1b).
+loader converts to one channel, ``"L"``; fedtune's image path is RGB: docs/methods-protocol.md §5.1b).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AXIS_LABELS", "make_plots", "pareto_file", "pareto_fronts"]
 
-# Axis labels that must say which convention a value follows (docs/methods.md §2: fedtune's gp_beta
+# Axis labels that must say which convention a value follows (docs/methods-seeds.md §2: fedtune's gp_beta
 # weights the source term; the authors' code weights the target, i.e. their β is 1 − gp_beta).
 AXIS_LABELS = {"gp_beta": "gp_beta (weight of the source term, paper Def. 4.3)"}
 

@@ -6,7 +6,7 @@ study of a sweep) and ``study.json`` (the sweep's settings). :func:`make_report`
 through :func:`fedtune.results.store.load`, so it also works on a study that is still running:
 trials without a ``trials.parquet`` row yet are summarised from their rounds.
 
-Selection protocol (:mod:`fedtune.results.selection` owns it; docs/methods.md §5). ``val`` (default,
+Selection protocol (:mod:`fedtune.results.selection` owns it; docs/methods-protocol.md §5). ``val`` (default,
 DomainBed's training-domain validation), ``target-val`` (fda: the target client's held-out
 labels) or ``oracle`` (DomainBed's test-domain validation on the held-out oracle slice of the
 target, last round only; labelled "oracle" in every title):

@@ -113,7 +113,7 @@ JSON_PREFIXES = ("hp.",)
 
 
 def schema_markdown() -> str:
-    """A Markdown description of the core round and trial columns, for the README.
+    """A Markdown description of the core round and trial columns, for docs/results.md.
 
     >>> print(schema_markdown().splitlines()[4])
     | `study` | string | Study name (directory under the output dir). |

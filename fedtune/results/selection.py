@@ -1,5 +1,5 @@
 """Model selection: the one place that says which round of a trial is reported and which trial
-of a search is selected (as DomainBed's ``model_selection.py``; docs/methods.md §5).
+of a search is selected (as DomainBed's ``model_selection.py``; docs/methods-protocol.md §5).
 
 Every consumer goes through this module: ``trials.parquet`` (:func:`fedtune.results.summary.summarize_trial`),
 ``fedtune report`` (:mod:`fedtune.reports.report`), the objective a sweep tells Optuna

@@ -19,7 +19,7 @@ batched: the crop and flip as one affine ``grid_sample`` (bilinear), brightness 
 saturation as torchvision's blends with a per-image factor, hue through torchvision's RGB↔HSV
 formulas, each image's four jitter operations in its own random order.
 
-Departure (also in ``docs/methods.md``): the crop is taken from the cached image (already
+Departure (also in ``docs/methods-protocol.md`` §5.8): the crop is taken from the cached image (already
 resized to ``S × S``), not from the original file. The crop's resize is bilinear without
 antialiasing, as ``F.resized_crop(..., antialias=False)`` on a tensor (equal to it within float
 rounding); PIL, which DomainBed uses, antialiases when it shrinks, which a crop of at least 70 %

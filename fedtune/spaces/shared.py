@@ -7,7 +7,7 @@ optimiser. Each entry is one search-space ``params`` entry (:mod:`fedtune.spaces
 ``weight_decay`` and ``global_lr`` have one distribution and range for every algorithm, so methods
 are compared with their steps tuned alike (FedOMG against FedAvg with the server step tuned for
 both). ``global_lr``'s default is the server rule's ``default_global_lr`` (FedAvg 1.0, FedOMG 0.05:
-fedtune's default, not the paper's η_g; docs/methods.md §1), so a search's first point is the
+fedtune's default, not the paper's η_g; docs/methods-seeds.md §1), so a search's first point is the
 paper setting. ``local_optimizer`` is sgd here; ``examples/paper-setup/`` overrides it with Adam and
 DomainBed's ranges. The compute budget (``rounds``, ``local_epochs``, ``local_steps``,
 ``batch_size``) is never searched by default: a study's base configuration sets it, the same for

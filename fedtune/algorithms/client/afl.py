@@ -1,5 +1,5 @@
 """AFL's client (Mohri, Sivek, Suresh, "Agnostic Federated Learning", ICML 2019; in Bai, Bagchi,
-Inouye's FedDG benchmark, ICLR 2024, ``src/client.py`` ``AFLClient``; docs/methods.md §22).
+Inouye's FedDG benchmark, ICLR 2024, ``src/client.py`` ``AFLClient``; docs/methods-benchmark.md §22).
 
 The server keeps mixture weights ``λ`` over the training domains
 (:class:`fedtune.algorithms.server.afl.AFLServer`) and sends them with the weights. A client:

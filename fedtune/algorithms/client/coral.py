@@ -1,6 +1,6 @@
 """DeepCORAL as a client method (Sun & Saenko, "Deep CORAL: Correlation Alignment for Deep Domain
 Adaptation", ECCV 2016 workshops; as a domain-generalisation penalty in DomainBed's ``CORAL``,
-Gulrajani & Lopez-Paz 2021, and in Bai et al.'s FedDG benchmark, ICLR 2024; docs/methods.md §15).
+Gulrajani & Lopez-Paz 2021, and in Bai et al.'s FedDG benchmark, ICLR 2024; docs/methods-benchmark.md §15).
 
 A client whose training examples come from several source domains (``domain_homogeneity > 0``:
 Bai et al.'s λ spreads every source domain over the clients) aligns the second-order statistics of
@@ -16,7 +16,7 @@ no covariance and is left out; a batch with fewer than 2 such domains has no pen
 holding one domain, ``domain_homogeneity: 0`` or null, trains plain SGD). Metric ``coral_penalty``:
 the mean penalty over the round's steps.
 
-Departures (docs/methods.md §15): batches are drawn uniformly from the client's examples (the
+Departures (docs/methods-benchmark.md §15): batches are drawn uniformly from the client's examples (the
 domains present vary from batch to batch), where DomainBed draws one minibatch per domain and Bai
 et al. a fixed number of domains per batch (WILDS' group loader); and Bai et al.'s ``MMD.step``,
 which Coral inherits, sets the penalty to 0 after its loop (a ``for ... else``), so their DeepCORAL

@@ -2,7 +2,7 @@
 arXiv 2111.10487; the authors' code ``github:wzml/FedADG``: ``pacs-ours/localTrain.py`` and
 ``pacs-ours/Nets.py`` (PACS), ``src/localTrain.py`` and ``models/Nets.py`` (VLCS); Bai, Bagchi,
 Inouye's FedDG benchmark, ICLR 2024: ``src/client.py`` ``FedADGClient``, ``src/models.py``;
-docs/methods.md §24).
+docs/methods-benchmark.md §24).
 
 A federated *generator* ``G`` (noise and a soft label → a feature vector; averaged by the server
 like the model, :class:`fedtune.algorithms.server.fedadg.FedADGServer`) draws a reference feature

@@ -1,7 +1,7 @@
 """FedDG's continuous frequency-space interpolation as a client method (Liu, Chen, Qin, Dou, Heng,
 "FedDG: Federated Domain Generalization on Medical Image Segmentation via Episodic Learning in
 Continuous Frequency Space", CVPR 2021 (ELCFS); as Bai, Bagchi, Inouye's FedDG benchmark, ICLR 2024,
-runs it: ``src/client.py`` ``FourierMixup``, ``src/server.py`` ``FedDG``; docs/methods.md §23).
+runs it: ``src/client.py`` ``FourierMixup``, ``src/server.py`` ``FedDG``; docs/methods-benchmark.md §23).
 
 Clients share the amplitude spectra of their images (the phase, which carries the semantics, stays
 local). Each local step, with ``x`` the batch (the run's augmentation applied) and ``x'`` a batch of
@@ -23,7 +23,7 @@ The default ``r = 0`` (``feddg_ratio_low = feddg_ratio_high = 0``) swaps the squ
 ELCFS's training code does; ``feddg_ratio_high: 1`` is the paper's continuous interpolation. ``r =
 1`` leaves every image as it is (up to the FFT round trip): Bai et al.'s sweeps set ``hparam1 = 1``
 and leave ``hparam2`` at its default 1, so their FedDG rows train on the clients' own images
-(docs/methods.md §23.2); ``feddg_ratio_low: 1, feddg_ratio_high: 1`` runs that. The FFTs run in float32 outside autocast. Randomness (``L``
+(docs/methods-benchmark.md §23.2); ``feddg_ratio_low: 1, feddg_ratio_high: 1`` runs that. The FFTs run in float32 outside autocast. Randomness (``L``
 under ``centred``/``bai``, ``r``, the bank's rows) comes from the client's round generator: runs are
 reproducible.
 """

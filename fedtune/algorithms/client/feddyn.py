@@ -1,4 +1,4 @@
-"""FedDyn's client (Acar et al., ICLR 2021, Algorithm 1; docs/methods.md §12); the server's ``h`` and the
+"""FedDyn's client (Acar et al., ICLR 2021, Algorithm 1; docs/methods-baselines.md §12); the server's ``h`` and the
 hyperparameters are :mod:`fedtune.algorithms.server.feddyn`'s.
 
 Client ``k`` keeps ``∇L_k(θ_k^(t−1))`` (``ctx.state``, a float32 tensor of the model's
@@ -16,7 +16,7 @@ optimiser then adds its own L2 weight decay and momentum, as for ``sgd``. After 
 ``α = 0`` (``feddyn_alpha``) trains exactly as ``sgd`` and keeps no state. The authors' code
 (github.com/alpemreacar/FedDyn, ``utils_general.train_feddyn_mdl``) puts ``α`` into SGD's weight
 decay and the rest into a linear loss term, the same gradient; their ``α`` is per client,
-``α / (n_k N / Σ_j n_j)``, and they clip the gradient norm at 10: see docs/methods.md §12 for these
+``α / (n_k N / Σ_j n_j)``, and they clip the gradient norm at 10: see docs/methods-baselines.md §12 for these
 departures. A round that ends at a non-finite loss (the run diverged) leaves the state as it was.
 """
 

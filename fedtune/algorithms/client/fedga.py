@@ -1,5 +1,5 @@
 """FedGA's client hook: each participant's validation loss and accuracy of the global model it
-received and of its trained model (docs/methods.md §13), returned as the extras
+received and of its trained model (docs/methods-baselines.md §13), returned as the extras
 :data:`~fedtune.algorithms.server.fedga.GAP_KEYS` (float64 ``[1]``) that the rule forms its
 generalization gaps from. The received model is evaluated before the client's round is seeded, so
 an evaluation that draws random numbers (FedSR with ``fedsr_eval_samples > 0``) does not shift

@@ -1,5 +1,5 @@
 """FedIIR client method (Guo et al., "Out-of-distribution Generalization of Federated Learning via
-Implicit Invariant Relationships", ICML 2023; docs/methods.md §8).
+Implicit Invariant Relationships", ICML 2023; docs/methods-baselines.md §8).
 
 The classifier is the model's last linear layer, ``w`` its weight and bias. With ``ḡ`` the
 server's running mean classifier gradient (:mod:`fedtune.algorithms.server.fediir`, received in
@@ -25,7 +25,7 @@ server's ḡ stays unchanged). The reported training loss is the cross-entropy; 
 mean over steps) is the ``diag.fediir_penalty_term`` column. fp16 is refused (the inner gradient is
 taken without the loss scaler).
 
-Departure (docs/methods.md §8): the authors compute the round's mean gradient at θ^r before
+Departure (docs/methods-baselines.md §8): the authors compute the round's mean gradient at θ^r before
 the round's local training (a second exchange per round); here the clients report it with their
 update, so round r trains against the ḡ of rounds < r (one round later than the authors; in round
 0 against ḡ = 0).

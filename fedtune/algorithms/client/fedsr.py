@@ -15,7 +15,7 @@ with ``s = softplus(r_sigma)``, ``C`` the learned scalar ``z_scale`` and the clo
 computed at all (as in the authors' code), so ``fedsr_l2r = fedsr_cmi = 0`` is plain
 cross-entropy on the same model, bit for bit, and the prior then gets no gradient.
 
-Variants (``variant=True``, docs/methods.md §7):
+Variants (``variant=True``, docs/methods-baselines.md §7):
 
 * ``fedsr_l2r_form``: ``squared`` (the paper's ``E‖z‖²``, default) or ``norm`` (the authors' code:
   ``mean_i ‖z_i‖``, not squared).

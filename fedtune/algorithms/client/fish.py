@@ -1,6 +1,6 @@
 """Fish as a client method (Shi, Seely, Torr, Siddharth, Hannun, Usunier, Synnaeve, "Gradient
 Matching for Domain Generalization", ICLR 2022, Algorithm 1; DomainBed's ``Fish``; in Bai et al.'s
-FedDG benchmark, ICLR 2024, ``src/client.py`` ``Fish``; docs/methods.md §20).
+FedDG benchmark, ICLR 2024, ``src/client.py`` ``Fish``; docs/methods-benchmark.md §20).
 
 A client whose training examples come from several source domains (``domain_homogeneity > 0``)
 makes each local step a Reptile-style meta step over the domains present in the batch::
@@ -18,7 +18,7 @@ its state only runs across the domains of one batch (fedtune's default before is
 SGD, Algorithm 1's inner step, the two agree). The round's loss is the inner steps'
 cross-entropy weighted by their rows. With one domain and ``fish_meta_lr`` 1 a step is an SGD step.
 
-Departures (docs/methods.md §20): uniform batches (as DeepCORAL), where DomainBed takes one
+Departures (docs/methods-benchmark.md §20): uniform batches (as DeepCORAL), where DomainBed takes one
 minibatch per domain; integer buffers (batch-norm's ``num_batches_tracked``) keep the inner
 steps' count, where DomainBed and Bai et al. interpolate them as numbers and truncate.
 """

@@ -1,5 +1,5 @@
 """Federated Fishr client method: Fishr (Ramé, Dancette, Cord, ICML 2022) as the FedOMG paper writes
-it for federated clients (its Eq. 4; docs/methods.md §9).
+it for federated clients (its Eq. 4; docs/methods-baselines.md §9).
 
 The classifier is the model's last linear layer. On a batch of ``B`` examples with classifier
 inputs ``z_i`` and cross-entropy residuals ``e_i = softmax(logits_i) − onehot(y_i)``, the
@@ -59,7 +59,7 @@ STATE_KEY = "fishr.ema"
 
 def iterations_behind(round: int, steps_per_round: int) -> int:
     """The optimiser steps the model received in ``round`` (from 1) has behind it, ``(round − 1) · S``:
-    the iteration count of the round's first step (docs/methods.md §9.4).
+    the iteration count of the round's first step (docs/methods-baselines.md §9.4).
 
     >>> iterations_behind(1, 3), iterations_behind(2, 3)
     (0, 3)

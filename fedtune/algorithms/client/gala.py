@@ -1,4 +1,4 @@
-"""FedGaLA's local alignment: the client method ``gala`` and its gate (docs/methods.md §3;
+"""FedGaLA's local alignment: the client method ``gala`` and its gate (docs/methods-seeds.md §3;
 Pourpanah et al., Alg. 1 lines 15–22). The server side, and what the paper and the authors' code
 do: :mod:`fedtune.algorithms.server.gala`.
 

@@ -1,6 +1,6 @@
 """GFM (global flat minima via global-model-constrained adversarial augmentation) and GCA.
 
-Seed 004, Algorithm 1; docs/methods.md §4. Per client and round, starting from the global ``θ``:
+Seed 004, Algorithm 1; docs/methods-seeds.md §4. Per client and round, starting from the global ``θ``:
 
 1. every local step ``e = 1..E``: draw a batch ``(x, y)``, augment it with the client's
    augmenter ``x̃ = a(x; φ)`` (φ frozen, no gradient), take one model step on ``(x̃, y)`` —
@@ -128,7 +128,7 @@ class Augmenter(nn.Module):
     regulariser and the replay buffer of past augmenters (TeachAugment's ``sampling_freq`` and
     ``n_chunk``: the GFM paper's "sampling augmentation frequency 10" and "4 data splits", App. D,
     which in TeachAugment store a copy of φ every 10 epochs and augment each quarter of a batch
-    with a copy drawn from that buffer; docs/methods.md §4.3 lists them as departures). Plain torch ops only (no
+    with a copy drawn from that buffer; docs/methods-seeds.md §4.3 lists them as departures). Plain torch ops only (no
     torchvision: its import costs ~2 s).
     """
 

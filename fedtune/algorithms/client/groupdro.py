@@ -1,6 +1,6 @@
 """GroupDRO as a client method (Sagawa, Koh, Hashimoto, Liang, "Distributionally Robust Neural
 Networks for Group Shifts", ICLR 2020; DomainBed's ``GroupDRO``; in Bai et al.'s FedDG benchmark,
-ICLR 2024, ``src/client.py`` ``GroupDRO``; docs/methods.md §19).
+ICLR 2024, ``src/client.py`` ``GroupDRO``; docs/methods-benchmark.md §19).
 
 A client keeps a distribution ``q`` over the source domains of its training examples (uniform at
 its first round, then carried across rounds in the client's state, as Bai et al.'s client object
@@ -14,7 +14,7 @@ A client holding one domain trains plain cross-entropy (``q = [1]``). Metric
 ``groupdro_max_weight``: the largest ``q_d`` at the round's end. ``q`` is kept in float64 on the
 host (DomainBed's is float32 on the device).
 
-Departures (docs/methods.md §19): uniform batches (as DeepCORAL); DomainBed's ``q`` lives for the
+Departures (docs/methods-benchmark.md §19): uniform batches (as DeepCORAL); DomainBed's ``q`` lives for the
 whole run on one learner, fedtune's and Bai et al.'s per client (the server averages the models,
 never ``q``).
 """

@@ -1,6 +1,6 @@
 """IRM as a client method (Arjovsky, Bottou, Gulrajani, Lopez-Paz, "Invariant Risk Minimization",
 2019, IRMv1; DomainBed's ``IRM``; in Bai et al.'s FedDG benchmark, ICLR 2024, ``src/client.py``
-``IRM``; docs/methods.md §18).
+``IRM``; docs/methods-benchmark.md §18).
 
 A client whose training examples come from several source domains (``domain_homogeneity > 0``)
 trains on the mean of its per-domain risks plus IRMv1's penalty, over the domains present in each
@@ -17,7 +17,7 @@ The warm-up, the iteration count across rounds and the optimiser reset at the sw
 with a single example in the batch has no halves: it adds its risk, not a penalty term.
 Metric ``irm_penalty``: the mean penalty over the round's steps.
 
-Departures (docs/methods.md §18): uniform batches (as DeepCORAL); Bai et al.'s ``IRM.step`` sets the
+Departures (docs/methods-benchmark.md §18): uniform batches (as DeepCORAL); Bai et al.'s ``IRM.step`` sets the
 penalty weight to 0 on every step, so their rows train on the mean of the group risks alone:
 ``irm_lambda: 0`` with ``irm_anneal_iters: 0`` runs that.
 """

@@ -1,6 +1,6 @@
 """MMD as a client method (Li, Pan, Wang, Kot, "Domain Generalization with Adversarial Feature
 Learning", CVPR 2018, the MMD term; DomainBed's ``MMD``, Gulrajani & Lopez-Paz 2021; in Bai et
-al.'s FedDG benchmark, ICLR 2024, ``src/client.py`` ``MMD``; docs/methods.md §16).
+al.'s FedDG benchmark, ICLR 2024, ``src/client.py`` ``MMD``; docs/methods-benchmark.md §16).
 
 A client whose training examples come from several source domains (``domain_homogeneity > 0``)
 matches the distributions of its encoder features across the domains present in each batch::
@@ -14,7 +14,7 @@ Every domain present counts, one example is enough. Metric ``mmd_penalty``: the 
 the round's steps. The loop over domain pairs and the training step are DeepCORAL's
 (:class:`fedtune.algorithms.client.coral.DeepCORAL`), with this distance.
 
-Departures (docs/methods.md §16): batches are drawn uniformly from the client's examples (as for
+Departures (docs/methods-benchmark.md §16): batches are drawn uniformly from the client's examples (as for
 DeepCORAL); Bai et al.'s ``MMD.step`` zeroes the penalty after its loop (a ``for ... else``), so
 their MMD rows train without it: ``mmd_weight: 0`` runs that.
 """

@@ -19,7 +19,7 @@ no projection head: ``z`` is the **encoder features**, the input of the model's 
 last ``nn.Linear`` in module order: what :func:`fedtune.models.encode` returns), read with a
 forward pre-hook on the classifier (:class:`FeatureTap`) so one forward pass gives both ``z`` and
 the logits. This is the authors' ``--use_project_head 0`` network (``ModelFedCon_noheader``:
-``z = h``), not their default ``1``; a departure (docs/methods.md §10).
+``z = h``), not their default ``1``; a departure (docs/methods-baselines.md §10).
 
 The previous model is kept per client in ``ctx.state[STATE_KEY]``: a CPU copy of the trained
 model's whole ``state_dict`` (parameters and buffers, as ``torch.Tensor``\\s, which the checkpoint
@@ -35,7 +35,7 @@ first round is plain local SGD. fedtune does the same exactly by not computing t
 so MOON's first round is ``sgd`` bit for bit (and ``moon_mu = 0`` is ``sgd`` bit for bit in
 every round; nothing is stored then).
 
-Departures from the authors' code (docs/methods.md §10):
+Departures from the authors' code (docs/methods-baselines.md §10):
 
 * ``z`` is the encoder features, not a projection head's output (above).
 * Partial participation: the authors' pool holds a copy of *every* party's network after each

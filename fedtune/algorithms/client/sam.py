@@ -8,7 +8,7 @@ weight decay exactly as ``sgd``; weight decay acts on ``θ``, not on ``θ + ε``
 sharpness, the worst-case loss rise over the ball ``‖δ‖ ≤ ρ`` in its first-order solution
 ``δ = ε`` (Foret et al. 2021), free because SAM evaluates both losses. It is not the GFM
 paper's flatness ``F_ρ`` (Cha et al.: the *mean* rise over random directions on the sphere,
-docs/methods.md §6); the worst case bounds that mean from above, usually by far.
+docs/methods-protocol.md §6); the worst case bounds that mean from above, usually by far.
 FedProx, the other regularised local SGD, is :mod:`fedtune.algorithms.client.prox`.
 
 Batch-norm running statistics in SAM: the first forward pass (at ``θ``) updates them as in plain
@@ -107,7 +107,7 @@ def sam_step(optimizer: LocalSGD, closure: Callable[[], torch.Tensor], rho: floa
     ``closure`` recomputes the loss from the current parameters (it is called twice). Nothing is
     changed when the first loss is not finite. ``record_step`` (the client's
     ``ctx.record_step``) receives the gradient at the *unperturbed* ``θ``: the batch gradient
-    plain SGD would step on, which is the sample auto-β's estimators need (docs/methods.md §2). With plain SGD (no momentum/decay) the update is
+    plain SGD would step on, which is the sample auto-β's estimators need (docs/methods-seeds.md §2). With plain SGD (no momentum/decay) the update is
     ``θ' = θ − lr ∇L(θ + ρ ∇L(θ)/‖∇L(θ)‖)``.
     """
     params = optimizer.params

@@ -1,4 +1,4 @@
-"""SCAFFOLD's client (Karimireddy et al., ICML 2020, Algorithm 1, option II; docs/methods.md §11); the server control
+"""SCAFFOLD's client (Karimireddy et al., ICML 2020, Algorithm 1, option II; docs/methods-baselines.md §11); the server control
 variate ``c`` is :mod:`fedtune.algorithms.server.scaffold`'s.
 
 Client ``i`` keeps its control variate ``c_i`` (``ctx.state``, a float32 tensor of the model's

@@ -1,4 +1,4 @@
-"""SimCLR on the client (docs/methods.md §3, §5 UFDG): contrastive training without labels.
+"""SimCLR on the client (docs/methods-seeds.md §3, docs/methods-protocol.md §5 UFDG): contrastive training without labels.
 
 Each local step draws a mini-batch, makes two random views of every example
 (:func:`augment`), runs both through the model (encoder + projector MLP, see
@@ -194,7 +194,7 @@ class SimCLR(ClientMethod):
         return self.local_loop(ctx, lambda x, y: descend(opt, loss_fn(model, x, ctx.generator), ctx.record_step))
 
 
-# FedGaLA's local alignment on the SimCLR loss (docs/methods.md §3, the paper's own setting): the
+# FedGaLA's local alignment on the SimCLR loss (docs/methods-seeds.md §3, the paper's own setting): the
 # step above, with the optimiser swapped for fedtune.algorithms.client.gala.GatedSGD by the mixin.
 
 

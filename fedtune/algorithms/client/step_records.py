@@ -1,4 +1,4 @@
-"""Auto-β's client hook: every participant records its raw per-batch steps (docs/methods.md §2).
+"""Auto-β's client hook: every participant records its raw per-batch steps (docs/methods-seeds.md §2).
 
 FedDA/FedGP with ``gp_beta: auto`` estimate the target's step variance and each source's distance
 from the steps plain SGD would have taken on each batch, ``−lr_T · ∇_b`` (parameters only, in the

@@ -1,6 +1,6 @@
 """V-REx as a client method (Krueger et al., "Out-of-Distribution Generalization via Risk
 Extrapolation (REx)", ICML 2021; DomainBed's ``VREx``; in Bai et al.'s FedDG benchmark, ICLR 2024,
-``src/client.py`` ``VREx``; docs/methods.md §17).
+``src/client.py`` ``VREx``; docs/methods-benchmark.md §17).
 
 A client whose training examples come from several source domains (``domain_homogeneity > 0``)
 trains on the mean of its per-domain risks plus the variance of those risks, over the domains
@@ -18,7 +18,7 @@ A batch from one domain has no variance: its step is the cross-entropy. The roun
 is the mean risk (the penalty's weight jumps at the switch; the divergence check reads the loss).
 Metric ``vrex_penalty``: the mean variance over the round's steps.
 
-Departures (docs/methods.md §17): batches are drawn uniformly from the client's examples (DomainBed
+Departures (docs/methods-benchmark.md §17): batches are drawn uniformly from the client's examples (DomainBed
 takes one minibatch per domain); Bai et al.'s ``IRM.step``, which their ``VREx`` inherits, sets the
 penalty weight to 0 at every step (and their ``VREx.irm_penalty`` is the variance of the per-example
 losses *within* each group): their rows train on the mean of the group risks alone, which

@@ -1,6 +1,6 @@
 """AFL's server side: the mixture weights ``λ`` over the training domains (Mohri, Sivek, Suresh,
 "Agnostic Federated Learning", ICML 2019; in Bai, Bagchi, Inouye's FedDG benchmark, ICLR 2024,
-``src/server.py`` ``AFLServer``; docs/methods.md §22). The client method is
+``src/server.py`` ``AFLServer``; docs/methods-benchmark.md §22). The client method is
 :mod:`fedtune.algorithms.client.afl`; the server rule aggregates the models as it always does
 (FedAvg in the preset).
 

@@ -74,7 +74,7 @@ def fedavg_weights(num_examples: np.ndarray) -> np.ndarray:
 def mean_weights(weights: np.ndarray, weighting: str) -> np.ndarray:
     """The weights of a rule's mean over its ``U`` participants (float64): ``examples`` keeps the
     example weights ``p_u`` (:func:`fedavg_weights`); ``uniform`` gives ``1/U`` each, the plain mean
-    of FedSR's and FedIIR's authors (docs/methods.md §7.4, §8.5).
+    of FedSR's and FedIIR's authors (docs/methods-baselines.md §7.4, §8.5).
 
     >>> mean_weights(np.array([0.25, 0.75]), "uniform"), mean_weights(np.array([0.25, 0.75]), "examples")
     (array([0.5, 0.5]), array([0.25, 0.75]))

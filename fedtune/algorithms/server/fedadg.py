@@ -1,4 +1,4 @@
-"""FedADG's server side: the federated generator (docs/methods.md §24; the client is
+"""FedADG's server side: the federated generator (docs/methods-benchmark.md §24; the client is
 :mod:`fedtune.algorithms.client.fedadg`).
 
 The FedADG authors' ``FedAvg`` (``models/Fed.py``) averages the feature extractor, the classifier and

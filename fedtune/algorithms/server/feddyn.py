@@ -1,4 +1,4 @@
-"""FedDyn's server side (Acar et al., ICLR 2021, Algorithm 1; docs/methods.md §12) and its hyperparameters (NumPy only;
+"""FedDyn's server side (Acar et al., ICLR 2021, Algorithm 1; docs/methods-baselines.md §12) and its hyperparameters (NumPy only;
 the client, :mod:`fedtune.algorithms.client.feddyn`, is torch).
 
 The server keeps ``h`` (zero at the start) and, after the round's participants ``P_t`` trained

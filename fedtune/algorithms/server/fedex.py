@@ -18,7 +18,7 @@ with the baseline ``λ`` the discounted mean of the earlier rounds' weighted sco
 local training made (after − before) and the baseline that of the differences. Below the entropy
 ``fedex_cutoff`` the distribution stops changing and every client trains the most likely
 configuration. This is the authors' ``FedEx.step`` (mkhodak/FedEx, ``hyper.py``), written again
-for arrays: the departures are listed in docs/methods.md §25.
+for arrays: the departures are listed in docs/methods-server.md §25.
 
 **The configurations** (:func:`configurations`). Configuration 0 is the run's own values of the
 knobs (what the study's searcher sampled: FedEx wrapped in the sweep, as the authors wrap it in

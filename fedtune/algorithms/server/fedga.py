@@ -1,5 +1,5 @@
 """FedGA — generalization adjustment of the aggregation weights (Zhang et al., CVPR 2023,
-"Federated Domain Generalization with Generalization Adjustment"; docs/methods.md §13) as a
+"Federated Domain Generalization with Generalization Adjustment"; docs/methods-baselines.md §13) as a
 server rule.
 
 Clients run any client method; the server keeps an aggregation weight ``a_i`` per client across
@@ -177,7 +177,7 @@ def _gap_inputs(extras: list[dict[str, np.ndarray]], client_ids: tuple[int, ...]
 
 
 class FedGA(ServerRule):
-    """FedGA (docs/methods.md §13): ``θ ← θ + global_lr · Σ_u q_u Δ_u`` with weights adjusted every
+    """FedGA (docs/methods-baselines.md §13): ``θ ← θ + global_lr · Σ_u q_u Δ_u`` with weights adjusted every
     round from the clients' generalization gaps (module docstring). Batch-norm buffers are averaged
     with the same ``q`` (the authors average the whole state dict with their weights).
 

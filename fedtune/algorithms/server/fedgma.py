@@ -1,6 +1,6 @@
 """FedGMA — gradient-masked averaging (Tenison, Sreeramadas, Mugunthan, Oyallon, Rish, Belilovsky,
 "Gradient Masked Averaging for Federated Learning", TMLR 2023; in Bai, Bagchi, Inouye's FedDG
-benchmark, ICLR 2024, ``src/server.py`` ``FedGMA``; docs/methods.md §21) as a server rule.
+benchmark, ICLR 2024, ``src/server.py`` ``FedGMA``; docs/methods-benchmark.md §21) as a server rule.
 
 Clients run any client method; the server masks FedAvg's displacement coordinate by coordinate by
 how much the round's clients agree on its sign:
@@ -22,7 +22,7 @@ how much the round's clients agree on its sign:
 
 ``gma_tau = 0`` with the ``soft`` mask keeps every coordinate (``A ≥ 0``): FedAvg bit for bit.
 Batch-norm buffers are FedAvg's weighted mean (Bai et al. mask them with the parameters; fedtune
-never sends buffers through a server rule: docs/methods.md §21). Diagnostics per round:
+never sends buffers through a server rule: docs/methods-benchmark.md §21). Diagnostics per round:
 ``gma_kept`` (share of coordinates with ``A ≥ gma_tau``), ``gma_mean_mask`` and
 ``gma_mean_agreement``. Stateless between rounds.
 
@@ -99,7 +99,7 @@ def fedgma_direction(updates: np.ndarray, weights: np.ndarray, tau: float, mask:
 
 
 class FedGMA(FedAvg):
-    """FedGMA (docs/methods.md §21): ``θ ← θ + global_lr · m ⊙ Σ_u w_u Δ_u``, ``m`` from the clients'
+    """FedGMA (docs/methods-benchmark.md §21): ``θ ← θ + global_lr · m ⊙ Σ_u w_u Δ_u``, ``m`` from the clients'
     sign agreement (``gma_tau``, ``gma_mask``); FedAvg's weights ``w`` (``client_weighting``) and
     its buffers."""
 

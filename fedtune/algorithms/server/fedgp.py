@@ -1,4 +1,4 @@
-"""FedDA and FedGP with static or auto-weighted β, and the target-only baseline (docs/methods.md §2).
+"""FedDA and FedGP with static or auto-weighted β, and the target-only baseline (docs/methods-seeds.md §2).
 
 Federated domain *adaptation* (setting ``fda``): ``N`` source clients and one target client
 holding a small labelled target sample train from ``θ``; the server combines the target
@@ -20,19 +20,19 @@ Choices where the paper, the authors' code and the spec leave room (all document
 * **β convention.** ``gp_beta`` weights the *source* term (paper Def. 4.3: ``(1−β) Δ_T + β ·
   source``; ``gp_beta = 0`` is the target alone). The authors' code (their Eq. 109) weights the
   *target* by β: to compare with numbers from their code, map ``β → 1 − β``.
-* **Batch-norm buffers** follow the rule (docs/methods.md §2): target-only keeps the target's
+* **Batch-norm buffers** follow the rule (docs/methods-seeds.md §2): target-only keeps the target's
   buffers; FedDA and FedGP combine buffer displacements with the round's FedDA weights,
   ``B + Σ_i α_i [(1−β_i) ΔB_T + β_i ΔB_i]`` (no projection, no ``global_lr``;
   :meth:`_TargetSourceRule.aggregate_buffers`).
 
 * **Projection per tensor, estimates on the whole vector.** The projection is taken per
-  parameter tensor (docs/methods.md; the authors' ``update_global`` loops over the state-dict keys).
+  parameter tensor (docs/methods-seeds.md §2; the authors' ``update_global`` loops over the state-dict keys).
   The auto-β quantities ``σ̂², d̂_i², τd̂_i²`` are computed on the whole parameter vector, one
   β_i per source, as the authors' ``empirical_metrics_batch`` does on the concatenation of all
   tensors (their ``/dim`` normalisation cancels in the ratio and is omitted here).
 * **Proj₊ exactly as defined.** The authors' code adds ``cos(Δ_T, Δ_i) · Δ̃_i`` (magnitude
   ``‖Δ̃_i‖ cos``) instead of the projection (magnitude ``‖Δ_T‖ cos``); fedtune follows the paper's
-  definition (docs/methods.md). Proj₊ is invariant to positive rescaling of its second argument, so
+  definition (docs/methods-seeds.md §2). Proj₊ is invariant to positive rescaling of its second argument, so
   magnitude alignment changes FedGP's projections not at all, only FedDA and the β estimates.
   The target term is ``Σ_i α_i (1−β_i) Δ_T`` (the paper); the authors' code applies only the last
   source's ``(1−β)`` to ``Δ_T``.
@@ -40,7 +40,7 @@ Choices where the paper, the authors' code and the spec leave room (all document
   ``b``, ``−lr_T ∇_b`` (what plain SGD would have moved; row ``b`` of
   ``extras["step_updates"]``): Appendix A.2 uses batches of the target data as i.i.d. samples
   along the optimisation path (Appendix C.3). The samples are taken from the batch gradient of
-  the data loss at θ before the step, whatever the client's optimiser does with it (docs/methods.md
+  the data loss at θ before the step, whatever the client's optimiser does with it (docs/methods-seeds.md
   §2): not after momentum (consecutive momentum steps are correlated and ramp up to
   ``1/(1−m)`` times the gradient step, which put the estimates off by >10× at m = 0.9 and drove
   β_DA towards 0 on identical domains), not with weight decay or FedProx's ``μ(θ−θ_global)``
@@ -318,7 +318,7 @@ class _TargetSourceRule(ServerRule):
 
     def aggregate_buffers(self, buffers, client_buffers, weights, *, info):
         """Batch-norm statistics follow the FedDA weights of this round's parameter combine
-        (docs/methods.md §2; the authors' code combines every state-dict key):
+        (docs/methods-seeds.md §2; the authors' code combines every state-dict key):
         ``B ← B + Σ_i α_i [(1−β_i) ΔB_T + β_i ΔB_i]`` with ``ΔB_u = B_u − B`` and the same
         ``α_i, β_i`` (fixed or auto) as :meth:`aggregate` used. Choices: no projection (a running
         mean or variance is a statistic, not a descent direction, so FedGP combines buffers like

@@ -75,7 +75,7 @@ class AutoBetaEstimates:
 
 def auto_beta_estimates(target_step_updates: np.ndarray, source_step_updates: np.ndarray,
                         source_scales: Any = None, *, threads: int = 1) -> AutoBetaEstimates:
-    """``σ̂², d̂_i², τd̂_i²`` (docs/methods.md §2, Appendix A.2 eqs. 90, 95, 105) on the whole vector.
+    """``σ̂², d̂_i², τd̂_i²`` (docs/methods-seeds.md §2, Appendix A.2 eqs. 90, 95, 105) on the whole vector.
 
     ``target_step_updates`` ``[B, P]``: the target's per-step displacements ``t_b`` (``B ≥ 2``);
     ``source_step_updates`` ``[N, P]`` (or ``[P]``): the sources' per-step displacements ``s_i``,

@@ -1,4 +1,4 @@
-"""FedIIR's server side (Guo et al., ICML 2023; docs/methods.md §8): the running mean gradient
+"""FedIIR's server side (Guo et al., ICML 2023; docs/methods-baselines.md §8): the running mean gradient
 of the classifier, kept by the coordinator for the ``fediir`` client method (NumPy only).
 
 Each participant returns, at the global model θ it received, the sum of its per-batch gradients of

@@ -1,4 +1,4 @@
-"""FedOMG — on-server matching gradient (Nguyen et al., ICLR 2025; docs/methods.md §1) as a server rule.
+"""FedOMG — on-server matching gradient (Nguyen et al., ICLR 2025; docs/methods-seeds.md §1) as a server rule.
 
 Clients run plain local SGD; the server turns the round's displacements ``Δ_u = θ_u − θ`` into
 an *invariant gradient direction*:
@@ -28,7 +28,7 @@ Choices where the paper and the authors' code leave room (each is a flag or stat
   ``solver="sgd"`` is the authors' 20-step softmax-SGD iteration. Both feed the same ``d``
   formula (without the authors' ``1e-4`` guards in ``λ``).
 * Batch-norm buffers never reach a server rule: the runtime averages them by FedAvg (the
-  authors' code leaves them unaggregated — a defect docs/methods.md tells us not to copy).
+  authors' code leaves them unaggregated — a defect docs/methods-seeds.md §1.3 tells us not to copy).
 
 >>> updates = np.array([[1., 0.], [0., 1.]], np.float32)
 >>> d, gamma = fedomg_direction(updates, np.array([.5, .5]), kappa=0.0)   # κ = 0: FedAvg
@@ -140,7 +140,7 @@ def fedomg_direction(updates: np.ndarray, weights: np.ndarray, kappa: float, sol
 
 # ============================================================================== server rule
 class FedOMG(ServerRule):
-    """FedOMG (docs/methods.md §1): ``θ ← θ + global_lr · d`` with the invariant direction ``d``.
+    """FedOMG (docs/methods-seeds.md §1): ``θ ← θ + global_lr · d`` with the invariant direction ``d``.
 
     Diagnostics per round: ``omg_gamma.<client id>`` (Γ*), ``omg_cos.<client id>`` = cos(Δ_u, d)
     and their spread ``omg_cos_std`` (population std over the round's clients; lower = more

@@ -1,4 +1,4 @@
-"""FedOMG's step 2 on the Gram matrix (Nguyen et al., ICLR 2025; docs/methods.md §1; the rule and the
+"""FedOMG's step 2 on the Gram matrix (Nguyen et al., ICLR 2025; docs/methods-seeds.md §1; the rule and the
 notation: :mod:`fedtune.algorithms.server.fedomg`).
 
 ``Γ* = argmin_{Γ ∈ simplex} ⟨Γg, g_FL⟩ + κ ‖g_FL‖ ‖Γg‖`` depends only on the Gram matrix

@@ -1,4 +1,4 @@
-"""Federated Fishr's server side (FedOMG paper Eq. 4; Ramé et al., ICML 2022; docs/methods.md §9):
+"""Federated Fishr's server side (FedOMG paper Eq. 4; Ramé et al., ICML 2022; docs/methods-baselines.md §9):
 the clients' mean gradient variance, kept by the coordinator for the ``fishr`` client method (NumPy
 only).
 

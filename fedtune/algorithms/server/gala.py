@@ -1,4 +1,4 @@
-"""FedGaLA's global alignment, the server rule ``gala`` (docs/methods.md §3; Pourpanah et al., Alg. 1).
+"""FedGaLA's global alignment, the server rule ``gala`` (docs/methods-seeds.md §3; Pourpanah et al., Alg. 1).
 
 FedGaLA has two independent parts, usable apart:
 
@@ -16,7 +16,7 @@ global update is ``FedAvg(g_i)``; then ``iter`` times: ``w_i = (cos(g_i, g) + 1)
 tensor and forms each new tensor as a convex combination ``Σ w_i θ_i``, i.e. the aligned step is
 at FedAvg's scale (the paper's extra ``1/K`` is not in their code).
 
-fedtune (docs/methods.md §3, as corrected): start ``a = Σ p_i Δ_i``; ``gala_iters`` times:
+fedtune (docs/methods-seeds.md §3, as corrected): start ``a = Σ p_i Δ_i``; ``gala_iters`` times:
 ``w_i ∝ p_i (cos(Δ_i, a) + 1)/2`` normalised to sum 1, ``a = Σ w_i Δ_i``; then
 ``θ ← θ + global_lr (gala_mix · a + (1 − gala_mix) Σ p_i Δ_i)``. The ``p_i`` factor keeps the
 example weighting of FedAvg (with equal client sizes it is the paper's rule), so equal
@@ -113,7 +113,7 @@ def _alignment_weights(updates: np.ndarray, weights: np.ndarray, iters: int) -> 
 
 def gala_global_weights(updates: np.ndarray, weights: np.ndarray, iters: int = 3,
                         slices: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """FedGaLA's global alignment (docs/methods.md §3): the normalised client weights ``w`` and the
+    """FedGaLA's global alignment (docs/methods-seeds.md §3): the normalised client weights ``w`` and the
     aligned displacement ``a`` [P] (both float64).
 
     ``updates[u] = Δ_u`` (descent displacements), ``weights[u] = p_u`` (summing to 1). Start

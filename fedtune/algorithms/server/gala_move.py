@@ -1,4 +1,4 @@
-"""The server side of FedGaLA's local alignment: the last global move (docs/methods.md §3.2).
+"""The server side of FedGaLA's local alignment: the last global move (docs/methods-seeds.md §3.2).
 
 FedGaLA's gated clients (``gala``, and ``gala-simclr`` in the unsupervised setting;
 :mod:`fedtune.algorithms.client.gala`) gate each parameter tensor's step on its agreement with

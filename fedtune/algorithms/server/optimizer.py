@@ -1,6 +1,6 @@
 """Server optimisers: FedAvgM, FedAdam, FedYogi, FedAdagrad on the step of *any* server rule.
 
-Flower's FedOpt strategies (docs/methods.md §14; Reddi et al., "Adaptive Federated Optimization", ICLR 2021,
+Flower's FedOpt strategies (docs/methods-server.md §14; Reddi et al., "Adaptive Federated Optimization", ICLR 2021,
 Algorithm 2; Hsu et al. 2019 for FedAvgM) put an optimiser on the server: the round's
 aggregate ``Δ`` (the FedAvg displacement, a "pseudo-gradient" pointing downhill) feeds a
 momentum or adaptive step. fedtune applies it to the step that the run's server rule proposes,

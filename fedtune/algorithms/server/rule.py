@@ -8,7 +8,7 @@ conventions are :mod:`~fedtune.algorithms.server.aggregate`'s):
 * Only the parameter part of the flat vector (``layout.num_params``) reaches
   :meth:`ServerRule.aggregate`; floating buffers (batch-norm statistics) go to
   :meth:`ServerRule.aggregate_buffers` after it (default: :func:`fedavg_buffers`, the weighted
-  mean; the FDA rules follow their parameter rule, docs/methods.md §2). Integer buffers
+  mean; the FDA rules follow their parameter rule, docs/methods-seeds.md §2). Integer buffers
   (``num_batches_tracked``) are not in the flat vector and stay as each model has them.
 """
 
@@ -45,7 +45,7 @@ class AggregateResult:
     """A rule's round: ``params = θ + η·d`` rounded to float32 (what ``server_optimizer: sgd``
     keeps, bit for bit), and ``direction``, the rule's ``d`` itself in float64, which an adaptive
     server optimiser steps along (never ``(params − θ)/η``: at small ``η`` that difference of
-    float32 weights loses ``d`` below half an ulp of ``θ``, docs/methods.md §14)."""
+    float32 weights loses ``d`` below half an ulp of ``θ``, docs/methods-server.md §14)."""
 
     params: np.ndarray  # new global parameters, float32 [num_params]
     diagnostics: dict[str, Any]  # becomes diag.<name> columns
@@ -137,7 +137,7 @@ class ServerRule:
 
 class FedAvg(ServerRule):
     """``θ ← θ + global_lr · Σ_u w_u Δ_u``, ``w`` the example weights ``p_u`` or ``1/U``
-    (``client_weighting``; docs/methods.md §7.4, §8.5); the buffers are averaged with the same ``w``."""
+    (``client_weighting``; docs/methods-baselines.md §7.4, §8.5); the buffers are averaged with the same ``w``."""
 
     name = "fedavg"
 

@@ -1,4 +1,4 @@
-"""SCAFFOLD's server side (Karimireddy et al., ICML 2020, Algorithm 1; docs/methods.md §11): the server control
+"""SCAFFOLD's server side (Karimireddy et al., ICML 2020, Algorithm 1; docs/methods-baselines.md §11): the server control
 variate ``c`` (NumPy only; the client, :mod:`fedtune.algorithms.client.scaffold`, is torch).
 
 Every round the server sends ``c`` with the weights (payload key :data:`SCAFFOLD_C`); each

@@ -1,5 +1,5 @@
 """The no-argument study, ``fedtune sweep`` alone: a newcomer's first command, sized to answer in
-about half a minute on 2 CPU cores (the README says what it measured)."""
+about half a minute on 2 CPU cores (docs/benchmarks.md says what it measured)."""
 
 from __future__ import annotations
 

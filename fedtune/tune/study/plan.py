@@ -7,7 +7,7 @@ SPACE files given, one per algorithm); with ``--target-domain all`` one search p
 (algorithm, target domain). Searches run one after the other, each filling the cluster with
 up to ``--max-concurrent`` trials (the next search starts as the last trials of one end). The target is a search of its own, not a grid dimension
 of one search, because leave-one-domain-out selects hyperparameters per held-out domain
-(DomainBed's training-domain validation, docs/methods.md §5) and Optuna's samplers need one
+(DomainBed's training-domain validation, docs/methods-protocol.md §5) and Optuna's samplers need one
 objective per study; OptunaSearch cannot take a ``grid_search`` dimension either. A search's
 key is ``<algorithm>`` or ``<algorithm>/<target>``; its Optuna study is ``<study>/<key>``. A
 study of several searches runs them in one Tune experiment, ``tune/_searches`` (each search keeps
