@@ -68,7 +68,8 @@ def main() -> None:
     ap.add_argument("--algorithm", default="fedavg")
     args = ap.parse_args()
 
-    from fedtune.algorithms.server.fedex import client_knob_hparams, knob_ranges
+    from fedtune.algorithms.server.fedex import knob_ranges
+    from fedtune.algorithms.tuner_declarations import client_knob_hparams
     from fedtune.config import FederatedRunConfig
 
     base = {"algorithm": args.algorithm, "dataset": "rotated-digits", "setting": "fdg", "eval_every": 1}

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 import yaml
 
 from fedtune import yaml_safe
-from fedtune.algorithms import LOCAL_OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS
-from fedtune.algorithms.server.fedex import FEDEX_MAX_CONFIGS, FEDEX_OBJECTIVES, FEDEX_SCHEDULES
+from fedtune.algorithms import LOCAL_OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS, in_run_tuner_spec
+from fedtune.algorithms.base import HParam, InRunTunerSpec
+from fedtune.algorithms.tuner_declarations import IN_RUN_TUNER_SPECS
 from fedtune.bounds import Bounds
 from fedtune.data.heterogeneity import ROUNDINGS
 from fedtune.errors import ConfigError, clipped, shown
@@ -60,10 +61,38 @@ AUGMENTS = ("none", "domainbed")  # fedtune.runtime.augment.make_augment
 FAILURE_POLICIES = ("retry", "skip", "fail")
 PLACEMENTS = ("auto", "fixed", "roaming")  # client_placement (fedtune.runtime.placement)
 CACHE_KEYS = ("stat", "content")  # fedtune.data.cache.KEY_MODES
-FEDEX_ON = ("fedex_configs", "FedEx is off (fedex_configs 0)", "fedex_configs >= 2 (FedEx on)")
+_HINTS = {"int": "int", "float": "float", "bool": "bool", "choice": "str", "names": "list[str]"}
+
+
+def tuner_fields(after: str):
+    """Class decorator (under ``@dataclass``): a run field for each hyperparameter of each in-run tuner
+    (:data:`~fedtune.algorithms.tuner_declarations.IN_RUN_TUNER_SPECS`: FedEx's ``fedex_configs``, ...),
+    after the field ``after``, with the HParam's default, help and bounds; all but the switch are
+    refused while it is 0 (``needs``). Run fields, not ``params``: the spelling of every earlier
+    YAML file, ``--set`` and stored config, and so of every trial id."""
+    def made(spec: InRunTunerSpec, h: HParam):
+        if h.kind not in _HINTS or h.hi_open:
+            raise TypeError(f"in-run tuner {spec.name}: {h.name} ({h.kind}) has no run-field form")
+        return _f(h.default, h.help, choices=h.choices or None, lo=h.lo, hi=h.hi, lo_open=h.lo_open, note=h.note,
+                  factory=(lambda: list(h.default)) if h.kind == "names" else None,
+                  needs=None if h.name == spec.switch else (spec.switch, spec.off, spec.on))
+
+    def add(cls: type) -> type:
+        hints: dict[str, str] = {}
+        for name, hint in cls.__dict__["__annotations__"].items():
+            hints[name] = hint
+            if name == after:
+                for spec in IN_RUN_TUNER_SPECS:
+                    for h in spec.hparams:
+                        hints[h.name] = _HINTS[h.kind]
+                        setattr(cls, h.name, made(spec, h))
+        cls.__annotations__ = hints
+        return cls
+    return add
 
 
 @dataclass
+@tuner_fields(after="fidelity_factor")
 class FederatedRunConfig:
     """Everything one federated run needs. Field names are what ``--set`` and YAML use."""
 
@@ -88,14 +117,6 @@ class FederatedRunConfig:
     fidelity_participation: float | None = _f(None, "multi-fidelity over clients (FedHPO-Bench's client sample rate; fedtune sweep --client-fidelity): the participation of the first fidelity_grace_rounds rounds, multiplied by fidelity_factor after each rung milestone the trial passes (rounds fidelity_grace_rounds * fidelity_factor**k, ASHA's rungs), at most participation; null: participation every round", lo=0.0, hi=1.0, lo_open=True)
     fidelity_grace_rounds: int = _f(1, "rounds of the first fidelity rung (fidelity_participation; ASHA's grace period)", lo=1)
     fidelity_factor: float = _f(2.0, "growth of the participation from one fidelity rung to the next (fidelity_participation; ASHA's reduction factor)", lo=1.0, lo_open=True)
-    fedex_configs: int = _f(0, "FedEx (Khodak et al. 2021): tune the clients' knobs (fedex_knobs) inside the run over this many local configurations, the run's own values and fedex_configs - 1 perturbations of them; every participant trains a configuration drawn from the server's distribution, which an exponentiated-gradient step moves towards the configurations whose trained models score best on the clients' validation splits; 0 = off (docs/methods-server.md section 25)", lo=0, hi=FEDEX_MAX_CONFIGS, note="0: off")
-    fedex_knobs: list[str] = _f(None, "FedEx: the client knobs it tunes: local_lr, local_momentum, weight_decay, local_epochs, batch_size, or the client method's own hyperparameters (prox_mu, fedsr_l2r, ...; not those of a method with a server side)", factory=lambda: ["local_lr"], needs=FEDEX_ON)
-    fedex_eps: float = _f(0.5, "FedEx: how far the configurations 1.. move from the run's own values, as a fraction of each knob's range (the authors' ranges for the knobs they tune, else the knob's declared search range; the authors' eps; 0 = all configurations the run's own: the run without FedEx; 1 already reaches a knob's whole range from any value)", lo=0.0, hi=1.0, needs=FEDEX_ON)
-    fedex_schedule: str = _f("aggressive", "FedEx step size eta0 / denom, eta0 = sqrt(2 log k): aggressive (denom = max |gradient|, the authors' scripts' default), adaptive (root of the summed squared max |gradient|), auto (sqrt(round)), constant (1), scale (1 / sqrt(2 log k))", choices=FEDEX_SCHEDULES, needs=FEDEX_ON)
-    fedex_baseline: float = _f(0.0, "FedEx baseline: discount factor of the mean of earlier rounds' scores subtracted from each score (0 = the last round's, 1 = the mean of all; the authors' wrapper draws it from U[0, 1))", lo=0.0, hi=1.0, needs=FEDEX_ON)
-    fedex_diff: bool = _f(False, "FedEx: score the change local training made (after - before) instead of the trained model's score", needs=FEDEX_ON)
-    fedex_cutoff: float = _f(0.0, "FedEx: below this entropy of the distribution it stops changing and every client trains the most likely configuration", lo=0.0, needs=FEDEX_ON)
-    fedex_objective: str = _f("error", "FedEx score of a client's trained model on its validation split: error (1 - accuracy, the authors' default) or loss (cross-entropy)", choices=FEDEX_OBJECTIVES, needs=FEDEX_ON)
     target_fraction: float = _f(0.05, "fda: fraction of the target domain given to the target client as labelled data", lo=0.0, hi=1.0, lo_open=True)
     val_fraction: float = _f(0.2, "per-client validation hold-out (source validation = model selection)", lo=0.0, hi=0.9)
     test_fraction: float = _f(0.2, "fl: per-client test hold-out", lo=0.0, hi=0.9, lo_open=True)
@@ -307,11 +328,10 @@ class FederatedRunConfig:
                     f"server_optimizer {self.server_optimizer}) does not use")
             self.params[key] = specs[key].check(value, owners[key][0])
         # Conditions across fields (e.g. auto-β needs 2 local steps): once, here, not when the run starts.
-        for check in (resolved.client_spec.check, resolved.rule_spec.check):
+        tuner = in_run_tuner_spec(self)
+        for check in (resolved.client_spec.check, resolved.rule_spec.check, tuner.check if tuner else None):
             if check is not None:
                 check(self)
-        if self.fedex_configs:
-            self._validate_fedex()
         self._validate_plugins()
         if self.precision == "fp16" and not resolved.client_spec.scales_fp16_gradients:
             raise ConfigError(f"field 'precision': fp16 is not available with client method {resolved.client_method_name} "
@@ -319,7 +339,7 @@ class FederatedRunConfig:
 
     def _refuse_unused(self) -> None:
         """A field declared ``needs=(field, off, on)`` set to another value than its default while
-        ``field`` is off (FedEx's fields without ``fedex_configs``) is refused: it would change
+        ``field`` is off (an in-run tuner's fields without its switch) is refused: it would change
         nothing but the trial id."""
         for f in fields(self):
             needs = f.metadata.get("needs")
@@ -339,22 +359,6 @@ class FederatedRunConfig:
                               "or the script itself), which Ray's workers cannot import; move it into a module file "
                               "(e.g. my_methods.py) and register it from there, or run with backend: local")
         self.plugins = [e for e in entries if e != MAIN_MODULE]
-
-    def _validate_fedex(self) -> None:
-        """FedEx's fields against the run (``fedex_configs`` > 0)."""
-        from fedtune.algorithms.server.fedex import client_knob_hparams, knob_ranges
-
-        if self.fedex_configs == 1:
-            raise ConfigError("field 'fedex_configs': 1 configuration leaves FedEx nothing to choose; allowed: 0 (off) "
-                              "or at least 2")
-        if not self.resolved.client_spec.supervised:
-            raise ConfigError(f"field 'fedex_configs': FedEx scores the clients' trained classifiers on their validation "
-                              f"splits, which client method {self.resolved.client_method_name} (unsupervised) has "
-                              "not; allowed: 0")
-        if self.val_fraction == 0 and self.split_scheme is None:
-            raise ConfigError("field 'fedex_configs': FedEx scores the clients on their validation splits, and "
-                              "val_fraction is 0; allowed: 0, or val_fraction > 0")
-        knob_ranges(self.fedex_knobs, client_knob_hparams(self))
 
     def _validate_model_and_data(self) -> None:
         """Model name, pretrained weights, augmentation and precision against each other."""

@@ -187,6 +187,9 @@ MOVED_NAMES: dict[str, str] = {
              "batch_size_note", "batches_per_epoch"),
     **_moved("fedtune.algorithms.server", "fedtune.algorithms.server.rule", "RoundInfo", "AggregateResult",
              "ServerRule", "FedAvg"),
+    # issue 46: FedEx became a declared in-run tuner (its hyperparameters, bounds and checks declared once)
+    **_moved("fedtune.algorithms.server.fedex", "fedtune.algorithms.tuner_declarations", "FEDEX_MAX_CONFIGS",
+             "FEDEX_OBJECTIVES", "AUTHORS_RANGES"),
     # names docs/ used in modules that moved, where they are not in the module's new home
     "fedtune.tune.report.make_report": "fedtune.make_report",
     "fedtune.tune.report.paired_gap": "fedtune.reports.stats.paired_gap",

@@ -144,11 +144,11 @@ def reachable(start: str, graph: dict[str, set[str]]) -> set[str]:
 def test_algorithms_rooms_show_the_split():
     """algorithms/server/ (what the coordinator runs) reaches no torch, through any fedtune module
     it imports; the declarations, the presets and the registries at algorithms/ reach neither torch
-    nor NumPy; every module of algorithms/ lives in one of the two rooms or is one of those six."""
+    nor NumPy; every module of algorithms/ lives in one of the two rooms or is one of those seven."""
     graph, mods = import_graph(), modules()
     top = {"fedtune.algorithms", "fedtune.algorithms.base", "fedtune.algorithms.declarations",
            "fedtune.algorithms.fedadg_declarations", "fedtune.algorithms.optimizer_declarations",
-           "fedtune.algorithms.presets"}
+           "fedtune.algorithms.presets", "fedtune.algorithms.tuner_declarations"}
     rooms = {m for m in mods if m.startswith("fedtune.algorithms.")} - top
     assert rooms and all(m.split(".")[2] in ("client", "server") for m in rooms), sorted(rooms)
     assert {m for m in mods if m.startswith("fedtune.algorithms.server.")}, "the server room is empty"

@@ -337,7 +337,7 @@ def _refused(values, words):
 def test_the_number_of_configurations_is_bounded_and_the_bound_builds_at_once():
     import time
 
-    from fedtune.algorithms.server.fedex import FEDEX_MAX_CONFIGS
+    from fedtune.algorithms.tuner_declarations import FEDEX_MAX_CONFIGS
 
     t0 = time.perf_counter()
     _refused({**TINY, "fedex_configs": 10**9}, ["field 'fedex_configs': 1000000000 is out of range",

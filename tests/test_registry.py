@@ -69,7 +69,7 @@ def test_importing_the_package_and_its_registry_loads_no_torch():
                "names = list(CLIENT_METHODS), 'sam' in CLIENT_METHODS, resolve_names('fedgala', setting='ufdg')\n"
                "print('torch' in sys.modules, any(m.startswith('fedtune.algorithms.') and m not in "
                "('fedtune.algorithms.base', 'fedtune.algorithms.declarations', 'fedtune.algorithms.optimizer_declarations', "
-               "'fedtune.algorithms.fedadg_declarations', "
+               "'fedtune.algorithms.fedadg_declarations', 'fedtune.algorithms.tuner_declarations', "
                "'fedtune.algorithms.presets') "
                "for m in sys.modules))")
     assert out.split() == ["False", "False"]

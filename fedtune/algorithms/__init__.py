@@ -35,11 +35,12 @@ from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from fedtune.algorithms.base import (ClientMethodSpec, ComponentSpec, HParam, Preset, RunConfig, ServerOptimizerSpec,
-                                     ServerRuleSpec, ServerSideSpec)
+from fedtune.algorithms.base import (ClientMethodSpec, ComponentSpec, HParam, InRunTunerSpec, Preset, RunConfig,
+                                     ServerOptimizerSpec, ServerRuleSpec, ServerSideSpec)
 from fedtune.algorithms.declarations import CLIENT_METHOD_SPECS, SERVER_RULE_SPECS
 from fedtune.algorithms.optimizer_declarations import SERVER_OPTIMIZER_SPECS
 from fedtune.algorithms.presets import PRESETS
+from fedtune.algorithms.tuner_declarations import IN_RUN_TUNER_SPECS
 from fedtune.entry_points import PluginWarning, load_entry_points
 from fedtune.errors import ConfigError, shown
 from fedtune.old_names import old_name_error
@@ -143,6 +144,11 @@ SERVER_SIDES = Registry("client method's server side", (
 # only): the config's ``server_optimizer``; ``sgd`` is the rule's own step.
 SERVER_OPTIMIZERS = Registry("server optimizer", SERVER_OPTIMIZER_SPECS)
 
+# In-run tuners of the clients' knobs (fedtune.algorithms.tuner_declarations; the coordinator's half
+# fedtune.algorithms.server.tuner.InRunTuner, NumPy only): FedEx. Each is on when its switch field is
+# not 0 (fedex_configs); their hyperparameters are run fields (fedtune.config.tuner_fields).
+IN_RUN_TUNERS = Registry("in-run tuner", IN_RUN_TUNER_SPECS)
+
 # The client's local optimisers (fedtune.algorithms.client.optim) and compute precisions
 # (fedtune.algorithms.client.precision): the config's allowed values, named here without importing torch.
 LOCAL_OPTIMIZERS = ("sgd", "adam")
@@ -156,7 +162,8 @@ ALL_SETTINGS = ("fdg", "fl", "fda", "ufdg")
 # point) that registered it (fedtune.plugins.register), for the one-line error of a name taken twice.
 _BUILT_IN = "fedtune"
 _OWNERS: dict[tuple[str, str], str] = {
-    **{(r.kind, n): _BUILT_IN for r in (CLIENT_METHODS, SERVER_RULES, SERVER_OPTIMIZERS) for n in r._specs},
+    **{(r.kind, n): _BUILT_IN for r in (CLIENT_METHODS, SERVER_RULES, SERVER_OPTIMIZERS, IN_RUN_TUNERS)
+       for n in r._specs},
     **{("algorithm", n): _BUILT_IN for n in PRESETS}}
 _KIND_OF_SPEC = ((ClientMethodSpec, CLIENT_METHODS, "fedtune.algorithms.client.method", "ClientMethod"),
                  (ServerRuleSpec, SERVER_RULES, "fedtune.algorithms.server.rule", "ServerRule"),
@@ -382,19 +389,27 @@ class Resolved:
 
     def client_hooks(self, cfg: RunConfig) -> tuple[str, ...]:
         """Where the client hooks live that every participant of a run with ``cfg`` runs: the
-        server rule's (:meth:`~fedtune.algorithms.base.ServerRuleSpec.hooks`), then in-run tuning's
-        (FedEx, ``fedex_configs`` > 0: :mod:`fedtune.algorithms.client.fedex`)."""
-        fedex = ("fedtune.algorithms.client.fedex:FedExHook",) if getattr(cfg, "fedex_configs", 0) else ()
-        return self.rule_spec.hooks(cfg) + fedex
+        server rule's (:meth:`~fedtune.algorithms.base.ServerRuleSpec.hooks`), then its in-run
+        tuner's (:attr:`~fedtune.algorithms.base.InRunTunerSpec.client_hooks`)."""
+        tuner = in_run_tuner_spec(cfg)
+        return self.rule_spec.hooks(cfg) + (tuner.client_hooks if tuner is not None else ())
 
     def in_run_tuner(self, cfg: RunConfig) -> Any:
-        """The coordinator's in-run tuner of a run with ``cfg``
-        (:class:`~fedtune.algorithms.server.fedex.FedExServer`), None without one (NumPy only)."""
-        if not getattr(cfg, "fedex_configs", 0):
-            return None
-        from fedtune.algorithms.server.fedex import fedex_server
+        """The coordinator's in-run tuner of a run with ``cfg`` (an
+        :class:`~fedtune.algorithms.server.tuner.InRunTuner`), None without one (NumPy only)."""
+        tuner = in_run_tuner_spec(cfg)
+        return IN_RUN_TUNERS[tuner.name].from_config(cfg) if tuner is not None else None
 
-        return fedex_server(cfg)
+
+def in_run_tuner_spec(cfg: Any) -> InRunTunerSpec | None:
+    """The declaration of the in-run tuner a run with ``cfg`` tunes with (its switch field not 0),
+    None without one; two switched on at once is one ConfigError naming both."""
+    on = [spec for spec in IN_RUN_TUNERS.specs() if spec.is_on(cfg)]
+    if len(on) > 1:
+        raise ConfigError(f"field '{on[1].switch}': a run tunes with one in-run tuner, and {on[0].switch} "
+                          f"{getattr(cfg, on[0].switch)!r} already turns on {on[0].title}; allowed: "
+                          f"{' or '.join(f'{t.switch} 0' for t in on)}")
+    return on[0] if on else None
 
 
 def resolve_names(algorithm: str, client_method: str | None = None, server_rule: str | None = None,

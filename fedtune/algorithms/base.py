@@ -1,6 +1,6 @@
 """The vocabulary of declarations: a hyperparameter (:class:`HParam`) and what each kind of
 component declares about itself (:class:`ClientMethodSpec`, :class:`ServerRuleSpec`,
-:class:`ServerOptimizerSpec`). Torch-free and NumPy-free: the declarations themselves
+:class:`ServerOptimizerSpec`, :class:`InRunTunerSpec`). Torch-free and NumPy-free: the declarations themselves
 (:mod:`fedtune.algorithms.declarations`) are read by the config, the search spaces and the CLI
 without importing any component's code."""
 
@@ -54,7 +54,9 @@ class HParam(Generic[T]):
     """A hyperparameter a component declares: default, allowed values, meaning.
 
     ``kind`` is ``float``, ``int``, ``bool`` or ``choice`` (``choices`` lists the values;
-    ``float_or_choice`` accepts a number in range or one of ``choices``, e.g. β = 0.5 or "auto").
+    ``float_or_choice`` accepts a number in range or one of ``choices``, e.g. β = 0.5 or "auto"),
+    or ``names`` (a list of names, its default a tuple: FedEx's ``fedex_knobs``). ``note`` is said
+    after the allowed range in an error (``"0: off"``).
     ``lo_open=True`` makes ``lo`` exclusive (``sam_rho > 0``), ``hi_open=True`` makes ``hi``
     exclusive (``server_beta1 < 1``). ``variant=True`` marks a choice
     between a paper and its authors' code that changes results (FedGaLA's gate sign, FedOMG's
@@ -93,10 +95,12 @@ class HParam(Generic[T]):
     implies: tuple[tuple[Any, tuple[tuple[str, Any], ...]], ...] = field(default=(), compare=False, hash=False)
     # Values that were allowed once: value -> why it went and what to write instead (one line).
     retired: tuple[tuple[Any, str], ...] = field(default=(), compare=False, hash=False)
+    note: str = field(default="", compare=False, hash=False)
 
     @property
     def bounds(self) -> Bounds:
-        return Bounds(lo=self.lo, hi=self.hi, lo_open=self.lo_open, choices=self.choices, hi_open=self.hi_open)
+        return Bounds(lo=self.lo, hi=self.hi, lo_open=self.lo_open, choices=self.choices, hi_open=self.hi_open,
+                      note=self.note)
 
     def check(self, value: Any, owner: str) -> T:
         """``value`` converted to this hyperparameter's kind, or a ConfigError naming the field and
@@ -115,6 +119,10 @@ class HParam(Generic[T]):
             if isinstance(value, bool):
                 return value  # type: ignore[return-value]
             raise ConfigError(f"{where}: expected true or false, got {shown(value)}")
+        if self.kind == "names":
+            if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+                return list(value)  # type: ignore[return-value]
+            raise ConfigError(f"{where}: expected a list of names such as [local_lr], got {shown(value)}")
         try:
             if isinstance(value, bool):
                 raise TypeError
@@ -129,7 +137,10 @@ class HParam(Generic[T]):
 
     def of(self, cfg: RunConfig) -> T:
         """This hyperparameter's value in ``cfg`` (a validated
-        :class:`~fedtune.config.FederatedRunConfig`): the one set, else the default."""
+        :class:`~fedtune.config.FederatedRunConfig`): the one set, else the default; an in-run
+        tuner's (a run field, ``fedex_eps``) the field's value."""
+        if self.name in getattr(type(cfg), "__dataclass_fields__", {}):
+            return getattr(cfg, self.name)
         return cfg.params.get(self.name, self.default)
 
 
@@ -240,6 +251,42 @@ class ServerOptimizerSpec(ComponentSpec):
     scale is its own, not the server rule's); None: the server rule's ``default_global_lr``."""
 
     default_lr: float | None = None
+
+
+@dataclass(frozen=True)
+class InRunTunerSpec(ComponentSpec):
+    """An in-run tuner (:class:`~fedtune.algorithms.server.tuner.InRunTuner`, NumPy code on the
+    coordinator; FedEx): it tunes client knobs inside one run, drawing each participant's values
+    every round and learning from the scores the participants send back.
+
+    Its :attr:`hparams` are run fields (``fedex_configs: 4`` in a YAML file or ``--set``; the config
+    reads them as ``cfg.fedex_configs``, :func:`fedtune.config.tuner_fields`), the first of them,
+    ``switch``, turning it on when not 0; the others are refused while it is off, in one line
+    saying ``off`` and how to turn it on (``on``). ``knobs``: the field listing the run's knobs it
+    tunes (a population scheduler must not explore them). ``client_hooks``: where its client half
+    lives (``"module:Class"`` of a :class:`~fedtune.algorithms.client.hooks.ClientHook`). ``columns``:
+    the round-row columns it adds (:meth:`InRunTuner.columns`) that a trial row repeats from the
+    last round. ``title``: its name in messages."""
+
+    title: str = ""
+    off: str = ""
+    on: str = ""
+    knobs: str = ""
+    client_hooks: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+
+    @property
+    def switch(self) -> str:
+        """The run field that turns it on (its first hyperparameter)."""
+        return self.hparams[0].name
+
+    def is_on(self, cfg: Any) -> bool:
+        """Whether a run with ``cfg`` tunes with it."""
+        return bool(getattr(cfg, self.switch, 0))
+
+    def tuned_knobs(self, cfg: Any) -> tuple[str, ...]:
+        """The run's knobs it tunes under ``cfg``."""
+        return tuple(getattr(cfg, self.knobs)) if self.knobs else ()
 
 
 @dataclass(frozen=True)

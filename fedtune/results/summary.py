@@ -12,15 +12,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fedtune.algorithms.tuner_declarations import IN_RUN_TUNER_SPECS
 from fedtune.results import selection
 from fedtune.results.arrow import is_number, to_json, to_timestamp
 from fedtune.results.schema import IDENTITY_COLUMNS
 
 __all__ = ["CARRIED_COLUMNS", "summarize_trial"]
 
-CARRIED_COLUMNS = ("fedex_json", "pbt_history")
-"""Round-row columns a trial row repeats from its last round that has one: FedEx's final
-distribution (:meth:`fedtune.algorithms.server.fedex.FedExServer.columns`), a PBT/PB2 member's
+CARRIED_COLUMNS = (*(c for spec in IN_RUN_TUNER_SPECS for c in spec.columns), "pbt_history")
+"""Round-row columns a trial row repeats from its last round that has one: an in-run tuner's
+(its spec's ``columns``: FedEx's final distribution ``fedex_json``), a PBT/PB2 member's
 mutation history (:mod:`fedtune.tune.trial.population`)."""
 
 

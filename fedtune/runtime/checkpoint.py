@@ -168,7 +168,7 @@ def write_checkpoint(directory: str | os.PathLike[str], state: Mapping[str, Any]
         "rule": _encode(state.get("rule") or {}, arrays, "rule"),
         "side": _encode(state.get("side"), arrays, "side"),
         "optimizer": _encode(state.get("optimizer"), arrays, "optimizer"),
-        "tuner": _encode(state.get("tuner"), arrays, "tuner"),  # an in-run tuner's (FedEx), else None
+        "tuner": _encode(state.get("tuner"), arrays, "tuner"),  # an in-run tuner's, else None
         "first_loss": state.get("first_loss"),  # round 1's training loss (the explosion check's scale)
         "clients": _encode(state.get("clients") or {}, arrays, "clients"),
         "meta": _encode(dict(meta or {}), arrays, "meta"),

@@ -103,8 +103,8 @@ class Coordinator:
         self.side = server_side_of(cfg, self.layout, plan.num_clients, domains=plan.domains,
                                    train_domains=plan.train_domain_ids())
         self.optimizer = SERVER_OPTIMIZERS[cfg.server_optimizer](cfg, self.rule.global_lr)
-        # in-run tuning of the clients' knobs (FedEx), None without: it draws each participant's
-        # configuration, takes the scores out of the replies and steps after the fit round
+        # in-run tuning of the clients' knobs (fedtune.algorithms.server.tuner), None without: it adds
+        # to the broadcast, takes its entries out of the replies and steps after the fit round
         self.tuner = cfg.resolved.in_run_tuner(cfg)
         self.first_loss: float | None = None  # round 1's training loss, the scale of loss_exploded
         self.shards = eval_shards(plan)  # target-test shards, then ufdg's target-probe shards

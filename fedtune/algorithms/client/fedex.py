@@ -29,19 +29,19 @@ import numpy as np
 
 from fedtune.algorithms.client.hooks import ClientHook, WorkerView
 from fedtune.algorithms.client.method import ClientContext, ClientOutcome
+from fedtune.algorithms.server.fedex import knob_ranges
+from fedtune.algorithms.tuner_declarations import FEDEX_DIFF, FEDEX_KNOBS, FEDEX_OBJECTIVE, client_knob_hparams
 
 
 class FedExHook(ClientHook):
     def __init__(self, view: WorkerView):
         super().__init__(view)
-        from fedtune.algorithms.server.fedex import client_knob_hparams, knob_ranges
-
         cfg = view.cfg
-        ranges = knob_ranges(cfg.fedex_knobs, client_knob_hparams(cfg))  # the server's knobs, in its order
+        ranges = knob_ranges(FEDEX_KNOBS.of(cfg), client_knob_hparams(cfg))  # the server's knobs, in its order
         self.knobs = tuple(r.name for r in ranges)
         self.ints = {r.name for r in ranges if r.kind == "int"}
-        self.diff = bool(cfg.fedex_diff)
-        self.loss = cfg.fedex_objective == "loss"
+        self.diff = bool(FEDEX_DIFF.of(cfg))
+        self.loss = FEDEX_OBJECTIVE.of(cfg) == "loss"
         self.roles = {c.client_id: c.role for c in view.clients}
         self.val_sizes = {c.client_id: c.num_val for c in view.clients}
         self._index: dict[int, int] = {}

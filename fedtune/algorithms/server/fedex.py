@@ -40,33 +40,19 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-__all__ = ["FEDEX_MAX_CONFIGS", "FEDEX_OBJECTIVES", "FEDEX_SCHEDULES", "FedExServer", "KnobRange", "configurations",
-           "discounted_mean", "entropy", "exponentiated_gradient_step", "fedex_server", "knob_ranges"]
+from fedtune.algorithms.server.tuner import InRunTuner
+from fedtune.algorithms.tuner_declarations import (FEDEX_BASELINE, FEDEX_CONFIGS, FEDEX_CUTOFF, FEDEX_DIFF, FEDEX_EPS,
+                                                   FEDEX_KNOBS, FEDEX_SCHEDULE, FEDEX_SCHEDULES, client_knob_hparams,
+                                                   knob_searches)
+from fedtune.old_names import old_name_error
 
-FEDEX_SCHEDULES = ("aggressive", "adaptive", "auto", "constant", "scale")
-FEDEX_OBJECTIVES = ("error", "loss")
-FEDEX_MAX_CONFIGS = 1000
-"""Most configurations FedEx tunes over: the authors' runs give FedEx the arms of their wrapper,
-``elim_rate ** num_elims`` (5 under random search, 27 under three eliminations at rate 3;
-mkhodak/FedEx hyper.py ``wrapped_fedex``, cifar.py ``--configs``), and a run draws at most
-participants x rounds of them; the server also sends the ``[k, knobs]`` table to every client each
-round and builds it one configuration at a time. 1000 leaves ample room above the authors'."""
-AUTHORS_RANGES: dict[str, dict[str, Any]] = {
-    "local_lr": {"distribution": "loguniform", "low": 1e-4, "high": 1.0},
-    "local_momentum": {"distribution": "uniform", "low": 0.0, "high": 1.0},
-    "weight_decay": {"distribution": "loguniform", "low": 1e-5, "high": 1e-1},
-    "local_epochs": {"distribution": "int", "low": 1, "high": 5},
-    "batch_size": {"distribution": "int", "low": 8, "high": 128, "log": True},
-    "prox_mu": {"distribution": "loguniform", "low": 1e-5, "high": 1.0},
-}
-"""The ranges FedEx perturbs the knobs of the authors' client space within (their ``CLIENT`` in
-cifar.py, femnist.py, shakespeare.py: lr 10^U(-4, 0), momentum U(0, 1), weight decay 10^U(-5, -1),
-epochs 1..5, batch 2^(3..7), FedProx mu 10^U(-5, 0)); every other client-method hyperparameter
-moves within its declared search range (``HParam.search``)."""
+__all__ = ["FedExServer", "KnobRange", "configurations", "discounted_mean", "entropy", "exponentiated_gradient_step",
+           "fedex_server", "knob_ranges"]
+
 # Seed streams (numpy SeedSequence entropy after the run's seed): the configurations, each round's draw.
 _CONFIG_STREAM, _ROUND_STREAM = 0xFE0E0, 0xFE0E1
 
@@ -107,26 +93,13 @@ class KnobRange:
 
 
 def knob_ranges(knobs: Sequence[str], method_hparams: Mapping[str, Any]) -> list[KnobRange]:
-    """The :class:`KnobRange` of each knob: :data:`AUTHORS_RANGES` for the knobs the authors tune,
-    a client method's other hyperparameters from their declared ``search`` (``method_hparams``:
-    name -> :class:`~fedtune.algorithms.base.HParam`). Declarations only (never a search-space
-    file), so every process of a run finds the same ranges. Raises ConfigError naming the knob and
-    the allowed ones."""
-    from fedtune.errors import ConfigError
-
-    shared = ("local_lr", "local_momentum", "weight_decay", "local_epochs", "batch_size")
-    declared: dict[str, Mapping[str, Any]] = {name: AUTHORS_RANGES[name] for name in shared}
-    declared.update({name: AUTHORS_RANGES.get(name, h.search) for name, h in method_hparams.items()
-                     if h.search is not None and h.kind in ("float", "int")})
-    if not knobs:  # every configuration would be the run's own: a distribution moved by noise alone
-        raise ConfigError(f"field 'fedex_knobs': [] names no knob to tune, so all fedex_configs configurations "
-                          f"would be the same; allowed: one or more of {', '.join(sorted(declared))}")
+    """The :class:`KnobRange` of each knob, from its declared range
+    (:func:`~fedtune.algorithms.tuner_declarations.knob_searches`: the authors' for the knobs they
+    tune, a client method's other hyperparameters (``method_hparams``: name ->
+    :class:`~fedtune.algorithms.base.HParam`) their declared ``search``). Raises ConfigError naming
+    the knob and the allowed ones."""
     out = []
-    for name in knobs:
-        entry = declared.get(name)
-        if entry is None:
-            raise ConfigError(f"field 'fedex_knobs': {name!r} is not a client knob FedEx can tune here; allowed: "
-                              f"{', '.join(sorted(declared))}")
+    for name, entry in knob_searches(knobs, method_hparams):
         dist = entry["distribution"]
         if dist == "categorical":
             out.append(KnobRange(name, "categorical", choices=tuple(float(c) for c in entry["choices"])))
@@ -134,8 +107,6 @@ def knob_ranges(knobs: Sequence[str], method_hparams: Mapping[str, Any]) -> list
             out.append(KnobRange(name, "int", float(entry["low"]), float(entry["high"]), bool(entry.get("log", False))))
         else:
             out.append(KnobRange(name, "float", float(entry["low"]), float(entry["high"]), dist == "loguniform"))
-    if len(set(knobs)) != len(knobs):
-        raise ConfigError(f"field 'fedex_knobs': {list(knobs)} names a knob twice; allowed: each once")
     return out
 
 
@@ -213,21 +184,27 @@ def exponentiated_gradient_step(z: np.ndarray, indices: Sequence[int], scores: S
     return z, store, eta, grad
 
 
-class FedExServer:
+class FedExServer(InRunTuner):
     """The coordinator's FedEx: the configurations, the distribution over them, each round's draw
     (:meth:`payload`), the clients' scores as they arrive (:meth:`take`) and the round's step
     (:meth:`end_round`); its state is part of the run's checkpoint."""
 
+    name = "fedex"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> FedExServer:
+        return cls(cfg, knob_ranges(FEDEX_KNOBS.of(cfg), client_knob_hparams(cfg)))
+
     def __init__(self, cfg: Any, ranges: Sequence[KnobRange]):
         self.knobs = tuple(r.name for r in ranges)
-        self.k = int(cfg.fedex_configs)
+        self.k = int(FEDEX_CONFIGS.of(cfg))
         self.seed = int(cfg.seed)
-        self.schedule, self.baseline_factor = cfg.fedex_schedule, float(cfg.fedex_baseline)
-        self.diff, self.cutoff = bool(cfg.fedex_diff), float(cfg.fedex_cutoff)
+        self.schedule, self.baseline_factor = FEDEX_SCHEDULE.of(cfg), float(FEDEX_BASELINE.of(cfg))
+        self.diff, self.cutoff = bool(FEDEX_DIFF.of(cfg)), float(FEDEX_CUTOFF.of(cfg))
         self.eta0 = math.sqrt(2.0 * math.log(self.k))
         hparams = client_knob_hparams(cfg)
         base = [float(hparams[n].of(cfg)) if n in hparams else float(getattr(cfg, n)) for n in self.knobs]
-        self.configs = configurations(base, ranges, self.k, float(cfg.fedex_eps), self.seed)
+        self.configs = configurations(base, ranges, self.k, float(FEDEX_EPS.of(cfg)), self.seed)
         self.z = np.full(self.k, -math.log(self.k))
         self.store = 0.0
         self.refine: list[float] = []  # weighted score after local training, per round (the authors' trace)
@@ -317,15 +294,14 @@ class FedExServer:
         self.stopped = bool(state["stopped"])
 
 
-def client_knob_hparams(cfg: Any) -> dict[str, Any]:
-    """The client method's hyperparameters FedEx may tune: all of them, unless the method keeps a
-    server side (FedDyn's alpha, FedIIR's moving average are read on the server too: one value per run)."""
-    spec = cfg.resolved.client_spec
-    return {} if spec.server_side is not None else {h.name: h for h in spec.hparams}
-
-
 def fedex_server(cfg: Any) -> FedExServer | None:
     """The run's :class:`FedExServer` (None when ``fedex_configs`` is 0)."""
-    if not cfg.fedex_configs:
+    if not FEDEX_CONFIGS.of(cfg):
         return None
-    return FedExServer(cfg, knob_ranges(cfg.fedex_knobs, client_knob_hparams(cfg)))
+    return FedExServer.from_config(cfg)
+
+
+def __getattr__(name: str) -> NoReturn:
+    """FedEx's declarations (``FEDEX_MAX_CONFIGS``, ``AUTHORS_RANGES``, ``client_knob_hparams``, ...)
+    moved to :mod:`fedtune.algorithms.tuner_declarations`: one line naming the new home."""
+    raise old_name_error(__name__, name)

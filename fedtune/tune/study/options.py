@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from fedtune.algorithms import in_run_tuner_spec
 from fedtune.bounds import Bounds
 from fedtune.errors import ConfigError, shown
 from fedtune.results import selection as _protocol
@@ -203,27 +204,29 @@ class SweepOptions:
         """The options against the run every trial shares (``cfg``, a
         :class:`~fedtune.config.FederatedRunConfig` of the ``--set``/``--config`` fields) and the
         search ``spaces``: ``--target-domain`` has no effect under a ``split_scheme``; PBT and PB2
-        refuse FedEx when they explore one of its knobs (:meth:`explored`). A member restarts from
-        the donor's checkpoint with the donor's knobs, explored; FedEx's configurations are built
-        from the member's own values of ``fedex_knobs`` (configuration 0 is them), so an explored
-        FedEx knob leaves the donor's FedEx state describing other configurations (the restore is
-        refused). With every FedEx knob fixed (``--knobs own`` fixes the shared ones) the member
-        continues the donor's FedEx exactly."""
+        refuse an in-run tuner (FedEx) when they explore one of its knobs (:meth:`explored`). A
+        member restarts from the donor's checkpoint with the donor's knobs, explored; FedEx's
+        configurations are built from the member's own values of ``fedex_knobs`` (configuration 0
+        is them), so an explored FedEx knob leaves the donor's FedEx state describing other
+        configurations (the restore is refused). With every FedEx knob fixed (``--knobs own`` fixes
+        the shared ones) the member continues the donor's FedEx exactly."""
         if self.target_domain is not None and cfg.split_scheme is not None:
             raise ConfigError(f"option '--target-domain': {shown(self.target_domain, 60)} has no effect with "
                               f"split_scheme {cfg.split_scheme!r}, whose split file names the test domains (its "
                               "'test' rows); allowed: leave --target-domain out")
-        if self.scheduler not in POPULATION_SCHEDULERS or not cfg.fedex_configs:
+        tuner = in_run_tuner_spec(cfg) if self.scheduler in POPULATION_SCHEDULERS else None
+        if tuner is None:
             return
         for space in spaces:
-            clash = [k for k in cfg.fedex_knobs if k in self.explored(space)]
+            clash = [k for k in tuner.tuned_knobs(cfg) if k in self.explored(space)]
             if clash:
+                t, on = tuner.title, f"{tuner.switch} {getattr(cfg, tuner.switch)}"
                 raise ConfigError(f"option '--scheduler': {self.scheduler} explores {clash[0]} (sampled by search "
-                                  f"space '{space.source}'), a knob FedEx (fedex_configs {cfg.fedex_configs}) builds "
-                                  "its configurations from, so a member restored from another's checkpoint would "
-                                  f"hold a FedEx state of other configurations; allowed: {clash[0]} fixed (a space "
-                                  "that fixes it, or --knobs own for a shared knob), fedex_knobs without it, "
-                                  "fedex_configs 0, or --scheduler fifo, asha or hyperband")
+                                  f"space '{space.source}'), a knob {t} ({on}) builds its configurations from, so a "
+                                  f"member restored from another's checkpoint would hold a {t} state of other "
+                                  f"configurations; allowed: {clash[0]} fixed (a space that fixes it, or --knobs own "
+                                  f"for a shared knob), {tuner.knobs} without it, {tuner.switch} 0, or --scheduler "
+                                  "fifo, asha or hyperband")
 
     def explored(self, space: Any) -> set[str]:
         """The parameters of ``space`` a PBT/PB2 member may take changed at an exploit: the sampled
