@@ -8,7 +8,7 @@
 #   bash benchmarks/check_floors.sh [VENV]            # default VENV: /tmp/fedtune-floors
 #   PYTHON=python3.10 bash benchmarks/check_floors.sh # the interpreter of the venv (default:
 #                                                     # requires-python's floor, 3.10, if found)
-#   FLOORS_TESTS="tests/test_gala.py" bash ...        # the tests to run ("" for none)
+#   FLOORS_TESTS="tests/algorithms/test_gala.py" bash ...        # the tests to run ("" for none)
 #
 # Needs PyPI. The venv is reused when it exists (pip then only changes what differs); the
 # floors of torch/torchvision are CUDA builds from PyPI (about 4 GB in the venv). The venv's
@@ -23,7 +23,7 @@ if [ -z "${PYTHON:-}" ]; then  # python3.10 that runs (a pyenv shim may exist an
   done
   [ -n "${PYTHON:-}" ] || { echo "check_floors: no Python 3.10 found; set PYTHON=/path/to/python" >&2; exit 2; }
 fi
-FLOORS_TESTS="${FLOORS_TESTS-tests/test_gala.py tests/test_models.py tests/test_optuna_storage.py tests/test_loggers.py tests/test_report.py tests/test_results.py tests/test_data.py tests/test_image_pipeline.py tests/test_doctests.py}"
+FLOORS_TESTS="${FLOORS_TESTS-tests/algorithms/test_gala.py tests/models/test_models.py tests/tune/test_optuna_storage.py tests/slow/tune/test_optuna_storage.py tests/tune/test_loggers.py tests/slow/tune/test_loggers.py tests/reports/test_report.py tests/results/test_results.py tests/data/test_data.py tests/data/test_image_pipeline.py tests/slow/data/test_image_pipeline.py tests/project/test_doctests.py}"
 
 # name[extras]==floor for every requirement with a >= floor (extras of one name merged).
 mapfile -t PINS < <("$HOST_PY" - "$ROOT/pyproject.toml" <<'EOF'

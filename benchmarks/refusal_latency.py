@@ -1,4 +1,4 @@
-"""How fast the Ray runtime refuses what it cannot run (moved here from tests/test_runtime_ray.py,
+"""How fast the Ray runtime refuses what it cannot run (moved here from tests/runtime/test_runtime_ray.py,
 whose wall-clock asserts ``< 5 s`` / ``< 10 s`` could fail on a loaded machine and pass on a broken one).
 
 A script, not a test: it prints the measured seconds and their ratio to the limit that matters.

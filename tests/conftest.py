@@ -5,6 +5,7 @@ import pytest
 import atexit
 import shutil
 import tempfile
+from pathlib import Path
 
 # Keep Ray quiet and local in tests.
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -29,6 +30,30 @@ os.environ["XDG_CONFIG_HOME"] = os.path.join(os.environ["FEDTUNE_TEST_TMP"], "co
 if not os.environ.get("FEDTUNE_CACHE_DIR"):
     os.environ["FEDTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="fedtune-test-cache-")
     atexit.register(shutil.rmtree, os.environ["FEDTUNE_CACHE_DIR"], True)
+
+
+# The slow tier is a folder: every test under tests/slow/ is marked ``slow`` here, and a module with a
+# test marked ``slow`` anywhere else fails its collection, so ``-m "not slow"`` and ``--ignore=tests/slow``
+# always select the same tests (the quick tier: tests/<area>/, mirroring fedtune/<area>/).
+SLOW_FOLDER = Path(__file__).resolve().parent / "slow"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """Mark the slow folder's tests ``slow``; fail the collection of a module (or class) outside it that
+    marks a test ``slow``. In the collection report, so that pytest-xdist's workers report it too."""
+    report = yield
+    if report.outcome != "passed" or not isinstance(collector, (pytest.Module, pytest.Class)):
+        return report
+    items = [i for i in report.result if isinstance(i, pytest.Item)]
+    if SLOW_FOLDER in Path(collector.path).resolve().parents:
+        for item in items:
+            item.add_marker(pytest.mark.slow)
+    elif misplaced := [i.name for i in items if i.get_closest_marker("slow") is not None]:
+        report.outcome, report.result = "failed", []
+        report.longrepr = (f"tests marked slow outside tests/slow/: {', '.join(misplaced)} (move them to "
+                           f"tests/slow/<area>/{Path(collector.path).name}, where every test is marked slow)")
+    return report
 
 
 def pytest_collection_modifyitems(config, items):

@@ -13,7 +13,7 @@ Adding a method: write its class in a module of its own and add its spec (and it
 hyperparameters) here, in the tuple of its kind at the end of the module; a named algorithm
 is one :class:`~fedtune.algorithms.Preset` in :data:`fedtune.algorithms.presets.PRESETS`. The registries, the config's
 checks, the search spaces (:mod:`fedtune.spaces.derive`), the CLI and the contract tests
-(tests/test_contracts.py) follow from the declaration.
+(tests/contracts/test_contracts.py) follow from the declaration.
 
 A hyperparameter's ``search`` is how a search space samples it unless a search-space file says
 otherwise (the file's ``params`` entry format, :mod:`fedtune.spaces.lookup`); without one it is

@@ -4,7 +4,7 @@ Each check is a plain function over a component's name that runs tiny federated 
 rotated-digits, an MLP with 8 hidden units, 2 local steps, 4 clients, 4 rounds, the local backend)
 and returns :class:`~fedtune.contracts.result.CheckResult` values (the check, passed / failed /
 skipped, one line saying why, one line saying what to fix) instead of asserting. The same functions
-check every built-in component (``tests/test_contracts.py`` parametrises them over the registries),
+check every built-in component (``tests/contracts/test_contracts.py`` parametrises them over the registries),
 a plugin (``fedtune check MODULE[:NAME]``) and your own component in your own pytest suite
 (:func:`fedtune.check_component`, :func:`fedtune.assert_component_ok`).
 

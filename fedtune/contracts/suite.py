@@ -199,8 +199,8 @@ def plugin_components(target: str) -> list[tuple[str, str]]:
     module, name = split_target(target)
     if module == "fedtune":
         if name is None:
-            raise PluginError("fedtune check: name one built-in component, fedtune:NAME (tests/test_contracts.py "
-                              "checks them all)")
+            raise PluginError("fedtune check: name one built-in component, fedtune:NAME "
+                              "(tests/contracts/test_contracts.py checks them all)")
         return builtin_components(name)
     load_plugins([module], source="fedtune check")
     found = components_of(module)

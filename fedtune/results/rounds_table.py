@@ -6,7 +6,7 @@ file). Converting every row to Arrow again each round made that write grow with 
 two rounds). :class:`RoundsTable` converts each row once and keeps the columns it built, so a
 round costs one row's conversion and the Parquet write. Its table equals
 :func:`~fedtune.results.arrow.rows_to_table` of all the rows, column order and types included
-(``tests/test_rounds_table.py`` checks it on random rows): a column's type is inferred from the
+(``tests/results/test_rounds_table.py`` checks it on random rows): a column's type is inferred from the
 kinds of its values, and when a new value's kind changes it (an int column meeting a float, a
 column of nulls meeting its first value) the column is converted again from all its values.
 

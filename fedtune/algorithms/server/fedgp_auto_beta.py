@@ -166,7 +166,7 @@ def estimates_from_products(trace: float, cross: np.ndarray, b: int) -> AutoBeta
     common part). The Gram form alone fails the other way: a source step far shorter than
     ``t̄`` makes ``e_i ≈ −t̄`` parallel to ``t̄`` and ``S_i`` a difference of ``‖t̄‖²``-sized
     terms, both rounding noise (a zero source step gave τd̂² = −47.5 instead of 16.3 in
-    tests/test_server_passes.py). ``S_i`` itself is still a sum of three terms that cancel when
+    tests/algorithms/test_server_passes.py). ``S_i`` itself is still a sum of three terms that cancel when
     ``s_i`` is far shorter than ``t̄``; the projection form then divides a square of the same
     rounding noise by it and stays within ``ε‖t̄‖²`` of ``‖t̄‖²``.
     """

@@ -35,7 +35,7 @@ form.
 Written here rather than reusing Flower's strategies because fedtune's server rules are not
 Flower strategies and the coordinator must stay NumPy only (Flower would bring its whole
 runtime); the equations are Flower's and Reddi et al.'s, checked against a hand computation in
-tests/test_server_optimizer.py.
+tests/algorithms/test_server_optimizer.py.
 
 >>> import numpy as np
 >>> from types import SimpleNamespace

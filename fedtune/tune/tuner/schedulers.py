@@ -9,7 +9,7 @@ two at a time, unlike Ray Tune's synchronous ``HyperBandScheduler``, which pause
 trials until all of them reach the rung and so stops nothing when trials run one at a time. With
 the TPE sampler it is Optuna's BOHB-like recipe (model-based proposals in HyperBand's budgets).
 Its state is the Optuna study itself (rung values are trial attributes in the storage), so a
-resumed study prunes exactly as an unbroken one would (tests/test_asha_resume.py), where Tune's
+resumed study prunes exactly as an unbroken one would (tests/slow/tune/test_asha_resume.py), where Tune's
 ASHA starts its rungs empty (docs/sweep.md, Resume).
 
 Written here because no maintained library drives an Optuna pruner from a Ray Tune scheduler:
