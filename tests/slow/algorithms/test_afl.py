@@ -1,4 +1,4 @@
-"""AFL (client method ``afl`` with its server side, docs/methods.md §22): the simplex projection
+"""AFL (client method ``afl`` with its server side, docs/methods-benchmark.md §22): the simplex projection
 against a float64 bisection, the server's ascent step from the clients' extras, the clients' domain
 losses and their λ-weighted steps against float64 references, λ in the checkpoint, a run, and bad
 input in one line.
