@@ -6,21 +6,20 @@ at once."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
-from fedtune.config import FederatedRunConfig, describe_fields, parse_set_options
+from fedtune.config import ROLES, FederatedRunConfig, default_of, describe_fields, parse_set_options
+from fedtune.config_roles import GROUPS
 from fedtune.errors import ConfigError, DataError, ResourceError
 from fedtune.results import status
 from fedtune.cli_check import add_check_parser, cmd_check
 from fedtune.cli_sweep import add_plugin_argument, add_sweep_parser, cmd_sweep
 
-# Flags of `fedtune run` that map one-to-one onto config fields (flag dest -> field).
-RUN_FLAGS = {
-    "algorithm": "algorithm", "dataset": "dataset", "data_root": "data_root", "target_domain": "target_domain",
-    "rounds": "rounds", "seed": "seed", "output": "output", "name": "name", "backend": "backend",
-    "address": "address",
-}
+RUN_FLAGS = {name: name for name in ROLES.run_flags}
+"""Flags of `fedtune run` that map one-to-one onto config fields (flag dest -> field): the fields
+declared ``run_flag`` (:mod:`fedtune.config_roles`)."""
 
 
 def installed_version() -> str:
@@ -88,19 +87,21 @@ def add_run_config_arguments(p: argparse.ArgumentParser) -> None:
     """The options that make a run's config (``fedtune run`` and ``fedtune partition``)."""
     add_plugin_argument(p)
     p.add_argument("--config", metavar="FILE.yaml", help="YAML mapping of config fields")
-    p.add_argument("--algorithm", help="named algorithm (see `fedtune algorithms`); default fedavg")
-    p.add_argument("--dataset", help="dataset (see `fedtune datasets`); default rotated-digits (embedded)")
-    p.add_argument("--data-root", metavar="DIR", help="directory holding the dataset's files")
-    p.add_argument("--target-domain", metavar="NAME", help="held-out target domain")
-    p.add_argument("--rounds", type=int, metavar="N", help="federated rounds")
-    p.add_argument("--seed", type=int, metavar="S", help="seed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="set any config field, e.g. --set client_gpus=0.25 --set local_epochs=2 "
                         "(see `fedtune fields`)")
-    p.add_argument("--output", metavar="DIR", help="results directory (default fedtune_results)")
-    p.add_argument("--name", metavar="STUDY", help="study name: results go to OUTPUT/STUDY (default 'default')")
-    p.add_argument("--backend", choices=["ray", "local"], help="ray actors (default) or local in-process")
-    p.add_argument("--address", metavar="ADDR", help="Ray cluster to join ('auto' for the running one)")
+    by_name = {f.name: f for f in dataclasses.fields(FederatedRunConfig)}
+    for name, metavar in ROLES.run_flags.items():  # the fields declared run_flag, each --NAME
+        f = by_name[name]
+        default = default_of(f)
+        kwargs: dict[str, Any] = {"help": f.metadata["help"] + ("" if default is None else f"; default {default!r}")}
+        if f.metadata["bounds"].choices:
+            kwargs["choices"] = list(f.metadata["bounds"].choices)
+        elif isinstance(metavar, str):
+            kwargs["metavar"] = metavar
+        if f.type in ("int", int):  # rounds, seed
+            kwargs["type"] = int
+        p.add_argument(f"--{name.replace('_', '-')}", **kwargs)
 
 
 def config_from_args(args: argparse.Namespace) -> FederatedRunConfig:
@@ -232,12 +233,16 @@ def cmd_fields() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="config fields (YAML keys and --set KEY=VALUE)")
-    for col in ("field", "default", "meaning"):
-        table.add_column(col)
-    for name, default, help_ in describe_fields():
-        table.add_row(name, default, help_)
-    Console().print(table)
+    console = Console()
+    console.print("config fields (YAML keys and --set KEY=VALUE), by group")
+    rows = {name: (default, help_) for name, default, help_ in describe_fields()}
+    for group, names in ROLES.groups.items():  # each field's declared group (fedtune.config_roles)
+        table = Table(title=GROUPS[group], title_justify="left")
+        for col in ("field", "default", "meaning"):
+            table.add_column(col)
+        for name in names:
+            table.add_row(name, *rows[name])
+        console.print(table)
     return 0
 
 

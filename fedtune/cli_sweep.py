@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedtune.config import FederatedRunConfig, parse_set_options
+from fedtune.config import ROLES, FederatedRunConfig, parse_set_options, read_config_file
 from fedtune.errors import ConfigError
 from fedtune.results import status
 
@@ -178,41 +178,31 @@ def options_from_args(args: Any) -> SweepOptions:
     return opts
 
 
-# Fields of a --config file that are fedtune sweep options (a flag given on the command line wins).
-_CONFIG_OPTIONS = {"algorithm": "algorithms", "dataset": "dataset", "data_root": "data_root",
-                   "target_domain": "target_domain", "rounds": "rounds"}
-
-
 def with_config_file(opts: SweepOptions, path: str) -> SweepOptions:
     """``opts`` with ``fedtune sweep --config FILE.yaml`` applied: the file is read and checked by
-    ``fedtune run --config``'s loader (:meth:`FederatedRunConfig.from_yaml`: YAML errors, unknown
-    fields and bad values name the file); its ``algorithm``, ``dataset``, ``data_root``,
-    ``target_domain`` and ``rounds`` fill those options unless the flag (or a SPACE file, for the
-    algorithm) is given; every other field becomes ``opts.config_fields``, the base of every
-    trial, which ``--set`` overrides. ``output``, ``name`` and ``address`` say where a study goes
-    and are refused: use the flags."""
+    ``fedtune run --config``'s loader (:func:`~fedtune.config.read_config_file`, then
+    :meth:`FederatedRunConfig.from_dict`: YAML errors, unknown fields and bad values name the file);
+    the run fields a resume keeps as sweep options (declared ``sweep_option`` and ``resume_fixed``:
+    ``algorithm``, ``dataset``, ``data_root``, ``target_domain``, ``rounds``) fill those options
+    unless the flag (or a SPACE file, for the algorithm) is given; every other field becomes
+    ``opts.config_fields``, the base of every trial, which ``--set`` overrides. The other sweep
+    options' fields (``output``, ``name``, ``address``) say where a study goes and are refused: use
+    the flags."""
     import copy
 
-    read: dict[str, Any] = {}
-
-    class _Fields(FederatedRunConfig):  # from_yaml builds through cls.from_dict: keep the mapping it read
-        @classmethod
-        def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> FederatedRunConfig:
-            read.update(values)
-            return FederatedRunConfig.from_dict(values, source=source)
-
+    read = read_config_file(path)
     try:
-        cfg = _Fields.from_yaml(path)
+        cfg = FederatedRunConfig.from_dict(dict(read), source=str(path))
     except ConfigError as exc:  # value errors of the loader name the field, not always the file
         if str(path) in str(exc):
             raise
         raise ConfigError(f"config file '{path}': {exc}") from None
-    for key in ("output", "name", "address"):
+    for key in ROLES.study_place:
         if key in read:
             raise ConfigError(f"config file '{path}': field '{key}' is not allowed in fedtune sweep --config "
                               f"(it says where the study goes); use the option --{key} instead")
     out = copy.deepcopy(opts)
-    for key, attr in _CONFIG_OPTIONS.items():
+    for key in ROLES.resume_fixed:
         if key not in read:
             continue
         read.pop(key)
@@ -220,8 +210,8 @@ def with_config_file(opts: SweepOptions, path: str) -> SweepOptions:
         if key == "algorithm":
             if not out.algorithms and not out.spaces:
                 out.algorithms = [value]
-        elif getattr(out, attr) is None:
-            setattr(out, attr, value)
+        elif getattr(out, ROLES.sweep_options[key]) is None:
+            setattr(out, ROLES.sweep_options[key], value)
     out.config, out.config_fields = str(path), read
     return out
 

@@ -1,4 +1,6 @@
-"""Run configuration: every field, its default, its allowed values, in one place.
+"""Run configuration: every field, its default, its allowed values and its roles (part of the trial id,
+of the data plan, a sweep option, its group: :mod:`fedtune.config_roles`), in one place: every list of
+fields elsewhere is derived from them (:data:`ROLES`).
 
 A :class:`FederatedRunConfig` is what one federated run (one trial) needs. It is built from
 defaults, then an optional YAML file, then command-line flags and ``--set key=value`` overrides,
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_type_hints
 
@@ -33,26 +35,13 @@ from fedtune.algorithms.tuner_declarations import IN_RUN_TUNER_SPECS
 from fedtune.bounds import Bounds
 from fedtune.data.heterogeneity import ROUNDINGS
 from fedtune.errors import ConfigError, clipped, shown
+from fedtune.config_roles import roles_of, run_field as _f
 from fedtune.config_values import check_mlp_hidden, coerce, unknown_key_message
 from fedtune.trial_ids import trial_id_of
 from fedtune.plugins import MAIN_MODULE, check_run_field_names, load_plugins, parse_model_factory, plugins_of_run
 
 if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
     from fedtune.algorithms import Resolved
-
-
-def _f(default: Any, help: str, *, choices: tuple | None = None, lo: float | None = None,
-       hi: float | None = None, lo_open: bool = False, note: str = "", hp: bool = False, factory=None,
-       needs: tuple[str, str, str] | None = None):
-    """A field: its default, help text and allowed values (one :class:`~fedtune.bounds.Bounds`, checked
-    by :meth:`FederatedRunConfig.validate`); ``hp=True``: a tunable field (an ``hp.<name>`` column);
-    ``needs=(field, off, on)``: the field has no effect while ``field`` is 0 or unset, so another
-    value than its default is refused then (``off`` says what is off, ``on`` how to turn it on)."""
-    meta = {"help": help, "bounds": Bounds(lo=lo, hi=hi, lo_open=lo_open, choices=choices or (), note=note),
-            "hp": hp, "needs": needs}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 SETTINGS = ("fdg", "fl", "fda", "ufdg")
@@ -73,7 +62,9 @@ def tuner_fields(after: str):
     def made(spec: InRunTunerSpec, h: HParam):
         if h.kind not in _HINTS or h.hi_open:
             raise TypeError(f"in-run tuner {spec.name}: {h.name} ({h.kind}) has no run-field form")
-        return _f(h.default, h.help, choices=h.choices or None, lo=h.lo, hi=h.hi, lo_open=h.lo_open, note=h.note,
+        # when_set: earlier studies ran without any tuner, at these defaults (their trial ids are kept)
+        return _f(h.default, h.help, trial_id="when_set", group="fedex", choices=h.choices or None, lo=h.lo, hi=h.hi,
+                  lo_open=h.lo_open, note=h.note,
                   factory=(lambda: list(h.default)) if h.kind == "names" else None,
                   needs=None if h.name == spec.switch else (spec.switch, spec.off, spec.on))
 
@@ -97,85 +88,85 @@ class FederatedRunConfig:
     """Everything one federated run needs. Field names are what ``--set`` and YAML use."""
 
     # --- what to run -------------------------------------------------------------------
-    plugins: list[str] = _f(None, "plugins to import before anything else, in every process of the run (fedtune.plugins): a module (pkg.mod), MODULE:NAME (register that component), or a .py file; the modules of components from outside fedtune that the run uses are added when it is validated; never part of the trial id", factory=list)
-    algorithm: str = _f("fedavg", "named algorithm: a preset (client method, server rule); see `fedtune algorithms`")
-    client_method: str | None = _f(None, "override the preset's client method (how a client trains)")
-    server_rule: str | None = _f(None, "override the preset's server rule (how updates combine)")
-    dataset: str = _f("rotated-digits", "dataset name; see `fedtune datasets`")
-    data_root: str | None = _f(None, "directory holding the dataset's files (not needed by embedded datasets)")
-    data_seed: int = _f(0, "seed of the dataset's own construction (rotated-digits subsets, rect4 points)", lo=0)
-    image_size: int | None = _f(None, "resize folder datasets to this many pixels per side (default 64)", lo=8)
-    setting: str | None = _f(None, "fdg (leave-one-domain-out), fl (Dirichlet label skew), fda (adds a target client), ufdg (unsupervised); default: the dataset's", choices=SETTINGS)
-    target_domain: str | None = _f(None, "held-out target domain (fdg/fda/ufdg); default: the dataset's first domain")
-    clients_per_domain: int = _f(1, "clients per source domain (fdg/fda/ufdg)", lo=1)
-    num_clients: int = _f(10, "number of clients in the fl setting, and of source clients in fdg/fda/ufdg when domain_homogeneity is set (the fda target client comes on top)", lo=1)
-    domain_homogeneity: float | None = _f(None, "fdg/fda/ufdg: spread the source domains over num_clients clients with Bai et al.'s (ICLR 2024) lambda, their code's iid: 1 = homogeneous (every client holds the source-domain proportions), 0.1 = heterogeneous, 0 = each client one domain; null: clients_per_domain clients per source domain (`fedtune partition` shows the split)", lo=0.0, hi=1.0)
-    domain_homogeneity_rounding: str = _f("authors", "domain_homogeneity's counts: authors (NonIIDSplitter's: truncate, each domain's leftover examples to the first clients) or largest-remainder (exact; lambda 0 is then exactly one domain per client)", choices=ROUNDINGS)
-    split_scheme: str | None = _f(None, "fdg: the protocol of WILDS and of Bai et al.'s FedDG benchmark instead of leave-one-domain-out: the dataset's split file beside its domain folders (official: metadata.csv; NAME: NAME.csv, e.g. the benchmark's pacs_v1.0 files) names each image's split: train (the clients'), val (OOD validation: ood_val_acc, selection ood-val), test (OOD test: target_acc), id_val (ID validation: val_acc), id_test (id_test_acc); target_domain, val_fraction and oracle_fraction are then unused; null: leave-one-domain-out")
-    dirichlet_alpha: float = _f(0.5, "Dirichlet concentration of the fl label skew (smaller = more skew)", lo=0.0, lo_open=True)
-    participation: float = _f(1.0, "fraction of clients sampled each round", lo=0.0, hi=1.0, lo_open=True)
-    fidelity_participation: float | None = _f(None, "multi-fidelity over clients (FedHPO-Bench's client sample rate; fedtune sweep --client-fidelity): the participation of the first fidelity_grace_rounds rounds, multiplied by fidelity_factor after each rung milestone the trial passes (rounds fidelity_grace_rounds * fidelity_factor**k, ASHA's rungs), at most participation; null: participation every round", lo=0.0, hi=1.0, lo_open=True)
-    fidelity_grace_rounds: int = _f(1, "rounds of the first fidelity rung (fidelity_participation; ASHA's grace period)", lo=1)
-    fidelity_factor: float = _f(2.0, "growth of the participation from one fidelity rung to the next (fidelity_participation; ASHA's reduction factor)", lo=1.0, lo_open=True)
-    target_fraction: float = _f(0.05, "fda: fraction of the target domain given to the target client as labelled data", lo=0.0, hi=1.0, lo_open=True)
-    val_fraction: float = _f(0.2, "per-client validation hold-out (source validation = model selection)", lo=0.0, hi=0.9)
-    test_fraction: float = _f(0.2, "fl: per-client test hold-out", lo=0.0, hi=0.9, lo_open=True)
-    probe_fraction: float = _f(0.1, "ufdg: fraction of the target domain's labels for the linear probe", lo=0.0, hi=1.0, lo_open=True)
-    oracle_fraction: float = _f(0.2, "fdg/fda/ufdg: fraction of the target domain held out (stratified, fixed by data_seed) as the oracle slice: scored as oracle_acc, never part of target_acc; 0: no slice (no oracle selection)", lo=0.0, hi=0.9)
-    model: str | None = _f(None, "cnn, mlp, a torchvision classification model by name (resnet18, resnet50, convnext_tiny, efficientnet_b0, ...), or your own: MODULE:FUNCTION or path/to/file.py:FUNCTION, a factory build(input_shape, num_classes) -> torch.nn.Module whose module every process imports (docs/extending.md); default: the dataset's")
-    mlp_hidden: list[int] = _f(None, "hidden layer widths of the mlp model ([] = linear model)", factory=lambda: [256, 256])
-    weights: str = _f("none", "torchvision models: pretrained weights, none, DEFAULT or an enum name such as IMAGENET1K_V1 (read from $TORCH_HOME/hub/checkpoints); the classifier is replaced for the dataset's classes")
-    freeze_batchnorm: bool = _f(False, "keep the model's batch-norm layers in eval mode while clients train: normalisation by the running statistics they start with (pretrained or initial), never updated; their scale and shift still train (DomainBed's and Bai et al.'s ResNets); no effect on a model without batch norm")
-    pretrained_path: str | None = _f(None, "local checkpoint to start from (torch.load weights_only=True; a plain, 'module.'-prefixed or {'state_dict'|'model': ...} state dict whose backbone keys all match; only the classifier may differ)")
-    augment: str = _f("auto", "training augmentation applied per batch on the client's device: none, domainbed (DomainBed's crop, flip, colour jitter, greyscale), auto (domainbed for DomainBed's own datasets pacs, vlcs, office-home, terra-incognita, domain-net; none for the others, a generic folder included: a flip or crop may change what a folder's label means)", choices=("auto", *AUGMENTS))
-    cache_dir: str | None = _f(None, "image-folder datasets: folder of the decoded-image cache (default: $FEDTUNE_CACHE_DIR, else ~/.cache/fedtune/images)")
-    cache_key: str = _f("stat", "image-folder datasets: what the cache key holds of each image file: stat (path, size, modification time: cheap; misses an image rewritten in place with both kept) or content (its bytes hashed: every file read once per process)", choices=CACHE_KEYS)
-    cache_wait_s: float = _f(600.0, "image-folder datasets: seconds to wait for another process's build of the same image cache while it makes no progress (a suspended or hung builder), then stop with an error naming it", lo=0.0, lo_open=True)
+    plugins: list[str] = _f(None, "plugins to import before anything else, in every process of the run (fedtune.plugins): a module (pkg.mod), MODULE:NAME (register that component), or a .py file; the modules of components from outside fedtune that the run uses are added when it is validated; never part of the trial id", trial_id="never", group="run", factory=list)
+    algorithm: str = _f("fedavg", "named algorithm: a preset (client method, server rule); see `fedtune algorithms`", trial_id="always", group="run", plan=True, sweep_option="algorithms", resume_fixed=True, run_flag=True)
+    client_method: str | None = _f(None, "override the preset's client method (how a client trains)", trial_id="always", group="run", plan=True)
+    server_rule: str | None = _f(None, "override the preset's server rule (how updates combine)", trial_id="always", group="run", plan=True)
+    dataset: str = _f("rotated-digits", "dataset name; see `fedtune datasets`", trial_id="always", group="data", plan=True, sweep_option="dataset", resume_fixed=True, run_flag=True)
+    data_root: str | None = _f(None, "directory holding the dataset's files (not needed by embedded datasets)", trial_id="always", group="data", plan=True, sweep_option="data_root", resume_fixed=True, run_flag="DIR")
+    data_seed: int = _f(0, "seed of the dataset's own construction (rotated-digits subsets, rect4 points)", trial_id="always", group="data", plan=True, lo=0)
+    image_size: int | None = _f(None, "resize folder datasets to this many pixels per side (default 64)", trial_id="always", group="data", plan=True, lo=8)
+    setting: str | None = _f(None, "fdg (leave-one-domain-out), fl (Dirichlet label skew), fda (adds a target client), ufdg (unsupervised); default: the dataset's", trial_id="always", group="data", plan=True, choices=SETTINGS)
+    target_domain: str | None = _f(None, "held-out target domain (fdg/fda/ufdg); default: the dataset's first domain", trial_id="always", group="data", plan=True, sweep_option="target_domain", resume_fixed=True, run_flag="NAME")
+    clients_per_domain: int = _f(1, "clients per source domain (fdg/fda/ufdg)", trial_id="always", group="data", plan=True, lo=1)
+    num_clients: int = _f(10, "number of clients in the fl setting, and of source clients in fdg/fda/ufdg when domain_homogeneity is set (the fda target client comes on top)", trial_id="always", group="data", plan=True, lo=1)
+    domain_homogeneity: float | None = _f(None, "fdg/fda/ufdg: spread the source domains over num_clients clients with Bai et al.'s (ICLR 2024) lambda, their code's iid: 1 = homogeneous (every client holds the source-domain proportions), 0.1 = heterogeneous, 0 = each client one domain; null: clients_per_domain clients per source domain (`fedtune partition` shows the split)", trial_id="when_set", group="data", plan=True, lo=0.0, hi=1.0)
+    domain_homogeneity_rounding: str = _f("authors", "domain_homogeneity's counts: authors (NonIIDSplitter's: truncate, each domain's leftover examples to the first clients) or largest-remainder (exact; lambda 0 is then exactly one domain per client)", trial_id="when_set", group="data", plan=True, choices=ROUNDINGS)
+    split_scheme: str | None = _f(None, "fdg: the protocol of WILDS and of Bai et al.'s FedDG benchmark instead of leave-one-domain-out: the dataset's split file beside its domain folders (official: metadata.csv; NAME: NAME.csv, e.g. the benchmark's pacs_v1.0 files) names each image's split: train (the clients'), val (OOD validation: ood_val_acc, selection ood-val), test (OOD test: target_acc), id_val (ID validation: val_acc), id_test (id_test_acc); target_domain, val_fraction and oracle_fraction are then unused; null: leave-one-domain-out", trial_id="when_set", group="data", plan=True)
+    dirichlet_alpha: float = _f(0.5, "Dirichlet concentration of the fl label skew (smaller = more skew)", trial_id="always", group="data", plan=True, lo=0.0, lo_open=True)
+    participation: float = _f(1.0, "fraction of clients sampled each round", trial_id="always", group="data", plan=True, lo=0.0, hi=1.0, lo_open=True)
+    fidelity_participation: float | None = _f(None, "multi-fidelity over clients (FedHPO-Bench's client sample rate; fedtune sweep --client-fidelity): the participation of the first fidelity_grace_rounds rounds, multiplied by fidelity_factor after each rung milestone the trial passes (rounds fidelity_grace_rounds * fidelity_factor**k, ASHA's rungs), at most participation; null: participation every round", trial_id="when_set", group="data", lo=0.0, hi=1.0, lo_open=True)
+    fidelity_grace_rounds: int = _f(1, "rounds of the first fidelity rung (fidelity_participation; ASHA's grace period)", trial_id="when_set", group="data", lo=1)
+    fidelity_factor: float = _f(2.0, "growth of the participation from one fidelity rung to the next (fidelity_participation; ASHA's reduction factor)", trial_id="when_set", group="data", lo=1.0, lo_open=True)
+    target_fraction: float = _f(0.05, "fda: fraction of the target domain given to the target client as labelled data", trial_id="always", group="data", plan=True, lo=0.0, hi=1.0, lo_open=True)
+    val_fraction: float = _f(0.2, "per-client validation hold-out (source validation = model selection)", trial_id="always", group="data", plan=True, lo=0.0, hi=0.9)
+    test_fraction: float = _f(0.2, "fl: per-client test hold-out", trial_id="always", group="data", plan=True, lo=0.0, hi=0.9, lo_open=True)
+    probe_fraction: float = _f(0.1, "ufdg: fraction of the target domain's labels for the linear probe", trial_id="always", group="data", plan=True, lo=0.0, hi=1.0, lo_open=True)
+    oracle_fraction: float = _f(0.2, "fdg/fda/ufdg: fraction of the target domain held out (stratified, fixed by data_seed) as the oracle slice: scored as oracle_acc, never part of target_acc; 0: no slice (no oracle selection)", trial_id="always", group="data", lo=0.0, hi=0.9)
+    model: str | None = _f(None, "cnn, mlp, a torchvision classification model by name (resnet18, resnet50, convnext_tiny, efficientnet_b0, ...), or your own: MODULE:FUNCTION or path/to/file.py:FUNCTION, a factory build(input_shape, num_classes) -> torch.nn.Module whose module every process imports (docs/extending.md); default: the dataset's", trial_id="always", group="model", plan=True)
+    mlp_hidden: list[int] = _f(None, "hidden layer widths of the mlp model ([] = linear model)", trial_id="always", group="model", factory=lambda: [256, 256])
+    weights: str = _f("none", "torchvision models: pretrained weights, none, DEFAULT or an enum name such as IMAGENET1K_V1 (read from $TORCH_HOME/hub/checkpoints); the classifier is replaced for the dataset's classes", trial_id="when_set", group="model")
+    freeze_batchnorm: bool = _f(False, "keep the model's batch-norm layers in eval mode while clients train: normalisation by the running statistics they start with (pretrained or initial), never updated; their scale and shift still train (DomainBed's and Bai et al.'s ResNets); no effect on a model without batch norm", trial_id="when_set", group="model")
+    pretrained_path: str | None = _f(None, "local checkpoint to start from (torch.load weights_only=True; a plain, 'module.'-prefixed or {'state_dict'|'model': ...} state dict whose backbone keys all match; only the classifier may differ)", trial_id="always", group="model", plan=True)
+    augment: str = _f("auto", "training augmentation applied per batch on the client's device: none, domainbed (DomainBed's crop, flip, colour jitter, greyscale), auto (domainbed for DomainBed's own datasets pacs, vlcs, office-home, terra-incognita, domain-net; none for the others, a generic folder included: a flip or crop may change what a folder's label means)", trial_id="when_set", legacy="none", group="training", choices=("auto", *AUGMENTS))
+    cache_dir: str | None = _f(None, "image-folder datasets: folder of the decoded-image cache (default: $FEDTUNE_CACHE_DIR, else ~/.cache/fedtune/images)", trial_id="never", group="data")
+    cache_key: str = _f("stat", "image-folder datasets: what the cache key holds of each image file: stat (path, size, modification time: cheap; misses an image rewritten in place with both kept) or content (its bytes hashed: every file read once per process)", trial_id="never", group="data", choices=CACHE_KEYS)
+    cache_wait_s: float = _f(600.0, "image-folder datasets: seconds to wait for another process's build of the same image cache while it makes no progress (a suspended or hung builder), then stop with an error naming it", trial_id="never", group="data", lo=0.0, lo_open=True)
 
     # --- training ------------------------------------------------------------------------
-    rounds: int = _f(10, "federated rounds", lo=1)
-    local_epochs: int = _f(1, "local epochs per round (ignored when local_steps is set)", lo=1, hp=True)
-    local_steps: int | None = _f(None, "local SGD steps per round; overrides local_epochs", lo=1, hp=True)
-    batch_size: int = _f(32, "local mini-batch size", lo=1, hp=True)
-    local_lr: float = _f(0.05, "client learning rate", lo=0.0, lo_open=True, hp=True)
-    target_lr_scale: float = _f(1.0, "fda: the target client's learning rate as a multiple of local_lr (seed 002 trains its target at 1/5 of the sources' rate: 0.2); no effect without a target client", lo=0.0, lo_open=True)
-    local_optimizer: str = _f("sgd", "client optimiser: sgd (local_momentum, weight_decay) or adam (torch Adam, betas 0.9/0.999, L2 weight_decay: DomainBed's, with local_lr 5e-5); its state is reset every round", choices=LOCAL_OPTIMIZERS, hp=True)
-    local_momentum: float = _f(0.9, "client SGD momentum (optimizer state is reset every round; unused by adam)", lo=0.0, hi=1.0, hp=True)
-    weight_decay: float = _f(0.0, "client weight decay", lo=0.0, hp=True)
-    global_lr: float | None = _f(None, "server learning rate: theta <- theta + global_lr * aggregate(updates); unset: the server optimiser's default (adam, yogi, adagrad 1e-3: Adam's step size), else the server rule's (fedavg 1.0, fedomg 0.05)", lo=0.0, lo_open=True, hp=True)
-    server_optimizer: str = _f("sgd", "server optimiser on the server rule's step d (any rule): sgd (theta + global_lr d, the rule as it is), avgm (FedAvgM: server_momentum), adam (FedAdam: server_beta1, server_beta2, server_tau, server_v_start, server_adam_bias_correction), yogi (FedYogi), adagrad (FedAdagrad: server_tau, server_v_start); global_lr is its learning rate; its state is checkpointed", choices=tuple(SERVER_OPTIMIZERS), hp=True)
-    eval_batch_size: int = _f(256, "batch size of evaluation", lo=1)
-    eval_batch_mib: float = _f(160.0, "at most this many MiB of float32 inputs in an evaluation batch: fewer images than eval_batch_size where they are large (256 at 224 px are 147 MiB; at 448 px a batch is 69 images)", lo=0.0, lo_open=True)
-    eval_every: int = _f(1, "evaluate every N rounds (and always the last round); other rounds have no accuracy columns", lo=1)
+    rounds: int = _f(10, "federated rounds", trial_id="always", group="training", sweep_option="rounds", resume_fixed=True, run_flag="N", lo=1)
+    local_epochs: int = _f(1, "local epochs per round (ignored when local_steps is set)", trial_id="always", group="training", lo=1, hp=True)
+    local_steps: int | None = _f(None, "local SGD steps per round; overrides local_epochs", trial_id="always", group="training", lo=1, hp=True)
+    batch_size: int = _f(32, "local mini-batch size", trial_id="always", group="training", lo=1, hp=True)
+    local_lr: float = _f(0.05, "client learning rate", trial_id="always", group="training", lo=0.0, lo_open=True, hp=True)
+    target_lr_scale: float = _f(1.0, "fda: the target client's learning rate as a multiple of local_lr (seed 002 trains its target at 1/5 of the sources' rate: 0.2); no effect without a target client", trial_id="when_set", group="training", lo=0.0, lo_open=True)
+    local_optimizer: str = _f("sgd", "client optimiser: sgd (local_momentum, weight_decay) or adam (torch Adam, betas 0.9/0.999, L2 weight_decay: DomainBed's, with local_lr 5e-5); its state is reset every round", trial_id="when_set", group="training", choices=LOCAL_OPTIMIZERS, hp=True)
+    local_momentum: float = _f(0.9, "client SGD momentum (optimizer state is reset every round; unused by adam)", trial_id="always", group="training", lo=0.0, hi=1.0, hp=True)
+    weight_decay: float = _f(0.0, "client weight decay", trial_id="always", group="training", lo=0.0, hp=True)
+    global_lr: float | None = _f(None, "server learning rate: theta <- theta + global_lr * aggregate(updates); unset: the server optimiser's default (adam, yogi, adagrad 1e-3: Adam's step size), else the server rule's (fedavg 1.0, fedomg 0.05)", trial_id="always", group="training", lo=0.0, lo_open=True, hp=True)
+    server_optimizer: str = _f("sgd", "server optimiser on the server rule's step d (any rule): sgd (theta + global_lr d, the rule as it is), avgm (FedAvgM: server_momentum), adam (FedAdam: server_beta1, server_beta2, server_tau, server_v_start, server_adam_bias_correction), yogi (FedYogi), adagrad (FedAdagrad: server_tau, server_v_start); global_lr is its learning rate; its state is checkpointed", trial_id="when_set", group="training", choices=tuple(SERVER_OPTIMIZERS), hp=True)
+    eval_batch_size: int = _f(256, "batch size of evaluation", trial_id="never", group="evaluation", lo=1)
+    eval_batch_mib: float = _f(160.0, "at most this many MiB of float32 inputs in an evaluation batch: fewer images than eval_batch_size where they are large (256 at 224 px are 147 MiB; at 448 px a batch is 69 images)", trial_id="never", group="evaluation", lo=0.0, lo_open=True)
+    eval_every: int = _f(1, "evaluate every N rounds (and always the last round); other rounds have no accuracy columns", trial_id="never", group="evaluation", lo=1)
     seed: int = _f(0, "seed of partitions, client sampling, initialisation and data order (32 bits: the "
-                      "per-client, per-round seeds keep 32 bits of it)", lo=0, hi=2**32 - 1)
+                      "per-client, per-round seeds keep 32 bits of it)", trial_id="always", group="training", plan=True, run_flag="S", lo=0, hi=2**32 - 1)
 
     # --- resources and runtime -------------------------------------------------------------
-    backend: str = _f("ray", "ray (actors) or local (in-process, sequential)", choices=BACKENDS)
-    address: str | None = _f(None, "Ray cluster address ('auto' to join a running cluster); default: start a local Ray")
-    num_cpus: int | None = _f(None, "CPUs of a local Ray started by fedtune (default: all of this machine's)", lo=1)
-    num_gpus: float | None = _f(None, "GPUs of a local Ray started by fedtune (default: detected)", lo=0.0)
-    client_cpus: float = _f(1.0, "CPUs reserved per client actor (fractions allowed); torch threads = max(1, floor)", lo=0.0, lo_open=True)
-    client_gpus: float = _f(0.0, "GPUs per client actor (fractions share a GPU, e.g. 0.25 = 4 actors per GPU)", lo=0.0)
+    backend: str = _f("ray", "ray (actors) or local (in-process, sequential)", trial_id="never", group="resources", run_flag=True, choices=BACKENDS)
+    address: str | None = _f(None, "Ray cluster address ('auto' to join a running cluster); default: start a local Ray", trial_id="never", group="resources", sweep_option="address", run_flag="ADDR")
+    num_cpus: int | None = _f(None, "CPUs of a local Ray started by fedtune (default: all of this machine's)", trial_id="never", group="resources", lo=1)
+    num_gpus: float | None = _f(None, "GPUs of a local Ray started by fedtune (default: detected)", trial_id="never", group="resources", lo=0.0)
+    client_cpus: float = _f(1.0, "CPUs reserved per client actor (fractions allowed); torch threads = max(1, floor)", trial_id="never", group="resources", lo=0.0, lo_open=True)
+    client_gpus: float = _f(0.0, "GPUs per client actor (fractions share a GPU, e.g. 0.25 = 4 actors per GPU)", trial_id="never", group="resources", lo=0.0)
     coordinator_cpus: float = _f(0.0, "CPUs reserved for the coordinator actor (0: it shares the first client bundle; it is "
                                       "idle while clients train); its whole CPUs are the server rule's threads (the same "
-                                      "results bit for bit, faster FedOMG and auto-β rounds)", lo=0.0)
-    coordinator_gpus: float = _f(0.0, "GPUs reserved for the coordinator actor (today's server rules run on NumPy and need none)", lo=0.0)
-    max_client_actors: int | None = _f(None, "client actors; logical clients are spread over them (default: as many as the cluster fits, at most one per client)", lo=1)
-    client_placement: str = _f("auto", "which client actor trains a client: fixed (its owner, client id mod actors), roaming (dealt out each round so the actors finish together; every actor holds every client's data; not for a client method that keeps per-client state) or auto (roaming when clients are sampled, the method keeps no client state and all clients' data is at most 256 MiB); never changes a number", choices=PLACEMENTS)
-    on_client_failure: str = _f("retry", "a dead client actor: retry (restart it, retry its clients once), skip (go on without them, recorded), fail", choices=FAILURE_POLICIES)
-    placement_timeout_s: float = _f(60.0, "seconds to wait for the placement group when the cluster is busy", lo=0.0, lo_open=True)
-    precision: str = _f("fp32", "client compute precision: fp32, bf16 (autocast; CPU or a GPU that has it) or fp16 (autocast and a gradient scaler; CUDA only); weights travel as float32", choices=PRECISIONS)
-    channels_last: bool = _f(True, "CUDA clients: convolutional models and batches in channels_last memory format (no effect on CPU clients)")
-    cudnn_benchmark: bool = _f(True, "CUDA clients: torch.backends.cudnn.benchmark (faster convolutions; GPU results may then differ in the last bits between runs)")
-    checkpoint_every: int = _f(0, "Ray Tune trials: ask Tune to checkpoint the run every N rounds (weights, server-rule and client state; 0: never); `fedtune run` ignores it", lo=0)
+                                      "results bit for bit, faster FedOMG and auto-β rounds)", trial_id="never", group="resources", lo=0.0)
+    coordinator_gpus: float = _f(0.0, "GPUs reserved for the coordinator actor (today's server rules run on NumPy and need none)", trial_id="never", group="resources", lo=0.0)
+    max_client_actors: int | None = _f(None, "client actors; logical clients are spread over them (default: as many as the cluster fits, at most one per client)", trial_id="never", group="resources", lo=1)
+    client_placement: str = _f("auto", "which client actor trains a client: fixed (its owner, client id mod actors), roaming (dealt out each round so the actors finish together; every actor holds every client's data; not for a client method that keeps per-client state) or auto (roaming when clients are sampled, the method keeps no client state and all clients' data is at most 256 MiB); never changes a number", trial_id="never", group="resources", choices=PLACEMENTS)
+    on_client_failure: str = _f("retry", "a dead client actor: retry (restart it, retry its clients once), skip (go on without them, recorded), fail", trial_id="never", group="resources", choices=FAILURE_POLICIES)
+    placement_timeout_s: float = _f(60.0, "seconds to wait for the placement group when the cluster is busy", trial_id="never", group="resources", lo=0.0, lo_open=True)
+    precision: str = _f("fp32", "client compute precision: fp32, bf16 (autocast; CPU or a GPU that has it) or fp16 (autocast and a gradient scaler; CUDA only); weights travel as float32", trial_id="when_set", group="resources", choices=PRECISIONS)
+    channels_last: bool = _f(True, "CUDA clients: convolutional models and batches in channels_last memory format (no effect on CPU clients)", trial_id="when_set", group="resources")
+    cudnn_benchmark: bool = _f(True, "CUDA clients: torch.backends.cudnn.benchmark (faster convolutions; GPU results may then differ in the last bits between runs)", trial_id="when_set", group="resources")
+    checkpoint_every: int = _f(0, "Ray Tune trials: ask Tune to checkpoint the run every N rounds (weights, server-rule and client state; 0: never); `fedtune run` ignores it", trial_id="never", group="resources", lo=0)
 
     # --- hyperparameters declared by client methods / server rules (omg_kappa, gp_beta, ...) ---
-    params: dict[str, Any] = _f(None, "hyperparameters of the client method and server rule; set them by name (--set omg_kappa=0.3)", factory=dict)
+    params: dict[str, Any] = _f(None, "hyperparameters of the client method and server rule; set them by name (--set omg_kappa=0.3)", trial_id="always", group="run", factory=dict)
 
     # --- results -----------------------------------------------------------------------------
-    output: str = _f("fedtune_results", "results directory (holds one folder per study)")
-    name: str = _f("default", "study name (a folder under output)")
+    output: str = _f("fedtune_results", "results directory (holds one folder per study)", trial_id="never", group="results", sweep_option="output", run_flag="DIR")
+    name: str = _f("default", "study name (a folder under output)", trial_id="never", group="results", sweep_option="name", run_flag="STUDY")
 
     # ------------------------------------------------------------------------------------------
     @classmethod
@@ -236,15 +227,7 @@ class FederatedRunConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> FederatedRunConfig:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file '{path}' does not exist")
-        try:
-            data = yaml_safe.load_file(path, f"config file '{path}'") or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file '{path}' is not valid YAML: {' '.join(str(exc).split())}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file '{path}' must hold a mapping of field: value, not {type(data).__name__}")
+        data = read_config_file(path)
         data.update(overrides or {})
         return cls.from_dict(data, source=str(path))
 
@@ -456,6 +439,11 @@ class FederatedRunConfig:
         return trial_id_of(self)
 
 
+ROLES = roles_of(FederatedRunConfig)
+"""Every list of run fields a role gives (:mod:`fedtune.config_roles`); derived here, at import, so a
+field declared without a trial-id role or a group fails at once, in one line."""
+
+
 # Old field names, refused with a message saying what changed (a null value still reads: the default).
 RENAMED_FIELDS = {"domain_heterogeneity": "domain_homogeneity"}
 
@@ -469,6 +457,21 @@ def renamed_field_message(name: str, value: Any = None) -> str:
         flipped = f": set domain_homogeneity = 1 - {shown(value, 40)}"
     return (f"field '{name}' was renamed {RENAMED_FIELDS[name]} and its direction flipped to Bai et "
             f"al.'s lambda (1 = homogeneous, 0 = one domain per client; new = 1 - old){flipped}")
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping of field: value a YAML config file holds, unchecked (:meth:`FederatedRunConfig.from_yaml`
+    checks it); a missing file, bad YAML or another shape than a mapping is one line naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' does not exist")
+    try:
+        data = yaml_safe.load_file(path, f"config file '{path}'") or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file '{path}' is not valid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping of field: value, not {type(data).__name__}")
+    return data
+
 
 def default_of(f: dataclasses.Field) -> Any:
     """The default value of the config field ``f`` (a fresh one for a list or mapping)."""

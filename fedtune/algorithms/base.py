@@ -49,6 +49,10 @@ class RunConfig(Protocol):
     def target_lr(self) -> float: ...
 
 
+HPARAM_TRIAL_ID_ROLES = ("always", "when_set", "as_run")
+"""A hyperparameter's part in the trial id (:attr:`HParam.trial_id`)."""
+
+
 @dataclass(frozen=True)
 class HParam(Generic[T]):
     """A hyperparameter a component declares: default, allowed values, meaning.
@@ -96,6 +100,16 @@ class HParam(Generic[T]):
     # Values that were allowed once: value -> why it went and what to write instead (one line).
     retired: tuple[tuple[Any, str], ...] = field(default=(), compare=False, hash=False)
     note: str = field(default="", compare=False, hash=False)
+    # Its part in a run's trial id (fedtune.trial_ids): always; when_set (left out at its default,
+    # the value every run before it was declared computed with: a hyperparameter added to a component
+    # that earlier studies ran); as_run (hashed at the value that runs, set or not: its default changed
+    # after studies were written, so a run leaving it unset is not taken for one of the old default's).
+    trial_id: str = "always"
+
+    def __post_init__(self) -> None:
+        if self.trial_id not in HPARAM_TRIAL_ID_ROLES:
+            raise TypeError(f"HParam {self.name!r}: trial_id={self.trial_id!r} is not a trial-id role; allowed: "
+                            f"{', '.join(HPARAM_TRIAL_ID_ROLES)}")
 
     @property
     def bounds(self) -> Bounds:

@@ -154,7 +154,8 @@ FISH_INNER_OPTIMIZER = HParam("fish_inner_optimizer", "round", "Fish inner steps
                               "Fish.step steps the client's optimiser), fresh = a new optimiser at every meta step, "
                               "its state kept only across one batch's domains (fedtune's default before issue 44; "
                               "Algorithm 1 writes plain SGD inner steps, where the two agree)",
-                              kind="choice", choices=("round", "fresh"), variant=True)
+                              kind="choice", choices=("round", "fresh"), variant=True,
+                              trial_id="as_run")  # fresh until issue 44
 MMD_WEIGHT = HParam("mmd_weight", 1.0, "MMD weight of the penalty (mean over the batch's domain pairs of the "
                     "Gaussian-kernel MMD of the encoder features; DomainBed's mmd_gamma, default 1, searched "
                     "10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
@@ -172,21 +173,24 @@ FEDDG_RATIO_LOW = HParam("feddg_ratio_low", 0.0, "FedDG: one end of the interpol
                          "feddg_ratio_low and feddg_ratio_high (either order), of a client's own low-frequency "
                          "amplitudes against the source bank's (default 0 with high 0: the "
                          "source bank's swapped in outright, ELCFS's training code; low 0, high 1: the paper's "
-                         "continuous interpolation; low 1: no mixing, what Bai et al.'s sweeps ran)", lo=0.0, hi=1.0)
+                         "continuous interpolation; low 1: no mixing, what Bai et al.'s sweeps ran)", lo=0.0, hi=1.0,
+                         trial_id="as_run")  # low 0, high 1 until issue 44
 FEDDG_RATIO_HIGH = HParam("feddg_ratio_high", 0.0, "FedDG: the other end of the interpolation ratio r "
                           "(r = 0 takes the bank's amplitudes, ELCFS's code; r = 1 keeps the client's own)",
-                          lo=0.0, hi=1.0)
+                          lo=0.0, hi=1.0, trial_id="as_run")
 FEDDG_WINDOW = HParam("feddg_window", "dc", "FedDG low-frequency square, half-width b = floor(min(H, W) * L): dc = "
                       "L 0, the DC term alone (ELCFS's training code: source_to_target_freq(..., L=0)); centred = "
                       "L ~ U(0, 1) per batch (Bai et al.'s FourierMixup), the square clipped to the spectrum "
                       "(fedtune's default before issue 44); bai = L ~ U(0, 1) sliced as Bai et al.'s code (for L "
                       "above about 1/2 the start goes negative and counts from the end, an off-centre block)",
-                      "choice", choices=("dc", "centred", "bai"), variant=True)
+                      "choice", choices=("dc", "centred", "bai"), variant=True,
+                      trial_id="as_run")  # centred until issue 44
 # ================================================================== server rules' hyperparameters
 CLIENT_WEIGHTING = HParam("client_weighting", "examples",
                           "FedAvg's mean of the participants' models and batch-norm buffers: examples = weights "
                           "n_u / sum n (McMahan et al.); uniform = 1/U each (FedSR's and FedIIR's authors, the "
-                          "default of the presets fedsr and fediir)", kind="choice", choices=WEIGHTINGS, variant=True)
+                          "default of the presets fedsr and fediir)", kind="choice", choices=WEIGHTINGS, variant=True,
+                          trial_id="when_set")  # declared after studies ran the example-weighted mean
 OMG_KAPPA = HParam("omg_kappa", 0.5, "FedOMG searching radius κ: d = g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖ (0 = FedAvg; "
                    "paper: 0.5)", "float", lo=0.0, search={**search_uniform(0.0, 1.0, 0.5), "help": "weight of the matching term"})
 OMG_SOLVER = HParam("omg_solver", "exact", "FedOMG step-2 solver: exact (certified convex solve on the simplex) "

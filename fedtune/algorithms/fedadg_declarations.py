@@ -66,6 +66,7 @@ FEDADG_VARIANT = HParam(
     "never trains); bai = Bai et al.'s code and PACS sweep. Each sets the fedadg_* knobs it differs on (and bai "
     "client_weighting=examples) where they are unset", "choice", choices=("authors", "authors_vlcs", "bai"),
     variant=True, implies=(("authors_vlcs", _FEDADG_VLCS), ("bai", _FEDADG_BAI)),
+    trial_id="as_run",  # fixed until issue 44
     retired=(("fixed", "its generator loss mean((1 - D(G))^2) moved G to D's generated side, away from the features: "
                        "the opposite sign of the authors' mean(D(G)^2); use fedadg_variant=authors (their PACS code, "
                        "the default) or bai"),))

@@ -35,7 +35,7 @@ SERVER_ADAM_BIAS_CORRECTION = HParam(
 SERVER_V_START = HParam(
     "server_v_start", "tau_squared", "server_optimizer adam/yogi/adagrad: the second moment's start, tau_squared = "
     "Reddi et al.'s Algorithm 2 (v_-1 = tau^2), zero = Flower's FedAdam/FedYogi/FedAdagrad (v starts at 0)",
-    kind="choice", choices=("tau_squared", "zero"), variant=True,
+    kind="choice", choices=("tau_squared", "zero"), variant=True, trial_id="when_set",  # declared after studies ran
     search={"distribution": "fixed", "value": "tau_squared", "help": "v starts at tau^2 as in Reddi et al.'s "
             "Algorithm 2 (a variant, not a knob: zero is Flower's start)"})
 

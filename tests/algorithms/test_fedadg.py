@@ -296,7 +296,8 @@ def test_runs_at_the_new_defaults_get_new_trial_ids(monkeypatch):
         assert unset.trial_id() == FederatedRunConfig.from_dict({**base, "fedadg_variant": "authors"}).trial_id()
         assert unset.trial_id() != FederatedRunConfig.from_dict({**base, "fedadg_variant": "bai"}).trial_id()
         new = unset.trial_id()
-        monkeypatch.setattr(trial_ids, "PARAMS_HASHED_WHEN_UNSET", ())  # the hash of the set params only (before)
+        monkeypatch.setattr(trial_ids, "params_roles",  # the hash of the set params only (before)
+                            lambda roles=trial_ids.params_roles(): (roles[0], ()))
         assert FederatedRunConfig.from_dict(base).trial_id() != new
         monkeypatch.undo()
 

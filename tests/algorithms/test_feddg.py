@@ -210,7 +210,8 @@ def test_runs_at_the_new_defaults_get_new_trial_ids_and_runs_that_set_them_keep_
 
     now = ids()
     assert now[None] == now["dc"] and len(set(now.values())) == 5
-    monkeypatch.setattr(trial_ids, "PARAMS_HASHED_WHEN_UNSET", ())  # the hash of the set params only (before)
+    monkeypatch.setattr(trial_ids, "params_roles",  # the hash of the set params only (before)
+                        lambda roles=trial_ids.params_roles(): (roles[0], ()))
     before = ids()
     assert before[None] != now[None]  # unset ran centred at r ~ U(0, 1) before: another id now
     assert before["centred"] != now["centred"]  # the window set, the ratio's default changed: another id

@@ -357,7 +357,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedtune.data", "fedtune.layout"),
     ("fedtune.algorithms", "fedtune.models", "fedtune.flat_weights", "fedtune.model_heads", "fedtune.model_check", "fedtune.weight_files",
      "fedtune.plugins", "fedtune.model_factory"),
-    ("fedtune.config", "fedtune.config_values", "fedtune.trial_ids"),
+    ("fedtune.config", "fedtune.config_roles", "fedtune.config_values", "fedtune.trial_ids"),
     ("fedtune.results",),
     ("fedtune.runtime",),
     ("fedtune.spaces", "fedtune.reports", "fedtune.contracts"),

@@ -17,6 +17,7 @@ from typing import Any
 
 from fedtune.algorithms import in_run_tuner_spec
 from fedtune.bounds import Bounds
+from fedtune.config import ROLES
 from fedtune.errors import ConfigError, shown
 from fedtune.results import selection as _protocol
 
@@ -58,16 +59,36 @@ RUNG_SCHEDULERS = ("asha", "hyperband")  # the schedulers with rungs: --grace-pe
 
 def _opt(default: Any, flag: str, *, kind: type | None = None, lo: float | None = None, lo_open: bool = False,
          hi: float | None = None, choices: Sequence[str] = (), note: str = "", factory: Any = None,
-         schedulers: Sequence[str] = ()) -> Any:
+         schedulers: Sequence[str] = (), resume_fixed: bool = False, dest: str | None = None) -> Any:
     """An option: its default, its ``--flag``, and (when bounded) its type and allowed values;
     ``schedulers``: the only ``--scheduler`` values that read it (another value than its default
-    is refused with any other scheduler)."""
+    is refused with any other scheduler); ``resume_fixed``: :func:`_kept`'s."""
     meta = {"flag": flag, "kind": kind,
             "bounds": Bounds(lo=lo, lo_open=lo_open, hi=hi, choices=tuple(choices), note=note),
-            "schedulers": tuple(schedulers)}
+            "schedulers": tuple(schedulers), "resume_fixed": resume_fixed, "dest": dest}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def _kept(default: Any = None, *, factory: Any = None, dest: str | None = None) -> Any:
+    """An option a study keeps from its start (``resume_fixed``): given with ``--resume`` at another
+    value than the saved one, it is refused (:data:`fedtune.tune.study.resume.RESUME_FIXED`);
+    ``dest``: its command-line dest where that is not the attribute's name. The options that are run
+    fields (``--dataset``, ...) say so at the run field (:mod:`fedtune.config_roles`)."""
+    meta = {"resume_fixed": True, "dest": dest}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def resume_fixed_dests() -> dict[str, tuple[str, ...]]:
+    """The ``fedtune sweep`` options a study keeps from its start, in :class:`SweepOptions`' order:
+    command-line dest -> the attributes that hold it. Those declared ``resume_fixed`` here, and the
+    options of the run fields declared ``resume_fixed`` (:data:`fedtune.config.ROLES`)."""
+    from_run = {ROLES.sweep_options[k] for k in ROLES.resume_fixed}
+    return {f.metadata.get("dest") or f.name: (f.name,) for f in fields(SweepOptions)
+            if f.metadata.get("resume_fixed") or f.name in from_run}
 
 
 @dataclass
@@ -92,47 +113,51 @@ class SweepOptions:
     fedtune.errors.ConfigError: option '--num-samples': 0 is out of range; allowed: >= 1
     """
 
-    spaces: list[str] = field(default_factory=list)
+    spaces: list[str] = _kept(factory=list)
     algorithms: list[str] = field(default_factory=list)
     dataset: str | None = None
     data_root: str | None = None
     target_domain: str | None = None
     rounds: int | None = _opt(None, "rounds", kind=int, lo=1)
-    num_samples: int = _opt(8, "num-samples", kind=int, lo=1)
-    seeds: int = _opt(1, "seeds", kind=int, lo=1)
-    max_concurrent: int | None = _opt(None, "max-concurrent", kind=int, lo=1)
-    scheduler: str = _opt("fifo", "scheduler", choices=SCHEDULERS)
-    sampler: str = _opt("tpe", "sampler", choices=SAMPLERS)
-    metric: list[str] | None = None
-    selection: str | None = None  # None: the protocol of --metric's first metric, else val
-    trial_seeds: int = _opt(1, "trial-seeds", kind=int, lo=1)
+    num_samples: int = _opt(8, "num-samples", kind=int, lo=1, resume_fixed=True)
+    seeds: int = _opt(1, "seeds", kind=int, lo=1, resume_fixed=True)
+    max_concurrent: int | None = _opt(None, "max-concurrent", kind=int, lo=1, resume_fixed=True)
+    scheduler: str = _opt("fifo", "scheduler", choices=SCHEDULERS, resume_fixed=True)
+    sampler: str = _opt("tpe", "sampler", choices=SAMPLERS, resume_fixed=True)
+    metric: list[str] | None = _kept()
+    selection: str | None = _kept()  # None: the protocol of --metric's first metric, else val
+    trial_seeds: int = _opt(1, "trial-seeds", kind=int, lo=1, resume_fixed=True)
     address: str | None = None
     output: str = "fedtune_results"
     name: str | None = None
     verbose: bool = False
-    overrides: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = _kept(factory=dict, dest="set")
     # --sampler-seed: the Optuna samplers' (NumPy's) seed, plus each --trial-seeds replicate's index
-    sampler_seed: int = _opt(0, "sampler-seed", kind=int, lo=0, hi=SEED_MAX, note="NumPy's seed range")
-    grace_period: int = _opt(1, "grace-period", kind=int, lo=1, schedulers=RUNG_SCHEDULERS)
-    reduction_factor: float = _opt(2.0, "reduction-factor", kind=float, lo=1, lo_open=True, schedulers=RUNG_SCHEDULERS)
+    sampler_seed: int = _opt(0, "sampler-seed", kind=int, lo=0, hi=SEED_MAX, note="NumPy's seed range",
+                             resume_fixed=True)
+    grace_period: int = _opt(1, "grace-period", kind=int, lo=1, schedulers=RUNG_SCHEDULERS, resume_fixed=True)
+    reduction_factor: float = _opt(2.0, "reduction-factor", kind=float, lo=1, lo_open=True, schedulers=RUNG_SCHEDULERS,
+                                   resume_fixed=True)
     # --perturbation-interval N: PBT/PB2 exploit and explore every N rounds (None: a quarter of the rounds)
     perturbation_interval: int | None = _opt(None, "perturbation-interval", kind=int, lo=1,
-                                             schedulers=POPULATION_SCHEDULERS)
+                                             schedulers=POPULATION_SCHEDULERS, resume_fixed=True)
     # --client-fidelity P: ASHA's rungs raise the participation too (from P, x reduction factor per rung)
     client_fidelity: float | None = _opt(None, "client-fidelity", kind=float, lo=0, lo_open=True,
-                                         note="the first rung's participation, at most 1")
+                                         note="the first rung's participation, at most 1", resume_fixed=True)
     report: bool = True
     # --max-failures: restarts of a failed trial (from its last checkpoint); -1: unlimited
-    max_failures: int = _opt(0, "max-failures", kind=int, lo=-1, note="restarts of a failed trial; -1: unlimited")
-    storage_path: str | None = None  # --storage-path: Tune's storage (shared dir or URI); None: <study>/tune
+    max_failures: int = _opt(0, "max-failures", kind=int, lo=-1, note="restarts of a failed trial; -1: unlimited",
+                             resume_fixed=True)
+    storage_path: str | None = _kept()  # --storage-path: Tune's storage (shared dir or URI); None: <study>/tune
     # --scale-up-timeout: how long trials may wait for the autoscaler
-    scale_up_timeout_s: float = _opt(900.0, "scale-up-timeout", kind=float, lo=0, lo_open=True, note="seconds")
-    optuna_storage: str | None = None  # --optuna-storage: a shared Optuna storage URL (fedtune.results.optuna_url)
-    loggers: tuple[str, ...] = ()  # --logger: Ray Tune logger callbacks (csv, tensorboard, mlflow, wandb)
+    scale_up_timeout_s: float = _opt(900.0, "scale-up-timeout", kind=float, lo=0, lo_open=True, note="seconds",
+                                     resume_fixed=True, dest="scale_up_timeout")
+    optuna_storage: str | None = _kept()  # --optuna-storage: a shared Optuna storage URL (fedtune.results.optuna_url)
+    loggers: tuple[str, ...] = _kept(())  # --logger: Ray Tune logger callbacks (csv, tensorboard, mlflow, wandb)
     config: str | None = None  # --config FILE.yaml: where config_fields came from (messages, study.json)
-    config_fields: dict[str, Any] = field(default_factory=dict)  # its run fields; overrides (--set) win
+    config_fields: dict[str, Any] = _kept(factory=dict, dest="config")  # its run fields; overrides (--set) win
     # --knobs: None/"all": every parameter; "own": each algorithm's own, shared ones fixed
-    knobs: str | None = _opt(None, "knobs", choices=KNOBS)
+    knobs: str | None = _opt(None, "knobs", choices=KNOBS, resume_fixed=True)
 
     def metrics(self) -> list[str]:
         """The objective metrics, first = the selection metric."""

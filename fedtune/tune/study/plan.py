@@ -48,7 +48,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NoReturn
 
-from fedtune.config import FederatedRunConfig
+from fedtune.config import ROLES, FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.old_names import old_name_error
 from fedtune.results import selection as _protocol
@@ -271,7 +271,7 @@ def _started(opts: SweepOptions, name: str | None) -> bool:
 
 def _base_config(opts: SweepOptions, overrides: Mapping[str, Any], name: str | None) -> dict[str, Any]:
     """What every trial shares: ``--config``/``--set`` fields, dataset options, output folder, study name."""
-    for key in ("algorithm", "output", "name", "target_domain", "dataset", "data_root", "rounds", "address"):
+    for key in ROLES.sweep_options:  # the run fields fedtune sweep sets by its own options
         if key in overrides:
             flag = key.replace("_", "-")
             raise ConfigError(f"--set {key}=...: use the option --{flag} of fedtune sweep instead")

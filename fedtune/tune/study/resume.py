@@ -16,7 +16,7 @@ from fedtune.errors import ConfigError
 from fedtune.plugins import check_plugin_records
 from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE, StudyDir, latest_study, read_study, studies_in
 from fedtune.tune.study.plan import StudyPlan, plan_study
-from fedtune.tune.study.options import SweepOptions
+from fedtune.tune.study.options import SweepOptions, resume_fixed_dests
 
 __all__ = ["FAILED_UNRECORDED", "RESUME_ALLOWED", "RESUME_FIXED", "check_optuna_storage", "check_resume_flags",
            "rebuild_trial_rows", "recover_seed_rows", "recover_trial_rows", "repair_round_files", "resumed_study",
@@ -286,18 +286,14 @@ def study_space(study_dir: Path, path: str) -> Path:
     return p
 
 
-RESUME_FIXED = ("spaces", "algorithms", "dataset", "data_root", "target_domain", "rounds", "num_samples", "seeds",
-                 "max_concurrent", "scheduler", "sampler", "metric", "selection", "trial_seeds", "grace_period",
-                 "reduction_factor", "client_fidelity", "sampler_seed", "knobs", "set", "config", "loggers", "optuna_storage",
-                 "max_failures", "storage_path", "scale_up_timeout")
+_RESUME_ATTRS = resume_fixed_dests()
+"""``fedtune sweep`` dests a study keeps from its start -> the :class:`~fedtune.tune.study.options.SweepOptions`
+attributes that hold them (declared ``resume_fixed`` at each option, or at its run field)."""
+RESUME_FIXED = tuple(_RESUME_ATTRS)
 """Options (argparse dests) a study keeps from its start: given with ``--resume``, they are refused
 (each defaults to None on the command line, so "given" is exact)."""
 RESUME_ALLOWED = ("--name", "--output", "--address", "--verbose", "--no-report", "--trust-study-files")
 """What ``--resume`` does take: where the study is and how this driver runs and ends."""
-
-
-_RESUME_ATTRS = {"set": ("overrides",), "scale_up_timeout": ("scale_up_timeout_s",), "config": ("config_fields",)}
-"""``fedtune sweep`` dests whose :class:`~fedtune.tune.study.options.SweepOptions` attributes have other names."""
 
 
 def _plain(value: Any) -> Any:
@@ -306,8 +302,8 @@ def _plain(value: Any) -> Any:
 
 def _effective(opts: SweepOptions, dest: str) -> Any:
     """Option ``dest`` of ``opts`` as the study runs it: an unset option as its default (``--knobs``
-    all, the dataset's and the rounds' defaults, the selection protocol and the metrics they imply),
-    a path made absolute, a storage URL normalised; JSON-plain, so 2 and 2.0 compare equal."""
+    all, the dataset's and the rounds' defaults, PBT's interval, the selection protocol and the metrics
+    they imply), a path made absolute, a storage URL normalised; JSON-plain, so 2 and 2.0 compare equal."""
     from fedtune.tune.study.plan import abs_path
 
     if dest == "knobs":
@@ -320,6 +316,8 @@ def _effective(opts: SweepOptions, dest: str) -> Any:
         return int(opts.rounds or FederatedRunConfig().rounds)
     if dest == "data_root":
         return abs_path(opts.data_root)
+    if dest == "perturbation_interval":
+        return opts.population_interval(int(opts.rounds or FederatedRunConfig().rounds))
     if dest == "storage_path" and opts.storage_path:
         from fedtune.tune.tuner.storage import check_storage_path
 
@@ -370,7 +368,7 @@ def _shown_option(opts: SweepOptions, dest: str) -> str:
         return shown(list(opts.spaces), 120)
     values = [getattr(opts, a) for a in _RESUME_ATTRS.get(dest, (dest,))]
     value = values[0] if len(values) == 1 else values
-    if value is None and dest in ("knobs", "dataset", "rounds", "selection"):
+    if value is None and dest in ("knobs", "dataset", "rounds", "selection", "perturbation_interval"):
         default = opts.protocol() if dest == "selection" else _effective(opts, dest)
         return f"{shown(default, 120)} (unset: the default)"
     if value is None and dest == "target_domain":

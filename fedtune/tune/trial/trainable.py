@@ -61,7 +61,7 @@ import numpy as np
 from ray import tune
 from ray.tune import PlacementGroupFactory
 
-from fedtune.config import FederatedRunConfig
+from fedtune.config import ROLES, FederatedRunConfig
 from fedtune.plugins import load_plugins, loaded_plugin_entries
 from fedtune.results import status
 from fedtune.results.schema import IDENTITY_COLUMNS
@@ -111,24 +111,16 @@ def trial_run_config(config: Mapping[str, Any]) -> FederatedRunConfig:
     return FederatedRunConfig.from_dict({**fields, "backend": "ray"})
 
 
-# Fields that decide the data plan (and so the number of clients); hyperparameters do not.
-_PLAN_FIELDS = ("algorithm", "client_method", "server_rule", "dataset", "data_root", "data_seed", "image_size",
-                "setting", "target_domain", "clients_per_domain", "num_clients", "dirichlet_alpha", "domain_homogeneity",
-                "domain_homogeneity_rounding", "split_scheme",
-                "participation", "target_fraction", "val_fraction", "test_fraction", "probe_fraction", "model",
-                "pretrained_path", "seed")
-
-
 @functools.lru_cache(maxsize=128)
 def _num_clients(plan_key: str) -> int:
     return build_plan(FederatedRunConfig.from_dict(json.loads(plan_key))).num_clients
 
 
 def num_clients_of(cfg: FederatedRunConfig) -> int:
-    """Logical clients of ``cfg``'s data plan (cached on the fields that decide it: Tune asks for
-    every trial's resources on the driver, and a sweep's trials mostly share one plan)."""
+    """Logical clients of ``cfg``'s data plan (cached on the fields that decide it, declared ``plan=True``:
+    Tune asks for every trial's resources on the driver, and a sweep's trials mostly share one plan)."""
     values = cfg.to_dict()
-    return _num_clients(json.dumps({k: values[k] for k in _PLAN_FIELDS}, sort_keys=True))
+    return _num_clients(json.dumps({k: values[k] for k in ROLES.plan_fields}, sort_keys=True))
 
 
 def trial_resource_plan(cfg: FederatedRunConfig, nodes: list[dict[str, float]] | None = None) -> ResourcePlan:
