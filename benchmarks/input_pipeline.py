@@ -27,6 +27,17 @@ time reading every image once through augmented batches; freed heap returned wit
 among the images. A third line times fedtune's host part alone (cache -> batch -> normalised
 tensor, no augmentation): on a GPU client that is all the CPU does, the augmentation running on
 the GPU; this machine has no GPU to time that part on.
+
+``--overlap`` (issue 47) times instead fedtune's local loop (``ClientMethod.local_loop``) on the
+cached images with a simulated device step of ``--step-ms`` (a sleep: the host is free while a
+device trains), the batches un-augmented (augmentation runs on the device), each read from the
+cache ``--fetch-ms`` slower than it is (a sleep a batch: a slow disk; 0 by default). It prints,
+per step, the fetch (``stage``: rows read from the cache map, in the prefetch thread; ``finish``:
+to float and normalised, in the loop's thread, on a GPU a few launches), the step, and the loop
+with fetching serial (``prefetch depth 0``: what the loop did before) and prefetched, and the
+ratio loop / max(fetch, step) (goal <= 1.05; serial: fetch + step). The first batch of each
+epoch is fetched before its step (its rows depend on the previous epoch's random numbers), so
+``--steps`` within one epoch shows the steady state.
 """
 
 from __future__ import annotations
@@ -161,6 +172,66 @@ def memory_per_image(data_root: Path, size: int, cache_dir: Path) -> tuple[int, 
     return n, grown, slope, file
 
 
+def overlap(ds, batch_size: int, steps: int, step_ms: float, fetch_ms: float, repeats: int) -> None:
+    """The local loop with a simulated device step, serial and prefetched (see the docstring)."""
+    import torch
+
+    from fedtune.algorithms.client import prefetch
+    from fedtune.algorithms.client.method import ClientContext, ClientMethod
+    from fedtune.config import FederatedRunConfig
+    from fedtune.runtime.examples import client_examples
+
+    ex = client_examples(ds, {d: np.arange(len(ds.labels(d))) for d in ds.info.domains})
+    if fetch_ms:  # every batch's gather (one a batch) waits fetch_ms first: a slow disk
+        gather = ex.gather
+        ex.gather = lambda rows, out=None: time.sleep(fetch_ms / 1e3) or gather(rows, out)
+    cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "backend": "local", "batch_size": batch_size,
+                                        "local_steps": steps})
+
+    class SimulatedStep(ClientMethod):
+        name = "simulated-step"
+
+        def train(self, ctx):
+            return self.local_loop(ctx, lambda x, y: time.sleep(step_ms / 1e3) or 0.0)
+
+    def loop(depth: int, seed: int) -> float:
+        prefetch.PREFETCH_DEPTH = depth
+        ctx = ClientContext(model=torch.nn.Identity(), data=ex, cfg=cfg, round=1, client_id=0, role="source",
+                            generator=torch.Generator().manual_seed(seed), device=torch.device("cpu"))
+        t0 = time.perf_counter()
+        assert SimulatedStep(cfg).train(ctx).steps == steps
+        return (time.perf_counter() - t0) / steps * 1e3
+
+    gen = torch.Generator().manual_seed(0)
+    stage, finish = [], []
+    for _ in range(steps):
+        rows = torch.randperm(len(ex), generator=gen)[:batch_size]
+        t0 = time.perf_counter()
+        staged = ex.stage(rows)
+        t1 = time.perf_counter()
+        ex.finish(staged)
+        stage.append(t1 - t0)
+        finish.append(time.perf_counter() - t1)
+    st, fi = statistics.median(stage) * 1e3, statistics.median(finish) * 1e3
+    depth = prefetch.PREFETCH_DEPTH
+    serial = [loop(0, r) for r in range(repeats)]
+    ahead = [loop(depth, r) for r in range(repeats)]
+    prefetch.PREFETCH_DEPTH = depth
+    fetch = st + fi
+    per_epoch = -(-len(ex) // batch_size)
+    print(f"overlap: {len(ex)} images, batch {batch_size}, {steps} steps ({per_epoch} a epoch), "
+          f"{repeats} runs each; loadavg {open('/proc/loadavg').read().split()[:3]}")
+    print(f"  fetch {fetch:7.2f} ms a step (stage {st:.2f} in the prefetch thread + finish {fi:.2f} in the loop's; "
+          f"+{fetch_ms:g} ms simulated read latency included)   step {step_ms:g} ms (simulated)")
+    for name, runs in (("serial (depth 0)", serial), (f"prefetched (depth {depth})", ahead)):
+        ms = statistics.median(runs)
+        ratio = ms / max(fetch, step_ms)
+        print(f"  loop {name:>22}: {ms:7.2f} ms a step (min {min(runs):.2f} max {max(runs):.2f})  "
+              f"loop / max(fetch, step) = {ratio:.3f}" + (f"  (goal <= 1.05: {'PASS' if ratio <= 1.05 else 'MISS'})"
+                                                           if runs is ahead else
+                                                           f"  (fetch + step = {(fetch + step_ms) / max(fetch, step_ms):.3f})"))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-root", type=Path, default=DEFAULT_ROOT if DEFAULT_ROOT.is_dir() else None)
@@ -169,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--cache-dir", type=Path, default=None, help="default: a temporary folder")
+    ap.add_argument("--overlap", action="store_true", help="time the local loop's prefetch instead (issue 47)")
+    ap.add_argument("--step-ms", type=float, default=20.0, help="--overlap: the simulated device step")
+    ap.add_argument("--fetch-ms", type=float, default=0.0, help="--overlap: simulated latency added to each read")
+    ap.add_argument("--steps", type=int, default=60, help="--overlap: local steps a run")
     args = ap.parse_args(argv)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     tmp = Path(tempfile.mkdtemp(prefix="fedtune-bench-"))
@@ -190,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     built = sum(b["images"] for b in build_log(cache))
     print(f"cache: {time.perf_counter() - t0:.1f} s to decode {built} images once "
           f"({sum(len(ds.labels(d)) for d in ds.info.domains)} in the dataset)")
+    if args.overlap:
+        torch.set_num_threads(1)  # a client_cpus: 1 client: the loop's thread and the prefetch thread
+        overlap(ds, args.batch_size, args.steps, args.step_ms, args.fetch_ms, args.repeats)
+        return 0
 
     ours, host, ref = [], [], []
     for r in range(args.repeats):

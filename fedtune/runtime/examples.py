@@ -19,6 +19,7 @@ to the same counts on any number of actors.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -47,6 +48,19 @@ class Examples:
     def batch(self, rows: torch.Tensor, augment: Augment | None = None,
               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(x, y)`` on the device for ``rows`` (positions in this split, a CPU int64 tensor)."""
+        raise NotImplementedError
+
+    def stage(self, rows: torch.Tensor, augmented: bool = False) -> Any:
+        """The part of :meth:`batch` that draws no random number (``augmented``: whether
+        :meth:`finish` will be given an augmentation): ``rows`` read from the host and copied to the
+        device (on CUDA on a side stream, :func:`on_side_stream`). Safe to call from a background
+        thread (:mod:`fedtune.algorithms.client.prefetch`) while the device trains."""
+        raise NotImplementedError
+
+    def finish(self, staged: Any, augment: Augment | None = None,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, y)`` from :meth:`stage`'s result, on the caller's stream: ``finish(stage(rows), a, g)``
+        gives the bits of ``batch(rows, a, g)`` and draws the same random numbers from ``g``."""
         raise NotImplementedError
 
     def batches(self, batch_size: int, max_mib: float | None = None):
@@ -82,6 +96,19 @@ class TensorExamples(Examples):
         rows = rows.to(self.x.device)
         return (self._finish(self.x.index_select(0, rows).to(self.device)),
                 self.labels.index_select(0, rows.cpu()).to(self.device))
+
+    def stage(self, rows, augmented=False):
+        def copy():
+            at = rows.to(self.x.device)
+            return (self.x.index_select(0, at).to(self.device, non_blocking=True),
+                    self.labels.index_select(0, rows.cpu()).to(self.device, non_blocking=True))
+        return on_side_stream(self.device, copy)
+
+    def finish(self, staged, augment=None, generator=None):
+        if augment is not None:
+            raise ValueError("augmentation needs image-folder examples (CachedImages)")
+        x, y = arrived(staged)
+        return self._finish(x), y
 
     def value_range(self):
         if len(self.x) == 0:
@@ -139,8 +166,7 @@ class CachedImages(Examples):
         (the augmentation's reductions then add in the same order: the same bits)."""
         r = rows.cpu().numpy()
         n, side = len(r), self.input_shape[1]
-        layout = torch.channels_last if (augment is not None or self.channels_last) else torch.contiguous_format
-        x = torch.empty((n, 3, side, side), dtype=torch.float32, device=self.device, memory_format=layout)
+        x = self._empty(n, augment is not None)
         if self._pinned:
             host = self._host_buffer(n)
             self.gather(r, host.numpy())
@@ -152,11 +178,57 @@ class CachedImages(Examples):
                 chunk = _gather_buffer((len(part), side, side, 3))
                 self.gather(part, chunk.numpy())
                 x[start:start + len(part)].copy_(chunk.permute(0, 3, 1, 2))
-        x.div_(255.0)
+        return self._normalised(x, augment, generator), self.labels.index_select(0, rows.cpu()).to(self.device)
+
+    def stage(self, rows, augmented=False):
+        """On the host, the batch as far as no random number is drawn (a fresh array gathered, so
+        a background thread never shares a buffer with the loop: float, scaled to [0, 1], and
+        normalised too when ``augmented`` is false). On CUDA the uint8 ``(n, S, S, 3)`` rows through
+        the prefetch's own pinned buffers (:data:`_PREFETCH_STAGING`), copied on the side stream
+        (the float work is the device's, launched by :meth:`finish`). Labels with either."""
+        r = rows.cpu().numpy()
+        if not self._pinned:
+            x = self._empty(len(r), augmented)
+            x.copy_(torch.from_numpy(self.gather(r)).permute(0, 3, 1, 2))  # uint8 -> float32: exact
+            x.div_(255.0)
+            if not augmented:
+                x = self._normalised(x, None, None, scaled=True)
+            return (x, self.labels.index_select(0, rows.cpu()), "scaled" if augmented else "done"), None
+
+        def copy():
+            with _PREFETCH_STAGING.lock:
+                host = _PREFETCH_STAGING.buffer((len(r), *self.maps[0].array.shape[1:]))
+                self.gather(r, host.numpy())
+                pixels = host.to(self.device, non_blocking=True)
+                _PREFETCH_STAGING.copied()
+            y = self.labels.index_select(0, rows.cpu()).to(self.device, non_blocking=True)
+            return pixels, y, "uint8"
+        return on_side_stream(self.device, copy)
+
+    def finish(self, staged, augment=None, generator=None):
+        x, y, kind = arrived(staged)
+        if kind != "uint8" and (kind == "done") != (augment is None):
+            raise ValueError("a batch staged for another augmentation setting")
+        if kind == "uint8":
+            pixels, x = x, self._empty(len(y), augment is not None)
+            x.copy_(pixels.permute(0, 3, 1, 2))  # uint8 -> float32 is exact: the bits of batch()
+        return (x if kind == "done" else self._normalised(x, augment, generator, scaled=kind == "scaled")), y
+
+    def _empty(self, n: int, augmented: bool) -> torch.Tensor:
+        side = self.input_shape[1]
+        layout = torch.channels_last if (augmented or self.channels_last) else torch.contiguous_format
+        return torch.empty((n, 3, side, side), dtype=torch.float32, device=self.device, memory_format=layout)
+
+    def _normalised(self, x: torch.Tensor, augment: Augment | None, generator: torch.Generator | None,
+                    scaled: bool = False) -> torch.Tensor:
+        """``x`` (float32 pixel values 0..255, or already divided by 255: ``scaled``) scaled to
+        [0, 1], augmented, normalised."""
+        if not scaled:
+            x.div_(255.0)
         if augment is not None:
             x = augment(x, generator)
         x.sub_(self.mean).div_(self.std)
-        return self._finish(x), self.labels.index_select(0, rows.cpu()).to(self.device)
+        return self._finish(x)
 
     def value_range(self):
         lo = np.full(3, 255, np.uint8)
@@ -178,6 +250,7 @@ class _PinnedStaging:
     def __init__(self) -> None:
         self.slots: list[list[Any]] = [[None, None], [None, None]]  # [pinned uint8 buffer, event]
         self.turn = 0
+        self.lock = threading.Lock()  # the prefetch's pair: one prefetch thread at a time uses it
 
     def buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
         self.turn ^= 1
@@ -197,6 +270,43 @@ class _PinnedStaging:
 
 
 _STAGING = _PinnedStaging()
+_PREFETCH_STAGING = _PinnedStaging()  # the prefetch threads' pair (the loop's thread keeps _STAGING)
+_SIDE_STREAMS: dict[Any, Any] = {}  # device -> the process's copy stream for prefetched batches
+
+
+def on_side_stream(device: torch.device, copy: Callable[[], Any]) -> tuple[Any, Any]:
+    """``(copy(), event)``: on CUDA ``copy`` runs on the process's side stream for ``device`` and
+    ``event`` marks its end (:func:`arrived` makes the consumer's stream wait for it); elsewhere
+    ``(copy(), None)``."""
+    if device.type != "cuda":
+        return copy(), None
+    with _STREAM_LOCK:
+        stream = _SIDE_STREAMS.get(device)
+        if stream is None:
+            stream = _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+    with torch.cuda.device(device), torch.cuda.stream(stream):
+        out = copy()
+        event = torch.cuda.Event()
+        event.record(stream)
+    return out, event
+
+
+def arrived(staged: tuple[Any, Any]) -> Any:
+    """The tensors (first) of :func:`on_side_stream`, usable on the current stream: it waits (on the
+    device, the host does not block) for the side stream's copy, and each tensor is marked as used
+    by it so the allocator does not hand its memory out before the current stream is done with it."""
+    tensors, event = staged
+    if event is None:
+        return tensors
+    stream = torch.cuda.current_stream(tensors[0].device)
+    stream.wait_event(event)
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            t.record_stream(stream)
+    return tensors
+
+
+_STREAM_LOCK = threading.Lock()
 
 GATHER_ROWS = 32
 """Rows a host batch gathers from the cache at a time (a few MB of uint8 at 224 px)."""

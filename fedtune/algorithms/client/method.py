@@ -34,15 +34,22 @@ from torch import nn
 from torch.nn import functional as F
 
 from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.client import prefetch
+from fedtune.algorithms.client.deferred_loss import LossGuard, PendingLoss
 from fedtune.algorithms.client.optim import LocalSGD, local_optimizer
 from fedtune.algorithms.client.steps import local_steps
 from fedtune.old_names import old_name_error
 from fedtune.algorithms.client.precision import autocast, autocast_off
 
-# One training step on a mini-batch (inputs x, labels y, on the device) -> its training loss.
-StepFunction = Callable[[torch.Tensor, torch.Tensor], float]
+# One training step on a mini-batch (inputs x, labels y, on the device) -> its training loss (a
+# PendingLoss when it came from descend(..., defer=True): read by the loop one step later).
+StepFunction = Callable[[torch.Tensor, torch.Tensor], "float | PendingLoss"]
 # ClientContext.record_step: (parameters, their batch gradients, None where a parameter has none).
 RecordStep = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor | None]], None]
+
+
+def no_record(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:
+    """:attr:`ClientContext.record_step` when nothing records the steps."""
 
 
 # augment(x in [0, 1], generator) -> augmented x (fedtune.runtime.augment.DomainBedAugment)
@@ -51,7 +58,9 @@ Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 
 class ClientData(Protocol):
     """A client's training examples as a client method sees them
-    (:class:`fedtune.runtime.examples.Examples` in a run; any object with these in a test)."""
+    (:class:`fedtune.runtime.examples.Examples` in a run; any object with these in a test). Data
+    that also has ``stage(rows, augmented)`` and ``finish(staged, augment, generator)`` (``Examples``)
+    is read ahead by the local loop (:mod:`fedtune.algorithms.client.prefetch`)."""
 
     input_shape: tuple[int, ...]  # one example's shape: (C, H, W) for images, (F,) for vectors
     labels: torch.Tensor  # int64 [N], on the host
@@ -86,7 +95,7 @@ class ClientContext:
     # FedProx's μ(θ − θ_global), SAM's perturbation or FedGaLA's gate), ``None`` where a parameter
     # has no gradient. The runtime uses it to record the FDA clients' raw per-batch steps
     # ``−local_lr · ∇_b`` when the server rule wants them (auto-β); a no-op otherwise.
-    record_step: RecordStep = lambda params, grads: None
+    record_step: RecordStep = no_record
     # The run's training augmentation (fedtune.runtime.augment; None: none), drawn from ``generator``.
     augment: Augment | None = None
     precision: str = "fp32"  # fp32 | bf16 | fp16 (fedtune.algorithms.client.precision)
@@ -98,6 +107,9 @@ class ClientContext:
     # Every source client's training examples (the run's plan; read un-augmented): set only for a
     # method that declares ``needs_source_bank`` (FedDG samples amplitude spectra from it).
     source_bank: ClientData | None = None
+    # The round optimiser's finite-loss guard on a CUDA device (set by ClientMethod.start_round;
+    # fedtune.algorithms.client.deferred_loss), armed by the local loop before each step.
+    loss_guard: LossGuard | None = None
 
     @property
     def num_examples(self) -> int:
@@ -117,7 +129,8 @@ class ClientOutcome:
 
 
 def batches(n: int, batch_size: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
-    """``steps`` index batches drawn epoch by epoch from fresh permutations of ``range(n)``.
+    """``steps`` index batches drawn epoch by epoch from fresh permutations of ``range(n)``
+    (:func:`~fedtune.algorithms.client.prefetch.epochs`, one after the other).
 
     Never a batch of one example when ``n > 1`` and ``batch_size > 1`` (BatchNorm cannot train on
     one): when the last
@@ -125,22 +138,12 @@ def batches(n: int, batch_size: int, steps: int, generator: torch.Generator) -> 
     then holds ``batch_size + 1``), so every example is still seen once per epoch and an epoch
     is :func:`~fedtune.algorithms.client.steps.batches_per_epoch` steps. Deterministic given ``generator``'s state.
     """
-    done = 0
-    while done < steps and n > 0:  # no examples: no batch (never an endless loop)
-        perm = torch.randperm(n, generator=generator)
-        starts = list(range(0, n, batch_size))
-        if batch_size > 1 and len(starts) > 1 and n - starts[-1] == 1:
-            starts.pop()  # the single trailing example joins the previous batch
-        for i, start in enumerate(starts):
-            if done == steps:
-                return
-            end = starts[i + 1] if i + 1 < len(starts) else n
-            yield perm[start:end]
-            done += 1
+    for epoch in prefetch.epochs(n, batch_size, steps, generator):
+        yield from epoch
 
 
 def descend(optimizer: LocalSGD, loss: torch.Tensor, record_step: RecordStep,
-            after_backward: Callable[[], None] | None = None) -> float:
+            after_backward: Callable[[], None] | None = None, defer: bool = False) -> float | PendingLoss:
     """One gradient step on ``loss``: its value, and unless that is not finite (then nothing
     changes), ``zero_grad``, ``backward`` (outside autocast), ``record_step`` with the batch
     gradient (see :class:`ClientContext`), ``after_backward()`` (e.g. FedProx adding its proximal
@@ -148,10 +151,19 @@ def descend(optimizer: LocalSGD, loss: torch.Tensor, record_step: RecordStep,
 
     With ``optimizer.scaler`` (a ``torch.amp.GradScaler``, ``precision: fp16``) the loss is
     scaled before ``backward`` and the gradients unscaled after it; a step whose gradients are
-    not finite is skipped (nothing recorded, nothing stepped) and the scale lowered."""
-    value = float(loss.detach())
-    if not math.isfinite(value):
-        return value
+    not finite is skipped (nothing recorded, nothing stepped) and the scale lowered.
+
+    ``defer=True`` (a step function that returns this value to the local loop untouched): on a
+    CUDA device, when the loop armed the round's guard, the value is read one step later without
+    stalling the device and a non-finite loss is undone then
+    (:mod:`fedtune.algorithms.client.deferred_loss`): the same outcome and weights. Returns a
+    :class:`~fedtune.algorithms.client.deferred_loss.PendingLoss` then (not with fp16's scaler)."""
+    guard = getattr(optimizer, "guard", None) if defer and optimizer.scaler is None else None
+    pending = guard.take(loss) if guard is not None else None
+    if pending is None:
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            return value
     optimizer.zero_grad()
     scaler = optimizer.scaler
     with autocast_off(loss.device.type):
@@ -171,7 +183,7 @@ def descend(optimizer: LocalSGD, loss: torch.Tensor, record_step: RecordStep,
     else:
         scaler.step(optimizer)
         scaler.update()
-    return value
+    return value if pending is None else pending
 
 
 class ClientMethod:
@@ -210,6 +222,7 @@ class ClientMethod:
         if ctx.role == "target":  # × 1.0 at the default scale: the same bits
             opt.lr = opt.lr * float(self.cfg.target_lr_scale)
         opt.scaler = ctx.scaler
+        opt.guard = ctx.loss_guard = LossGuard.of(ctx.model, list(opt.params), ctx.device)
         return opt
 
     def local_loop(self, ctx: ClientContext, step: StepFunction,
@@ -219,19 +232,67 @@ class ClientMethod:
         ``ctx.generator``, fetched and augmented by :meth:`ClientContext.batch`), in order, each
         under the run's precision. A non-finite loss ends the round at once:
         ``ClientOutcome(loss, steps)`` with the steps taken, that one included. Otherwise the
-        outcome's loss is the mean over the steps and its metrics ``metrics(steps)``."""
+        outcome's loss is the mean over the steps and its metrics ``metrics(steps)``.
+
+        The next batches of an epoch are read and copied to the device in a background thread
+        while the current one trains (:mod:`fedtune.algorithms.client.prefetch`: the same rows,
+        order, random numbers and bits); a loss a step hands back pending
+        (``descend(..., defer=True)`` on CUDA) is read before the next step starts."""
         n = ctx.num_examples
-        total, done = 0.0, 0
-        for idx in batches(n, self.cfg.batch_size, local_steps(n, self.cfg), ctx.generator):
-            ctx.rows = idx
-            x, y = ctx.batch(idx)
-            with autocast(ctx.device, ctx.precision):
-                value = step(x, y)
-            if not math.isfinite(value):
-                return ClientOutcome(loss=value, steps=done + 1)
-            total += value
-            done += 1
-        return ClientOutcome(loss=total / max(done, 1), steps=done, metrics={} if metrics is None else metrics(done))
+        tally = _Tally()
+        stageable = callable(getattr(ctx.data, "stage", None))
+        for epoch in prefetch.epochs(n, self.cfg.batch_size, local_steps(n, self.cfg), ctx.generator):
+            with prefetch.Prefetch(ctx.data if stageable else None, epoch, prefetch.PREFETCH_DEPTH if stageable else 0,
+                                   augmented=ctx.augment is not None) as staged:
+                for idx, item in staged:
+                    if tally.settle():
+                        return tally.ended
+                    ctx.rows = idx
+                    x, y = ctx.batch(idx) if item is None else ctx.data.finish(item, ctx.augment, ctx.generator)
+                    if ctx.loss_guard is not None:  # a recorded step is never deferred: its record is today's
+                        ctx.loss_guard.armed = ctx.record_step is no_record
+                    with autocast(ctx.device, ctx.precision):
+                        value = step(x, y)
+                    if ctx.loss_guard is not None:
+                        ctx.loss_guard.armed = False
+                    if tally.add(value):
+                        return tally.ended
+            if tally.settle():  # before the next epoch's permutation is drawn
+                return tally.ended
+        done = tally.done
+        return ClientOutcome(loss=tally.total / max(done, 1), steps=done, metrics={} if metrics is None else metrics(done))
+
+
+class _Tally:
+    """The local loop's count: the finite losses' sum and number, the step's loss still pending
+    (read one step late), and ``ended``, the outcome of a round a non-finite loss ended."""
+
+    def __init__(self) -> None:
+        self.total, self.done = 0.0, 0
+        self.pending: PendingLoss | None = None
+        self.ended: ClientOutcome | None = None
+
+    def add(self, value: float | PendingLoss) -> bool:
+        """Count a step's loss (a pending one is read by :meth:`settle`); True: the round ends."""
+        if isinstance(value, PendingLoss):
+            self.pending = value
+            return False
+        if not math.isfinite(value):
+            self.ended = ClientOutcome(loss=value, steps=self.done + 1)
+            return True
+        self.total += value
+        self.done += 1
+        return False
+
+    def settle(self) -> bool:
+        """Read the pending loss, if any; a non-finite one undoes its step (True: the round ends)."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return False
+        value = pending.value()
+        if not math.isfinite(value):
+            pending.guard.restore()
+        return self.add(value)
 
 
 class SGD(ClientMethod):
@@ -240,7 +301,7 @@ class SGD(ClientMethod):
     def train(self, ctx: ClientContext) -> ClientOutcome:
         model, opt = ctx.model, self.start_round(ctx)
         return self.local_loop(
-            ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step))
+            ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step, defer=True))
 
 
 def __getattr__(name: str) -> NoReturn:
