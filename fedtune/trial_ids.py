@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from fedtune.algorithms import SERVER_OPTIMIZERS
+from fedtune.algorithms.base import RunConfig
 
 # Fields that never change what a run computes: where it runs and writes, how it is placed and logged.
 NEVER_HASHED = frozenset({"plugins", "backend", "address", "eval_every", "eval_batch_size", "eval_batch_mib",
@@ -39,7 +40,20 @@ PARAMS_HASHED_WHEN_UNSET = ("fedadg_variant", "fish_inner_optimizer", "feddg_win
                             "feddg_ratio_high")
 
 
-def trial_id_of(cfg: Any) -> str:
+class HashedConfig(RunConfig, Protocol):
+    """What :func:`trial_id_of` reads of a run's configuration (a
+    :class:`~fedtune.config.FederatedRunConfig`, which imports this module): every field, the
+    augmentation that runs, the server optimiser, and what every component reads."""
+
+    server_optimizer: str
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    @property
+    def effective_augment(self) -> str: ...
+
+
+def trial_id_of(cfg: HashedConfig) -> str:
     """``<algorithm>-<10 hex digits>``: the SHA-1 of the config's fields (the augmentation that runs,
     not ``auto``), less :data:`NEVER_HASHED` and the later fields at the values earlier runs had."""
     values = {**cfg.to_dict(), "augment": cfg.effective_augment}  # what ran, not "auto"

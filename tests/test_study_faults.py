@@ -31,7 +31,7 @@ def _optuna_and_arrow(study_dir: Path, optuna_study: str) -> tuple[dict, dict]:
     import optuna
 
     from fedtune.results.store import load
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
 
     study = optuna.load_study(study_name=optuna_study, storage=optuna_storage_url(study_dir))
     told = {t.user_attrs["fedtune_trial_id"]: t.user_attrs.get("fedtune_status") for t in study.trials
@@ -105,7 +105,7 @@ def test_write_error_in_finds_a_full_disk_anywhere_in_the_chain(tmp_path):
     import optuna
 
     from fedtune.results.atomic import StorageFullError, write_error_in
-    from fedtune.tune.study.ray_lost import study_write_error
+    from fedtune.tune.study.search_fit import study_write_error
 
     with pytest.raises(optuna.exceptions.StorageInternalError) as caught:
         _database_full()

@@ -144,7 +144,7 @@ def _orphan_with_rounds(study_dir: Path, optuna_state: str) -> str:
 
     from fedtune.results.store import ResultsStore, load
     from fedtune.results.study_dir import read_study, write_study
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
     from fedtune.tune.trial.trainable import trial_run_config
 
     data = read_study(study_dir)
@@ -181,7 +181,7 @@ def test_a_trial_no_driver_continued_gets_a_row_and_the_four_records_agree(finis
     from fedtune.reports.report import make_report
     from fedtune.results.store import load
     from fedtune.results.study_dir import read_study
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
 
     study_dir = copy_study(finished_study, tmp_path)
     orphan = _orphan_with_rounds(study_dir, optuna_state)
@@ -343,7 +343,7 @@ def test_the_wait_line_speaks_of_an_autoscaler_only_where_there_is_one(monkeypat
     from rich.console import Console
 
     from fedtune.tune.trial import scale_up
-    from fedtune.tune.study.active import ACTIVE
+    from fedtune.tune.common.active import ACTIVE
 
     class View:
         console = Console(record=True, width=400)
@@ -373,7 +373,7 @@ def test_on_a_ray_fedtune_started_a_waiting_trial_blames_nothing_else(monkeypatc
     from rich.console import Console
 
     from fedtune.tune.trial import scale_up
-    from fedtune.tune.study.active import ACTIVE
+    from fedtune.tune.common.active import ACTIVE
 
     class View:
         console = Console(record=True, width=400)

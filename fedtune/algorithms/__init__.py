@@ -392,7 +392,7 @@ class Resolved:
         (:class:`~fedtune.algorithms.server.fedex.FedExServer`), None without one (NumPy only)."""
         if not getattr(cfg, "fedex_configs", 0):
             return None
-        from fedtune.algorithms.server.fedex import fedex_server
+        from fedtune.algorithms.server.fedex import fedex_server  # lazy: keeps numpy out of this module's import
 
         return fedex_server(cfg)
 

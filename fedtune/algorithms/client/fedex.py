@@ -29,12 +29,12 @@ import numpy as np
 
 from fedtune.algorithms.client.hooks import ClientHook, WorkerView
 from fedtune.algorithms.client.method import ClientContext, ClientOutcome
+from fedtune.algorithms.server.fedex import client_knob_hparams, knob_ranges
 
 
 class FedExHook(ClientHook):
     def __init__(self, view: WorkerView):
         super().__init__(view)
-        from fedtune.algorithms.server.fedex import client_knob_hparams, knob_ranges
 
         cfg = view.cfg
         ranges = knob_ranges(cfg.fedex_knobs, client_knob_hparams(cfg))  # the server's knobs, in its order

@@ -40,12 +40,14 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["FEDEX_MAX_CONFIGS", "FEDEX_OBJECTIVES", "FEDEX_SCHEDULES", "FedExServer", "KnobRange", "configurations",
-           "discounted_mean", "entropy", "exponentiated_gradient_step", "fedex_server", "knob_ranges"]
+from fedtune.errors import ConfigError
+
+__all__ = ["FEDEX_MAX_CONFIGS", "FEDEX_OBJECTIVES", "FEDEX_SCHEDULES", "FedExConfig", "FedExServer", "KnobRange",
+           "configurations", "discounted_mean", "entropy", "exponentiated_gradient_step", "fedex_server", "knob_ranges"]
 
 FEDEX_SCHEDULES = ("aggressive", "adaptive", "auto", "constant", "scale")
 FEDEX_OBJECTIVES = ("error", "loss")
@@ -112,8 +114,6 @@ def knob_ranges(knobs: Sequence[str], method_hparams: Mapping[str, Any]) -> list
     name -> :class:`~fedtune.algorithms.base.HParam`). Declarations only (never a search-space
     file), so every process of a run finds the same ranges. Raises ConfigError naming the knob and
     the allowed ones."""
-    from fedtune.errors import ConfigError
-
     shared = ("local_lr", "local_momentum", "weight_decay", "local_epochs", "batch_size")
     declared: dict[str, Mapping[str, Any]] = {name: AUTHORS_RANGES[name] for name in shared}
     declared.update({name: AUTHORS_RANGES.get(name, h.search) for name, h in method_hparams.items()
@@ -213,12 +213,31 @@ def exponentiated_gradient_step(z: np.ndarray, indices: Sequence[int], scores: S
     return z, store, eta, grad
 
 
+class FedExConfig(Protocol):
+    """What FedEx reads of a run's configuration (a :class:`~fedtune.config.FederatedRunConfig`;
+    the algorithms never import the config module): its own fields, the seed, the knobs it tunes
+    (``getattr``, or a client method's hyperparameter in ``params``) and the run's components."""
+
+    seed: int
+    params: dict[str, Any]
+    fedex_configs: int
+    fedex_knobs: list[str]
+    fedex_eps: float
+    fedex_schedule: str
+    fedex_baseline: float
+    fedex_diff: bool
+    fedex_cutoff: float
+
+    @property
+    def resolved(self) -> Any: ...  # fedtune.algorithms.Resolved
+
+
 class FedExServer:
     """The coordinator's FedEx: the configurations, the distribution over them, each round's draw
     (:meth:`payload`), the clients' scores as they arrive (:meth:`take`) and the round's step
     (:meth:`end_round`); its state is part of the run's checkpoint."""
 
-    def __init__(self, cfg: Any, ranges: Sequence[KnobRange]):
+    def __init__(self, cfg: FedExConfig, ranges: Sequence[KnobRange]):
         self.knobs = tuple(r.name for r in ranges)
         self.k = int(cfg.fedex_configs)
         self.seed = int(cfg.seed)
@@ -317,14 +336,14 @@ class FedExServer:
         self.stopped = bool(state["stopped"])
 
 
-def client_knob_hparams(cfg: Any) -> dict[str, Any]:
+def client_knob_hparams(cfg: FedExConfig) -> dict[str, Any]:
     """The client method's hyperparameters FedEx may tune: all of them, unless the method keeps a
     server side (FedDyn's alpha, FedIIR's moving average are read on the server too: one value per run)."""
     spec = cfg.resolved.client_spec
     return {} if spec.server_side is not None else {h.name: h for h in spec.hparams}
 
 
-def fedex_server(cfg: Any) -> FedExServer | None:
+def fedex_server(cfg: FedExConfig) -> FedExServer | None:
     """The run's :class:`FedExServer` (None when ``fedex_configs`` is 0)."""
     if not cfg.fedex_configs:
         return None
