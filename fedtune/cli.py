@@ -7,15 +7,26 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from fedtune.config import ROLES, FederatedRunConfig, default_of, describe_fields, parse_set_options
 from fedtune.config_roles import GROUPS
 from fedtune.errors import ConfigError, DataError, ResourceError
 from fedtune.results import status
+from fedtune import __version__
+from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES
+from fedtune.algorithms.presets import PRESETS
 from fedtune.cli_check import add_check_parser, cmd_check
 from fedtune.cli_sweep import add_plugin_argument, add_sweep_parser, cmd_sweep
+from fedtune.data.partition_table import partition_json, partition_lines
+from fedtune.data.registry import list_datasets
+from fedtune.plugins import load_plugins
+from fedtune.results.selection import PROTOCOLS
+from fedtune.results.study_dir import StudyDir
+from fedtune.runtime.signals import sigterm_as_interrupt
 
 RUN_FLAGS = {name: name for name in ROLES.run_flags}
 """Flags of `fedtune run` that map one-to-one onto config fields (flag dest -> field): the fields
@@ -24,13 +35,9 @@ declared ``run_flag`` (:mod:`fedtune.config_roles`)."""
 
 def installed_version() -> str:
     """fedtune's installed version (package metadata), else ``fedtune.__version__`` (a source tree)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("fedtune")
     except PackageNotFoundError:
-        from fedtune import __version__
-
         return __version__
 
 
@@ -71,7 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
                                         "accuracy tables, STUDY_DIR/report.md, PNG plots in STUDY_DIR/plots/. "
                                         "Works while the study is still running.")
     report.add_argument("study_dir", metavar="STUDY_DIR", help="study directory, e.g. fedtune_results/default")
-    from fedtune.results.selection import PROTOCOLS
 
     report.add_argument("--selection", choices=list(PROTOCOLS),
                         help="val: by source validation (honest; with split_scheme the file's ID validation); "
@@ -117,11 +123,11 @@ def config_from_args(args: argparse.Namespace) -> FederatedRunConfig:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # lazy: keeps rich out of this module's import
     from rich.console import Console
     from rich.table import Table
 
-    from fedtune.results.study_dir import StudyDir
-    from fedtune.runtime.driver import run
+    from fedtune.runtime.driver import run  # lazy: keeps fedtune.runtime.driver out of the CLI's start
 
     cfg = config_from_args(args)
     console = Console()
@@ -168,10 +174,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_partition(args: argparse.Namespace) -> int:
     """``fedtune partition``: the plan ``fedtune run`` would train on, as client x domain counts."""
-    import json
-
-    from fedtune.data.partition_table import partition_json, partition_lines
-    from fedtune.runtime.driver import build_plan
+    from fedtune.runtime.driver import build_plan  # lazy: keeps fedtune.runtime.driver out of the CLI's start
 
     cfg = config_from_args(args)
     plan = build_plan(cfg)
@@ -183,10 +186,9 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
 
 def cmd_datasets() -> int:
+    # lazy: keeps rich out of this module's import
     from rich.console import Console
     from rich.table import Table
-
-    from fedtune.data.registry import list_datasets
 
     table = Table(title="datasets (fedtune run --dataset NAME [--data-root DIR])")
     table.add_column("name")
@@ -199,11 +201,9 @@ def cmd_datasets() -> int:
 
 
 def cmd_algorithms() -> int:
+    # lazy: keeps rich out of this module's import
     from rich.console import Console
     from rich.table import Table
-
-    from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES
-    from fedtune.algorithms.presets import PRESETS
 
     console = Console()
     table = Table(title="algorithms (--algorithm NAME)")
@@ -230,6 +230,7 @@ def cmd_algorithms() -> int:
 
 
 def cmd_fields() -> int:
+    # lazy: keeps rich out of this module's import
     from rich.console import Console
     from rich.table import Table
 
@@ -249,7 +250,7 @@ def cmd_fields() -> int:
 # ------------------------------------------------------------------------------------------------
 # fedtune sweep (the study itself: fedtune.tune.study.sweep)
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedtune.reports.report import make_report
+    from fedtune.reports.report import make_report  # lazy: keeps pyarrow, pandas out of this module's import
 
     report = make_report(args.study_dir, selection=args.selection, plots=not args.no_plots)
     report.print()
@@ -261,16 +262,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # lazy: keeps pyarrow, fedtune.runtime.pools out of the CLI's start
     from fedtune.results.arrow import CorruptResultsError
     from fedtune.runtime.pools import ClientFailure
-    from fedtune.runtime.signals import sigterm_as_interrupt
 
     args = build_parser().parse_args(argv)
     try:
         # SIGTERM (kill, a scheduler's stop) ends a command like Ctrl-C: recorded as interrupted, exit 130.
         with sigterm_as_interrupt():
             if getattr(args, "plugins", None):  # before anything reads a registry
-                from fedtune.plugins import load_plugins
 
                 load_plugins(args.plugins, source="--plugin")
             if args.command == "run":
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "fields":
                 return cmd_fields()
             if args.command == "spaces":
-                from fedtune.spaces.show import show_space
+                from fedtune.spaces.show import show_space  # lazy: keeps fedtune.spaces.show out of the CLI's start
 
                 return show_space(args.space, as_yaml=args.yaml)
             if args.command == "sweep":

@@ -33,6 +33,7 @@ def add_check_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    # lazy: keeps rich, fedtune.contracts.suite out of the CLI's start
     from rich.console import Console
     from rich.table import Table
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from fedtune.config import ROLES, FederatedRunConfig, parse_set_options, read_config_file
 from fedtune.errors import ConfigError
 from fedtune.results import status
+from fedtune.results.optuna_url import shown
+from fedtune.results.study_dir import StudyDir
 
 if TYPE_CHECKING:
     from fedtune.tune.study.options import SweepOptions
@@ -27,7 +30,7 @@ def add_plugin_argument(p: Any) -> None:
 def _add_scheduler_options(p: Any) -> None:
     """``fedtune sweep``'s scheduler and its options: ASHA's rungs and multi-fidelity over clients
     along them, PBT's perturbation interval."""
-    from fedtune.tune.study.options import SCHEDULERS
+    from fedtune.tune.study.options import SCHEDULERS  # lazy: keeps fedtune.tune.study.options out of the CLI's start
 
     p.add_argument("--scheduler", choices=SCHEDULERS, default=None,
                    help="fifo (all rounds; default), asha (early stop at rungs), hyperband (Optuna's HyperBand "
@@ -47,7 +50,7 @@ def _add_scheduler_options(p: Any) -> None:
 
 def _add_resume_options(p: Any) -> None:
     """``--resume``, and ``--trust-study-files`` for a study whose Ray Tune state is not signed
-    (:mod:`fedtune.tune.study.state_signatures`)."""
+    (:mod:`fedtune.tune.common.state_signatures`)."""
     p.add_argument("--resume", action="store_true", help="continue an interrupted study (its saved options)")
     p.add_argument("--trust-study-files", action="store_true",
                    help="with --resume: continue a study whose Ray Tune state (pickles, which run code when loaded) "
@@ -57,8 +60,10 @@ def _add_resume_options(p: Any) -> None:
 
 def add_sweep_parser(sub: Any) -> Any:
     """Add ``fedtune sweep`` to the subcommands ``sub`` of the ``fedtune`` parser."""
+    # lazy: keeps fedtune.tune.study.default_study, fedtune.tune.common.searches out of the CLI's start
     from fedtune.tune.study.default_study import DEFAULT_ALGORITHMS
-    from fedtune.tune.study.options import SAMPLERS, SELECTIONS
+    from fedtune.tune.common.searches import SAMPLERS
+    from fedtune.tune.study.options import SELECTIONS
 
     p = sub.add_parser(
         "sweep", help="hyperparameter study: Ray Tune + Optuna over search spaces, with resume and seeds",
@@ -138,7 +143,7 @@ def add_sweep_parser(sub: Any) -> Any:
 
 def options_from_args(args: Any) -> SweepOptions:
     """:class:`~fedtune.tune.study.options.SweepOptions` from parsed ``fedtune sweep`` arguments."""
-    from fedtune.tune.study.options import SweepOptions
+    from fedtune.tune.study.options import SweepOptions  # lazy: keeps fedtune.tune.study.options out of the CLI's start
 
     metric = None
     if args.metric:
@@ -169,6 +174,7 @@ def options_from_args(args: Any) -> SweepOptions:
     if getattr(args, "trust_study_files", False) and not args.resume:
         raise ConfigError("--trust-study-files only applies with --resume (a new study's files are its own)")
     if args.resume:
+        # lazy: keeps fedtune.tune.study.resume out of the CLI's start
         from fedtune.tune.study.resume import RESUME_FIXED, check_resume_flags
 
         check_resume_flags({k: getattr(args, k, None) for k in RESUME_FIXED}, opts)
@@ -188,8 +194,6 @@ def with_config_file(opts: SweepOptions, path: str) -> SweepOptions:
     ``opts.config_fields``, the base of every trial, which ``--set`` overrides. The other sweep
     options' fields (``output``, ``name``, ``address``) say where a study goes and are refused: use
     the flags."""
-    import copy
-
     read = read_config_file(path)
     try:
         cfg = FederatedRunConfig.from_dict(dict(read), source=str(path))
@@ -218,11 +222,11 @@ def with_config_file(opts: SweepOptions, path: str) -> SweepOptions:
 
 def cmd_sweep(args: Any) -> int:
     """``fedtune sweep``: run the study, print the results table and the paths."""
-    from rich.console import Console
+    from rich.console import Console  # lazy: keeps rich out of this module's import
 
-    from fedtune.results.study_dir import StudyDir
+    # lazy: keeps fedtune.reports.importances out of the CLI's start
     from fedtune.reports.importances import study_optuna_url
-    from fedtune.results.optuna_url import shown
+    # lazy: keeps pyarrow, fedtune.tune.study.sweep out of the CLI's start
     from fedtune.tune.study.sweep import StudyInterrupted, run_sweep
 
     console = Console()
@@ -254,8 +258,7 @@ def cmd_sweep(args: Any) -> int:
 
 
 def _any_completed(study_dir: Path) -> bool:
-    from fedtune.results.store import load
-    from fedtune.results.study_dir import StudyDir
+    from fedtune.results.store import load  # lazy: keeps pyarrow, fedtune.results.store out of the CLI's start
 
     if not StudyDir(study_dir).trials.is_file():
         return False

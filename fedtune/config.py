@@ -29,18 +29,21 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 import yaml
 
 from fedtune import yaml_safe
-from fedtune.algorithms import LOCAL_OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS, in_run_tuner_spec
+from fedtune.algorithms import LOCAL_OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS, all_hparams, in_run_tuner_spec, resolve
 from fedtune.algorithms.base import HParam, InRunTunerSpec
 from fedtune.algorithms.tuner_declarations import IN_RUN_TUNER_SPECS
-from fedtune.bounds import Bounds
-from fedtune.data.heterogeneity import ROUNDINGS
-from fedtune.errors import ConfigError, clipped, shown
 from fedtune.config_roles import roles_of, run_field as _f
 from fedtune.config_values import check_mlp_hidden, coerce, unknown_key_message
-from fedtune.trial_ids import trial_id_of
+from fedtune.data.heterogeneity import ROUNDINGS
+from fedtune.data.partition import fidelity_participation
+from fedtune.data.registry import DOMAINBED, dataset_owner, is_domainbed, is_image_folder, plugin_dataset
+from fedtune.data.split_file import check_scheme
+from fedtune.errors import ConfigError, clipped, shown
 from fedtune.plugins import MAIN_MODULE, check_run_field_names, load_plugins, parse_model_factory, plugins_of_run
+from fedtune.results.study_dir import NAME_RULE, check_path_text, name_problem
+from fedtune.trial_ids import trial_id_of
 
-if TYPE_CHECKING:  # fedtune.algorithms is imported lazily (it depends on this module's users, not on it)
+if TYPE_CHECKING:
     from fedtune.algorithms import Resolved
 
 
@@ -176,8 +179,6 @@ class FederatedRunConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> FederatedRunConfig:
         """Build and validate. Unknown keys are an error naming the closest known fields."""
-        from fedtune.algorithms import all_hparams
-
         known = {f.name: f for f in fields(cls)}
         if values.get("plugins") is not None:  # first: they declare the names everything below looks up
             load_plugins(coerce("plugins", values["plugins"], list[str]), source=f"{source}: field 'plugins'")
@@ -233,8 +234,6 @@ class FederatedRunConfig:
 
     def replace(self, **changes: Any) -> FederatedRunConfig:
         """A validated copy with some fields changed (a hyperparameter by its name, as anywhere else)."""
-        from fedtune.algorithms import all_hparams
-
         values = self.to_dict()
         component = all_hparams()
         values["params"].update({k: changes.pop(k) for k in list(changes) if k in component})
@@ -251,8 +250,6 @@ class FederatedRunConfig:
         key = (self.algorithm, self.client_method, self.server_rule, self.setting)
         cached = self.__dict__.get("_resolved")
         if cached is None or cached[0] != key:
-            from fedtune.algorithms import resolve
-
             cached = self.__dict__["_resolved"] = (key, resolve(self))
         return cached[1]
 
@@ -284,7 +281,6 @@ class FederatedRunConfig:
             raise ConfigError(
                 f"fields 'val_fraction' + 'test_fraction' = {self.val_fraction + self.test_fraction} leave no "
                 "training data; allowed: a sum below 0.95")
-        from fedtune.results.study_dir import NAME_RULE, check_path_text, name_problem
 
         if name_problem(self.name) is not None:  # a name too long, '/', NUL: before any folder is made
             raise ConfigError(f"field 'name': {shown(self.name, 60)} is not a valid study name "
@@ -292,8 +288,6 @@ class FederatedRunConfig:
         check_path_text(self.output, "field 'output'")
         self._validate_model_and_data()
         # Names that need a registry are checked here too, so bad input fails before anything starts.
-        from fedtune.algorithms import all_hparams
-
         resolved = self.resolved
         specs = {**resolved.hparam_specs(), **{h.name: h for h in SERVER_OPTIMIZERS.spec(self.server_optimizer).hparams}}
         owners = all_hparams()
@@ -345,14 +339,13 @@ class FederatedRunConfig:
 
     def _validate_model_and_data(self) -> None:
         """Model name, pretrained weights, augmentation and precision against each other."""
-        from fedtune.data.registry import DOMAINBED, dataset_owner, is_image_folder, plugin_dataset
-
         if self.model is not None and parse_model_factory(self.model) is not None:
+            # lazy: keeps torch out of this module's import
             from fedtune.model_factory import resolve_factory
 
             resolve_factory(self.model)  # imports its module (a plugin); one line if it is not there
         elif self.model is not None and self.model not in ("cnn", "mlp"):
-            from fedtune.models import check_model_name
+            from fedtune.models import check_model_name  # lazy: keeps torch out of this module's import
 
             check_model_name(self.model)
         if self.weights != "none":
@@ -361,6 +354,7 @@ class FederatedRunConfig:
             if self.model in (None, "cnn", "mlp"):
                 raise ConfigError(f"field 'weights': {shown(self.weights)} needs a torchvision model; set model (for "
                                   f"example model=resnet18 or resnet50), got model={self.model or 'the dataset default'}")
+            # lazy: keeps torch out of this module's import
             from fedtune.model_check import check_replaceable_head
             from fedtune.models import ensure_weights_file, resolve_weights
 
@@ -371,8 +365,6 @@ class FederatedRunConfig:
             raise ConfigError(f"field 'fidelity_participation': {self.fidelity_participation} is above participation "
                               f"{self.participation} (the full fidelity); allowed: (0, {self.participation}]")
         if self.split_scheme is not None:
-            from fedtune.data.split_file import check_scheme
-
             check_scheme(self.split_scheme)
             plugin = plugin_dataset(self.dataset)
             if plugin is not None and self.split_scheme not in plugin.split_schemes:
@@ -411,7 +403,6 @@ class FederatedRunConfig:
         digits or text, whose labels a flip or crop can change, and DomainBed's digit sets are not augmented."""
         if self.augment != "auto":
             return self.augment
-        from fedtune.data.registry import is_domainbed
 
         return "domainbed" if is_domainbed(self.dataset) else "none"
 
@@ -428,7 +419,6 @@ class FederatedRunConfig:
         clients (``fidelity_participation``) :func:`~fedtune.data.partition.fidelity_participation`."""
         if self.fidelity_participation is None:
             return self.participation
-        from fedtune.data.partition import fidelity_participation
 
         return fidelity_participation(round, self.participation, self.fidelity_participation,
                                       self.fidelity_grace_rounds, self.fidelity_factor)

@@ -4,6 +4,7 @@ unknown-key message. Split from :mod:`fedtune.config` (its dataclass and validat
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
@@ -43,8 +44,6 @@ def check_mlp_hidden(widths: list[int]) -> None:
 
 
 def unknown_key_message(key: str, known: list[str], source: str) -> str:
-    import difflib
-
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.6) if isinstance(key, str) and len(key) < 100 else []
     hint = f"; did you mean {', '.join(close)}?" if close else "; see `fedtune fields` for all fields"
     return f"{source}: unknown field {shown(key, 80)}{hint}"

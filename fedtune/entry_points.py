@@ -18,6 +18,7 @@ The floor of the house: this module imports nothing of fedtune, so the registrie
 
 from __future__ import annotations
 
+import importlib.metadata
 import threading
 import warnings
 from dataclasses import dataclass
@@ -55,9 +56,7 @@ def load_entry_points() -> list[LoadedEntryPoint]:
         if _loaded is not None:
             return _loaded
         _loaded = []
-        from importlib.metadata import entry_points
-
-        for ep in sorted(entry_points(group=GROUP), key=lambda e: (e.name, e.value)):
+        for ep in sorted(importlib.metadata.entry_points(group=GROUP), key=lambda e: (e.name, e.value)):
             dist = getattr(ep, "dist", None)
             name = getattr(dist, "name", None) if dist is not None else None
             version = getattr(dist, "version", None) if dist is not None else None

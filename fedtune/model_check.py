@@ -125,7 +125,7 @@ def check_replaceable_head(name: str) -> None:
     weights file is looked for or fetched."""
     if name in BUILTIN_MODELS or name in _HEAD_PASSED:
         return
-    from torchvision.models import get_model
+    from torchvision.models import get_model  # lazy: keeps torchvision out of this module's import
 
     try:
         with torch.device("meta"):
@@ -144,7 +144,7 @@ def _meta_model(name: str, input_shape: tuple[int, ...], num_classes: int, head:
     """The run's model on the meta device: without torchvision's weights (a ViT built from them takes
     their image size, as torchvision sets it from ``meta['min_size']``), with ``pretrained_path``'s
     keys and shapes checked (:func:`~fedtune.models.load_checkpoint`)."""
-    from torchvision.models import get_model
+    from torchvision.models import get_model  # lazy: keeps torchvision out of this module's import
 
     if weights not in (None, WEIGHT_FREE) and name.startswith("vit_"):
         size = resolve_weights(name, weights).meta["min_size"][0]
@@ -206,7 +206,7 @@ def _sides_that_run(name: str, model: nn.Module, input_shape: tuple[int, ...]) -
 
 def _declared_min_side(name: str) -> int | None:
     """The smallest image side torchvision's weight sets of ``name`` declare (``meta['min_size']``)."""
-    from torchvision.models import get_model_weights
+    from torchvision.models import get_model_weights  # lazy: keeps torchvision out of this module's import
 
     try:
         sides = [int(m.meta["min_size"][0]) for m in get_model_weights(name) if "min_size" in m.meta]

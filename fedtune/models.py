@@ -11,6 +11,7 @@ Their weights travel between processes as one flat float32 vector laid out by
 from __future__ import annotations
 
 import contextlib
+import difflib
 import types
 from pathlib import Path
 from typing import Any, Iterator, NoReturn
@@ -20,9 +21,9 @@ import torch
 from torch import nn
 
 from fedtune.errors import ConfigError, shown
-from fedtune.old_names import old_name_error
 from fedtune.model_factory import build_factory_model, is_factory
 from fedtune.model_heads import ProbabilisticHead, projector_mlp
+from fedtune.old_names import old_name_error
 from fedtune.weight_files import checkpoint_state_dict, published_file
 
 
@@ -54,7 +55,7 @@ AUX_LOGIT_MODELS = ("googlenet", "inception_v3")
 
 def torchvision_models() -> list[str]:
     """torchvision's classification models (``torchvision.models.list_models``)."""
-    import torchvision.models
+    import torchvision.models  # lazy: keeps torchvision out of this module's import
 
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
@@ -65,8 +66,6 @@ def check_model_name(name: str) -> None:
         return
     known = torchvision_models()
     if name not in known:
-        import difflib
-
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.6) if len(str(name)) < 100 else []
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ConfigError(f"field 'model': {shown(name)} is unknown; allowed: cnn, mlp or a torchvision classification "
@@ -84,7 +83,7 @@ def resolve_weights(model: str, weights: str):
         raise ConfigError(f"field 'weights': {shown(weights)} names torchvision's weights, and model {model!r} is your "
                           "own factory; allowed: weights none, with a checkpoint of the factory's model as "
                           "pretrained_path")
-    from torchvision.models import get_model_weights
+    from torchvision.models import get_model_weights  # lazy: keeps torchvision out of this module's import
 
     check_model_name(model)
     enum = get_model_weights(model)
@@ -126,7 +125,7 @@ def _torchvision_model(name: str, input_shape: tuple[int, ...], num_classes: int
     check_model_name(name)
     if len(input_shape) != 3:
         raise ConfigError(f"field 'model': {name} needs image input, dataset gives shape {input_shape}; use mlp")
-    from torchvision.models import get_model
+    from torchvision.models import get_model  # lazy: keeps torchvision out of this module's import
 
     if weights in (None, WEIGHT_FREE):
         model = get_model(name, weights=None, num_classes=num_classes, **weight_free_options(name))

@@ -70,8 +70,8 @@ MOVED_MODULES: dict[str, str] = {
     "fedtune.tune.seed_runs": "fedtune.tune.study.seed_runs",
     "fedtune.tune.resume": "fedtune.tune.study.resume",
     "fedtune.tune.driver_lock": "fedtune.tune.study.driver_lock",
-    "fedtune.tune.ray_lost": "fedtune.tune.study.ray_lost",
-    "fedtune.tune.active": "fedtune.tune.study.active",
+    "fedtune.tune.ray_lost": "fedtune.tune.common.ray_lost",
+    "fedtune.tune.active": "fedtune.tune.common.active",
     "fedtune.tune.moved_modules": "fedtune.tune.study.moved_modules",
     "fedtune.tune.trainable": "fedtune.tune.trial.trainable",
     "fedtune.tune.callback": "fedtune.tune.trial.callback",
@@ -116,6 +116,10 @@ MOVED_MODULES: dict[str, str] = {
     "fedtune.algorithms.gala_move": "fedtune.algorithms.server.gala_move",
     "fedtune.algorithms.scaffold_server": "fedtune.algorithms.server.scaffold",
     "fedtune.algorithms.wolfe": "fedtune.algorithms.server.wolfe",
+    # issue 46: the study's vocabulary moved below the rooms inside Ray Tune (tune/common/)
+    "fedtune.tune.study.active": "fedtune.tune.common.active",
+    "fedtune.tune.study.ray_lost": "fedtune.tune.common.ray_lost",
+    "fedtune.tune.study.state_signatures": "fedtune.tune.common.state_signatures",
 }
 """Old module path -> the module that holds its names now (same class names: old pickles load)."""
 
@@ -197,6 +201,10 @@ MOVED_NAMES: dict[str, str] = {
     "fedtune.tune.spaces.strip_switches": "fedtune.spaces.model.strip_switches",
     # docs/sweep.md: the default study's sizes
     "fedtune.tune.study.plan.DEFAULT_STUDY": "fedtune.tune.study.default_study.DEFAULT_STUDY",
+    # issue 46: the study's vocabulary moved below the rooms inside Ray Tune (tune/common/)
+    **_moved("fedtune.tune.study.plan", "fedtune.tune.common.searches", "SEARCH_FIELD", "search_of"),
+    **_moved("fedtune.tune.study.ray_lost", "fedtune.tune.study.search_fit", "fit_stop", "study_write_error"),
+    **_moved("fedtune.tune.study.state_signatures", "fedtune.tune.study.resume", "check_study_experiments"),
 }
 """Old ``module.name`` spelling -> the spelling to use now (``fedtune.<name>`` where the public
 face has it, else ``<home module>.<name>``)."""

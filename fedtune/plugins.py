@@ -43,13 +43,17 @@ import sysconfig
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
-from fedtune.algorithms import CLIENT_METHODS, SERVER_OPTIMIZERS, SERVER_RULES, all_hparams, owner_of, register_component
+from fedtune import algorithms
+from fedtune.algorithms import (CLIENT_METHODS, SERVER_OPTIMIZERS, SERVER_RULES, all_hparams, owner_of,
+                                register_component)
 from fedtune.algorithms.base import ClientMethodSpec, Preset, ServerRuleSpec
 from fedtune.algorithms.presets import PRESETS
+from fedtune.data import registry as datasets
 from fedtune.data.registry import DatasetSpec, dataset_owner, register_dataset
 from fedtune.errors import ConfigError, PluginError, clipped, shown
 
@@ -169,9 +173,6 @@ def isolated() -> Iterator[None]:
     >>> "sgd-twice" in fedtune.PRESETS
     False
     """
-    from fedtune import algorithms
-    from fedtune.data import registry as datasets
-
     registries = (algorithms.CLIENT_METHODS, algorithms.SERVER_RULES, algorithms.SERVER_SIDES,
                   algorithms.SERVER_OPTIMIZERS)
     saved = [(r, dict(r._specs), dict(r._classes)) for r in registries]
@@ -271,6 +272,7 @@ def _on_ray_worker() -> str | None:
     """The node address when this process is one of Ray's workers (an actor, a Tune trial), else None."""
     ray = sys.modules.get("ray")
     try:
+        # lazy: keeps ray out of this module's import
         from ray._private.worker import WORKER_MODE, global_worker
 
         if ray is not None and ray.is_initialized() and global_worker.mode == WORKER_MODE:
@@ -281,7 +283,22 @@ def _on_ray_worker() -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------ a run's plugins
-def plugins_of_run(cfg: Any) -> list[str]:
+class PluginRun(Protocol):
+    """What :func:`plugins_of_run` reads of a run's configuration (a
+    :class:`~fedtune.config.FederatedRunConfig`, a layer above this module): its plugin entries,
+    its model and the components it uses."""
+
+    plugins: list[str] | None
+    model: str | None
+    algorithm: str
+    server_optimizer: str
+    dataset: str
+
+    @property
+    def resolved(self) -> Any: ...  # fedtune.algorithms.Resolved
+
+
+def plugins_of_run(cfg: PluginRun) -> list[str]:
     """The plugin entries every process of a run of ``cfg`` must import: ``cfg.plugins`` as the user
     gave them, then the module of the run's model factory (``model: MODULE:FUNCTION``), then where
     each component from outside fedtune that the run uses comes from (its algorithm, client method,
@@ -432,8 +449,6 @@ def _source_sha256(root: Path) -> str:
 
 
 def _version(module_name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, packages_distributions, version
-
     for dist in packages_distributions().get(module_name.partition(".")[0], []):
         try:
             return version(dist)

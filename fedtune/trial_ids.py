@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from fedtune.algorithms import SERVER_OPTIMIZERS, all_hparams
 from fedtune.config_roles import roles_of
+from fedtune.algorithms.base import RunConfig
 
 
 def params_roles() -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -33,7 +34,20 @@ def params_roles() -> tuple[dict[str, Any], tuple[str, ...]]:
             tuple(h.name for h in specs if h.trial_id == "as_run"))
 
 
-def trial_id_of(cfg: Any) -> str:
+class HashedConfig(RunConfig, Protocol):
+    """What :func:`trial_id_of` reads of a run's configuration (a
+    :class:`~fedtune.config.FederatedRunConfig`, which imports this module): every field, the
+    augmentation that runs, the server optimiser, and what every component reads."""
+
+    server_optimizer: str
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    @property
+    def effective_augment(self) -> str: ...
+
+
+def trial_id_of(cfg: HashedConfig) -> str:
     """``<algorithm>-<10 hex digits>``: the SHA-1 of the config's fields (the augmentation that runs,
     not ``auto``), less the fields declared ``trial_id="never"`` and those declared ``"when_set"`` at
     the values earlier runs had."""

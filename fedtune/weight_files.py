@@ -10,19 +10,20 @@ found, hash checked against the name, else fetched by torch.hub) and a user's lo
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
-import torch
+import torch.hub
+from torch.hub import HASH_REGEX
 
 from fedtune.errors import ConfigError, shown
 
 
 def weights_file(member) -> Path:
     """Where torchvision reads ``member``'s file: ``$TORCH_HOME/hub/checkpoints/<file name>``."""
-    from urllib.parse import urlparse
-
-    import torch.hub
-
     return Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(member.url).path).name
 
 
@@ -35,11 +36,6 @@ def published_file(member, model: str, download_timeout_s: float = 20.0) -> Path
     if path.is_file():
         check_published_hash(path, model, member.name)
         return path
-    import io
-    import socket
-
-    import torch.hub
-
     old = socket.getdefaulttimeout()
     socket.setdefaulttimeout(download_timeout_s)
     try:
@@ -64,8 +60,6 @@ def file_sha256(path: Path) -> str:
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _HASH_CHECKED:
-        import hashlib
-
         digest = hashlib.sha256()
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
@@ -79,8 +73,6 @@ def check_published_hash(path: Path, model: str, weights: str) -> None:
     (``resnet18-f37072fd.pth``; torch.hub's ``HASH_REGEX``, as ``check_hash`` reads it): a file
     under that name whose content does not hash to that prefix is not torchvision's published file,
     and is refused in one ConfigError line. A name without such a prefix is not checked."""
-    from torch.hub import HASH_REGEX
-
     match = HASH_REGEX.search(path.name)
     prefix = match.group(1) if match else ""
     if not prefix:

@@ -22,7 +22,7 @@ if not os.environ.get("FEDTUNE_TEST_TMP"):
     os.environ["FEDTUNE_TEST_TMP"] = tempfile.mkdtemp(prefix="ftt-")
     atexit.register(shutil.rmtree, os.environ["FEDTUNE_TEST_TMP"], True)
 os.environ["TMPDIR"] = tempfile.tempdir = os.environ["FEDTUNE_TEST_TMP"]
-# The key that signs a study's Ray Tune state (fedtune.tune.study.state_signatures): one per test
+# The key that signs a study's Ray Tune state (fedtune.tune.common.state_signatures): one per test
 # session, in that folder, never the user's own ~/.config/fedtune/state-key.
 os.environ["XDG_CONFIG_HOME"] = os.path.join(os.environ["FEDTUNE_TEST_TMP"], "config")
 # Image-folder datasets decode into a cache: one per test session, never the user's own

@@ -22,7 +22,7 @@ import math
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,9 +31,13 @@ from fedtune.contracts.result import (CLIENT_STATE, DETERMINISM, FIRST_STEP, RAY
                                       failed, passed, skipped)
 from fedtune.contracts.tiny import ROUNDS, Form, carried, first_difference, preferred_setting, rounds, tiny_config
 from fedtune.data.partition import sample_participants
+from fedtune.plugins import plugin_runtime_env
 from fedtune.runtime.checkpoint import read_checkpoint, write_checkpoint
 from fedtune.runtime.driver import FederatedRun
 from fedtune.runtime.placement import keeps_client_state
+
+if TYPE_CHECKING:
+    from fedtune.config import FederatedRunConfig
 
 __all__ = ["check_form_runs", "check_client_state", "check_ray", "ray_for_checks", "FIX_DETERMINISM", "FIX_RESUME"]
 
@@ -92,7 +96,7 @@ def check_form_runs(form: Form, out: str | Path | None = None, *,
         return [first, same, _resume(who, form, cfg, directory / "ckpt", straight, keep)]
 
 
-def _resume(who: str, form: Form, cfg: Any, ckpt: Path, straight: list[Any],
+def _resume(who: str, form: Form, cfg: FederatedRunConfig, ckpt: Path, straight: list[Any],
             keep: dict[Form, dict[str, Any]] | None) -> CheckResult:
     try:
         state = read_checkpoint(ckpt)
@@ -168,12 +172,11 @@ def check_client_state(client: str, out: str | Path | None = None,
 def ray_for_checks(num_cpus: int = 2) -> Iterator[None]:
     """A connected Ray for :func:`check_ray`: the one this process has, else a new local one
     (``num_cpus`` CPUs, no dashboard, the plugins shipped as ``runtime_env``), shut down on exit."""
-    import ray
+    import ray  # lazy: keeps ray out of this module's import
 
     if ray.is_initialized():
         yield
         return
-    from fedtune.plugins import plugin_runtime_env
 
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING, runtime_env=plugin_runtime_env())

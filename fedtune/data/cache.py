@@ -60,6 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
+import mmap
 
 import numpy as np
 
@@ -237,7 +238,6 @@ class ImageMap:
 
     def __init__(self, path: Path, shape: tuple[int, ...], crcs: np.ndarray | None = None,
                  record_path: Path | None = None):
-        import mmap
 
         size = npy_size(path, shape)
         if size is None:
@@ -460,7 +460,7 @@ def cache_state(entry: CacheEntry) -> tuple[str, dict]:
     pixels included), ``("building", owner)`` while another process holds its lock, else
     ``("to build", {"why": ...})``: what a run will do with ``entry``, and why it decodes
     (``"not built"``, or what :func:`check_cache` found wrong with the files there)."""
-    from filelock import FileLock, Timeout
+    from filelock import FileLock, Timeout  # lazy: keeps filelock out of this module's import
 
     problem = check_cache(entry)
     if problem is None:

@@ -93,7 +93,7 @@ def acquire_build_lock(lock_path: Path, owner_path: Path, *, wait_s: float, what
     """The entry's lock (a held ``filelock.FileLock``), once its holder, if any, lets go. While
     another process holds it: a note every 30 s naming the holder; a :class:`DataError` once the
     holder's recorded progress has not moved for ``wait_s`` seconds. ``what``: the cache, in words."""
-    from filelock import FileLock, Timeout
+    from filelock import FileLock, Timeout  # lazy: keeps filelock out of this module's import
 
     lock = FileLock(str(lock_path))
     poll = max(0.05, min(2.0, wait_s / 10))
@@ -127,7 +127,7 @@ def remove_stale_temporaries(directory: Path, *, holding: str | None = None) -> 
     """Remove the temporary files builders that were killed left in ``directory``: a temporary file
     of an entry whose lock nobody holds (``holding``: the stem whose lock this process holds).
     Returns what was removed."""
-    from filelock import FileLock, Timeout
+    from filelock import FileLock, Timeout  # lazy: keeps filelock out of this module's import
 
     removed = []
     for tmp in sorted(directory.glob(".*.tmp*")):

@@ -40,6 +40,7 @@ SIZE = 28
 
 def upsample(images: np.ndarray) -> np.ndarray:
     """8x8 digits (0..16) -> float32 ``(n, 28, 28)`` in [0, 1] (bilinear, ``align_corners=False``)."""
+    # lazy: keeps torch out of this module's import
     import torch
     import torch.nn.functional as F
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 from pathlib import Path
+import math
 
 import numpy as np
 
@@ -49,7 +50,7 @@ def read_digits() -> tuple[np.ndarray, np.ndarray]:
             arr = np.loadtxt(f, delimiter=",", dtype=np.float64)
         images, labels = arr[:, :64], arr[:, 64]
     else:  # pragma: no cover - only when sklearn's data file moved
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits  # lazy: keeps pyarrow, pandas out of this module's import
 
         d = load_digits()
         images, labels = d.data, d.target
@@ -61,8 +62,7 @@ def read_digits() -> tuple[np.ndarray, np.ndarray]:
 
 def render(images: np.ndarray, angle: float) -> np.ndarray:
     """8x8 digits (0..16) -> normalised float32 ``(n, 1, 28, 28)`` rotated by ``angle`` degrees."""
-    import math
-
+    # lazy: keeps torch out of this module's import
     import torch
     import torch.nn.functional as F
 

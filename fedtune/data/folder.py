@@ -83,7 +83,7 @@ def decode_image(path: Path, size: int, out: np.ndarray) -> None:
     (JPEG draft mode first: fast down-scaling, a no-op otherwise), or one :class:`DataError` naming
     the file, whatever PIL raised (a truncated or unknown file, an image above PIL's pixel limit,
     ``Image.MAX_IMAGE_PIXELS``, which guards against decompression bombs)."""
-    from PIL import Image
+    from PIL import Image  # lazy: keeps PIL out of this module's import
 
     try:
         with Image.open(path) as im:

@@ -14,6 +14,15 @@ from pathlib import Path
 from fedtune.errors import DataError, shown
 
 from fedtune.entry_points import load_entry_points
+from fedtune.data.colored_digits import ColoredDigits
+from fedtune.data.digits import RotatedDigits
+from fedtune.data.femnist import FemnistDataset
+from fedtune.data.folder import ImageFolderDataset
+from fedtune.data.plugin_sets import build_plugin_dataset
+from fedtune.data.rect4 import Rect4
+from fedtune.data.tvsets import SPECS
+from fedtune.data.tvsets import TorchvisionDataset
+from fedtune.data.wilds_sets import WildsImageDataset
 
 from .base import DatasetInfo, DomainDataset
 from .cache_lock import DEFAULT_WAIT_S
@@ -226,7 +235,6 @@ def _layout(name: str) -> str:
         return f"DIR/{WILDS_SETS[name].folder}/ ({', '.join(WILDS_SETS[name].expected)})"
     if name == "femnist":
         return "DIR/femnist_v1.0/ (metadata.csv and the images it lists)"
-    from .tvsets import SPECS
 
     return SPECS[name].expected.replace("ROOT", "DIR")
 
@@ -280,37 +288,23 @@ def get_dataset(
     if entry.needs_root:
         _check_root(root)  # type: ignore[arg-type]
     if n in _PLUGIN_DATASETS:
-        from .plugin_sets import build_plugin_dataset
-
         spec, owner = _PLUGIN_DATASETS[n]
         return build_plugin_dataset(spec, owner, root=root, image_size=image_size, data_seed=data_seed,
                                     cache=(cache_dir, cache_key, cache_wait_s))
 
     if n == "rotated-digits":
-        from .digits import RotatedDigits
-
         return RotatedDigits(data_seed=data_seed)
     if n == "colored-digits":
-        from .colored_digits import ColoredDigits
-
         return ColoredDigits(data_seed=data_seed)
     if n == "rect4":
-        from .rect4 import Rect4
-
         return Rect4(data_seed=data_seed)
     if n == "femnist":
-        from .femnist import FemnistDataset
-
         return FemnistDataset(root, image_size=image_size, cache_dir=cache_dir,  # type: ignore[arg-type]
                               cache_key=cache_key, cache_wait_s=cache_wait_s)
     if n in WILDS_SETS:
-        from .wilds_sets import WildsImageDataset
-
         return WildsImageDataset(n, root, image_size=image_size, cache_dir=cache_dir,  # type: ignore[arg-type]
                                  cache_key=cache_key, cache_wait_s=cache_wait_s)
     if n == "folder" or n in DOMAINBED:
-        from .folder import ImageFolderDataset
-
         base = Path(root)  # type: ignore[arg-type]
         cache = {"cache_dir": cache_dir, "cache_key": cache_key, "cache_wait_s": cache_wait_s}
         if n == "folder":
@@ -326,7 +320,6 @@ def get_dataset(
                                      layout_hint=f"{path}/<domain>/<class>/<image>")
         _check_domainbed_layout(n, path, dataset.info)
         return dataset
-    from .tvsets import TorchvisionDataset
 
     return TorchvisionDataset(n, root)  # type: ignore[arg-type]
 

@@ -155,7 +155,7 @@ class TorchvisionDataset(DomainDataset):
     def _ensure_images(self) -> None:
         if self._images is not None:
             return
-        import torchvision.datasets as tvd
+        import torchvision.datasets as tvd  # lazy: keeps torch, torchvision out of this module's import
 
         cls = getattr(tvd, self.spec.tv_class)
         kw = dict(self.spec.tv_kwargs)

@@ -27,6 +27,8 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+import csv
+import warnings
 
 import numpy as np
 
@@ -83,7 +85,7 @@ def import_wilds():
     had = "outdated" in sys.modules
     sys.modules["outdated"] = None  # type: ignore[assignment]  # `from outdated import ...` -> ImportError
     try:
-        import wilds
+        import wilds  # lazy: keeps wilds out of this module's import
     except ImportError as e:
         raise DataError(f"the WILDS datasets ({', '.join(WILDS_SETS)}) are read by the wilds package, which is "
                         f"not installed here ({e}); pip install 'fedtune[wilds]'") from None
@@ -114,8 +116,6 @@ def check_metadata_file(name: str, path: Path, columns: tuple[str, ...]) -> None
     """One DataError line naming ``path`` unless its header has ``columns`` and a row follows it (what
     the wilds package reads; it would fail on a file without rows with a traceback about tensor types).
     Reads the header and the first row only."""
-    import csv
-
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
             rows = csv.reader(fh)
@@ -179,8 +179,6 @@ class WildsImageDataset(CachedImageDataset):
                                 default_setting="fdg")
 
     def _open(self, scheme: str):
-        import warnings
-
         wilds = import_wilds()
         try:
             with warnings.catch_warnings():  # torch's note on wilds' non-writable NumPy labels: not the user's
@@ -203,7 +201,7 @@ class WildsImageDataset(CachedImageDataset):
         ids, size, ds = self._ids[domain], self.image_size, self._ds
 
         def decode(i: int, out: np.ndarray) -> None:
-            from PIL import Image
+            from PIL import Image  # lazy: keeps PIL out of this module's import
 
             try:
                 with ds.get_input(int(ids[i])) as im:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from fedtune.results.optuna_url import journal_path, shown
 from fedtune.results.study_dir import OPTUNA_FILE, StudyDir, read_study_if_any
 
 __all__ = ["optuna_importances", "study_optuna", "study_optuna_url"]
@@ -38,8 +39,6 @@ def study_optuna(study_dir: str | os.PathLike[str]) -> tuple[Any, list[str], lis
     """(storage, the study's Optuna study names, notes): the storage is what ``optuna.load_study``
     takes (the URL's storage, opened once, or a JournalStorage for ``journal:///PATH``), None when
     there is none to read (notes say why)."""
-    from fedtune.results.optuna_url import journal_path, shown
-
     url = study_optuna_url(study_dir)
     data = read_study_if_any(study_dir)
     shared = isinstance(data.get("options"), dict) and bool(data["options"].get("optuna_storage"))
@@ -49,7 +48,7 @@ def study_optuna(study_dir: str | os.PathLike[str]) -> tuple[Any, list[str], lis
                                "parameter importances; the results above come from trials.parquet and rounds/")]
         return None, [], [(f"no {OPTUNA_FILE} in the study directory (not an Optuna sweep, or its Optuna "
                            "study was kept in memory)")]
-    import optuna
+    import optuna  # lazy: keeps optuna, numpy out of this module's import
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -57,6 +56,7 @@ def study_optuna(study_dir: str | os.PathLike[str]) -> tuple[Any, list[str], lis
         if path is not None:
             if not os.path.isfile(path):
                 return None, [], [f"the study's Optuna journal {path} does not exist"]
+            # lazy: keeps optuna, numpy out of this module's import
             from optuna.storages.journal import JournalFileBackend
 
             storage: Any = optuna.storages.JournalStorage(JournalFileBackend(path))
@@ -78,6 +78,7 @@ def optuna_importances(study_dir: str | os.PathLike[str]) -> tuple[dict[str, dic
     storage, names, why = study_optuna(study_dir)
     if storage is None:
         return {}, [f"Optuna importances: {w}" for w in why]
+    # lazy: keeps optuna, numpy out of this module's import
     import optuna
     from optuna.importance import FanovaImportanceEvaluator
 

@@ -15,17 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedtune.reports.stats import (
-    AVERAGE,
-    Cell,
-    fmt,
-    missing,
-    natural_key,
-    paired_gap,
-    pct,
-    per_seed_average,
-    varying_hparams,
-)
+from fedtune.algorithms import all_hparams
+from fedtune.reports.stats import (AVERAGE, Cell, fmt, missing, natural_key, paired_gap, pct, per_seed_average,
+                                   varying_hparams)
 from fedtune.results import selection as protocol
 
 __all__ = ["ReportData"]
@@ -109,8 +101,6 @@ class ReportData:
         """algorithm -> {hyperparameter: values that ran} for every hyperparameter marked
         ``variant`` (a choice between a paper and its authors' code, e.g. ``gala_gate``,
         ``omg_solver``), over the algorithm's trials: the tables say which variant produced them."""
-        from fedtune.algorithms import all_hparams
-
         names = [n for n, (_, spec) in all_hparams().items() if spec.variant]
         out: dict[str, dict[str, list[str]]] = {}
         for a in self.algorithms:

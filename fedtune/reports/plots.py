@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import math
 import textwrap
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from fedtune.reports.importances import study_optuna
 from fedtune.reports.stats import NO_DOMAIN, missing
 from fedtune.results.atomic import atomic_write
-from fedtune.results.study_dir import StudyDir
+from fedtune.results.study_dir import StudyDir, read_study_if_any
 
 if TYPE_CHECKING:
     from fedtune.reports.model import ReportData
@@ -61,7 +63,7 @@ def make_plots(report: ReportData, rounds: pd.DataFrame) -> dict[str, Path]:
 
 
 def _figure(n_panels: int, width: float = 4.2, height: float = 3.2, max_cols: int = 4):
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: keeps matplotlib, PIL out of this module's import
 
     cols = min(max_cols, max(1, n_panels))
     rows = max(1, math.ceil(n_panels / cols))
@@ -84,7 +86,7 @@ def _save(fig: Any, path: Path) -> Path:
 
 
 def _colors(keys: list[str]) -> dict[str, Any]:
-    from matplotlib import colormaps
+    from matplotlib import colormaps  # lazy: keeps matplotlib, PIL out of this module's import
 
     cmap = colormaps["tab10"]
     return {k: cmap(i % 10) for i, k in enumerate(keys)}
@@ -94,7 +96,7 @@ def _colors(keys: list[str]) -> dict[str, Any]:
 
 
 def _plot_convergence(report: ReportData, rounds: pd.DataFrame, path: Path) -> Path:
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # lazy: keeps matplotlib, PIL out of this module's import
 
     fig, axes = _figure(len(report.domains))
     colors = _colors(report.algorithms)
@@ -188,13 +190,10 @@ def pareto_fronts(study_dir: Path, out_dir: Path) -> dict[str, Path]:
     or ``optuna.db``: :func:`fedtune.reports.importances.study_optuna`) with 2 or 3 objectives and a
     complete trial: Optuna's ``plot_pareto_front``, axes named by the study's metrics. Returns
     ``pareto <search>`` -> path; a single-objective study gets none."""
-    from fedtune.results.study_dir import read_study_if_any
-    from fedtune.reports.importances import study_optuna
-
     storage, names, _ = study_optuna(study_dir)
     if storage is None:
         return {}
-    import optuna
+    import optuna  # lazy: keeps optuna out of this module's import
 
     metrics = read_study_if_any(study_dir).get("metric")
     made: dict[str, Path] = {}
@@ -210,8 +209,7 @@ def pareto_fronts(study_dir: Path, out_dir: Path) -> dict[str, Path]:
 
 
 def _plot_pareto(study: Any, name: str, target_names: list[str] | None, path: Path) -> Path:
-    import warnings
-
+    # lazy: keeps matplotlib, PIL out of this module's import
     import matplotlib
     import optuna
     from matplotlib import pyplot as plt

@@ -137,6 +137,7 @@ def _markdown_tables(report: ReportData) -> list[str]:
 
 def print_report(report: ReportData, console: Console | None = None) -> None:
     """Print the report's tables with rich (per-trial tables fitted to the console's width)."""
+    # lazy: keeps rich out of this module's import
     from rich.console import Console
     from rich.table import Table
 
@@ -183,7 +184,7 @@ def main_table(report: ReportData, console: Console, title_style: Any = None) ->
 
 
 def _main_table(report: ReportData, title_style: Any) -> Table:
-    from rich.table import Table
+    from rich.table import Table  # lazy: keeps rich out of this module's import
 
     return Table(title=report.title(), title_style=title_style, caption=protocol_text(report))
 
@@ -233,7 +234,7 @@ def _trials_title(report: ReportData, algorithm: str) -> str:
 
 
 def _wide_trials_table(report: ReportData, algorithm: str, title_style: Any) -> Table:
-    from rich.table import Table
+    from rich.table import Table  # lazy: keeps rich out of this module's import
 
     header, rows = report.detail_rows(algorithm)
     t = Table(title=_trials_title(report, algorithm), title_style=title_style)
@@ -245,7 +246,7 @@ def _wide_trials_table(report: ReportData, algorithm: str, title_style: Any) -> 
 
 
 def _narrow_trials_table(report: ReportData, algorithm: str, title_style: Any) -> Table:
-    from rich.table import Table
+    from rich.table import Table  # lazy: keeps rich out of this module's import
 
     header, rows = report.detail_rows(algorithm)
     n_hps = len(report.varying_hparams(algorithm))

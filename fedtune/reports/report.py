@@ -63,7 +63,9 @@ from typing import Any
 import pandas as pd
 
 from fedtune.errors import ConfigError, shown
+from fedtune.reports.importances import optuna_importances
 from fedtune.reports.model import ReportData
+from fedtune.reports.plots import make_plots
 from fedtune.reports.render import markdown, print_report
 from fedtune.reports.stats import domain_order, select_trials, summarise_trials, table_cells
 from fedtune.results import selection as protocol
@@ -212,9 +214,6 @@ def make_report(study_dir: str | os.PathLike[str], *, selection: str | None = No
     if companion and other and "split_scheme" in rounds and rounds["split_scheme"].notna().any():
         report.companion = make_report(study_dir, selection=other, plots=False, write=False, companion=False)
     if write and plots:
-        from fedtune.reports.importances import optuna_importances
-        from fedtune.reports.plots import make_plots
-
         report.importances, report.importance_notes = optuna_importances(study_dir)
         report.plots = make_plots(report, rounds)
     else:

@@ -113,7 +113,7 @@ def paired_gap(a: dict[int, float], b: dict[int, float]) -> Gap:
     >>> paired_gap({0: 0.7, 1: 0.5}, {0: 0.6, 1: 0.56}).resolved
     False
     """
-    from scipy.stats import t as student_t
+    from scipy.stats import t as student_t  # lazy: keeps scipy out of this module's import
 
     seeds = sorted(set(a) & set(b))
     diff = np.array([a[s] - b[s] for s in seeds], dtype=float)

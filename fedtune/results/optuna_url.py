@@ -54,6 +54,7 @@ def shown(url: str) -> str:
     if url.startswith(JOURNAL_PREFIX) or "@" not in url:
         return url
     try:
+        # lazy: keeps sqlalchemy out of this module's import
         from sqlalchemy.engine import make_url
 
         return make_url(url).render_as_string(hide_password=True)
@@ -88,6 +89,7 @@ def check_optuna_storage(url: str) -> str:
         return JOURNAL_PREFIX + os.path.normpath(path)
     if "://" not in url:
         raise _error(url, "is not a URL")
+    # lazy: keeps sqlalchemy out of this module's import
     from sqlalchemy.engine import make_url
 
     try:

@@ -41,30 +41,13 @@ import pyarrow.compute as pc
 from filelock import FileLock, Timeout
 
 from fedtune.errors import ConfigError
-from fedtune.results.arrow import (
-    CorruptResultsError,
-    ForeignResultsError,
-    check_table,
-    concat,
-    conform,
-    read_parquet,
-    read_results,
-    rows_to_table,
-    write_parquet,
-)
+from fedtune.results.arrow import (CorruptResultsError, ForeignResultsError, check_table, concat, conform, read_parquet,
+                                   read_results, rows_to_table, write_parquet)
 from fedtune.results.atomic import TEMP_MARKER, ResultsWriteError, StorageFullError, is_temp_name, writes_to
+from fedtune.results.rounds_table import RoundsTable
 from fedtune.results.schema import ROUND_CORE_SCHEMA, TABLES, TRIAL_CORE_SCHEMA
-from fedtune.results.study_dir import (
-    CORRUPT_SUFFIX,
-    PLOTS_DIR,
-    ROUNDS_DIR,
-    STUDY_FILE,
-    TRIALS_FILE,
-    StudyDir,
-    check_name,
-    check_path_text,
-    read_study,
-)
+from fedtune.results.study_dir import (CORRUPT_SUFFIX, PLOTS_DIR, ROUNDS_DIR, STUDY_FILE, TRIALS_FILE, StudyDir,
+                                       check_name, check_path_text, read_study)
 
 __all__ = ["LOCK_TIMEOUT_S", "TEMP_MIN_AGE_S", "ResultsStore", "TrialsLockTimeout",
            "check_output_dir", "check_writable", "check_study_dir", "is_study_dir", "load", "corrupt_files",
@@ -253,8 +236,6 @@ class ResultsStore:
         >>> load(p).num_rows
         1
         """
-        from fedtune.results.rounds_table import RoundsTable
-
         path = self.rounds_path(trial_id)
         rows = list(rows)
         written, built = self._rounds.pop(trial_id, ((), None))

@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from fedtune.errors import ConfigError, clipped
 from fedtune.results.atomic import atomic_write, atomic_write_text
+
+if TYPE_CHECKING:
+    from fedtune.config import FederatedRunConfig
 
 __all__ = ["CHECKPOINT_FORMAT", "STATE_FILE", "WEIGHTS_FILE", "LEGACY_SIDE_FILE", "ARRAYS_FILE", "IDENTITY_FIELDS",
            "DamagedCheckpoint", "check_identity", "newest_readable_checkpoint", "read_checkpoint", "run_identity",
@@ -45,7 +49,7 @@ IDENTITY_FIELDS = ("algorithm", "client_method", "server_rule", "server_optimize
 keys of its server-rule and server-side state): it restores only into a run with the same."""
 
 
-def run_identity(cfg: Any, rule_state: Mapping[str, Any], side_state: Mapping[str, Any] | None,
+def run_identity(cfg: FederatedRunConfig, rule_state: Mapping[str, Any], side_state: Mapping[str, Any] | None,
                  server_optimizer: str) -> dict[str, Any]:
     """The ``identity`` of a checkpoint of the run of ``cfg`` (:data:`IDENTITY_FIELDS`, and the keys of
     its server rule's and client method's server-side state; ``side_keys`` None: no server side)."""
@@ -263,8 +267,6 @@ def newest_readable_checkpoint(directory: str | os.PathLike[str]) -> tuple[dict[
 
 def _older_siblings(directory: Path) -> list[Path]:
     """The checkpoints beside ``directory`` with its name's stem and a smaller number, newest first."""
-    import re
-
     m = re.fullmatch(r"(.*?)(\d+)", directory.name)
     if m is None or not directory.parent.is_dir():
         return []

@@ -27,8 +27,10 @@ this machine (the head, where fedtune's driver runs; ``ray up`` writes it to
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -60,6 +62,7 @@ def cluster_address(address: str | None) -> str | None:
     if env:
         return env
     try:
+        # lazy: keeps ray out of this module's import
         from ray._private.services import canonicalize_bootstrap_address
 
         return canonicalize_bootstrap_address(address)
@@ -79,7 +82,7 @@ def connect_ray(cfg: FederatedRunConfig, *, verbose: bool = False) -> bool:
 
     Returns True when this call started Ray (so the caller shuts it down). Never called inside a trial.
     """
-    import ray
+    import ray  # lazy: keeps ray out of this module's import
 
     if ray.is_initialized():
         return False
@@ -169,8 +172,6 @@ def _unreachable(address: str) -> str | None:
     >>> _unreachable("127.0.0.1:1")  # doctest: +ELLIPSIS
     'nothing answers at 127.0.0.1:1 (...)'
     """
-    import socket
-
     host, _, port = address.split("://", 1)[-1].rpartition(":")
     if not host or not port.isdigit():
         return None
@@ -223,7 +224,7 @@ _CACHE_S = 5.0  # Tune asks for every trial's resources; the autoscaler's config
 
 def cluster_view(*, fresh: bool = False) -> ClusterView:
     """The connected cluster's :class:`ClusterView` (cached for a few seconds unless ``fresh``)."""
-    import ray
+    import ray  # lazy: keeps ray out of this module's import
 
     now = time.monotonic()
     if not fresh and _CACHE.get("at", -1e9) > now - _CACHE_S:
@@ -247,8 +248,7 @@ def cluster_view(*, fresh: bool = False) -> ClusterView:
 def _autoscaler_node_types_by_id() -> dict[str, str]:
     """Node id -> node type, from the status the (v1) autoscaler publishes in the GCS."""
     try:
-        import json
-
+        # lazy: keeps ray out of this module's import
         from ray._private import ray_constants
         from ray.experimental.internal_kv import _internal_kv_get
 
@@ -290,7 +290,7 @@ def node_types_of_autoscaler() -> tuple[dict[str, Any] | None, str | None]:
     """The autoscaler's node types as a cluster-config mapping, and where they were read; (None,
     None) when the cluster has no autoscaler fedtune can see."""
     try:
-        from ray._private.state import state
+        from ray._private.state import state  # lazy: keeps ray out of this module's import
 
         reported = state.get_cluster_config()
     except Exception:  # noqa: BLE001 - older Ray or no GCS config: try the files below
@@ -301,6 +301,7 @@ def node_types_of_autoscaler() -> tuple[dict[str, Any] | None, str | None]:
         return {"available_node_types": types}, "reported by the autoscaler"
     for path in (_running_autoscaler_config(), Path(BOOTSTRAP_CONFIG).expanduser()):
         if path is not None and path.is_file():
+            # lazy: keeps yaml out of this module's import
             import yaml
 
             from fedtune import yaml_safe
@@ -317,7 +318,7 @@ def node_types_of_autoscaler() -> tuple[dict[str, Any] | None, str | None]:
 def _running_autoscaler_config() -> Path | None:
     """The ``--autoscaling-config`` of the Ray autoscaler (``monitor.py``) of the connected cluster
     when it runs on this machine (the head node)."""
-    import ray
+    import ray  # lazy: keeps ray out of this module's import
 
     try:
         gcs = ray.get_runtime_context().gcs_address

@@ -14,7 +14,7 @@ def torch_threads(cpus: float) -> int:
 
 
 def set_torch_threads(n: int) -> None:
-    import torch
+    import torch  # lazy: keeps torch out of this module's import
 
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
@@ -26,7 +26,7 @@ def set_torch_threads(n: int) -> None:
 
 def pick_device(want_gpu: bool) -> "torch.device":  # noqa: F821
     """CUDA only when a GPU was assigned to this process and CUDA works; else CPU."""
-    import torch
+    import torch  # lazy: keeps torch out of this module's import
 
     if want_gpu and torch.cuda.is_available():
         return torch.device("cuda")
@@ -36,7 +36,7 @@ def pick_device(want_gpu: bool) -> "torch.device":  # noqa: F821
 def assigned_gpu_ids() -> list:
     """GPU ids Ray assigned to the current actor ([] outside Ray or without GPUs)."""
     try:
-        import ray
+        import ray  # lazy: keeps ray out of this module's import
 
         if ray.is_initialized():
             return list(ray.get_gpu_ids())
@@ -95,6 +95,7 @@ def evaluate(model, examples, batch_size: int, precision: str = "fp32", max_mib:
     where a batch's inputs would pass ``max_mib`` MiB), never augmented, forward passes under
     ``precision`` (the loss summed in float32). One batch is alive at a time: each is freed before
     the next is fetched."""
+    # lazy: keeps torch out of this module's import
     import torch
 
     from fedtune.algorithms.client.precision import autocast

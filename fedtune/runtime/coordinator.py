@@ -25,25 +25,28 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.server.blocked import one_blas_thread
 from fedtune.algorithms import SERVER_OPTIMIZERS
+from fedtune.algorithms.server.aggregate import fedavg_weights
+from fedtune.algorithms.server.blocked import one_blas_thread
 from fedtune.algorithms.server.rule import RoundInfo
 from fedtune.algorithms.server.side import server_side_of
 from fedtune.data.base import FederatedPlan
+from fedtune.data.partition import sample_participants
 from fedtune.results.status import DIVERGED, OK
 from fedtune.runtime.checkpoint import check_identity, run_identity
 from fedtune.runtime.common import torch_threads
 from fedtune.runtime.evaluation import client_metric_means, eval_metrics, preload_probe
 from fedtune.runtime.fit_round import FitRound
 from fedtune.runtime.messages import EvalReply, eval_shards
-from fedtune.runtime.pools import LocalPool, RayPool
-from fedtune.runtime.pools import ClientFailure
+from fedtune.runtime.pools import ClientFailure, LocalPool, RayPool
+from fedtune.runtime.worker import _placement_group_id
 
 
 # A finite training loss this many times round 1's (or 1, if that was smaller) is an explosion:
@@ -88,12 +91,11 @@ class Coordinator:
         """The server rule and, where the client method keeps state on the server, its
         :class:`~fedtune.algorithms.server.side.ServerSide` (looked up by name: the client method,
         and torch, are never imported here)."""
-        from fedtune.config import FederatedRunConfig
+        from fedtune.config import FederatedRunConfig  # lazy: keeps yaml out of this module's import
 
         self.cfg = cfg = FederatedRunConfig.from_validated(cfg_dict)
         self.plan = plan
         if plan.setting == "ufdg":  # the probe's scikit-learn import (seconds) overlaps the workers' start-up
-            import threading
 
             threading.Thread(target=preload_probe, name="preload-sklearn", daemon=True).start()
         self.pool = self._make_pool(pool_spec)
@@ -117,8 +119,6 @@ class Coordinator:
 
     # ------------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
-        from fedtune.runtime.worker import _placement_group_id
-
         return {"num_params": self.num_model_params, "flat_size": self.layout.size,
                 "num_workers": self.pool.num_workers, "pid": os.getpid(),
                 "placement_group_id": _placement_group_id(),
@@ -175,8 +175,6 @@ class Coordinator:
         and the last global move where the client method needs it); their replies, taken one
         client at a time as they arrive (:class:`FitRound`): summed on the fly when the rule's
         round is one weighted sum and the client method keeps no server side, else kept as rows."""
-        from fedtune.data.partition import sample_participants
-
         participants = sample_participants(self.plan.num_clients, self.cfg.participation_at(round), self.cfg.seed,
                                            round).tolist()
         t0 = time.perf_counter()
@@ -213,8 +211,6 @@ class Coordinator:
         counts (:meth:`~fedtune.algorithms.server.rule.ServerRule.streamed_weights`), and the
         server side's (:meth:`~fedtune.algorithms.server.side.ServerSide.streamed_sums`), as
         ``side.<name>``; None when either needs the whole matrix."""
-        from fedtune.algorithms.server.aggregate import fedavg_weights
-
         n = np.array([self.plan.clients[c].num_train for c in planned], dtype=np.float64)
         if not planned or n.sum() <= 0:
             return None
@@ -234,8 +230,6 @@ class Coordinator:
         (:func:`loss_exploded` against the first round's), the server rule's new global model,
         taken only when it is finite. Returns (train loss, round status, ``diag.*`` metrics); a
         diverged round keeps the old global model."""
-        from fedtune.algorithms.server.aggregate import fedavg_weights
-
         n = np.array(fit.num_examples, dtype=np.float64)
         losses = np.array(fit.losses, dtype=np.float64)
         p = fedavg_weights(n)

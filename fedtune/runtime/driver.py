@@ -13,31 +13,34 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
 from fedtune.config import FederatedRunConfig
-from fedtune.data.registry import get_dataset
-from fedtune.data.partition import make_plan
 from fedtune.data.base import FederatedPlan
+from fedtune.data.partition import make_plan
+from fedtune.data.registry import get_dataset
+from fedtune.data.split_file import read_split_file
+from fedtune.errors import ConfigError, ResourceError, shown
 from fedtune.plugins import parse_model_factory
+from fedtune.results.atomic import ResultsWriteError
 from fedtune.results.status import COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING
 from fedtune.runtime.cluster import cluster_nodes, cluster_view, connect_ray
+from fedtune.runtime.coordinator import LOSS_EXPLOSION_FACTOR, Coordinator
+from fedtune.runtime.placement import check_placement
+from fedtune.runtime.pools import ActorFactory
 from fedtune.runtime.remote_errors import ray_get
+from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 from fedtune.runtime.run_notes import print_run_notes
 from fedtune.runtime.signals import SigtermSeen, Terminated, sigterm_as_interrupt
-from fedtune.errors import ResourceError
-from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 
 
 def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
     """The data partition of a run, from labels only (no pixels decoded, no torch), after checking
     that the algorithm runs in the setting (from the components' declarations)."""
-    from fedtune.errors import ConfigError
-
     dataset = get_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size, data_seed=cfg.data_seed)
     info = dataset.info
     setting = cfg.setting or info.default_setting
@@ -54,14 +57,15 @@ def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
     if resolved.client_spec.needs_images and not info.is_image:
         raise ConfigError(f"field 'client_method': {resolved.client_method_name} needs images (C, H, W) but dataset "
                           f"'{cfg.dataset}' gives vectors of shape {info.input_shape}; use an image dataset")
-    from fedtune.runtime.placement import check_placement
 
     check_placement(cfg)
     if cfg.pretrained_path:
+        # lazy: keeps torch out of this module's import
         from fedtune.weight_files import check_pretrained_file
 
         check_pretrained_file(cfg.pretrained_path)
     if model not in ("cnn", "mlp"):  # a torchvision or factory model: one forward on the meta device, before launch
+        # lazy: keeps torch out of this module's import
         from fedtune.model_check import check_model_runs
 
         spec = resolved.client_spec
@@ -72,8 +76,6 @@ def build_plan(cfg: FederatedRunConfig) -> FederatedPlan:
     if cfg.split_scheme is not None and hasattr(dataset, "split_pieces"):  # a WILDS dataset's own splits
         split = dataset.split_pieces(cfg.split_scheme)
     elif cfg.split_scheme is not None:
-        from fedtune.data.split_file import read_split_file
-
         split = read_split_file(dataset.root, cfg.split_scheme, info.domains,
                                 {d: dataset.files(d) for d in info.domains})
     return make_plan(info, labels, setting=setting, target_domain=cfg.target_domain,
@@ -110,17 +112,13 @@ class FederatedRun:
     # ------------------------------------------------------------------------------------------
     def start(self) -> None:
         if self.cfg.backend == "local":
-            from fedtune.runtime.coordinator import Coordinator
-
             self.coordinator = Coordinator(self.cfg.to_dict(), self.plan, {"kind": "local"})
             self._call = lambda name, *a: getattr(self.coordinator, name)(*a)
             return
+        # lazy: keeps ray out of this module's import
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from fedtune.runtime.coordinator import Coordinator
-        from fedtune.runtime.pools import ActorFactory
 
         if not ray.is_initialized():
             raise RuntimeError("backend 'ray' needs a connected Ray (fedtune.runtime.cluster.connect_ray); "
@@ -173,7 +171,7 @@ class FederatedRun:
         state = dict(self._call("get_state"))
         state["round"] = self.round
         if self.cfg.backend == "ray":
-            import ray
+            import ray  # lazy: keeps ray out of this module's import
 
             parts = ray.get([h.get_client_state.remote() for h in self.client_handles()])
         else:
@@ -188,7 +186,7 @@ class FederatedRun:
                                                             "first_loss", "identity", "tuner")})
         clients = state.get("clients") or {}
         if self.cfg.backend == "ray":
-            import ray
+            import ray  # lazy: keeps ray out of this module's import
 
             ray.get([h.set_client_state.remote(clients) for h in self.client_handles()])
         else:
@@ -217,10 +215,9 @@ class FederatedRun:
         keep = (cfg.backend == "ray" and self.cfg.backend == "ray" and self.coordinator is not None
                 and resources is not None and resources == self.resources)
         if keep:
+            # lazy: keeps ray out of this module's import
             import ray
             from ray.exceptions import RayActorError
-
-            from fedtune.runtime.pools import ActorFactory
 
             cfg_dict = cfg.to_dict()
             factory = ActorFactory.of(cfg_dict, plan, self._pg, self.resources)
@@ -250,11 +247,12 @@ class FederatedRun:
             except Exception:  # the coordinator may be gone already
                 pass
             if self.cfg.backend == "ray":
-                import ray
+                import ray  # lazy: keeps ray out of this module's import
 
                 ray.kill(self.coordinator, no_restart=True)
             self.coordinator = None
         if self._own_pg and self._pg is not None:
+            # lazy: keeps ray out of this module's import
             from ray.util.placement_group import remove_placement_group
 
             remove_placement_group(self._pg)
@@ -269,7 +267,7 @@ class FederatedRun:
 
 
 def _avail() -> str:
-    import ray
+    import ray  # lazy: keeps ray out of this module's import
 
     a = ray.available_resources()
     return ", ".join(f"{a.get(k, 0):g} {k}" for k in ("CPU", "GPU"))
@@ -307,13 +305,11 @@ def round_row(cfg: FederatedRunConfig, run: FederatedRun, trial_id: str, result)
 
 def diverged_error(round: int) -> str:
     """The trial row's ``error`` of a run that diverged in ``round``."""
-    from fedtune.runtime.coordinator import LOSS_EXPLOSION_FACTOR
-
     return (f"non-finite loss or weights, or a loss over {LOSS_EXPLOSION_FACTOR:g} times the first round's, "
             f"in round {round}")
 
 
-def config_of(cfg: Any, where: str = "fedtune.run") -> FederatedRunConfig:
+def config_of(cfg: FederatedRunConfig | Mapping[str, Any], where: str = "fedtune.run") -> FederatedRunConfig:
     """``cfg`` as a run's config: a :class:`FederatedRunConfig` as it is; a mapping of field: value
     (what a config file, ``--set`` and a Tune trial's config hold) built and validated by
     :meth:`FederatedRunConfig.from_dict`; anything else one line saying what is accepted.
@@ -321,8 +317,6 @@ def config_of(cfg: Any, where: str = "fedtune.run") -> FederatedRunConfig:
     >>> config_of({"rounds": 2}).rounds
     2
     """
-    from fedtune.errors import ConfigError, shown
-
     if isinstance(cfg, FederatedRunConfig):
         return cfg
     if isinstance(cfg, Mapping):
@@ -344,6 +338,7 @@ def run(cfg: FederatedRunConfig | Mapping[str, Any], *, progress: bool = True, v
     fits (status ``failed``, its rounds those on disk) and raises a
     :class:`~fedtune.results.atomic.ResultsWriteError` whose one line names the file and where the
     finished rounds are."""
+    # lazy: keeps pyarrow out of this module's import
     from fedtune.results.store import ResultsStore
 
     cfg = config_of(cfg)
@@ -359,6 +354,7 @@ def run(cfg: FederatedRunConfig | Mapping[str, Any], *, progress: bool = True, v
     info: dict[str, Any] = {}
     # Bad input (unknown names, missing data, impossible setting, an output folder that cannot be
     # written) raises here, before anything starts and before anything is written.
+    # lazy: keeps pyarrow out of this module's import
     from fedtune.results.store import check_output_dir
 
     check_output_dir(cfg.output, "field 'output' (--output)", study=cfg.name)
@@ -414,7 +410,7 @@ def run(cfg: FederatedRunConfig | Mapping[str, Any], *, progress: bool = True, v
         except Exception:
             pass
         if started_ray:
-            import ray
+            import ray  # lazy: keeps ray out of this module's import
 
             ray.shutdown()
     _end_run(cfg, store, trial_id, rows[:written], status, error, started_at, failure)
@@ -426,8 +422,7 @@ def _end_run(cfg: FederatedRunConfig, store: Any, trial_id: str, rows: list[dict
     """After a run: write its trial row from the ``rows`` on disk (not for a refused launch, which
     ran nothing), then raise what ended it, a refused write first as one line naming what was
     kept; return when it ended normally."""
-    from fedtune.results.atomic import ResultsWriteError
-    from fedtune.results.summary import summarize_trial
+    from fedtune.results.summary import summarize_trial  # lazy: keeps pyarrow out of this module's import
 
     written = len(rows)
     row_failure: ResultsWriteError | None = None
@@ -484,6 +479,7 @@ class _Progress:
     def start(self, run: FederatedRun, info: dict[str, Any]) -> None:
         if not self.enabled:
             return
+        # lazy: keeps rich out of this module's import
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

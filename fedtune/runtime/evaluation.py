@@ -12,7 +12,9 @@ never torch: this runs in the coordinator.
 
 from __future__ import annotations
 
+import importlib
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -154,8 +156,6 @@ def preload_probe() -> None:
     """Import what :class:`LinearProbe` needs (scikit-learn: about a second, more on a busy
     machine); the coordinator runs it in a thread while the client actors start."""
     try:
-        import importlib
-
         for module in ("sklearn.linear_model", "sklearn.preprocessing"):  # loaded now, used later
             importlib.import_module(module)
     except ImportError:  # pragma: no cover - the real import in LinearProbe.fit reports it
@@ -183,9 +183,7 @@ class LinearProbe:
 
     @classmethod
     def fit(cls, x: np.ndarray, y: np.ndarray) -> LinearProbe | None:
-        import warnings
-
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # lazy: keeps threadpoolctl out of this module's import
 
         x = np.asarray(x, dtype=np.float64)
         y = np.asarray(y, dtype=np.int64)
@@ -194,6 +192,7 @@ class LinearProbe:
         classes = np.unique(y)
         if len(classes) == 1:
             return cls(None, None, int(classes[0]))
+        # lazy: keeps pyarrow, pandas out of this module's import
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.linear_model import LogisticRegression
         from sklearn.preprocessing import StandardScaler
@@ -207,7 +206,7 @@ class LinearProbe:
 
     def proba(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(classes [K], probabilities [n, K]) of the examples ``x``."""
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # lazy: keeps threadpoolctl out of this module's import
 
         x = np.asarray(x, dtype=np.float64)
         if self.constant is not None:

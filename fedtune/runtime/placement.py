@@ -30,8 +30,10 @@ import heapq
 import math
 from typing import Any
 
-from fedtune.config import PLACEMENTS
+from fedtune.algorithms.client.steps import effective_batch_size, local_steps
+from fedtune.config import PLACEMENTS, FederatedRunConfig
 from fedtune.data.base import FederatedPlan, pieces_size
+from fedtune.errors import ConfigError
 
 ROAMING_MAX_MIB = 256.0
 """``client_placement: auto`` roams only when all clients' examples (training, validation and test
@@ -39,12 +41,10 @@ splits), as float32 at the dataset's input shape, come to at most this many MiB:
 holds them all."""
 
 
-def client_cost(num_train: int, cfg: Any) -> int:
+def client_cost(num_train: int, cfg: FederatedRunConfig) -> int:
     """A client's training work in a round, in examples through the model: its local steps times
     the examples of a step (:func:`~fedtune.algorithms.client.steps.local_steps`,
     :func:`~fedtune.algorithms.client.steps.effective_batch_size`)."""
-    from fedtune.algorithms.client.steps import effective_batch_size, local_steps
-
     if num_train <= 0:
         return 0
     return local_steps(num_train, cfg) * effective_batch_size(num_train, cfg.batch_size)
@@ -71,7 +71,7 @@ def deal_clients(client_ids: list[int], costs: dict[int, int] | list[int], num_w
     return {w: sorted(dealt[w]) for w in sorted(dealt)}
 
 
-def keeps_client_state(cfg: Any) -> bool:
+def keeps_client_state(cfg: FederatedRunConfig) -> bool:
     """Whether the run's client method keeps per-client state between rounds (its declaration)."""
     spec = cfg.resolved.client_spec
     keeps = spec.keeps_client_state
@@ -84,7 +84,7 @@ def examples_mib(plan: FederatedPlan, input_shape: tuple[int, ...]) -> float:
     return count * math.prod(input_shape) * 4 / 2**20
 
 
-def roams(cfg: Any, plan: FederatedPlan, num_workers: int, input_shape: tuple[int, ...] | None) -> bool:
+def roams(cfg: FederatedRunConfig, plan: FederatedPlan, num_workers: int, input_shape: tuple[int, ...] | None) -> bool:
     """Whether the run's clients roam (module docstring): ``client_placement`` and, for ``auto``,
     the actors, the sampling, the client method's state and the examples' size. ``input_shape``
     None: unknown, so ``auto`` does not roam."""
@@ -94,22 +94,20 @@ def roams(cfg: Any, plan: FederatedPlan, num_workers: int, input_shape: tuple[in
             and examples_mib(plan, input_shape) <= ROAMING_MAX_MIB)
 
 
-def samples_clients(cfg: Any) -> bool:
+def samples_clients(cfg: FederatedRunConfig) -> bool:
     """Whether a round may leave clients out: participation below 1, or a participation schedule."""
     return cfg.participation < 1.0 or getattr(cfg, "fidelity_participation", None) is not None
 
 
-def needs_input_shape(cfg: Any, num_workers: int) -> bool:
+def needs_input_shape(cfg: FederatedRunConfig, num_workers: int) -> bool:
     """Whether ``auto`` may roam but for the data's size, so :func:`roams` reads the input shape
     (the dataset is opened for it only then): two actors or more, sampled clients, no client state."""
     return (cfg.client_placement == "auto" and num_workers > 1 and samples_clients(cfg)
             and not keeps_client_state(cfg))
 
 
-def check_placement(cfg: Any) -> None:
+def check_placement(cfg: FederatedRunConfig) -> None:
     """``client_placement: roaming`` with a client method that keeps per-client state: one ConfigError line."""
-    from fedtune.errors import ConfigError
-
     if cfg.client_placement == "roaming" and keeps_client_state(cfg):
         name = cfg.resolved.client_method_name
         raise ConfigError(f"field 'client_placement': roaming moves clients between actors, but client method "

@@ -24,13 +24,20 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
+from fedtune.algorithms.client.steps import batch_size_note
 from fedtune.data.base import FederatedPlan
+from fedtune.data.registry import get_dataset
+from fedtune.runtime.common import set_torch_threads
 from fedtune.runtime.messages import EvalReply, FitReply, TargetShard, eval_shards
 from fedtune.runtime.remote_errors import input_error_of, ray_get
+from fedtune.runtime.worker import ClientWorker, client_actor_class
+
+if TYPE_CHECKING:
+    from fedtune.config import FederatedRunConfig
 
 
 class ClientFailure(RuntimeError):
@@ -76,10 +83,8 @@ def stream_batch(num_clients: int, state_bytes: int) -> int:
     return max(1, min(want, STREAM_BATCH_BYTES // size, num_clients))
 
 
-def _input_shape(cfg: Any) -> tuple[int, ...] | None:
+def _input_shape(cfg: FederatedRunConfig) -> tuple[int, ...] | None:
     """The dataset's input shape from its labels-only handle (no pixels decoded); None if it cannot be read."""
-    from fedtune.data.registry import get_dataset
-
     try:
         return tuple(get_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size,
                                  data_seed=cfg.data_seed).info.input_shape)
@@ -96,8 +101,6 @@ def warn_if_batch_exceeds_clients(cfg_dict: dict[str, Any], plan: FederatedPlan)
     """Log (once per run: its pool is made once) and return the warning of a ``batch_size`` above
     every client's training set (:func:`~fedtune.algorithms.client.steps.batch_size_note`); None otherwise.
     The run goes on: each client trains full-batch, recorded as ``diag.batch_size_effective``."""
-    from fedtune.algorithms.client.steps import batch_size_note
-
     note = batch_size_note(int(cfg_dict["batch_size"]), [c.num_train for c in plan.clients],
                            cfg_dict.get("local_steps"), int(cfg_dict.get("local_epochs", 1)))
     if note is not None:
@@ -122,9 +125,6 @@ class LocalPool(PoolBase):
     """All clients in this process, trained one after another (the reference sequential backend)."""
 
     def __init__(self, cfg_dict: dict[str, Any], plan: FederatedPlan, client_threads: int):
-        from fedtune.runtime.common import set_torch_threads
-        from fedtune.runtime.worker import ClientWorker
-
         warn_if_batch_exceeds_clients(cfg_dict, plan)
         self._set_threads = lambda: set_torch_threads(client_threads)
         self._set_threads()
@@ -183,6 +183,7 @@ class ActorFactory:
         """The factory of a run's client actors laid out as ``resources`` (a
         :class:`~fedtune.runtime.resources.ResourcePlan`) says, clients owned by :func:`assign_clients`,
         roaming or not as :func:`~fedtune.runtime.placement.roams` decides."""
+        # lazy: keeps yaml out of this module's import
         from fedtune.config import FederatedRunConfig
         from fedtune.runtime.placement import client_cost, needs_input_shape, roams
 
@@ -204,9 +205,8 @@ class ActorFactory:
         return {"kind": "ray", "actors": actors, "factory": self, "assignment": self.assignment}
 
     def __call__(self, w: int):
+        # lazy: keeps ray out of this module's import
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from fedtune.runtime.worker import client_actor_class
 
         specs = [self.plan.clients[c] for c in self.held(w)]
         strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=self.bundle_of_worker[w],
@@ -237,6 +237,7 @@ class RayPool(PoolBase):
         clients the participants dealt out by cost (:func:`~fedtune.runtime.placement.deal_clients`)."""
         wanted = sorted(set(int(c) for c in client_ids))
         if self.roaming:
+            # lazy: keeps yaml out of this module's import
             from fedtune.runtime.placement import deal_clients
 
             return deal_clients(wanted, self.costs, self.num_workers)
@@ -249,13 +250,13 @@ class RayPool(PoolBase):
         return ray_get(self.actors[0].initial_state.remote())
 
     def publish(self, weights: np.ndarray):
-        import ray
+        import ray  # lazy: keeps ray out of this module's import
 
         self.state_bytes = int(np.asarray(weights).nbytes)  # a trained state's size: what a reply batch holds
         return ray.put(weights)
 
     def _restart(self, w: int) -> None:
-        import ray
+        import ray  # lazy: keeps ray out of this module's import
 
         try:
             ray.kill(self.actors[w], no_restart=True)
@@ -266,6 +267,7 @@ class RayPool(PoolBase):
 
     def _call_all(self, method: str, per_worker_args: dict[int, tuple]) -> tuple[dict[int, Any], list[int]]:
         """Call ``method`` on the given workers; handle dead actors; return replies and skipped workers."""
+        # lazy: keeps ray out of this module's import
         import ray
         from ray.exceptions import RayActorError, RayError
 
@@ -291,6 +293,7 @@ class RayPool(PoolBase):
         """The failure policy for dead actor ``w``: ``fail`` raises :class:`ClientFailure`; ``skip``
         restarts it and returns True (its clients sit this call out); ``retry`` restarts it and
         calls ``method`` again into ``replies`` (a second death raises :class:`ClientFailure`)."""
+        # lazy: keeps ray out of this module's import
         import ray
         from ray.exceptions import RayActorError, RayError
 
@@ -373,6 +376,7 @@ class RayPool(PoolBase):
     @staticmethod
     def _next(stream) -> FitReply:
         """The next reply of an actor's stream; a dead actor is :class:`_ActorDied`, bad input its own error."""
+        # lazy: keeps ray out of this module's import
         import ray
         from ray.exceptions import RayActorError, RayError
 
@@ -403,7 +407,7 @@ class RayPool(PoolBase):
         return [replies[w] for w in sorted(replies)]
 
     def shutdown(self) -> None:
-        import ray
+        import ray  # lazy: keeps ray out of this module's import
 
         for a in self.actors:
             try:

@@ -56,6 +56,7 @@ def input_error_of(exc: BaseException) -> BaseException | None:
 def ray_get(ref: Any) -> Any:
     """``ray.get`` that re-raises a fedtune ConfigError/DataError raised inside an actor as itself
     (one line, exit 2 in the CLI, as on the local backend) instead of Ray's wrapper traceback."""
+    # lazy: keeps ray out of this module's import
     import ray
     from ray.exceptions import RayError
 

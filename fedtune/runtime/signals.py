@@ -4,6 +4,8 @@ Ctrl-C does (recorded as interrupted, the trial row written, exit 130, the ``--r
 
 from __future__ import annotations
 
+import signal
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -30,9 +32,6 @@ def sigterm_as_interrupt() -> Iterator[SigtermSeen]:
     :class:`Terminated` where that handler is Python's default. Without it, ``ray.init``'s handler
     turns SIGTERM into ``sys.exit`` and a plain Python process dies without writing anything.
     The previous SIGTERM handler is restored on exit. Yields a :class:`SigtermSeen`."""
-    import signal
-    import threading
-
     seen = SigtermSeen()
     if threading.current_thread() is not threading.main_thread():
         yield seen

@@ -17,16 +17,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from fedtune.algorithms.client.steps import effective_batch_size
 from fedtune.data.base import ClientSpec
-from fedtune.runtime.common import (
-    assigned_gpu_ids,
-    derive_seed,
-    evaluate,
-    pick_device,
-    set_torch_threads,
-    torch_threads,
-)
-
+from fedtune.data.registry import get_dataset
+from fedtune.layout import FlatLayout
+from fedtune.runtime.common import (assigned_gpu_ids, derive_seed, evaluate, pick_device, set_torch_threads,
+                                    torch_threads)
 from fedtune.runtime.messages import EvalReply, FeatureSet, FitReply, TargetShard
 
 
@@ -35,7 +31,7 @@ def seed_torch(seed: int, device: Any) -> None:
     generator: the same stream, without ``torch.manual_seed``'s pass through every accelerator's
     seeding (on a CUDA-less build it formats a stack trace: ~200 µs a call against ~1.5 µs, once
     per client per round). Any other device seeds everything, as ``torch.manual_seed`` does."""
-    import torch
+    import torch  # lazy: keeps torch out of this module's import
 
     if torch.device(device).type == "cpu":
         torch.default_generator.manual_seed(seed)
@@ -47,6 +43,7 @@ def encode_split(model: Any, examples: Any, batch_size: int, precision: str = "f
                  max_mib: float | None = None) -> FeatureSet:
     """Encoder features (:func:`fedtune.models.encode`, eval mode, no grad, un-augmented) of
     ``examples`` in batches of ``batch_size``, as float32 NumPy, with their labels as int64 NumPy."""
+    # lazy: keeps torch out of this module's import
     import torch
 
     from fedtune.algorithms.client.precision import autocast
@@ -69,10 +66,10 @@ class ClientWorker:
     def __init__(self, cfg_dict: dict[str, Any], specs: list[ClientSpec], worker_index: int = 0,
                  shards: list[TargetShard] | None = None, manage_threads: bool = True,
                  source_bank: dict[str, np.ndarray] | None = None, owned: list[int] | None = None):
+        # lazy: keeps torch out of this module's import
         from fedtune.algorithms.client.precision import check_device
         from fedtune.config import FederatedRunConfig
-        from fedtune.data.registry import get_dataset
-        from fedtune.layout import FlatLayout
+        # lazy: keeps torch out of this module's import
         from fedtune.models import build_model, check_model_size, freeze_batchnorm, prepare_for_device
         from fedtune.flat_weights import bind_flat
         from fedtune.runtime.augment import make_augment
@@ -84,7 +81,7 @@ class ClientWorker:
         self.threads = torch_threads(self.cfg.client_cpus)
         if manage_threads:
             set_torch_threads(self.threads)
-        import torch
+        import torch  # lazy: keeps torch out of this module's import
 
         t_torch = time.time()
         self.gpu_ids = assigned_gpu_ids()
@@ -152,6 +149,7 @@ class ClientWorker:
         worker's clients; none (nothing imported) for a rule that declares none."""
         if not places:
             return []
+        # lazy: keeps torch out of this module's import
         from fedtune.algorithms.client.hooks import ClientRecord, WorkerView, load_hooks
 
         def evaluate_split(cid: int, split: str) -> tuple[float, float]:
@@ -165,7 +163,7 @@ class ClientWorker:
 
     # ------------------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
-        import torch
+        import torch  # lazy: keeps torch out of this module's import
 
         return {"pid": os.getpid(), "worker_index": self.worker_index, "device": str(self.device),
                 "gpu_ids": [str(g) for g in self.gpu_ids], "torch_threads": torch.get_num_threads(),
@@ -174,13 +172,14 @@ class ClientWorker:
 
     def initial_state(self) -> tuple[np.ndarray, Any, int]:
         """(initial flat weights, FlatLayout, number of model parameters)."""
+        # lazy: keeps torch out of this module's import
         from fedtune.models import count_parameters
         from fedtune.flat_weights import get_flat
 
         return get_flat(self.model, self.layout), self.layout, count_parameters(self.model)
 
     def _load(self, weights: np.ndarray) -> None:
-        from fedtune.flat_weights import set_flat
+        from fedtune.flat_weights import set_flat  # lazy: keeps torch out of this module's import
 
         set_flat(self.model, self.layout, weights)
 
@@ -216,10 +215,11 @@ class ClientWorker:
                     out: np.ndarray, reply: FitReply) -> None:
         """Client ``cid``'s local round from ``weights``: its trained state into ``out``, its
         numbers appended to ``reply``."""
+        # lazy: keeps torch out of this module's import
         import torch
 
         from fedtune.algorithms.client.method import ClientContext
-        from fedtune.algorithms.client.steps import effective_batch_size
+        # lazy: keeps torch out of this module's import
         from fedtune.algorithms.client.precision import grad_scaler
         from fedtune.flat_weights import get_flat
 
@@ -282,6 +282,7 @@ class ClientWorker:
         round's new global model (:meth:`fedtune.algorithms.server.side.ServerSide.wants_probe`):
         ``[(client id, arrays)]``. Its generator is seeded from (seed, client, round) like the round's
         training; a probe changes neither the weights the next round loads nor the client's training."""
+        # lazy: keeps torch out of this module's import
         import torch
 
         from fedtune.algorithms.client.method import ClientContext
@@ -349,7 +350,7 @@ class ClientWorker:
     def get_client_state(self) -> dict[int, dict[str, Any]]:
         """Every client's persistent ``ctx.state`` (checkpoints), tensors as NumPy arrays wrapped
         in ``{"__tensor__": array}`` so :meth:`set_client_state` can turn them back."""
-        import torch
+        import torch  # lazy: keeps torch out of this module's import
 
         def export(v: Any) -> Any:
             if isinstance(v, torch.Tensor):
@@ -365,7 +366,7 @@ class ClientWorker:
     def set_client_state(self, states: dict[int, dict[str, Any]]) -> None:
         """Restore :meth:`get_client_state`'s output (for the clients this worker owns; tensors go
         to this worker's device)."""
-        import torch
+        import torch  # lazy: keeps torch out of this module's import
 
         def restore(v: Any) -> Any:
             if isinstance(v, dict):
@@ -392,7 +393,7 @@ def _owned_clients(specs: dict[int, ClientSpec], owned: list[int] | None, worker
 
 def _placement_group_id() -> str | None:
     try:
-        import ray
+        import ray  # lazy: keeps ray out of this module's import
 
         if ray.is_initialized():
             pg = ray.get_runtime_context().get_placement_group_id()
@@ -409,7 +410,7 @@ def client_actor_class():
     """``ray.remote(ClientWorker)``, created on first use (importing this module needs no Ray)."""
     global _actor_cls
     if _actor_cls is None:
-        import ray
+        import ray  # lazy: keeps ray out of this module's import
 
         _actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(ClientWorker)
     return _actor_cls

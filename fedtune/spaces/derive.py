@@ -47,6 +47,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedtune.algorithms import (CLIENT_METHODS, SERVER_OPTIMIZERS, SERVER_RULES, all_hparams, resolve_names,
+                                supported_settings)
+from fedtune.algorithms.presets import PRESETS
 from fedtune.spaces.shared import SERVER_OPTIMIZER, SERVER_OPTIMIZER_BLOCK, SHARED_KNOBS
 
 __all__ = ["Derived", "derive", "derived_constants", "merge", "merge_entry"]
@@ -70,9 +73,6 @@ class Derived:
 def _names(constants: Mapping[str, Any]) -> tuple[Any, Any, Any] | None:
     """(preset, client method spec, server rule spec) of ``constants``; None for unknown names
     (the config's own check then says which)."""
-    from fedtune.algorithms import CLIENT_METHODS, SERVER_RULES, resolve_names
-    from fedtune.algorithms.presets import PRESETS
-
     algorithm = constants.get("algorithm")
     if algorithm not in PRESETS:
         return None
@@ -89,8 +89,6 @@ def derived_constants(constants: Mapping[str, Any]) -> dict[str, Any]:
     >>> derived_constants({"algorithm": "fedgp"}), derived_constants({"algorithm": "fedavg"})
     ({'algorithm': 'fedgp', 'setting': 'fda'}, {'algorithm': 'fedavg'})
     """
-    from fedtune.algorithms import supported_settings
-
     out = dict(constants)
     named = _names(constants)
     if named is None or constants.get("setting") is not None:
@@ -104,8 +102,6 @@ def derived_constants(constants: Mapping[str, Any]) -> dict[str, Any]:
 def derive(constants: Mapping[str, Any]) -> Derived:
     """The space the declarations give the algorithm of ``constants`` (module docstring); empty
     for unknown names. ``constants`` should already hold :func:`derived_constants`' setting."""
-    from fedtune.algorithms import SERVER_OPTIMIZERS, all_hparams
-
     out = Derived()
     named = _names(constants)
     if named is None:
@@ -192,8 +188,6 @@ def _apply_readings(space: Derived, given: Mapping[Any, Any]) -> None:
     >>> space.params["fedadg_order"]["value"], space.params["fedadg_alpha"]["default"], space.origins["fedadg_order"]
     ('model_first', 0.15, 'fedadg_variant=bai')
     """
-    from fedtune.algorithms import all_hparams
-
     owners = all_hparams()
     for name, body in list(space.params.items()):
         h = owners[name][1] if name in owners else None

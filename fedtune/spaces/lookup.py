@@ -86,6 +86,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fedtune.algorithms.presets import PRESETS
 from fedtune.errors import ConfigError
 from fedtune.spaces.model import SearchSpace
 from fedtune.spaces.yaml_files import build_space, read_space_file
@@ -114,8 +115,6 @@ def list_spaces() -> list[str]:
     >>> "fedavg" in list_spaces(), "simclr" in list_spaces()
     (True, True)
     """
-    from fedtune.algorithms.presets import PRESETS
-
     names = {p.stem for d in _search_dirs() if d.is_dir() for p in d.glob("*.yaml")}
     return sorted(names | set(PRESETS))
 
@@ -148,8 +147,6 @@ def load_space(path_or_name: str | os.PathLike[str]) -> SearchSpace:
     elif os.sep in text or "/" in text or as_path.suffix in (".yaml", ".yml"):
         raise ConfigError(f"search space file '{text}' does not exist")
     else:
-        from fedtune.algorithms.presets import PRESETS
-
         expected = text
         found = [d / f"{text}.yaml" for d in _search_dirs() if (d / f"{text}.yaml").is_file()]
         if not found and text in PRESETS:

@@ -151,7 +151,7 @@ class ParamSpec:
         ``int`` ranges are inclusive here and in the file, while ``tune.randint`` excludes
         its upper end, so ``high + 1`` is passed on.
         """
-        from ray import tune
+        from ray import tune  # lazy: keeps ray out of this module's import
 
         if self.distribution == "uniform":
             return tune.uniform(self.low, self.high)
@@ -192,6 +192,7 @@ class _ConditionalSample:
         self.domain = spec.ray_domain()
 
     def __call__(self, config: Mapping[str, Any]) -> Any:
+        # lazy: keeps ray, pyarrow out of this module's import
         from ray.tune.search.sample import Domain
         from ray.tune.search.variant_generator import RecursiveDependencyError
 
@@ -306,7 +307,7 @@ class SearchSpace:
         >>> type(load_space("fedavg").tune_space()["local_lr"]).__name__
         'Float'
         """
-        from ray import tune
+        from ray import tune  # lazy: keeps ray out of this module's import
 
         space: dict[str, Any] = dict(self.constants)
         for s in self.switches.values():

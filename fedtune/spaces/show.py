@@ -27,7 +27,7 @@ __all__ = ["show_space", "space_rows", "space_text"]
 def space_text(space: SearchSpace, note: str = "") -> str:
     """``space`` as a complete YAML document (:meth:`SearchSpace.to_document`) under a comment
     saying where it came from (and ``note``, one more comment line)."""
-    import yaml
+    import yaml  # lazy: keeps yaml out of this module's import
 
     def flow(value: Any) -> str:
         return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, allow_unicode=True, width=10**6).strip()
@@ -83,6 +83,7 @@ def space_rows(space: SearchSpace) -> list[list[str]]:
 def show_space(name: str, *, as_yaml: bool = False, console: Any = None) -> int:
     """Print the effective space of ``name`` (an algorithm's name or a file's path:
     :func:`~fedtune.spaces.lookup.load_space`)."""
+    # lazy: keeps rich, numpy out of this module's import
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text

@@ -39,8 +39,12 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from fedtune import yaml_safe
+from fedtune.algorithms import SERVER_OPTIMIZERS, all_hparams
+from fedtune.algorithms.presets import PRESETS
 from fedtune.config import RENAMED_FIELDS, FederatedRunConfig, renamed_field_message
 from fedtune.errors import ConfigError, clipped, shown
+from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE
+from fedtune.spaces import derive
 from fedtune.spaces.model import DISTRIBUTIONS, OMITTED, ParamSpec, SearchSpace, Switch, value_in
 
 __all__ = ["build_space", "read_space_file"]
@@ -95,8 +99,6 @@ def _is_study_copy(path: Path) -> bool:
     beside the study's ``study.json``). Copies written before spaces were derived from the
     declarations are whole spaces without ``complete: true``: read as written, so a resumed study
     samples what it sampled (never the declarations of a later fedtune)."""
-    from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE
-
     return path.parent.name == SPACES_DIR and (path.parent.parent / STUDY_FILE).is_file()
 
 
@@ -147,8 +149,6 @@ class _Algorithm:
     """What an algorithm allows: its tunable names, their kinds, defaults and a value check."""
 
     def __init__(self, src: str, constants: dict[str, Any]) -> None:
-        from fedtune.algorithms import SERVER_OPTIMIZERS, all_hparams
-
         self.src = src
         self.constants = constants
         try:
@@ -234,8 +234,6 @@ def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
     """Validate a parsed YAML document ``data`` (read from ``src``) into a :class:`SearchSpace`;
     ``expected`` as in :func:`read_space_file`. Unless the document says ``complete: true``, it is
     an override of the space derived from the declarations (:mod:`fedtune.spaces.derive`)."""
-    from fedtune.spaces import derive
-
     constants, description, complete = _top_level(data, src, expected)
     origins: dict[str, str] = {}
     if not complete:
@@ -261,8 +259,6 @@ def build_space(data: Any, src: str, expected: str | None) -> SearchSpace:
 
 
 def _preset_description(algorithm: str) -> str:
-    from fedtune.algorithms.presets import PRESETS
-
     return PRESETS[algorithm].description
 
 

@@ -3,7 +3,8 @@
 :mod:`fedtune.tune.study` (defining and driving a study: options, plan, sweep, seed runs, resume) ·
 :mod:`fedtune.tune.trial` (one trial in Tune: the trainable, the Arrow callback, loggers, the live
 view) · :mod:`fedtune.tune.tuner` (what the ``Tuner`` gets besides the trainable: the Optuna
-searcher and storages, Tune's storage, capacity, Tune's environment).
+searcher and storages, Tune's storage, capacity, Tune's environment); below them
+:mod:`fedtune.tune.common`, the vocabulary the three share.
 
 Search spaces are :mod:`fedtune.spaces`; reports (tables, report.md, plots) :mod:`fedtune.reports`.
 """

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fedtune.data.partition as partition
+import fedtune.runtime.coordinator as coordinator
 from fedtune.config import FederatedRunConfig
 from fedtune.data.base import FederatedPlan
 from fedtune.data.heterogeneity import homogeneity_counts
@@ -430,7 +431,7 @@ def test_two_round_local_run_with_partial_participation_samples_the_new_clients(
         calls.append((num_clients, participation, ids.tolist()))
         return ids
 
-    monkeypatch.setattr(partition, "sample_participants", spy)
+    monkeypatch.setattr(coordinator, "sample_participants", spy)  # where the coordinator looks it up
     base = {"dataset": "rotated-digits", "setting": "fdg", "rounds": 2, "local_steps": 2, "batch_size": 16,
             "model": "mlp", "mlp_hidden": [16], "backend": "local", "num_clients": 8, "participation": 0.5}
     result = run(FederatedRunConfig.from_dict({**base, "domain_homogeneity": 0.5, "output": str(tmp_path / "a"),

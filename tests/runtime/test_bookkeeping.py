@@ -262,7 +262,7 @@ def test_a_record_lands_while_another_connection_holds_the_database_locked(tmp_p
 
     from fedtune.results.study_dir import OPTUNA_FILE
     from fedtune.tune.tuner.optuna_search import optuna_storage
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
 
     study_dir = tmp_path / "s"
     study_dir.mkdir()
@@ -290,9 +290,9 @@ def test_a_record_lands_while_another_connection_holds_the_database_locked(tmp_p
 def test_the_storage_pickles_onto_the_study_being_run(tmp_path):
     import pickle
 
-    from fedtune.tune.study.active import ACTIVE
+    from fedtune.tune.common.active import ACTIVE
     from fedtune.tune.tuner.optuna_search import optuna_storage
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
 
     (tmp_path / "A").mkdir()
     (tmp_path / "B").mkdir()

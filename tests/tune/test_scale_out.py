@@ -150,7 +150,7 @@ def test_scale_up_watch_counts_only_time_with_nothing_running(monkeypatch):
     with pytest.raises(ScaleUpTimeout, match=r"search 'fedavg'.*wait for 1 CPU, 0.5 GPU.*ray status"):
         w2.on_step_begin(1, _trials("PENDING"))
     # A wait past ANNOUNCE_AFTER_S is printed (a Ray Job's log has no live table), once a minute.
-    from fedtune.tune.study import active
+    from fedtune.tune.common import active
 
     printed = []
     view = SimpleNamespace(console=SimpleNamespace(print=lambda text, **kw: printed.append(text)), rows={})

@@ -38,7 +38,7 @@ def test_write_error_in_finds_a_full_disk_anywhere_in_the_chain(tmp_path):
     import optuna
 
     from fedtune.results.atomic import StorageFullError, write_error_in
-    from fedtune.tune.study.ray_lost import study_write_error
+    from fedtune.tune.study.search_fit import study_write_error
 
     with pytest.raises(optuna.exceptions.StorageInternalError) as caught:
         _database_full()

@@ -24,8 +24,8 @@ from types import SimpleNamespace
 import pytest
 
 from fedtune.errors import ConfigError
-from fedtune.tune.study import state_signatures as sig
-from fedtune.tune.study.state_signatures import (MANIFEST, ExperimentSignatures, check_experiment, key_path,
+from fedtune.tune.common import state_signatures as sig
+from fedtune.tune.common.state_signatures import (MANIFEST, ExperimentSignatures, check_experiment, key_path,
                                                  state_key)
 
 
@@ -261,7 +261,7 @@ def test_every_folder_of_the_studys_tune_storage_is_checked(key_home, tmp_path):
     """A restorable experiment needs every pickle signed; one Tune will start afresh may hold its
     unsigned tuner.pkl (rewritten before it is read) but nothing else unsigned: the driver would
     otherwise run there and a later resume find the planted file signed."""
-    from fedtune.tune.study.state_signatures import check_study_experiments
+    from fedtune.tune.study.resume import check_study_experiments
 
     tune = tmp_path / "tune"
     fresh = tune / "fedavg"  # a driver killed before Tune's first snapshot: tuner.pkl only

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ray.tune.search import Searcher
 
-from fedtune.tune.study.plan import SEARCH_FIELD, plan_study, search_of
+from fedtune.tune.common.searches import SEARCH_FIELD, search_of
+from fedtune.tune.study.plan import plan_study
 from fedtune.tune.study.search_fit import fit_groups
 from fedtune.tune.tuner.study_search import PerSearchScheduler, StudySearcher
 

@@ -209,7 +209,7 @@ def test_the_wait_line_speaks_of_an_autoscaler_only_where_there_is_one(monkeypat
     from rich.console import Console
 
     from fedtune.tune.trial import scale_up
-    from fedtune.tune.study.active import ACTIVE
+    from fedtune.tune.common.active import ACTIVE
 
     class View:
         console = Console(record=True, width=400)
@@ -239,7 +239,7 @@ def test_on_a_ray_fedtune_started_a_waiting_trial_blames_nothing_else(monkeypatc
     from rich.console import Console
 
     from fedtune.tune.trial import scale_up
-    from fedtune.tune.study.active import ACTIVE
+    from fedtune.tune.common.active import ACTIVE
 
     class View:
         console = Console(record=True, width=400)

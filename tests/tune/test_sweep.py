@@ -19,7 +19,8 @@ from fedtune.config import FederatedRunConfig
 from fedtune.results.selection import objective_values
 from fedtune.tune.tuner.capacity import concurrency_cap
 from fedtune.tune.study.options import METRICS, SweepOptions
-from fedtune.tune.study.plan import optuna_storage_url, plan_study
+from fedtune.tune.common.searches import optuna_storage_url
+from fedtune.tune.study.plan import plan_study
 from fedtune.tune.study.sweep import run_sweep
 
 ROOT = Path(__file__).resolve().parents[2]

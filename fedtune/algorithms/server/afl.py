@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.declarations import AFL_LAMBDA_AT, AFL_LAMBDA_LR
 from fedtune.algorithms.server.side import ServerSide
 
@@ -80,7 +81,7 @@ class AFLServer(ServerSide):
 
     name = "afl"
 
-    def __init__(self, cfg: Any, layout: Any, num_clients: int):
+    def __init__(self, cfg: RunConfig, layout: Any, num_clients: int):
         super().__init__(cfg, layout, num_clients)
         self.step = float(AFL_LAMBDA_LR.of(cfg))
         self.at = AFL_LAMBDA_AT.of(cfg)

@@ -55,7 +55,7 @@ def one_blas_thread() -> contextlib.AbstractContextManager:
     global _blas_controller
     try:
         if _blas_controller is None:
-            from threadpoolctl import ThreadpoolController
+            from threadpoolctl import ThreadpoolController  # lazy: keeps threadpoolctl out of this module's import
 
             _blas_controller = ThreadpoolController()
         return _blas_controller.limit(limits=1, user_api="blas")

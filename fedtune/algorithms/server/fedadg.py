@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.declarations import CLIENT_WEIGHTING
 from fedtune.algorithms.server.aggregate import mean_weights
 from fedtune.algorithms.server.side import ServerSide
@@ -46,7 +47,7 @@ class FedADGServer(ServerSide):
 
     name = "fedadg"
 
-    def __init__(self, cfg: Any, layout: Any, num_clients: int):
+    def __init__(self, cfg: RunConfig, layout: Any, num_clients: int):
         super().__init__(cfg, layout, num_clients)
         self.generator: np.ndarray | None = None
         self.weighting = CLIENT_WEIGHTING.of(cfg)  # the rule's mean: the generator is averaged as the model

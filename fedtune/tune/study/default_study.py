@@ -7,6 +7,7 @@ import copy
 import os
 from typing import Any
 
+from fedtune.algorithms.presets import PRESETS
 from fedtune.tune.study.options import SweepOptions
 
 __all__ = ["DEFAULT_ALGORITHMS", "DEFAULT_STUDY", "apply_default_study", "is_default_study"]
@@ -37,8 +38,7 @@ def is_default_study(opts: SweepOptions) -> bool:
 def apply_default_study(opts: SweepOptions) -> SweepOptions:
     """The no-argument study: :data:`DEFAULT_STUDY` on the algorithms of :data:`DEFAULT_ALGORITHMS`
     that are registered and have a search space."""
-    from fedtune.algorithms.presets import PRESETS
-    from fedtune.spaces.lookup import list_spaces
+    from fedtune.spaces.lookup import list_spaces  # lazy: keeps numpy out of this module's import
 
     spaces = set(list_spaces())
     algos = [a for a in DEFAULT_ALGORITHMS if a in PRESETS and a in spaces]

@@ -10,18 +10,26 @@ No Ray, no Optuna.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedtune.algorithms import in_run_tuner_spec
+from fedtune.algorithms import own_knobs
 from fedtune.bounds import Bounds
 from fedtune.config import ROLES
 from fedtune.errors import ConfigError, shown
 from fedtune.results import selection as _protocol
+from fedtune.results.optuna_url import check_optuna_storage
+from fedtune.results.study_dir import NAME_RULE, name_problem
+from fedtune.tune.common.searches import SAMPLERS
+from fedtune.tune.tuner.storage import check_storage_path, local_storage_dir
 
-SAMPLERS = ("tpe", "random", "cmaes", "nsga2", "gp", "qmc")
+if TYPE_CHECKING:
+    from fedtune.config import FederatedRunConfig
+
 SCHEDULERS = ("fifo", "asha", "hyperband", "pbt", "pb2")
 POPULATION_SCHEDULERS = ("pbt", "pb2")  # Ray Tune's population-based training: a population, no searcher
 KNOBS = ("all", "own")
@@ -208,6 +216,7 @@ class SweepOptions:
     def _check_last_round(self) -> None:
         """A scheduler whose first rung or first perturbation comes no earlier than the last round
         (it would stop or perturb nothing) is refused, with the numbers."""
+        # lazy: keeps numpy out of this module's import
         from fedtune.config import FederatedRunConfig
 
         rounds = int(self.rounds or FederatedRunConfig.rounds)
@@ -225,7 +234,7 @@ class SweepOptions:
             raise ConfigError(f"option '--perturbation-interval': {self.perturbation_interval} is not before the last "
                               f"round ({said}): {name} would never exploit or explore; allowed: {allowed}")
 
-    def check_run(self, cfg: Any, spaces: Sequence[Any] = ()) -> None:
+    def check_run(self, cfg: FederatedRunConfig, spaces: Sequence[Any] = ()) -> None:
         """The options against the run every trial shares (``cfg``, a
         :class:`~fedtune.config.FederatedRunConfig` of the ``--set``/``--config`` fields) and the
         search ``spaces``: ``--target-domain`` has no effect under a ``split_scheme``; PBT and PB2
@@ -259,8 +268,6 @@ class SweepOptions:
         algorithm's own (the shared ones are fixed for every member)."""
         own = None
         if self.knobs == "own":
-            from fedtune.algorithms import own_knobs
-
             own = set(own_knobs(space.algorithm))
         return {n for n, p in space.params.items() if p.sampled and not p.when and (own is None or n in own)}
 
@@ -311,7 +318,6 @@ class SweepOptions:
     def _check_sampler(self) -> None:
         if self.sampler != "cmaes":
             return
-        import importlib.util
 
         if len(self.metrics()) > 1:
             raise ConfigError("option '--sampler': cmaes optimises one objective; use nsga2 or tpe for "
@@ -335,8 +341,6 @@ class SweepOptions:
 
     def _check_population(self) -> None:
         """PBT and PB2 (Ray Tune's): one objective, a population drawn at random, PB2's GPy."""
-        import importlib.util
-
         if len(self.metrics()) > 1:
             raise ConfigError(f"option '--scheduler': {self.scheduler} exploits by one objective; allowed for "
                               f"{', '.join(self.metrics())}: fifo, asha")
@@ -382,26 +386,22 @@ class SweepOptions:
     def _check_places(self) -> None:
         """Storages, loggers, the study's name and output folder, the target domain."""
         if self.storage_path is not None:
-            from fedtune.tune.tuner.storage import check_storage_path, local_storage_dir
-
             local = local_storage_dir(check_storage_path(self.storage_path))
             if local is not None:  # a folder that refuses writes: now, not when Tune first saves there
+                # lazy: keeps pyarrow, numpy out of this module's import
                 from fedtune.results.store import check_output_dir
 
                 check_output_dir(local, "option '--storage-path'")
         _check_loggers(self.loggers)
         if self.optuna_storage is not None:
-            from fedtune.results.optuna_url import check_optuna_storage
-
             check_optuna_storage(self.optuna_storage)
         if self.name is not None:
-            from fedtune.results.study_dir import NAME_RULE, name_problem
-
             problem = name_problem(self.name)
             if problem is not None:
                 raise ConfigError(f"option '--name': {shown(self.name, 60)} is not a valid study name ({problem}); "
                                   f"allowed: {NAME_RULE}")
         if self.output is not None:
+            # lazy: keeps pyarrow, numpy out of this module's import
             from fedtune.results.store import check_output_dir
 
             check_output_dir(self.output, "option '--output'")
@@ -426,8 +426,6 @@ def _check_loggers(loggers: Sequence[str]) -> None:
     ...
     fedtune.errors.ConfigError: option '--logger': 'neptune' is not allowed; allowed: csv, tensorboard, mlflow, wandb
     """
-    import importlib.util
-
     for name in loggers:
         Bounds(choices=tuple(LOGGERS)).check("option '--logger'", name)
         needs = LOGGERS[name]

@@ -41,40 +41,31 @@ means over rounds; accuracies/losses are the best over rounds.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NoReturn
 
+from fedtune.algorithms.presets import PRESETS
 from fedtune.config import ROLES, FederatedRunConfig
+from fedtune.data.registry import get_dataset
 from fedtune.errors import ConfigError
 from fedtune.old_names import old_name_error
 from fedtune.results import selection as _protocol
+from fedtune.results.optuna_url import check_optuna_storage
 from fedtune.results.study_dir import StudyDir
-
+from fedtune.runtime.driver import build_plan
+from fedtune.spaces.lookup import load_space
+from fedtune.spaces.model import strip_switches
+from fedtune.tune.common.searches import optuna_storage_url
 from fedtune.tune.study.options import SweepOptions
+from fedtune.tune.tuner.storage import check_storage_path
 
 
 STUDY_FIT = "_searches"
 """The Tune experiment (``tune/_searches``) of the searches of a study that run in one fit; no
 search is named so (its name would begin with an algorithm's)."""
-
-SEARCH_FIELD = "fedtune_search"
-"""The key of a trial's config that names its search when several searches share one Tune fit
-(:mod:`fedtune.tune.tuner.study_search`); not a field of a run (the trainable drops it)."""
-
-
-def search_of(trial: Any, default: str | None = None) -> str | None:
-    """The search key of a Tune trial (or of a trial's config dict) that ran in a fit of several
-    searches, else ``default``.
-
-    >>> search_of({SEARCH_FIELD: "fedprox@ts1", "prox_mu": 0.1}), search_of({"prox_mu": 0.1}, "fedavg")
-    ('fedprox@ts1', 'fedavg')
-    """
-    config = trial if isinstance(trial, Mapping) else getattr(trial, "config", None) or {}
-    return config.get(SEARCH_FIELD, default)
 
 
 @dataclass(frozen=True)
@@ -168,24 +159,12 @@ def abs_path(path: str | None) -> str | None:
     return None if path is None else str(Path(path).expanduser().resolve())
 
 
-def optuna_storage_url(study_dir: str | os.PathLike[str]) -> str:
-    """The SQLite URL of a study's ``optuna.db`` (absolute).
-
-    >>> optuna_storage_url("/tmp/x/s")
-    'sqlite:////tmp/x/s/optuna.db'
-    """
-    return f"sqlite:///{StudyDir(Path(study_dir).resolve()).optuna_db}"
-
-
 def _default_name() -> str:
     return "sweep-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 
 def _load_spaces(opts: SweepOptions) -> list[Any]:
     """The search spaces of the study: the SPACE files, else one per ``--algorithm``."""
-    from fedtune.algorithms.presets import PRESETS
-    from fedtune.spaces.lookup import load_space
-
     for a in opts.algorithms:
         if a not in PRESETS:
             raise ConfigError(f"option '--algorithm': '{a}' is unknown; allowed: {', '.join(PRESETS)}")
@@ -215,8 +194,6 @@ def _load_spaces(opts: SweepOptions) -> list[Any]:
 
 
 def _domains(dataset: str, data_root: str | None, overrides: Mapping[str, Any]) -> list[str]:
-    from fedtune.data.registry import get_dataset
-
     ds = get_dataset(dataset, root=data_root, image_size=overrides.get("image_size"),
                      data_seed=int(overrides.get("data_seed", 0) or 0))
     return list(ds.info.domains)
@@ -234,11 +211,9 @@ def plan_study(opts: SweepOptions, *, name: str | None = None) -> StudyPlan:
     """
     opts.validate(started=_started(opts, name or opts.name))
     if opts.optuna_storage is not None:  # saved normalised: --resume from elsewhere opens the same storage
-        from fedtune.results.optuna_url import check_optuna_storage
 
         opts.optuna_storage = check_optuna_storage(opts.optuna_storage)
     if opts.storage_path is not None:  # saved normalised (absolute), like --output
-        from fedtune.tune.tuner.storage import check_storage_path
 
         opts.storage_path = check_storage_path(opts.storage_path)
     spaces = _load_spaces(opts)
@@ -316,9 +291,6 @@ def _target_searches(opts: SweepOptions, space: Any, target: str | None, base: M
                      n_targets: int) -> list[tuple[Search, dict[str, Any]]]:
     """(search, its fixed trial config) per ``--trial-seeds`` replicate of ``space`` and ``target``, once the
     space's default configuration passed every check."""
-    from fedtune.runtime.driver import build_plan
-    from fedtune.spaces.model import strip_switches
-
     search = Search(space.algorithm, target, space.source, per_target=opts.target_domain == "all")
     cfg_fixed = {**base, "algorithm": space.algorithm}
     if target is not None:

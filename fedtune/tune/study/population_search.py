@@ -27,6 +27,7 @@ def population_tuner(opts: Any, plan: Any, search: Any, space: Any, total: int, 
     written into the Optuna study ``study_name`` (created here if new) when it ends. ``opts``,
     ``plan``, ``search``: the sweep's :class:`~fedtune.tune.study.options.SweepOptions`,
     :class:`~fedtune.tune.study.plan.StudyPlan` and :class:`~fedtune.tune.study.plan.Search`."""
+    # lazy: keeps optuna, numpy out of this module's import
     import optuna
     from ray import tune
     from ray.tune.search import BasicVariantGenerator

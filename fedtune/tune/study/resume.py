@@ -7,20 +7,26 @@ again, and ``trials.parquet`` rows of trials that ended just before the driver s
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fedtune.config import FederatedRunConfig
-from fedtune.errors import ConfigError
+from fedtune.data.registry import get_dataset
+from fedtune.errors import ConfigError, shown
 from fedtune.plugins import check_plugin_records
-from fedtune.results.study_dir import SPACES_DIR, STUDY_FILE, StudyDir, latest_study, read_study, studies_in
-from fedtune.tune.study.plan import StudyPlan, plan_study
+from fedtune.results import optuna_url, status
+from fedtune.results.study_dir import (SPACES_DIR, STUDY_FILE, StudyDir, latest_study, read_study, read_study_if_any,
+                                       studies_in)
+from fedtune.runtime.driver import FederatedRun, round_row
+from fedtune.tune.common.state_signatures import check_experiment
 from fedtune.tune.study.options import SweepOptions, resume_fixed_dests
+from fedtune.tune.study.plan import StudyPlan, abs_path, plan_study
+from fedtune.tune.tuner.storage import check_storage_path, experiments_in, restorable, set_aside_unreadable_state
 
 __all__ = ["FAILED_UNRECORDED", "RESUME_ALLOWED", "RESUME_FIXED", "check_optuna_storage", "check_resume_flags",
-           "rebuild_trial_rows", "recover_seed_rows", "recover_trial_rows", "repair_round_files", "resumed_study",
-           "set_aside_unreadable_snapshots", "study_space"]
+           "check_study_experiments", "rebuild_trial_rows", "recover_seed_rows", "recover_trial_rows", "repair_round_files",
+           "resumed_study", "set_aside_unreadable_snapshots", "study_space"]
 
 
 def resumed_study(opts: SweepOptions, output: Path) -> tuple[StudyPlan, dict[str, Any]]:
@@ -52,8 +58,8 @@ def repair_round_files(study_dir: Path, console: Any = None) -> list[str]:
     its configuration, so the rows are the same but for timings); a trial without one (it was
     running) is left to Tune, which continues it. Returns one warning per file. An unreadable
     ``trials.parquet`` is an error naming it (its rows cannot be recomputed)."""
+    # lazy: keeps pyarrow out of this module's import
     from fedtune.results.store import ResultsStore, corrupt_files, load, quarantine
-    from fedtune.runtime.driver import FederatedRun, round_row
 
     bad = corrupt_files(study_dir, "rounds")
     if not bad:
@@ -95,9 +101,7 @@ def set_aside_unreadable_snapshots(plan: StudyPlan, console: Any = None) -> list
     set aside (:func:`fedtune.tune.tuner.storage.set_aside_unreadable_state`), so Tune restores the
     one before it, or the search's fit starts again on its Optuna study, with the study's options.
     Returns one warning per snapshot set aside."""
-    from rich.markup import escape
-
-    from fedtune.tune.tuner.storage import experiments_in, set_aside_unreadable_state
+    from rich.markup import escape  # lazy: keeps rich out of this module's import
 
     notes = []
     for experiment in experiments_in(plan.tune_storage):
@@ -117,6 +121,7 @@ class _RowRebuilder:
     by :func:`recover_trial_rows` and :func:`recover_seed_rows`), one note per row."""
 
     def __init__(self, study_dir: Path, console: Any = None) -> None:
+        # lazy: keeps pyarrow out of this module's import
         from fedtune.results.store import ResultsStore, load
 
         self.files = StudyDir(study_dir)
@@ -128,7 +133,7 @@ class _RowRebuilder:
 
     def rows(self, trial_id: str) -> list[dict[str, Any]]:
         """The trial's round rows in round order, null columns left out; none without a round file."""
-        from fedtune.results.store import load
+        from fedtune.results.store import load  # lazy: keeps pyarrow out of this module's import
 
         path = self.store.rounds_path(trial_id)
         if not path.is_file():
@@ -137,9 +142,9 @@ class _RowRebuilder:
                       key=lambda r: int(r["round"]))
         return [{k: v for k, v in r.items() if v is not None} for r in rows]
 
-    def write(self, trial_id: str, rows: list[dict[str, Any]], cfg: Any, note: str, *, error: str | None = None,
-              started_at: Any = None, ended_at: Any = None, short: str | None = None) -> None:
-        from fedtune.results import status
+    def write(self, trial_id: str, rows: list[dict[str, Any]], cfg: FederatedRunConfig, note: str, *,
+              error: str | None = None, started_at: Any = None, ended_at: Any = None, short: str | None = None) -> None:
+        # lazy: keeps ray, pyarrow out of this module's import
         from fedtune.tune.trial.callback import trial_row
 
         self.store.write_trial(trial_row(rows, cfg, study=self.store.study, trial_id=trial_id, error=error,
@@ -166,9 +171,9 @@ def recover_trial_rows(study_dir: Path, optuna_trials: Sequence[Any], console: A
       its rounds say when they reached the last round, or diverged), so every round file has a row.
 
     The resumed searcher never runs a finished configuration again. Returns one note per row written."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # lazy: keeps optuna out of this module's import
 
-    from fedtune.results import status
+    # lazy: keeps ray, pyarrow out of this module's import
     from fedtune.tune.trial.callback import no_objective_error
     from fedtune.tune.trial.trainable import trial_run_config
 
@@ -205,6 +210,7 @@ def recover_seed_rows(study_dir: Path, data: dict[str, Any], console: Any = None
     trials) rebuilt from their round files and the configuration ``study.json`` saved for them, for
     each re-run whose round file holds every round; a shorter one is left to Tune, which continues
     it. Returns one note per row written."""
+    # lazy: keeps ray, pyarrow out of this module's import
     from fedtune.tune.trial.trainable import trial_run_config
 
     rebuild = _RowRebuilder(study_dir, console)
@@ -229,6 +235,7 @@ def check_optuna_storage(plan: StudyPlan, data: dict[str, Any]) -> None:
     the study's searches: ``optuna.db`` deleted or moved, or a shared ``--optuna-storage`` without
     the study's Optuna studies. A search cannot continue without its Optuna trials (the sampler's
     history and the trials Tune will ask about), and an empty storage would silently restart it."""
+    # lazy: keeps ray, optuna out of this module's import
     from fedtune.tune.tuner.optuna_search import optuna_storage
 
     started = [s for s in plan.searches
@@ -241,7 +248,7 @@ def check_optuna_storage(plan: StudyPlan, data: dict[str, Any]) -> None:
             return
         missing, where = [s.key for s in started], f"'{files.optuna_db}' is missing (deleted or moved)"
     else:
-        import optuna
+        import optuna  # lazy: keeps optuna out of this module's import
 
         storage = optuna_storage(plan.study_dir, url=plan.optuna_url)
         names = {st.study_name for st in optuna.get_all_study_summaries(storage, include_best_trial=False)}
@@ -262,6 +269,7 @@ def rebuild_trial_rows(plan: StudyPlan, data: dict[str, Any], console: Any = Non
     one advises) rebuilt, for every search of the study, finished ones included: searched trials
     from their round files and Optuna (:func:`recover_trial_rows`), ``--seeds`` re-runs from their
     round files and ``study.json`` (:func:`recover_seed_rows`)."""
+    # lazy: keeps ray, optuna out of this module's import
     from fedtune.tune.tuner.optuna_search import optuna_storage, optuna_trials
 
     storage = optuna_storage(plan.study_dir, url=plan.optuna_url)
@@ -302,10 +310,8 @@ def _plain(value: Any) -> Any:
 
 def _effective(opts: SweepOptions, dest: str) -> Any:
     """Option ``dest`` of ``opts`` as the study runs it: an unset option as its default (``--knobs``
-    all, the dataset's and the rounds' defaults, PBT's interval, the selection protocol and the metrics
-    they imply), a path made absolute, a storage URL normalised; JSON-plain, so 2 and 2.0 compare equal."""
-    from fedtune.tune.study.plan import abs_path
-
+    all, the dataset's and the rounds' defaults, the selection protocol and the metrics they imply),
+    a path made absolute, a storage URL normalised; JSON-plain, so 2 and 2.0 compare equal."""
     if dest == "knobs":
         return opts.knobs or "all"
     if dest in ("selection", "metric"):
@@ -319,21 +325,14 @@ def _effective(opts: SweepOptions, dest: str) -> Any:
     if dest == "perturbation_interval":
         return opts.population_interval(int(opts.rounds or FederatedRunConfig().rounds))
     if dest == "storage_path" and opts.storage_path:
-        from fedtune.tune.tuner.storage import check_storage_path
-
         return check_storage_path(opts.storage_path)
     if dest == "optuna_storage" and opts.optuna_storage:
-        from fedtune.results.optuna_url import check_optuna_storage
-
-        return check_optuna_storage(opts.optuna_storage)
+        return optuna_url.check_optuna_storage(opts.optuna_storage)
     return [_plain(getattr(opts, a)) for a in _RESUME_ATTRS.get(dest, (dest,))]
 
 
 def _first_domain(opts: SweepOptions) -> str | None:
     """The target domain of a study without ``--target-domain``: its dataset's first domain."""
-    from fedtune.data.registry import get_dataset
-    from fedtune.tune.study.plan import abs_path
-
     fields = {**opts.config_fields, **opts.overrides}
     try:
         ds = get_dataset(opts.dataset or FederatedRunConfig().dataset, root=abs_path(opts.data_root),
@@ -362,8 +361,6 @@ def _same(dest: str, given: SweepOptions, saved: SweepOptions, study_dir: Path) 
 
 def _shown_option(opts: SweepOptions, dest: str) -> str:
     """Option ``dest`` of ``opts`` for a message: its value, an unset one as the default it runs with."""
-    from fedtune.errors import shown
-
     if dest == "spaces":
         return shown(list(opts.spaces), 120)
     values = [getattr(opts, a) for a in _RESUME_ATTRS.get(dest, (dest,))]
@@ -383,9 +380,6 @@ def check_resume_flags(given_flags: dict[str, Any], opts: SweepOptions) -> None:
     spelled differently: an option left unset at the start given now as its default (``--knobs all``,
     the default dataset, ``--selection val``), a relative path to the same folder, 2 for 2.0.
     Without a study to compare with, every one given is refused."""
-    from fedtune.results.study_dir import read_study_if_any
-    from fedtune.tune.study.plan import abs_path
-
     given = [k for k in RESUME_FIXED if given_flags.get(k) not in (None, [], False)]
     if not given:
         return
@@ -406,3 +400,27 @@ def check_resume_flags(given_flags: dict[str, Any], opts: SweepOptions) -> None:
         raise ConfigError(f"--resume continues a study with its saved options; {', '.join(flags.values())} cannot "
                           f"change them ({what}); allowed with --resume: {', '.join(RESUME_ALLOWED)}, and the "
                           "study's saved options again")
+
+
+def check_study_experiments(tune_storage: str, *, study: str, trust: bool = False) -> None:
+    """:func:`~fedtune.tune.common.state_signatures.check_experiment` for every folder of a study's
+    ``tune_storage``, before Ray starts.
+
+    An experiment Tune cannot restore (a driver killed before Tune's first snapshot) is started
+    afresh in its folder, and its ``tuner.pkl`` written anew before anything reads it, so that file
+    alone may be unsigned there; any other unsigned pickle is refused even so, or the driver would
+    later sign, as its own, a file planted there for the next resume."""
+    # lazy: keeps pyarrow out of this module's import
+    import pyarrow.fs  # lazy: keeps pyarrow out of this module's import
+
+    text = str(tune_storage)
+    if "://" in text:
+        fs, path = pyarrow.fs.FileSystem.from_uri(text)
+    else:
+        fs, path = pyarrow.fs.LocalFileSystem(), str(Path(text).resolve())
+    infos = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
+    for info in sorted(infos, key=lambda i: i.path):
+        location = f"{text.rstrip('/')}/{PurePosixPath(info.path).name}"
+        if info.type == pyarrow.fs.FileType.Directory:
+            check_experiment(location, study=study, trust=trust,
+                             ignore=() if restorable(location) else ("tuner.pkl",))

@@ -15,14 +15,21 @@ from collections.abc import Callable
 from typing import Any
 
 from fedtune.results import status
+from fedtune.results.atomic import write_error_in
+from fedtune.results.optuna_url import shown
+from fedtune.results.study_dir import StudyDir
+from fedtune.tune.common.active import ACTIVE
+from fedtune.tune.common.ray_lost import ray_lost_in
+from fedtune.tune.common.state_signatures import check_experiment
+from fedtune.tune.study.moved_modules import old_module_names
 from fedtune.tune.study.options import POPULATION_SCHEDULERS
 from fedtune.tune.study.plan import STUDY_FIT, Search, StudyPlan
 from fedtune.tune.study.resume import recover_trial_rows
 from fedtune.tune.study.study_start import now
 from fedtune.tune.tuner.storage import restorable
 
-__all__ = ["SEEDS_FIT", "ended_early_check", "finish_search", "fit_groups", "restore_tuner", "search_total",
-           "searcher_of", "seed_groups", "seeds_tuner", "study_tuner"]
+__all__ = ["SEEDS_FIT", "ended_early_check", "finish_search", "fit_groups", "fit_stop", "restore_tuner",
+           "search_total", "searcher_of", "seed_groups", "seeds_tuner", "study_tuner", "study_write_error"]
 
 SEEDS_FIT = "_seeds"
 """The Tune experiment (``tune/_seeds``) of the ``--seeds`` re-runs of several searches, run in one fit."""
@@ -69,6 +76,7 @@ def _shared_tuner(study: Any, searchers: list[tuple[str, Any]], fixed: dict[str,
                   totals: dict[str, int], fit: str, trial_dirname: Any) -> Any:
     """The Tuner of the fit ``fit`` of several searches: their searchers (key, searcher) behind one
     :class:`~fedtune.tune.tuner.study_search.StudySearcher`, ``totals`` trials in all."""
+    # lazy: keeps ray out of this module's import
     from ray import tune
 
     from fedtune.tune.tuner.study_search import StudySearcher
@@ -87,6 +95,7 @@ def _shared_tuner(study: Any, searchers: list[tuple[str, Any]], fixed: dict[str,
 def seeds_tuner(study: Any, parts: list[tuple[str, list[dict[str, Any]]]], trial_dirname: Any) -> Any:
     """The Tuner of the seed re-runs of several searches (key, configurations) in one fit
     (:class:`~fedtune.tune.tuner.study_search.ListedConfigs` each)."""
+    # lazy: keeps ray, pyarrow out of this module's import
     from fedtune.tune.tuner.study_search import ListedConfigs
 
     return _shared_tuner(study, [(key, ListedConfigs(configs)) for key, configs in parts],
@@ -97,6 +106,7 @@ def seeds_tuner(study: Any, parts: list[tuple[str, list[dict[str, Any]]]], trial
 def searcher_of(study: Any, search: Search, space: Any, total: int) -> tuple[Any, Any]:
     """The searcher (:class:`~fedtune.tune.tuner.optuna_search.FedtuneOptunaSearch`) and the Tune
     scheduler of one search of ``study`` (a :class:`fedtune.tune.study.sweep` study)."""
+    # lazy: keeps ray, optuna out of this module's import
     from fedtune.tune.tuner.optuna_search import FedtuneOptunaSearch
     from fedtune.tune.tuner.samplers import make_sampler
     from fedtune.tune.tuner.schedulers import make_scheduler
@@ -119,6 +129,7 @@ def study_tuner(study: Any, searches: list[tuple[Search, Any, int]], trial_dirna
     """The Tuner of a fit of several searches of ``study``: (search, space, trials asked) each, in
     the study's order; their own searchers and, unless FIFO, their own schedulers behind one
     :class:`~fedtune.tune.tuner.study_search.PerSearchScheduler`."""
+    # lazy: keeps ray, pyarrow out of this module's import
     from fedtune.tune.tuner.study_search import PerSearchScheduler
 
     parts = {s.key: searcher_of(study, s, space, total) for s, space, total in searches}
@@ -131,6 +142,7 @@ def ended_early_check(study: Any, study_name: str, total: int,
                       ended: dict[str, str | None]) -> Callable[[], bool]:
     """Whether a search whose fit made fewer than ``total`` trials is complete anyway (its searcher
     ended it: :func:`~fedtune.tune.tuner.optuna_search.ended_early`); the reason goes to ``ended["why"]``."""
+    # lazy: keeps ray, optuna out of this module's import
     from fedtune.tune.tuner.optuna_search import ended_early
 
     def complete_anyway() -> bool:
@@ -143,6 +155,7 @@ def ended_early_check(study: Any, study_name: str, total: int,
 def finish_search(study: Any, search: Search, study_name: str, ended: dict[str, str | None]) -> None:
     """After its fit: tell FAIL what a killed driver left open in Optuna, give a trial row to a round
     file no driver finished, mark the search done in study.json (and say why it ended early)."""
+    # lazy: keeps ray, optuna out of this module's import
     from fedtune.tune.tuner.optuna_search import EXHAUSTED, optuna_trials, reconcile_optuna
 
     plan = study.plan
@@ -162,7 +175,7 @@ def restore_tuner(study: Any, exp_dir: str, *, param_space: dict[str, Any] | Non
                   searches: list[Search] = ()) -> Any:
     """``Tuner.restore`` of ``exp_dir`` for ``study`` (in its study directory, wherever the study was
     created), once every pickle in it is found signed by this user
-    (:mod:`~fedtune.tune.study.state_signatures`): Tune takes the experiment's location from
+    (:mod:`~fedtune.tune.common.state_signatures`): Tune takes the experiment's location from
     ``exp_dir``; the Optuna storage unpickles onto this study (``ACTIVE["study_dir"]``); the Arrow
     callback pickled in ``tuner.pkl`` is pointed at this study directory too, so a copied or moved
     study writes only here; a :class:`~fedtune.tune.trial.state_signer.StateSigner` signs what it writes.
@@ -172,11 +185,11 @@ def restore_tuner(study: Any, exp_dir: str, *, param_space: dict[str, Any] | Non
     without the study's fixed options). ``searches``: the fit's Optuna searches; a trial their
     searchers already ended (Optuna holds it finished) that Tune's snapshot, older, still holds
     running is not run again (:class:`~fedtune.tune.tuner.schedulers.EndedStayEnded`)."""
+    # lazy: keeps ray out of this module's import
     from ray import tune
 
     from fedtune.results.store import ResultsStore
-    from fedtune.tune.study.moved_modules import old_module_names
-    from fedtune.tune.study.state_signatures import check_experiment
+    # lazy: keeps ray, pyarrow out of this module's import
     from fedtune.tune.trial.callback import ArrowCallback
     from fedtune.tune.trial.population import PopulationRecorder, population_trainable
     from fedtune.tune.tuner.schedulers import EndedStayEnded, ended_in_optuna
@@ -209,3 +222,35 @@ def restore_tuner(study: Any, exp_dir: str, *, param_space: dict[str, Any] | Non
         tune_config = tuner._local_tuner._tune_config
         tune_config.scheduler = EndedStayEnded(tune_config.scheduler, ended)
     return tuner
+
+
+def fit_stop(error: BaseException | None, key: str, study_dir: Any, hint: str) -> Exception | None:
+    """Why a search's ``Tuner.fit`` (which raised ``error``, or returned: None) stops the study, as
+    the one-line error to raise: Ray went away (:class:`~fedtune.tune.common.ray_lost.RayLost`, with
+    the search and ``hint``, the resume command), or the Arrow store could not write (a full disk:
+    :func:`fedtune.tune.trial.callback.write_failure`, recorded even when the fit returned); else None."""
+    lost = ray_lost_in(error) if error is not None else None
+    if lost is not None:
+        return type(lost)(f"search '{key}': {lost}; continue with: {hint}")
+    # lazy: keeps ray, pyarrow out of this module's import
+    from fedtune.tune.trial.callback import write_failure
+
+    recorded = write_failure(study_dir, resume_command=hint)
+    if recorded is not None or error is None:
+        return recorded
+    return study_write_error(error, study_dir, hint)  # optuna.db or Tune's own files on a full disk
+
+
+def study_write_error(error: BaseException, study_dir: Any, hint: str) -> Exception | None:
+    """``error`` as the one line of a write the disk refused while a study ran outside the Arrow
+    store (:func:`fedtune.results.atomic.write_error_in`: the Optuna database, which SQLite reports
+    as "database or disk is full", or a file of Tune's experiment), with what is intact and the
+    resume command ``hint``; None for any other error."""
+    url = str(ACTIVE.get("optuna_url") or "")
+    database = url[len("sqlite:///"):] if url.startswith("sqlite:///") else (shown(url) if url
+                                                                            else StudyDir(study_dir).optuna_db)
+    err = write_error_in(error, database)
+    if err is None:
+        return None
+    return err.with_context(f"the study stopped; the finished rounds and trials are intact in '{study_dir}'; "
+                            f"free space (or make the folder writable), then resume it with: {hint}")

@@ -23,15 +23,17 @@ from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.results import status
 from fedtune.results.selection import SCORE, check_protocol, choose_round, select
+from fedtune.spaces.model import strip_switches
 from fedtune.tune.study.plan import Search, seeds_for
+from fedtune.tune.study.search_fit import SEEDS_FIT, restore_tuner, seeds_tuner
+from fedtune.tune.study.study_start import now
+from fedtune.tune.tuner.storage import restorable
 
 __all__ = ["run_seeds", "seed_trial_id", "selected_config", "selected_trial"]
 
 
 def seed_trial_id(config: Mapping[str, Any]) -> str:
     """The trial id of a re-run's configuration (switches of a search space left out)."""
-    from fedtune.spaces.model import strip_switches
-
     return FederatedRunConfig.from_dict(strip_switches(dict(config))).trial_id()
 
 
@@ -55,7 +57,7 @@ def selected_trial(rounds: Iterable[Mapping[str, Any]], search: Search, seed: in
     >>> selected_trial(rows, s, 0, "val"), selected_trial(rows, s, 1, "val")
     ('a', None)
     """
-    from fedtune.reports.stats import NO_DOMAIN
+    from fedtune.reports.stats import NO_DOMAIN  # lazy: keeps pyarrow, pandas out of this module's import
 
     check_protocol(selection)
     by_trial: dict[Any, list[Mapping[str, Any]]] = {}
@@ -80,6 +82,7 @@ def selected_trial(rounds: Iterable[Mapping[str, Any]], search: Search, seed: in
 def selected_config(study_dir: Path, search: Search, seed: int, selection: str) -> dict[str, Any]:
     """The configuration the report selects for ``search`` among its seed-``seed`` trials
     (:func:`selected_trial`), with its trial id, from ``trials.parquet``."""
+    # lazy: keeps pyarrow out of this module's import
     from fedtune.results.store import check_study_dir, load
 
     check_study_dir(study_dir)
@@ -135,8 +138,6 @@ def _seed_configs(study: Any, search: Search) -> list[dict[str, Any]] | None:
 
 
 def _seeds_done(study: Any, search: Search) -> None:
-    from fedtune.tune.study.study_start import now
-
     state = study.search_state(f"{search.key} seeds")
     state.update(status=status.DONE, ended_at=now(),
                  trial_ids=[state.get("selected_trial")] + [seed_trial_id({**state["config"], "seed": s})
@@ -146,10 +147,7 @@ def _seeds_done(study: Any, search: Search) -> None:
 
 def _run_alone(study: Any, search: Search, trial_dirname: Any) -> None:
     """One search's ``--seeds`` re-runs in a Tune fit of their own (``tune/<search>--seeds``)."""
-    from ray import tune
-
-    from fedtune.tune.study.search_fit import restore_tuner
-    from fedtune.tune.tuner.storage import restorable
+    from ray import tune  # lazy: keeps ray out of this module's import
 
     key, total = f"{search.key} seeds", study.opts.seeds - 1
     state = study.search_state(key)
@@ -181,9 +179,6 @@ def _run_alone(study: Any, search: Search, trial_dirname: Any) -> None:
 def _run_shared(study: Any, searches: list[Search], trial_dirname: Any) -> None:
     """Several searches' ``--seeds`` re-runs in one Tune fit (``tune/_seeds``; restored when an
     earlier driver started it): the actors of the first re-run serve them all."""
-    from fedtune.tune.study.search_fit import SEEDS_FIT, restore_tuner, seeds_tuner
-    from fedtune.tune.tuner.storage import restorable
-
     exp_dir = study.plan.tune_location(SEEDS_FIT)
     if restorable(exp_dir):
         tuner, ran = restore_tuner(study, exp_dir, param_space={}), searches

@@ -4,16 +4,25 @@ content and the study's own copy of its search spaces (:mod:`fedtune.tune.study.
 from __future__ import annotations
 
 import copy
+import json
+import shlex
+import sys
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
+from fedtune.algorithms import own_knobs
+from fedtune.errors import ConfigError
 from fedtune.plugins import loaded_plugin_entries, plugin_records
 from fedtune.results import status
+from fedtune.results.atomic import atomic_write_text, writes_to
 from fedtune.results.study_dir import OPTUNA_FILE, SPACES_DIR, TUNE_DIR
-from fedtune.tune.study.plan import StudyPlan, plan_study, seeds_for
+from fedtune.spaces.lookup import load_space
+from fedtune.spaces.show import space_text
+from fedtune.spaces.yaml_files import build_space
 from fedtune.tune.study.options import SweepOptions
+from fedtune.tune.study.plan import StudyPlan, plan_study, seeds_for
 
 __all__ = ["command_line", "knob_summary", "new_study_data", "now", "own_knob_spaces", "relative", "say_knobs",
            "snapshot_spaces"]
@@ -25,9 +34,6 @@ def now() -> str:
 
 
 def command_line() -> str:
-    import shlex
-    import sys
-
     return " ".join(shlex.quote(a) for a in ["fedtune", *sys.argv[1:]]) if sys.argv else "fedtune sweep"
 
 
@@ -58,10 +64,6 @@ def snapshot_spaces(opts: SweepOptions, plan: StudyPlan) -> tuple[SweepOptions, 
     effective space: its file, if any, over fedtune's declarations; ``complete: true``) and re-plan
     on the copies, so the study folder is self-contained: ``--resume`` after a move, a copy or an
     upgrade of fedtune's declarations or built-in spaces reads the spaces the study started with."""
-    from fedtune.results.atomic import atomic_write_text, writes_to
-    from fedtune.spaces.lookup import load_space
-    from fedtune.spaces.show import space_text
-
     folder = plan.study_dir / SPACES_DIR
     with writes_to(folder):
         folder.mkdir(parents=True, exist_ok=True)
@@ -91,11 +93,6 @@ def own_knob_spaces(plan: StudyPlan) -> dict[str, str]:
     shared ones. Conditional parameters (``when``) keep their rule. A shared parameter whose
     defaults differ between the study's spaces is a ConfigError: "one value for every method"
     would not hold."""
-    from fedtune.algorithms import own_knobs
-    from fedtune.spaces.lookup import load_space
-    from fedtune.spaces.show import space_text
-    from fedtune.spaces.yaml_files import build_space
-
     texts: dict[str, str] = {}
     fixed_by: dict[str, dict[str, Any]] = {}
     for search in plan.searches:
@@ -116,8 +113,6 @@ def own_knob_spaces(plan: StudyPlan) -> dict[str, str]:
     for name in sorted({n for f in fixed_by.values() for n in f}):
         values = {a: f[name] for a, f in fixed_by.items() if name in f}
         if len({json_key(v) for v in values.values()}) > 1:
-            from fedtune.errors import ConfigError
-
             raise ConfigError(f"option '--knobs': 'own' fixes the shared knob '{name}' at one value for every "
                               f"method, but the search spaces' defaults differ ("
                               f"{', '.join(f'{a}: {v}' for a, v in values.items())}); allowed: spaces whose shared "
@@ -126,16 +121,12 @@ def own_knob_spaces(plan: StudyPlan) -> dict[str, str]:
 
 
 def json_key(value: Any) -> str:
-    import json
-
     return json.dumps(value, sort_keys=True, default=str)
 
 
 def knob_summary(plan: StudyPlan) -> dict[str, Any]:
     """What each algorithm of ``plan`` searches and what it holds fixed (``study.json``'s ``knobs``
     and the sweep's first lines)."""
-    from fedtune.spaces.lookup import load_space
-
     out: dict[str, Any] = {"mode": plan.options.knobs, "searched": {}, "shared_fixed": {}}
     for search in plan.searches:
         if search.algorithm in out["searched"]:

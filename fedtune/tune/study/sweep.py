@@ -55,24 +55,29 @@ from typing import Any
 from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.results import status
-from fedtune.results.store import check_output_dir
+from fedtune.results.atomic import ResultsWriteError
+from fedtune.results.store import check_output_dir, clean_stray_temp_files
 from fedtune.results.study_dir import STUDY_FILE, TUNE_DIR, check_name, check_path_text, latest_study, write_study
-from fedtune.tune.study.active import ACTIVE as _ACTIVE
-from fedtune.tune.study.active import SESSIONS as _SESSIONS
+from fedtune.runtime.cluster import cluster_address, cluster_view, connect_ray
+from fedtune.runtime.signals import sigterm_as_interrupt
+from fedtune.spaces.lookup import load_space
+from fedtune.spaces.model import strip_switches
+from fedtune.tune.common.active import ACTIVE as _ACTIVE, SESSIONS as _SESSIONS
+from fedtune.tune.common.state_signatures import state_key
 from fedtune.tune.study.background import Background
-from fedtune.tune.tuner.capacity import concurrency_cap
 from fedtune.tune.study.default_study import apply_default_study, is_default_study
+from fedtune.tune.study.driver_lock import study_driver
 from fedtune.tune.study.moved_modules import old_module_names
-from fedtune.tune.study.options import POPULATION_SCHEDULERS
+from fedtune.tune.study.options import POPULATION_SCHEDULERS, SweepOptions
 from fedtune.tune.study.plan import STUDY_FIT, Search, StudyPlan, abs_path, plan_study
-from fedtune.tune.study.search_fit import (ended_early_check, finish_search, fit_groups, restore_tuner, search_total,
-                                           searcher_of, seed_groups, study_tuner)
-from fedtune.tune.study.options import SweepOptions
-from fedtune.tune.study.ray_lost import fit_stop
-from fedtune.tune.study.resume import (rebuild_trial_rows, repair_round_files, resumed_study,
-                                       set_aside_unreadable_snapshots)
+from fedtune.tune.study.population_search import population_space, population_tuner
+from fedtune.tune.study.resume import (check_optuna_storage, check_study_experiments, rebuild_trial_rows,
+                                       repair_round_files, resumed_study, set_aside_unreadable_snapshots)
+from fedtune.tune.study.search_fit import (ended_early_check, finish_search, fit_groups, fit_stop, restore_tuner,
+                                           search_total, searcher_of, seed_groups, study_tuner, study_write_error)
 from fedtune.tune.study.seed_runs import run_seeds
 from fedtune.tune.study.study_start import command_line, new_study_data, now, relative, say_knobs, snapshot_spaces
+from fedtune.tune.tuner.capacity import concurrency_cap
 from fedtune.tune.tuner.env import signal_handlers_kept, tune_env
 from fedtune.tune.tuner.storage import restorable
 
@@ -100,7 +105,7 @@ class _Study:
     """One sweep invocation: the plan, the study file, Ray, the view; runs every phase."""
 
     def __init__(self, plan: StudyPlan, data: dict[str, Any], console: Any, trainable: Any = None):
-        from fedtune.tune.trial.progress import LiveView
+        from fedtune.tune.trial.progress import LiveView  # lazy: keeps ray out of this module's import
 
         self.plan = plan
         self.data = data
@@ -120,6 +125,7 @@ class _Study:
         """The study's Optuna storage, opened once per driver (each open costs ~0.1 s) and shared by
         every search's searcher, scheduler and bookkeeping."""
         if self._storage is None:
+            # lazy: keeps ray, optuna out of this module's import
             from fedtune.tune.tuner.optuna_search import optuna_storage
 
             self._storage = optuna_storage(self.plan.study_dir, url=self.plan.optuna_url)
@@ -130,9 +136,8 @@ class _Study:
 
     # -- phases ----------------------------------------------------------------------------------
     def run(self) -> None:
-        from fedtune.runtime.cluster import cluster_view
-
         if self.trainable is None:
+            # lazy: keeps ray out of this module's import
             from fedtune.tune.trial.trainable import fedtune_trainable
 
             self.trainable = fedtune_trainable()
@@ -148,6 +153,7 @@ class _Study:
             self.warnings.append(warning)
             self.console.print(f"[yellow]warning: {warning}[/yellow]")
         self.data["max_concurrent"] = self.cap
+        # lazy: keeps optuna out of this module's import
         from fedtune.tune.tuner.samplers import constant_liar
 
         self.data["constant_liar"] = constant_liar(self.opts.sampler, self.cap)  # TPE with trials side by side
@@ -178,14 +184,12 @@ class _Study:
             _ACTIVE.pop("optuna_url", None)
 
     def _probe_configs(self) -> Iterator[dict[str, Any]]:
-        from fedtune.spaces.lookup import load_space
-        from fedtune.spaces.model import strip_switches
-
         for s in self.plan.searches:
             yield {**self.plan.fixed[s.key], **strip_switches(load_space(s.space).defaults())}
 
     def run_config(self, name: str, totals: dict[str, int]):
         """Tune's RunConfig of the fit ``name`` of the searches ``totals`` (key -> trials asked)."""
+        # lazy: keeps ray out of this module's import
         from ray import tune
 
         from fedtune.tune.trial.callback import ArrowCallback
@@ -210,6 +214,7 @@ class _Study:
         """``--logger``'s Tune callbacks (:mod:`fedtune.tune.trial.loggers`)."""
         if not self.opts.loggers:
             return []
+        # lazy: keeps ray out of this module's import
         from fedtune.tune.trial.loggers import logger_callbacks
 
         return logger_callbacks(self.opts.loggers, self.plan.study_dir, self.plan.name, key)
@@ -223,6 +228,7 @@ class _Study:
         than a search's trials, unless only the count is short and that search's
         ``complete_anyway()`` says its searcher finished it (its budget was spent before this
         driver, or the space is exhausted)."""
+        # lazy: keeps ray out of this module's import
         from fedtune.tune.trial.progress import interrupted
 
         rows = []
@@ -254,8 +260,6 @@ class _Study:
                 stop = StudyInterrupted(f"study '{self.plan.name}' was interrupted during search '{key}'; continue "
                                         f"it with: {hint}")
         if stop is not None:
-            from fedtune.results.atomic import ResultsWriteError
-
             for (key, _, _), row in zip(parts, rows):
                 row["state"] = self.search_state(key)["status"] = status.INTERRUPTED
             try:
@@ -268,8 +272,6 @@ class _Study:
 
     def _begin_search(self, search: Search) -> tuple[Any, int, str]:
         """A search about to run: its space, trials asked and Optuna study, recorded in study.json."""
-        from fedtune.spaces.lookup import load_space
-
         space = load_space(search.space)
         total = search_total(self.opts.num_samples, space)
         study_name = search.optuna_study(self.plan.name)
@@ -280,11 +282,9 @@ class _Study:
 
     def run_search(self, search: Search) -> None:
         """One search in a Tune fit of its own (restored when an earlier driver started it)."""
-        from ray import tune
+        from ray import tune  # lazy: keeps ray out of this module's import
 
         if self.search_state(search.key).get("status") == status.DONE:
-            from fedtune.spaces.lookup import load_space
-
             total = search_total(self.opts.num_samples, load_space(search.space))
             self.view.row(search.key, total)["state"] = "done (earlier run)"
             return
@@ -292,14 +292,10 @@ class _Study:
         exp_dir = self.plan.tune_location(search.tune_name)
         population = self.opts.scheduler in POPULATION_SCHEDULERS
         if restorable(exp_dir):
-            from fedtune.tune.study.population_search import population_space
-
             tuner = restore_tuner(self, exp_dir, searches=[] if population else [search],
                                   param_space=population_space(self.opts, self.plan, search, space, self.rounds())
                                   if population else dict(self.plan.fixed[search.key]))
         elif population:
-            from fedtune.tune.study.population_search import population_tuner
-
             tuner = population_tuner(self.opts, self.plan, search, space, total, study_name, rounds=self.rounds(),
                                      cap=self.cap, run_config=self.run_config(search.tune_name, {search.key: total}),
                                      trial_dirname=trial_dirname)
@@ -344,16 +340,15 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
     replaces :func:`fedtune.tune.trial.trainable.fedtune_trainable` (tests). Raises ConfigError on bad
     input and :class:`StudyInterrupted` when the study was interrupted (``--resume`` continues it).
     ``resume`` refuses Ray Tune state this user's key did not sign unless ``trust_study_files``
-    (``--trust-study-files``: :mod:`fedtune.tune.study.state_signatures`).
+    (``--trust-study-files``: :mod:`fedtune.tune.common.state_signatures`).
     """
-    from rich.console import Console
+    from rich.console import Console  # lazy: keeps rich out of this module's import
 
     console = console or Console()
     t0 = time.time()
     if opts.output is not None:  # NUL, a name too long: one line before any path is resolved
         check_path_text(opts.output, "option '--output'")
     output = Path(abs_path(opts.output) or "fedtune_results")
-    from fedtune.tune.study.driver_lock import study_driver
 
     if resume:
         name = opts.name or latest_study(output)
@@ -382,8 +377,6 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
         raise StudyInterrupted(f"study '{name}' was interrupted; continue it with: fedtune sweep --resume "
                                f"--name {name} --output {output}") from None
     except Exception as exc:  # a full disk under optuna.db or Tune's files between fits: one line, not theirs
-        from fedtune.results.atomic import ResultsWriteError
-        from fedtune.tune.study.ray_lost import study_write_error
 
         err = None if isinstance(exc, ResultsWriteError) else study_write_error(
             exc, study_dir, f"fedtune sweep --resume --name {name} --output {output}")
@@ -395,11 +388,11 @@ def run_sweep(opts: SweepOptions, *, resume: bool = False, console: Any = None, 
 def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any] | None, output: Path, *,
                        console: Any, trainable: Any, on_ray: Callable[[], None] | None, t0: float,
                        trust: bool = False) -> SweepResult:
-    from fedtune.tune.study.state_signatures import check_study_experiments, state_key
 
     resume = data is not None
     state_key()  # the signing key, made or refused in one line before anything runs
     if "wandb" in plan.options.loggers:  # what W&B would refuse later, in a logging actor: now, in one line
+        # lazy: keeps ray out of this module's import
         from fedtune.tune.trial.loggers import check_wandb
 
         check_wandb(plan.name)
@@ -407,8 +400,6 @@ def _start_or_continue(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any]
     _ACTIVE["trust_study_files"] = trust  # the CMA-ES state in the Optuna storage (the searchers check it)
     _ACTIVE["cma_checked"] = {}
     if data is not None:
-        from fedtune.tune.study.resume import check_optuna_storage
-
         # An unreadable snapshot (a full disk cut it) can run nothing: set aside first, by name only;
         # then Ray Tune's pickles are checked before anything could unpickle them (before Ray starts)
         set_aside = set_aside_unreadable_snapshots(plan, console)
@@ -431,14 +422,12 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
            trainable: Any, on_ray: Callable[[], None] | None, t0: float, set_aside: list[str] = ()) -> SweepResult:
     """The study's phases once its driver lock is held: Ray, the searches and seed runs, the report
     (``set_aside``: the lines of the unreadable snapshots a resume set aside, said with its warnings)."""
-    import ray
-
-    from fedtune.runtime.cluster import cluster_address, connect_ray
-    from fedtune.runtime.signals import sigterm_as_interrupt
+    import ray  # lazy: keeps ray out of this module's import
 
     base_cfg = FederatedRunConfig.from_dict(dict(plan.fixed[plan.searches[0].key]),
                                             source="study").replace(address=opts.address)
     if plan.options.optuna_storage:  # a shared storage that cannot be opened fails before Ray starts
+        # lazy: keeps ray, optuna out of this module's import
         from fedtune.tune.tuner.optuna_search import check_storage_opens
 
         check_storage_opens(plan.options.optuna_storage)
@@ -456,8 +445,6 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
                 if on_ray is not None:
                     on_ray()
                 if resume:
-                    from fedtune.results.store import clean_stray_temp_files
-
                     removed = clean_stray_temp_files(plan.study_dir)
                     if removed:
                         study.warnings.append(f"removed {len(removed)} temporary file(s) a stopped driver left: "
@@ -469,6 +456,7 @@ def _drive(opts: SweepOptions, plan: StudyPlan, data: dict[str, Any], *, resume:
                 data["completed_at"] = now()
                 write_study(plan.study_dir, data)
                 if opts.report:  # drawn while Ray shuts down (it waits for its processes: ~1.5 s)
+                    # lazy: keeps pandas out of this module's import
                     from fedtune.reports.report import make_report
 
                     report = Background(make_report, plan.study_dir, name="fedtune-report")

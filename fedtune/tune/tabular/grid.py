@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
+
+from fedtune.errors import ConfigError
 
 __all__ = ["grid_configs", "grid_points", "run_grid"]
 
@@ -54,8 +57,7 @@ def grid_configs(algorithm: str, points: Mapping[str, int | Sequence[Any]]) -> l
     """Every configuration of the grid over ``algorithm``'s search space: ``points`` maps a
     parameter to its number of points (:func:`grid_points`) or to its values; the other parameters
     take the space's defaults. ConfigError for a name the space does not have."""
-    from fedtune.errors import ConfigError
-    from fedtune.spaces.lookup import load_space
+    from fedtune.spaces.lookup import load_space  # lazy: keeps yaml out of this module's import
 
     space = load_space(algorithm)
     axes: list[tuple[str, list[Any]]] = []
@@ -70,6 +72,7 @@ def grid_configs(algorithm: str, points: Mapping[str, int | Sequence[Any]]) -> l
 
 
 def _run_batch(job: tuple[list[dict[str, Any]], str, str]) -> int:
+    # lazy: keeps yaml out of this module's import
     from fedtune.config import FederatedRunConfig
     from fedtune.runtime.driver import run
 
@@ -90,7 +93,6 @@ def run_grid(configs: Sequence[Mapping[str, Any]], cells: Sequence[Mapping[str, 
     batches = [(jobs[i:i + per], output, f"{name}-w{k}") for k, i in enumerate(range(0, len(jobs), per))]
     if workers <= 1:
         return sum(_run_batch(b) for b in batches)
-    import multiprocessing
 
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return sum(pool.map(_run_batch, batches))

@@ -27,10 +27,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from fedtune.bounds import Bounds
 from fedtune.errors import ConfigError, shown
 from fedtune.results import selection
-from fedtune.tune.study.options import SAMPLERS
+from fedtune.tune.common.searches import SAMPLERS
 from fedtune.tune.tabular.table import Cell, TabularBenchmark
 
 __all__ = ["STRATEGIES", "Point", "Strategy", "simulate"]
@@ -90,7 +92,7 @@ class Point(NamedTuple):
 
 
 def _pruner(strategy: Strategy, rounds: int) -> Any:
-    import optuna
+    import optuna  # lazy: keeps optuna out of this module's import
 
     if strategy.scheduler == "fifo":
         return optuna.pruners.NopPruner()
@@ -114,6 +116,7 @@ def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Stra
     costs more than the same configurations run along the rungs). Returns one :class:`Point` per trial.
     An algorithm or cell the table has no run of, a protocol it cannot answer, a budget, grid cost,
     trial cap or seed out of range: one ConfigError line."""
+    # lazy: keeps optuna out of this module's import
     import optuna
     from optuna.trial import TrialState
 
@@ -145,7 +148,6 @@ def simulate(bench: TabularBenchmark, algorithm: str, cell: Cell, strategy: Stra
         study = optuna.create_study(study_name=f"tabular-{strategy.name}-{seed}", direction="maximize",
                                     sampler=sampler, pruner=_pruner(strategy, rounds))
     if strategy.sampler == "random":  # the grid in a seeded random order, each configuration once
-        import numpy as np
 
         for i in np.random.default_rng([int(seed), 0x7AB]).permutation(len(grid)):
             study.enqueue_trial(_params(grid[int(i)]))

@@ -52,7 +52,7 @@ def build_table(study_dirs: Sequence[str | os.PathLike[str]], knobs: Sequence[st
     holding several), its configuration the trial's ``hp.<knob>`` values for the ``knobs`` its
     algorithm has. A (configuration, cell) run twice keeps the later file's rows (one run per key).
     Raises ValueError naming a knob no row has."""
-    from fedtune.results.store import load
+    from fedtune.results.store import load  # lazy: keeps more of pyarrow out of this module's import
 
     rows: dict[tuple, dict[int, dict[str, Any]]] = defaultdict(dict)
     tables = [load(d) for d in study_dirs]

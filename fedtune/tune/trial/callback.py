@@ -41,17 +41,26 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
+from rich.markup import escape
 
 from fedtune.results.atomic import ResultsWriteError
-from fedtune.results.status import COMPLETED, DIVERGED, FAILED, PRUNED
+from fedtune.results.selection import objective_values
+from fedtune.results.status import COMPLETED, DIVERGED, FAILED, NO_METRIC, PRUNED
 from fedtune.results.store import ResultsStore, load
 from fedtune.results.summary import summarize_trial
+from fedtune.tune.common.active import ACTIVE
+from fedtune.tune.trial.population import fold_history
+from fedtune.tune.trial.trainable import trial_run_config
+
+if TYPE_CHECKING:
+    from fedtune.config import FederatedRunConfig
 
 __all__ = ["ArrowCallback", "no_objective_error", "trial_row", "trial_status", "trial_warning", "write_failure"]
 
@@ -90,8 +99,6 @@ def no_objective_error(metrics: list[str] | None = None) -> str:
     >>> no_objective_error(["val_acc"])
     "no round has a finite val_acc: the trial has no value of the study's objective (Optuna: FAIL, no_metric)"
     """
-    from fedtune.results.status import NO_METRIC
-
     what = f"no round has a finite {', '.join(metrics)}" if metrics else "no value of the objective"
     return f"{what}: the trial has no value of the study's objective (Optuna: FAIL, {NO_METRIC})"
 
@@ -100,15 +107,10 @@ def trial_warning(text: str) -> None:
     """Say a trial's warning (sent with its result: a trial actor's own output is not shown) on the
     driver: on the sweep's live view, and kept for the sweep's warnings (``ACTIVE["warnings"]``);
     logged outside a sweep."""
-    from fedtune.tune.study.active import ACTIVE
-
     view = ACTIVE.get("view")
     if view is None:
-        import logging
-
         logging.getLogger(__name__).warning(text)
         return
-    from rich.markup import escape
 
     ACTIVE.setdefault("warnings", []).append(text)
     view.console.print(f"[yellow]warning: {escape(text)}[/yellow]", soft_wrap=True)
@@ -139,7 +141,7 @@ def trial_status(last_row: Mapping[str, Any] | None, rounds: int, error: str | N
     return COMPLETED if int(last_row["round"]) >= rounds else short
 
 
-def trial_row(rows: list[Mapping[str, Any]], cfg: Any, *, study: str, trial_id: str, error: str | None,
+def trial_row(rows: list[Mapping[str, Any]], cfg: FederatedRunConfig, *, study: str, trial_id: str, error: str | None,
               started_at: Any, ended_at: Any, restarts: int, last_row: Mapping[str, Any] | None = None,
               short: str = PRUNED) -> dict[str, Any]:
     """The ``trials.parquet`` row of a trial that ended after its round ``rows`` (in round order):
@@ -248,7 +250,6 @@ class ArrowCallback(Callback):
         elif rows is None:
             rows = self._rows[trial_id] = self._rows_on_disk(trial_id)
         if "pbt_event" in row or any("pbt_history" in r for r in rows.values()):  # a PBT/PB2 member
-            from fedtune.tune.trial.population import fold_history
 
             row = fold_history(row, rows)
         rows[rnd] = row
@@ -264,8 +265,6 @@ class ArrowCallback(Callback):
         """Write the ``trials.parquet`` row of a trial that ended (once per end). A refused write is
         recorded (:func:`write_failure`), not raised: Tune would fail the trial and log a traceback;
         ``--resume`` rebuilds the row from the trial's rounds."""
-        from fedtune.tune.trial.trainable import trial_run_config
-
         if tune_trial_id in self._ended:
             return
         last = self._last.get(tune_trial_id)
@@ -291,12 +290,12 @@ class ArrowCallback(Callback):
             return
         self._ended.add(tune_trial_id)
 
-    def _no_objective(self, rows: list[Mapping[str, Any]], cfg: Any, last: Mapping[str, Any] | None) -> str | None:
+    def _no_objective(self, rows: list[Mapping[str, Any]], cfg: FederatedRunConfig,
+                      last: Mapping[str, Any] | None) -> str | None:
         """:func:`no_objective_error` for a trial that ran all its rounds (as Optuna's searcher reads
         it: :func:`fedtune.results.selection.objective_values` of its rounds) and has no objective value."""
         if not self.objective or cfg is None or trial_status(last, cfg.rounds, None) != COMPLETED:
             return None
-        from fedtune.results.selection import objective_values
 
         metrics, modes = self.objective
         per_round = {int(r["round"]): {m: r.get(m, float("nan")) for m in metrics} for r in rows}

@@ -66,7 +66,7 @@ from ray.tune.logger import CSVLoggerCallback, TBXLoggerCallback
 from ray.tune.logger.logger import LoggerCallback
 
 from fedtune.errors import ConfigError
-from fedtune.tune.study.plan import SEARCH_FIELD, search_of
+from fedtune.tune.common.searches import SEARCH_FIELD, search_of
 
 __all__ = ["MLFLOW_DB", "WANDB_MODES", "FedtuneCSVLogger", "FedtuneMLflowLogger", "FedtuneTBXLogger",
            "FedtuneWandbLogger", "check_wandb", "logger_callbacks", "mlflow_tracking_uri", "wandb_dir",
@@ -249,7 +249,7 @@ def check_wandb(study: str) -> str:
     ConfigError for what W&B would refuse later, in a logging actor, where nobody sees it: an
     unknown ``WANDB_MODE``, online without credentials (neither ``WANDB_API_KEY`` nor a
     ``wandb login``), or a study name that is no W&B project name. Needs ``wandb``; starts no Ray."""
-    import wandb
+    import wandb  # lazy: an optional extra (fedtune[wandb])
 
     mode = wandb_mode()
     try:

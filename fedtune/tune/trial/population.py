@@ -30,6 +30,10 @@ from typing import Any
 from ray import tune
 from ray.tune import Callback
 
+from fedtune.results import selection
+from fedtune.results.store import load
+from fedtune.results.study_dir import ROUNDS_DIR
+from fedtune.spaces.model import OMITTED
 from fedtune.tune.trial.trainable import FedtuneTrainable, resources_for, with_plugins
 
 __all__ = ["PopulationRecorder", "PopulationTrainable", "fold_history", "population_trainable"]
@@ -106,13 +110,9 @@ class PopulationRecorder(Callback):
         self._record(trial, failed=True)
 
     def _record(self, trial: Any, failed: bool) -> None:
+        # lazy: keeps optuna out of this module's import
         import optuna
         from optuna.trial import TrialState
-
-        from fedtune.results import selection
-        from fedtune.results.store import load
-        from fedtune.results.study_dir import ROUNDS_DIR
-        from fedtune.spaces.model import OMITTED
 
         study = optuna.load_study(study_name=self.study_name, storage=self.storage)
         fedtune_id = f"{trial.config.get('algorithm', 'fedavg')}-{trial.trial_id}"
@@ -145,6 +145,7 @@ class PopulationRecorder(Callback):
 
 def _distribution(p: Any) -> Any:
     """The Optuna distribution of a sampled search-space parameter."""
+    # lazy: keeps optuna out of this module's import
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     if p.distribution in ("uniform", "loguniform"):

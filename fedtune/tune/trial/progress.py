@@ -19,11 +19,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ray.tune import Callback
+from rich import box
+from rich.live import Live
 
 from fedtune.results import status
 from fedtune.results.selection import is_finite
-from fedtune.tune.study.active import ACTIVE, SESSIONS
-from fedtune.tune.study.plan import StudyPlan, search_of
+from fedtune.tune.common.active import ACTIVE, SESSIONS
+from fedtune.tune.common.searches import StudyView, search_of
 
 __all__ = ["LiveView", "SweepProgress", "classify", "count_states", "interrupted"]
 
@@ -35,7 +37,7 @@ class LiveView:
     """The driver's live table: per search, trials done / running / pruned / failed and the
     best so far by the selection metric (with its target accuracy)."""
 
-    def __init__(self, plan: StudyPlan, console: Any, live: bool):
+    def __init__(self, plan: StudyView, console: Any, live: bool):
         self.plan = plan
         self.console = console
         self.rows: dict[str, dict[str, Any]] = {}
@@ -47,7 +49,6 @@ class LiveView:
     def start(self) -> None:
         if not self.enabled:
             return
-        from rich.live import Live
 
         self.live = Live(get_renderable=self.render, console=self.console, refresh_per_second=2, transient=False)
         self.live.start()
@@ -67,14 +68,12 @@ class LiveView:
     def render(self) -> Any:
         """The table; without its vertical rules when the console is too narrow for them, so that a
         search's name and the numbers stay whole at 80 columns (log files, CI, ``ray job logs``)."""
-        from rich import box
-
         table = self._table(box.HEAVY_HEAD)
         width = self.console.measure(table, options=self.console.options.update_width(10**6)).maximum
         return table if width <= self.console.width else self._table(box.SIMPLE_HEAD, compact=True)
 
     def _table(self, table_box: Any, compact: bool = False) -> Any:
-        from rich.table import Table
+        from rich.table import Table  # lazy: keeps more of rich out of this module's import
 
         metric = self.plan.metrics[0]
         label = self.plan.options.protocol()
@@ -121,9 +120,9 @@ class SweepProgress(Callback):
     """Feeds the live view and records which trials started and ended in this driver session
     (to tell an interrupted ``fit`` from a finished one), per search: ``key`` and ``total`` of
     a fit of one search, or ``totals`` (search key -> trials asked) of a fit of several, whose
-    trials carry their search in their config (:func:`fedtune.tune.study.plan.search_of`). Holds
+    trials carry their search in their config (:func:`fedtune.tune.common.searches.search_of`). Holds
     only names, so it pickles into Tune's experiment state; the view lives in this process
-    (:data:`fedtune.tune.study.active.ACTIVE`)."""
+    (:data:`fedtune.tune.common.active.ACTIVE`)."""
 
     def __init__(self, key: str, rounds: int, metric: str, mode: str, total: int,
                  totals: Mapping[str, int] | None = None):

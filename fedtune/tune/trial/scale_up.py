@@ -36,8 +36,9 @@ from ray.tune import Callback
 
 from fedtune.errors import ResourceError
 from fedtune.results import status
-from fedtune.tune.study.active import ACTIVE
-from fedtune.tune.study.plan import search_of
+from fedtune.tune.common.active import ACTIVE
+from fedtune.tune.common.ray_lost import RayLost, ray_gone
+from fedtune.tune.common.searches import search_of
 
 __all__ = ["ANNOUNCE_AFTER_S", "ANNOUNCE_EVERY_S", "ScaleUpTimeout", "ScaleUpWatch", "has_autoscaler", "own_ray"]
 
@@ -78,7 +79,6 @@ class ScaleUpWatch(Callback):
             return
         now = self._now()
         if self._clock is None:  # trials wait for a Ray that is gone: say so now, not after the timeout
-            from fedtune.tune.study.ray_lost import RayLost, ray_gone
 
             if ray_gone():
                 raise RayLost("Ray went away: no node of the cluster is alive (its raylet was killed, the machine "

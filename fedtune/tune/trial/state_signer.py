@@ -1,6 +1,6 @@
 """``StateSigner``: the Tune callback that signs a study's Ray Tune state as Tune writes it, so that an
 interrupted study (Ctrl-C, SIGTERM, even SIGKILL) resumes without ``--trust-study-files``
-(:mod:`fedtune.tune.study.state_signatures` says what is signed and why).
+(:mod:`fedtune.tune.common.state_signatures` says what is signed and why).
 
 Tune writes its experiment state to a staging folder on the driver at the end of a loop step and
 copies it to the experiment folder in the background; ``on_step_end`` runs right after that write,
@@ -23,7 +23,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from fedtune.tune.study.state_signatures import ExperimentSignatures
+from fedtune.tune.common.state_signatures import ExperimentSignatures
 
 __all__ = ["StateSigner"]
 

@@ -58,10 +58,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import ray
 from ray import tune
 from ray.tune import PlacementGroupFactory
 
 from fedtune.config import ROLES, FederatedRunConfig
+from fedtune.errors import ConfigError
 from fedtune.plugins import load_plugins, loaded_plugin_entries
 from fedtune.results import status
 from fedtune.results.schema import IDENTITY_COLUMNS
@@ -69,6 +71,8 @@ from fedtune.runtime.checkpoint import newest_readable_checkpoint, write_checkpo
 from fedtune.runtime.cluster import cluster_nodes
 from fedtune.runtime.driver import FederatedRun, build_plan, round_row
 from fedtune.runtime.resources import ResourcePlan, resource_plan_of
+from fedtune.spaces.model import strip_switches
+from fedtune.tune.common.searches import SEARCH_FIELD
 
 __all__ = ["RESULT_KEYS", "FedtuneTrainable", "fedtune_trainable", "plan_from_bundles", "resources_for",
            "trial_resource_plan", "trial_run_config"]
@@ -97,16 +101,13 @@ def trial_run_config(config: Mapping[str, Any]) -> FederatedRunConfig:
     """The :class:`FederatedRunConfig` of a trial's flat config dict, with ``backend`` forced to ``"ray"``
     and a search space's ``switch.*`` keys (:func:`fedtune.spaces.model.strip_switches`) left out:
     switches steer sampling, they are not fields of a run; nor is the name of the trial's search
-    (:data:`fedtune.tune.study.plan.SEARCH_FIELD`). Validating it reads the components'
+    (:data:`fedtune.tune.common.searches.SEARCH_FIELD`). Validating it reads the components'
     declarations only, so the trial actor imports no torch.
 
     >>> cfg = trial_run_config({"rounds": 2, "backend": "local", "local_lr": 0.1})
     >>> cfg.backend, cfg.rounds, cfg.local_lr
     ('ray', 2, 0.1)
     """
-    from fedtune.spaces.model import strip_switches
-    from fedtune.tune.study.plan import SEARCH_FIELD
-
     fields = {k: v for k, v in strip_switches(config).items() if k != SEARCH_FIELD}
     return FederatedRunConfig.from_dict({**fields, "backend": "ray"})
 
@@ -128,8 +129,6 @@ def trial_resource_plan(cfg: FederatedRunConfig, nodes: list[dict[str, float]] |
     connected Ray cluster's nodes, or this machine's CPUs when Ray is not initialised). Fails fast
     with :class:`~fedtune.errors.ResourceError` when no node can hold the trial."""
     if nodes is None:
-        import ray
-
         nodes = cluster_nodes() if ray.is_initialized() else [{"CPU": float(os.cpu_count() or 1)}]
     return resource_plan_of(cfg, num_clients_of(cfg), nodes)
 
@@ -157,8 +156,6 @@ def plan_from_bundles(cfg: FederatedRunConfig, bundles: list[dict[str, float]]) 
     >>> p.num_workers, p.coordinator_bundle, p.worker_bundles
     (2, 0, [0, 1])
     """
-    from fedtune.errors import ConfigError
-
     own_coordinator = cfg.coordinator_cpus > 0 or cfg.coordinator_gpus > 0
     offset = 1 if own_coordinator else 0
     clients = [dict(b) for b in bundles[offset:]]
@@ -219,8 +216,6 @@ class FedtuneTrainable(tune.Trainable):
 
     def _begin(self, config: Mapping[str, Any], *, reuse: bool) -> None:
         """Start (or, with ``reuse``, re-configure) the run of ``config`` in this trial's placement group."""
-        import ray
-
         t0 = time.time()
         load_plugins(self.plugins, source="the trainable's plugins")
         cfg = trial_run_config(config)  # validated from the declarations: no torch import here

@@ -26,6 +26,7 @@ def concurrency_cap(configs: Sequence[Mapping[str, Any]], requested: int | None,
     ...                 nodes=[{"CPU": 2.0}])[1]
     'option --max-concurrent: 8 concurrent trials need 4 CPU (each trial reserves 0.5 CPU), but the cluster has 2 CPU; running at most 4 trials at a time'
     """
+    # lazy: keeps ray, pyarrow out of this module's import
     from fedtune.tune.trial.trainable import resources_for
 
     need: dict[str, float] = {}

@@ -8,9 +8,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from fedtune.tune.common.ray_lost import TrialLogFilter
 
 __all__ = ["EXPERIMENT_SNAPSHOT_S", "signal_handlers_kept", "tune_env"]
 
@@ -39,14 +43,13 @@ def tune_env(verbose: bool) -> Iterator[None]:
         os.environ[k] = v
     loggers = [logging.getLogger(n) for n in ("ray.tune", "ray.train", "ray.air", "optuna", "mlflow")]
     levels = [lg.level for lg in loggers]
-    import optuna
+    import optuna  # lazy: keeps optuna, numpy out of this module's import
 
     optuna_level = optuna.logging.get_verbosity()
     if not verbose:
         for lg in loggers:
             lg.setLevel(logging.ERROR)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-    from fedtune.tune.study.ray_lost import TrialLogFilter
 
     controller_log = logging.getLogger("ray.tune.execution.tune_controller")
     lost_filter = TrialLogFilter()
@@ -74,9 +77,6 @@ def signal_handlers_kept() -> Iterator[None]:
     graceful-stop handler for the fit and leaves it in place after the fit ends, where it would
     swallow a Ctrl-C or SIGTERM (:func:`~fedtune.runtime.signals.sigterm_as_interrupt` calls the
     SIGINT handler) between searches or while the report is built."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

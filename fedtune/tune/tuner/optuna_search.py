@@ -50,12 +50,17 @@ from fedtune.config import FederatedRunConfig
 from fedtune.errors import ConfigError
 from fedtune.results import status
 from fedtune.results.selection import is_finite
-from fedtune.tune.study.active import ACTIVE
+from fedtune.tune.common.active import ACTIVE
 from fedtune.results.optuna_url import journal_path, shown
 from fedtune.results.selection import objective_values
-from fedtune.tune.study.plan import optuna_storage_url
+from fedtune.tune.common.searches import optuna_storage_url
 from fedtune.tune.tuner.schedulers import make_scheduler  # its home since 2026-11-27: schedulers.py
 from fedtune.tune.tuner.samplers import constant_liar, make_sampler  # their home since 2026-11-27: samplers.py
+from fedtune.spaces.model import strip_switches
+from fedtune.tune.common.ray_lost import RayLost
+from fedtune.tune.common.ray_lost import ray_gone
+from fedtune.tune.common.state_signatures import check_cma_trials
+from fedtune.tune.common.state_signatures import sign_cma_trial
 
 __all__ = ["EXHAUSTED", "MAX_DUPLICATE_ASKS", "SQLITE_TIMEOUT_S", "STORAGE_RETRY_S", "FedtuneJournalStorage", "FedtuneOptunaSearch", "FedtuneRDBStorage",
            "check_storage_opens", "constant_liar", "ended_early", "make_sampler", "make_scheduler", "optuna_storage",
@@ -242,8 +247,6 @@ class FedtuneOptunaSearch(OptunaSearch):
         ``fedtune_exhausted`` says so). The search also ends once ``num_samples`` trials of its
         Optuna study have run or are running here (:meth:`spent`), so a driver restarted from an
         older snapshot does not run more trials than were asked for."""
-        from fedtune.spaces.model import strip_switches
-
         self._check_cma_state()
         budget = getattr(self, "fedtune_num_samples", None)
         for _ in range(MAX_DUPLICATE_ASKS):
@@ -319,12 +322,11 @@ class FedtuneOptunaSearch(OptunaSearch):
 
     def _check_cma_state(self) -> None:
         """Before CMA-ES is asked: the optimizer it unpickles from the study's finished trials must be
-        signed by this user's driver (:func:`~fedtune.tune.study.state_signatures.check_cma_trials`),
+        signed by this user's driver (:func:`~fedtune.tune.common.state_signatures.check_cma_trials`),
         each trial checked once per driver (``ACTIVE["cma_checked"]``, never saved with the searcher)."""
         study_dir = ACTIVE.get("study_dir")
         if study_dir is None or not isinstance(self._ot_study.sampler, optuna.samplers.CmaEsSampler):
             return
-        from fedtune.tune.study.state_signatures import check_cma_trials
 
         name = self._ot_study.study_name
         checked = ACTIVE.setdefault("cma_checked", {}).setdefault(name, set())
@@ -342,8 +344,6 @@ class FedtuneOptunaSearch(OptunaSearch):
         if ot_trial is None:
             return
         if error:
-            from fedtune.tune.study.ray_lost import RayLost, ray_gone
-
             if ray_gone():  # not the trial's fault: leave it RUNNING here and in Tune, for --resume
                 raise RayLost(f"Ray went away while study '{self._ot_study.study_name}' ran: no node of the cluster "
                               "is alive (its raylet was killed, the machine ran out of memory, or the head node was "
@@ -367,8 +367,6 @@ class FedtuneOptunaSearch(OptunaSearch):
             state, fedtune_status = ((TrialState.COMPLETE, status.COMPLETED) if values
                                      else (TrialState.FAIL, status.NO_METRIC))
         if frozen is not None and ACTIVE.get("study_dir") is not None:  # CMA-ES reads finished trials' pickles:
-            from fedtune.tune.study.state_signatures import sign_cma_trial  # signed before the trial is told
-
             sign_cma_trial(ACTIVE["study_dir"], self._ot_study.study_name, frozen.number, frozen.system_attrs)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

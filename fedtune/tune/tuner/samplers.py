@@ -9,7 +9,7 @@ import warnings
 import optuna
 
 from fedtune.errors import ConfigError
-from fedtune.tune.study.options import SAMPLERS
+from fedtune.tune.common.searches import SAMPLERS
 
 __all__ = ["constant_liar", "make_sampler"]
 

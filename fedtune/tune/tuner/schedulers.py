@@ -18,12 +18,16 @@ Ray's own Optuna integration (``OptunaSearch``) leaves pruning to Tune's schedul
 
 from __future__ import annotations
 
+import random
 import warnings
 from typing import Any
 
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining, TrialScheduler
 
 from fedtune.errors import ConfigError
+from fedtune.results.selection import is_finite
+from fedtune.tune.trial.callback import trial_warning
 
 
 def make_scheduler(name: str, metric: str, mode: str, rounds: int, grace_period: int = 1,
@@ -36,7 +40,7 @@ def make_scheduler(name: str, metric: str, mode: str, rounds: int, grace_period:
     if name == "fifo":
         return FIFOScheduler()
     if name == "hyperband":
-        import optuna
+        import optuna  # lazy: keeps optuna out of this module's import
 
         if float(reduction_factor) != int(reduction_factor) or int(reduction_factor) < 2:
             raise ConfigError(f"option '--reduction-factor': {reduction_factor} with --scheduler hyperband; allowed: "
@@ -68,7 +72,7 @@ class OptunaPruning(FIFOScheduler):
         return True  # the metric and mode are the search's own, given at construction
 
     def _trial_of(self, tune_trial_id: str) -> Any:
-        import optuna
+        import optuna  # lazy: keeps optuna out of this module's import
 
         if self._study is None:
             self._study = optuna.load_study(study_name=self.study_name, storage=self.storage)
@@ -81,9 +85,7 @@ class OptunaPruning(FIFOScheduler):
             self._study._storage.get_trial_id_from_study_id_trial_number(self._study._study_id, number))
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
-        from optuna.trial import TrialState
-
-        from fedtune.results.selection import is_finite
+        from optuna.trial import TrialState  # lazy: keeps optuna out of this module's import
 
         value, step = result.get(self.pruned_metric), result.get("round", result.get("training_iteration"))
         if not is_finite(value) or step is None:
@@ -148,10 +150,6 @@ class EndedStayEnded(TrialScheduler):
 
     def choose_trial_to_run(self, tune_controller: Any) -> Any:
         if self.ended:
-            from ray.tune.experiment import Trial
-
-            from fedtune.tune.trial.callback import trial_warning
-
             for trial in list(tune_controller.get_trials()):
                 said = self.ended.pop(trial.trial_id, None) if trial.status == Trial.PENDING else None
                 if said is not None:
@@ -175,6 +173,7 @@ def ended_in_optuna(storage: Any, study_names: list[str]) -> dict[str, str]:
     """Tune trial id -> what Optuna recorded (``fedtune trial <id>: PRUNED at round 2``), for every
     trial of the Optuna studies ``study_names`` that Optuna holds finished (none for a study not
     created yet)."""
+    # lazy: keeps optuna out of this module's import
     import optuna
     from optuna.trial import TrialState
 
@@ -224,16 +223,12 @@ def make_population_scheduler(name: str, metric: str, mode: str, interval: int, 
     to a neighbouring choice, a range by x0.8 / x1.2 or a fresh draw, clipped: :class:`ClipToSpace`);
     PB2 explores the float ranges only (its GP models a box; the other knobs keep their first
     draw). Python's ``random``, which both draw from, is seeded with ``seed``."""
-    import random
-
-    from ray.tune.schedulers import PopulationBasedTraining
-
     random.seed(seed)
     mutable = [p for p in space.params.values() if p.sampled and not p.when and _numeric(p)]
     clip = ClipToSpace({p.name: (float(p.low), float(p.high), p.distribution == "int") for p in mutable
                         if p.distribution in ("uniform", "loguniform", "int")})
     if name == "pb2":
-        from ray.tune.schedulers.pb2 import PB2
+        from ray.tune.schedulers.pb2 import PB2  # lazy: keeps scipy out of this module's import
 
         bounds = {p.name: [float(p.low), float(p.high)] for p in mutable if p.distribution in ("uniform", "loguniform")}
         if not bounds:

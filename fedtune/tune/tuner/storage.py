@@ -10,6 +10,7 @@ disk either way (docs/cluster.md says why).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +72,14 @@ def restorable(location: str | Path) -> bool:
     """Tune can restore the experiment at ``location`` (a local path or a storage URI): it has
     Tune's ``tuner.pkl`` and an experiment snapshot (a driver killed before the first snapshot
     left nothing to restore: the search starts again, continuing the same Optuna study)."""
-    from ray import tune
+    from ray import tune  # lazy: keeps ray out of this module's import
 
     text = str(location)
     if not tune.Tuner.can_restore(text):
         return False
     if "://" not in text:
         return any(Path(text).glob("experiment_state-*.json"))
-    import pyarrow.fs
+    import pyarrow.fs  # lazy: keeps pyarrow, numpy out of this module's import
 
     fs, path = pyarrow.fs.FileSystem.from_uri(text)
     infos = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
@@ -92,7 +93,7 @@ session (each ``--resume`` starts one), beside that session's ``searcher-state-<
 
 
 def _fs_and_path(location: str | Path) -> tuple[Any, str]:
-    import pyarrow.fs
+    import pyarrow.fs  # lazy: keeps pyarrow, numpy out of this module's import
 
     text = str(location)
     if "://" in text:
@@ -102,7 +103,7 @@ def _fs_and_path(location: str | Path) -> tuple[Any, str]:
 
 def experiments_in(tune_storage: str | Path) -> list[str]:
     """The Tune experiments (folders) under a study's Tune storage (a local path or a URI)."""
-    import pyarrow.fs
+    import pyarrow.fs  # lazy: keeps pyarrow, numpy out of this module's import
 
     fs, path = _fs_and_path(tune_storage)
     infos = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
@@ -112,8 +113,6 @@ def experiments_in(tune_storage: str | Path) -> list[str]:
 
 def _unreadable(fs: Any, path: str) -> str | None:
     """Why the experiment snapshot ``path`` cannot be read (truncated, not JSON, no trials), or None."""
-    import json
-
     try:
         with fs.open_input_stream(path) as f:
             doc = json.loads(f.readall())
@@ -133,7 +132,7 @@ def set_aside_unreadable_state(location: str | Path) -> list[str]:
     trials are kept; trials that were running are closed as orphaned when it ends). Without this,
     Tune logs the JSON error and silently starts the experiment anew, its new trials without the
     study's fixed options. Returns one line per snapshot set aside."""
-    import pyarrow.fs
+    import pyarrow.fs  # lazy: keeps pyarrow, numpy out of this module's import
 
     fs, path = _fs_and_path(location)
     notes: list[str] = []

@@ -10,7 +10,7 @@ processes again: about 3 s per search on 2 cores, 25 of the first command's 55 s
 
 Ray Tune takes one searcher and one scheduler per fit and has no composite of either, hence
 these two small routers. A trial's search is written into its config under
-:data:`~fedtune.tune.study.plan.SEARCH_FIELD` (``fedtune_search``: the search key), so every
+:data:`~fedtune.tune.common.searches.SEARCH_FIELD` (``fedtune_search``: the search key), so every
 callback, the scheduler and a restored experiment find it from the trial alone; the trainable
 drops it (:func:`fedtune.tune.trial.trainable.trial_run_config`).
 
@@ -31,7 +31,7 @@ from typing import Any
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from fedtune.tune.study.plan import SEARCH_FIELD, search_of
+from fedtune.tune.common.searches import SEARCH_FIELD, search_of
 
 __all__ = ["ListedConfigs", "PerSearchScheduler", "StudySearcher"]
 

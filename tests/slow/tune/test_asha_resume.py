@@ -34,7 +34,7 @@ def test_resumed_asha_study_completes_keeps_stopped_trials_and_starts_with_empty
 
     from fedtune.results.store import load
     from fedtune.tune.study.options import SweepOptions
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
     from fedtune.tune.study.sweep import run_sweep
 
     space = tmp_path / "space.yaml"
@@ -143,7 +143,7 @@ def hb_outcome(root):
     import optuna
 
     from fedtune.results.store import load
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
 
     study = optuna.load_study(study_name="hb/fedavg", storage=optuna_storage_url(root / "hb"))
     rows = {}
@@ -260,7 +260,7 @@ def test_a_trial_hyperband_pruned_just_before_a_sigkill_stays_pruned(ray_session
 def _trial_ids(root):
     import optuna
 
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
 
     return [t.user_attrs["fedtune_trial_id"] for t in
             optuna.load_study(study_name="hb/fedavg", storage=optuna_storage_url(root / "hb")).trials]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedtune.tune.study.state_signatures import check_experiment
+from fedtune.tune.common.state_signatures import check_experiment
 
 from tests.tune.test_study_file_signatures import kill_a_study, tampered
 from tests.tune.test_study_file_signatures import killed_study  # noqa: F401 - fixtures, used by name

@@ -17,7 +17,8 @@ import sys
 
 import pytest
 
-from fedtune.tune.study.plan import SEARCH_FIELD, STUDY_FIT
+from fedtune.tune.common.searches import SEARCH_FIELD
+from fedtune.tune.study.plan import STUDY_FIT
 
 from tests.tune.test_sweep import TINY, TINY_SET, load_optuna, opts, paused_driver, rounds_by_trial, wait_until_paused
 from tests.tune.test_study_fit import SMALL

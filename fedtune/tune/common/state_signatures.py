@@ -39,9 +39,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fedtune.errors import ConfigError
+from fedtune.results.atomic import atomic_write_text
 
 __all__ = ["KEPT_VERSIONS", "MANIFEST", "TRUST_FLAG", "ExperimentSignatures", "bears_pickle", "check_cma_trials",
-           "check_experiment", "check_study_experiments", "key_path", "sign_cma_trial", "state_key"]
+           "check_experiment", "key_path", "sign_cma_trial", "state_key"]
 
 MANIFEST = ".fedtune-signatures"
 """The signatures of an experiment's pickle-bearing files, in the experiment folder (JSON, never a pickle)."""
@@ -164,7 +165,7 @@ class ExperimentSignatures:
     such as S3 for ``--storage-path``): read from its :data:`MANIFEST`, extended, written back."""
 
     def __init__(self, location: str | Path, fs: Any = None):
-        import pyarrow.fs
+        import pyarrow.fs  # lazy: keeps pyarrow, numpy out of this module's import
 
         if fs is None:
             text = str(location)
@@ -187,7 +188,7 @@ class ExperimentSignatures:
 
     def _read_manifest(self) -> tuple[dict[str, list[str]] | None, str | None]:
         """The manifest's entries; None when there is none (and why, when it is unreadable)."""
-        import pyarrow
+        import pyarrow  # lazy: keeps pyarrow, numpy out of this module's import
 
         try:
             with self.fs.open_input_stream(f"{self.path}/{MANIFEST}") as f:
@@ -251,7 +252,7 @@ class ExperimentSignatures:
 
     def stored(self, under: str = "") -> list[str]:
         """The pickle-bearing files of the experiment (below ``under``, a relative folder), relative paths."""
-        import pyarrow.fs
+        import pyarrow.fs  # lazy: keeps pyarrow, numpy out of this module's import
 
         base = f"{self.path}/{under}".rstrip("/")
         infos = self.fs.get_file_info(pyarrow.fs.FileSelector(base, recursive=True, allow_not_found=True))
@@ -277,8 +278,6 @@ class ExperimentSignatures:
         text = json.dumps({"fedtune_signatures": 1, "files": self.entries or {}}, sort_keys=True, indent=0)
         target = f"{self.path}/{MANIFEST}"
         if self.local:
-            from fedtune.results.atomic import atomic_write_text
-
             atomic_write_text(target, text)
         else:
             with self.fs.open_output_stream(target) as f:
@@ -325,30 +324,6 @@ def check_experiment(location: str | Path, *, study: str, trust: bool = False, i
                       f"unpickle, which runs any code in it, and {why}; nothing was run. If this folder is yours, or "
                       f"you trust whoever gave it to you, resume with {TRUST_FLAG} (it then signs the folder with your "
                       f"key, {key_path()})")
-
-
-def check_study_experiments(tune_storage: str, *, study: str, trust: bool = False) -> None:
-    """:func:`check_experiment` for every folder of a study's ``tune_storage``, before Ray starts.
-
-    An experiment Tune cannot restore (a driver killed before Tune's first snapshot) is started
-    afresh in its folder, and its ``tuner.pkl`` written anew before anything reads it, so that file
-    alone may be unsigned there; any other unsigned pickle is refused even so, or the driver would
-    later sign, as its own, a file planted there for the next resume."""
-    import pyarrow.fs
-
-    from fedtune.tune.tuner.storage import restorable
-
-    text = str(tune_storage)
-    if "://" in text:
-        fs, path = pyarrow.fs.FileSystem.from_uri(text)
-    else:
-        fs, path = pyarrow.fs.LocalFileSystem(), str(Path(text).resolve())
-    infos = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
-    for info in sorted(infos, key=lambda i: i.path):
-        location = f"{text.rstrip('/')}/{PurePosixPath(info.path).name}"
-        if info.type == pyarrow.fs.FileType.Directory:
-            check_experiment(location, study=study, trust=trust,
-                             ignore=() if restorable(location) else ("tuner.pkl",))
 
 
 # -- CMA-ES's optimizer in the Optuna storage -------------------------------------------------------

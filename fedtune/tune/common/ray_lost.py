@@ -10,18 +10,17 @@ then ends; its last experiment snapshot holds the trial as running, so ``--resum
 (from its last checkpoint, else round 1; the Arrow store keeps each round once), and the Optuna
 trial, still RUNNING, is told its real result then. A trial lost with only *some* nodes (a
 preempted worker on a cluster whose head lives) is the ordinary failure path: ``--max-failures``
-restarts it. :func:`fit_stop` says which of the reasons that end a study mid-search (Ray gone, a
-write the disk refused) stopped a search's fit.
+restarts it. :func:`fedtune.tune.study.search_fit.fit_stop` says which of the reasons that end a
+study mid-search (Ray gone, a write the disk refused) stopped a search's fit.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from fedtune.errors import ResourceError
 
-__all__ = ["RayLost", "TrialLogFilter", "fit_stop", "ray_gone", "ray_lost_in", "study_write_error"]
+__all__ = ["RayLost", "TrialLogFilter", "ray_gone", "ray_lost_in"]
 
 
 class RayLost(ResourceError):
@@ -31,7 +30,7 @@ class RayLost(ResourceError):
 def ray_gone() -> bool:
     """True when the connected Ray cluster has no alive node, or its control store cannot be asked
     (both mean every actor of every trial is gone). False when Ray is not initialised here."""
-    import ray
+    import ray  # lazy: keeps ray out of this module's import
 
     if not ray.is_initialized():
         return False
@@ -48,7 +47,7 @@ def _own_processes_died() -> bool:
     laptop) has exited. Asked first because it is immediate: the GCS marks a dead node dead only
     after its health checks fail, seconds later."""
     try:
-        from ray._private import worker
+        from ray._private import worker  # lazy: keeps ray out of this module's import
 
         node = getattr(worker, "_global_node", None)
         processes = getattr(node, "all_processes", None) or {}
@@ -73,7 +72,7 @@ class TrialLogFilter(logging.Filter):
 
 
 def ray_lost_in(exc: BaseException) -> BaseException | None:
-    """The :class:`~fedtune.tune.study.ray_lost.RayLost` in ``exc``'s chain (Tune may wrap it), else None."""
+    """The :class:`RayLost` in ``exc``'s chain (Tune may wrap it), else None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, RayLost):
@@ -81,39 +80,3 @@ def ray_lost_in(exc: BaseException) -> BaseException | None:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
-
-
-def fit_stop(error: BaseException | None, key: str, study_dir: Any, hint: str) -> Exception | None:
-    """Why a search's ``Tuner.fit`` (which raised ``error``, or returned: None) stops the study, as
-    the one-line error to raise: Ray went away (:class:`RayLost`, with the search and ``hint``, the
-    resume command), or the Arrow store could not write (a full disk:
-    :func:`fedtune.tune.trial.callback.write_failure`, recorded even when the fit returned); else None."""
-    lost = ray_lost_in(error) if error is not None else None
-    if lost is not None:
-        return type(lost)(f"search '{key}': {lost}; continue with: {hint}")
-    from fedtune.tune.trial.callback import write_failure
-
-    recorded = write_failure(study_dir, resume_command=hint)
-    if recorded is not None or error is None:
-        return recorded
-    return study_write_error(error, study_dir, hint)  # optuna.db or Tune's own files on a full disk
-
-
-def study_write_error(error: BaseException, study_dir: Any, hint: str) -> Exception | None:
-    """``error`` as the one line of a write the disk refused while a study ran outside the Arrow
-    store (:func:`fedtune.results.atomic.write_error_in`: the Optuna database, which SQLite reports
-    as "database or disk is full", or a file of Tune's experiment), with what is intact and the
-    resume command ``hint``; None for any other error."""
-    from fedtune.results.atomic import write_error_in
-    from fedtune.results.optuna_url import shown
-    from fedtune.results.study_dir import StudyDir
-    from fedtune.tune.study.active import ACTIVE
-
-    url = str(ACTIVE.get("optuna_url") or "")
-    database = url[len("sqlite:///"):] if url.startswith("sqlite:///") else (shown(url) if url
-                                                                            else StudyDir(study_dir).optuna_db)
-    err = write_error_in(error, database)
-    if err is None:
-        return None
-    return err.with_context(f"the study stopped; the finished rounds and trials are intact in '{study_dir}'; "
-                            f"free space (or make the folder writable), then resume it with: {hint}")
