@@ -401,7 +401,7 @@ class Resolved:
         return IN_RUN_TUNERS[tuner.name].from_config(cfg) if tuner is not None else None
 
 
-def in_run_tuner_spec(cfg: Any) -> InRunTunerSpec | None:
+def in_run_tuner_spec(cfg: RunConfig) -> InRunTunerSpec | None:
     """The declaration of the in-run tuner a run with ``cfg`` tunes with (its switch field not 0),
     None without one; two switched on at once is one ConfigError naming both."""
     on = [spec for spec in IN_RUN_TUNERS.specs() if spec.is_on(cfg)]

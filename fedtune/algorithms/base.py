@@ -294,11 +294,11 @@ class InRunTunerSpec(ComponentSpec):
         """The run field that turns it on (its first hyperparameter)."""
         return self.hparams[0].name
 
-    def is_on(self, cfg: Any) -> bool:
+    def is_on(self, cfg: RunConfig) -> bool:
         """Whether a run with ``cfg`` tunes with it."""
         return bool(getattr(cfg, self.switch, 0))
 
-    def tuned_knobs(self, cfg: Any) -> tuple[str, ...]:
+    def tuned_knobs(self, cfg: RunConfig) -> tuple[str, ...]:
         """The run's knobs it tunes under ``cfg``."""
         return tuple(getattr(cfg, self.knobs)) if self.knobs else ()
 

@@ -109,7 +109,7 @@ def knob_searches(knobs: Sequence[str], method_hparams: Mapping[str, HParam]) ->
     return out
 
 
-def _check_fedex(cfg: Any) -> None:
+def _check_fedex(cfg: RunConfig) -> None:
     """FedEx's fields against the run (``fedex_configs`` > 0)."""
     if FEDEX_CONFIGS.of(cfg) == 1:
         raise ConfigError("field 'fedex_configs': 1 configuration leaves FedEx nothing to choose; allowed: 0 (off) "

@@ -44,6 +44,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.server.tuner import InRunTuner
 from fedtune.algorithms.tuner_declarations import (FEDEX_BASELINE, FEDEX_CONFIGS, FEDEX_CUTOFF, FEDEX_DIFF, FEDEX_EPS,
                                                    FEDEX_KNOBS, FEDEX_SCHEDULE, FEDEX_SCHEDULES, client_knob_hparams,
@@ -192,10 +193,10 @@ class FedExServer(InRunTuner):
     name = "fedex"
 
     @classmethod
-    def from_config(cls, cfg: Any) -> FedExServer:
+    def from_config(cls, cfg: RunConfig) -> FedExServer:
         return cls(cfg, knob_ranges(FEDEX_KNOBS.of(cfg), client_knob_hparams(cfg)))
 
-    def __init__(self, cfg: Any, ranges: Sequence[KnobRange]):
+    def __init__(self, cfg: RunConfig, ranges: Sequence[KnobRange]):
         self.knobs = tuple(r.name for r in ranges)
         self.k = int(FEDEX_CONFIGS.of(cfg))
         self.seed = int(cfg.seed)
@@ -294,7 +295,7 @@ class FedExServer(InRunTuner):
         self.stopped = bool(state["stopped"])
 
 
-def fedex_server(cfg: Any) -> FedExServer | None:
+def fedex_server(cfg: RunConfig) -> FedExServer | None:
     """The run's :class:`FedExServer` (None when ``fedex_configs`` is 0)."""
     if not FEDEX_CONFIGS.of(cfg):
         return None

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fedtune.algorithms.base import RunConfig
+
 
 class InRunTuner:
     """The coordinator's half of an in-run tuner. A subclass carries its registry ``name``."""
@@ -20,7 +22,7 @@ class InRunTuner:
     name: str = ""
 
     @classmethod
-    def from_config(cls, cfg: Any) -> InRunTuner:
+    def from_config(cls, cfg: RunConfig) -> InRunTuner:
         """The tuner of a run with ``cfg`` (validated, the tuner on)."""
         raise NotImplementedError
 

@@ -92,7 +92,7 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
 
     from fedtune.spaces.lookup import load_space
     from fedtune.tune.study.options import SweepOptions
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
     from fedtune.tune.study.sweep import run_sweep
 
     a_out, b_out = tmp_path / "A", tmp_path / "B"

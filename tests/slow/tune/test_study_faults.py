@@ -29,7 +29,7 @@ def _optuna_and_arrow(study_dir: Path, optuna_study: str) -> tuple[dict, dict]:
     import optuna
 
     from fedtune.results.store import load
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
 
     study = optuna.load_study(study_name=optuna_study, storage=optuna_storage_url(study_dir))
     told = {t.user_attrs["fedtune_trial_id"]: t.user_attrs.get("fedtune_status") for t in study.trials

@@ -99,7 +99,7 @@ def _orphan_with_rounds(study_dir: Path, optuna_state: str) -> str:
 
     from fedtune.results.store import ResultsStore, load
     from fedtune.results.study_dir import read_study, write_study
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
     from fedtune.tune.trial.trainable import trial_run_config
 
     data = read_study(study_dir)
@@ -135,7 +135,7 @@ def test_a_trial_no_driver_continued_gets_a_row_and_the_four_records_agree(finis
     from fedtune.reports.report import make_report
     from fedtune.results.store import load
     from fedtune.results.study_dir import read_study
-    from fedtune.tune.study.plan import optuna_storage_url
+    from fedtune.tune.common.searches import optuna_storage_url
 
     study_dir = copy_study(finished_study, tmp_path)
     orphan = _orphan_with_rounds(study_dir, optuna_state)
