@@ -4,7 +4,7 @@ Every method is **tuned with the same budget by ``fedtune sweep``**: the same nu
 trials per search (the first is the search space's defaults, the papers' settings), the same
 rounds, local epochs and batch size, the same search-space policy for the knobs all methods
 share (``local_lr``, ``local_momentum``, ``weight_decay`` and ``global_lr`` with one range and
-distribution everywhere: ``search_spaces/*.yaml``), and the whole search repeated over
+distribution everywhere: :mod:`fedtune.spaces.shared`), and the whole search repeated over
 ``--trial-seeds`` (different sampler and data seeds), so every ± is over independent searches
 and includes selection variance, as DomainBed's. Each (method, held-out domain) is one study
 under ``OUTPUT/claims-<part>/``; the script re-runs nothing that is already there

@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     show = spaces.add_subparsers(dest="spaces_command", required=True).add_parser(
         "show", help="print a space: every parameter, its distribution, default, condition and source")
     add_plugin_argument(show)
-    show.add_argument("space", metavar="NAME|FILE.yaml", help="an algorithm (`fedtune algorithms`) or a space file")
+    show.add_argument("space", metavar="NAME|FILE.yaml", nargs="?",
+                      help="an algorithm (`fedtune algorithms`) or a space file; none: every algorithm's space, "
+                           "derived (from the declarations) or overridden (by which file)")
     show.add_argument("--yaml", action="store_true", help="print it as a complete space file instead of a table")
 
     add_sweep_parser(sub)

@@ -162,6 +162,26 @@ class HParam(Generic[T]):
 ConfigCheck = Callable[[Any], None]
 
 
+def variant(name: str, help: str, choices: tuple[str, ...], **more: Any) -> HParam[str]:
+    """A method variant (``HParam(..., variant=True)``): a choice between a paper's and its authors'
+    code (or two readings of them) that changes results, its first choice the default; never
+    searched (a study fixes it: run a second study for the other value).
+
+    >>> variant("omg_solver", "FedOMG's solver", ("exact", "sgd")).default
+    'exact'
+    """
+    return HParam(name, choices[0], help, kind="choice", choices=choices, variant=True, **more)
+
+
+def read_hparams(component: Any, cfg: RunConfig) -> None:
+    """Set each attribute that ``component``'s class and its bases name in their ``reads``
+    (attribute -> :class:`HParam`) to the hyperparameter's value in ``cfg``: how a client method or
+    a server rule reads its hyperparameters once, when it is built (``reads = {"rho": SAM_RHO}``)."""
+    for klass in reversed(type(component).__mro__):
+        for attribute, hparam in vars(klass).get("reads", {}).items():
+            setattr(component, attribute, hparam.of(cfg))
+
+
 # An HParam's ``search``: how a derived search space samples it (fedtune.spaces.lookup's format).
 def search_loguniform(low: float, high: float, default: float) -> dict[str, Any]:
     return {"distribution": "loguniform", "low": low, "high": high, "default": default}

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from fedtune.algorithms.base import (ClientMethodSpec, HParam, RunConfig, ServerRuleSpec, search_categorical, search_int,
-                                    search_loguniform, search_uniform)
+                                    search_loguniform, search_uniform, variant)
 from fedtune.algorithms.fedadg_declarations import FEDADG_SPEC
 from fedtune.errors import ConfigError
 from fedtune.old_names import old_name_error
@@ -45,7 +45,8 @@ FEDGA_INITS = ("uniform", "size")
 
 
 # ================================================================== client methods' hyperparameters
-PROX_MU = HParam("prox_mu", 0.01, "FedProx proximal weight mu: local loss + mu/2 ||theta - theta_global||^2", lo=0.0,
+PROX_MU = HParam("prox_mu", 0.01, "FedProx proximal weight mu: local loss + mu/2 ||theta - theta_global||^2 "
+                 "(the paper's grid {0.001, 0.01, 0.1, 1}, searched as its log range)", lo=0.0,
                  search={**search_loguniform(0.001, 1.0, 0.01), "help": "proximal weight mu"})
 SAM_RHO = HParam("sam_rho", 0.02, "SAM neighbourhood radius rho: eps = rho grad/||grad|| (GFM paper: 0.02)",
                  lo=0.0, lo_open=True, search={**search_loguniform(0.005, 0.1, 0.02), "help": "SAM neighbourhood radius"})
@@ -57,11 +58,10 @@ GFM_COLOR_SCALE = HParam("gfm_color_scale", 0.2, "GFM/GCA: colour scale range, a
                          "(paper: 0.2; TerraInc 0.1)", lo=0.0, hi=2.0, search=search_uniform(0.05, 0.4, 0.2))
 GFM_GEOMETRY_SCALE = HParam("gfm_geometry_scale", 0.125, "GFM/GCA: residual affine range, A - I in [-s/2, s/2] "
                             "(paper: 0.125; TerraInc 0.0625)", lo=0.0, hi=2.0, search=search_uniform(0.03125, 0.25, 0.125))
-GALA_GATE = HParam("gala_gate", "descent",
-                   "FedGaLA local gate sign: descent = a tensor steps only if cos(-grad, last global move) > gala_tau "
-                   "(the stated intent); literal = only if cos(+grad, last global move) >= gala_tau (the paper's "
-                   "formula and the authors' code, needed to reproduce their numbers)",
-                   kind="choice", choices=("descent", "literal"), variant=True)
+GALA_GATE = variant("gala_gate", "FedGaLA local gate sign: descent = a tensor steps only if cos(-grad, last global "
+                    "move) > gala_tau (the stated intent); literal = only if cos(+grad, last global move) >= gala_tau "
+                    "(the paper's formula and the authors' code, needed to reproduce their numbers)",
+                    ("descent", "literal"))
 GALA_TAU = HParam("gala_tau", 0.0, "FedGaLA local gate: a tensor steps only if cos(-grad, last global move) > tau; "
                   "-1 = (almost) never gate, 1 = never step; paper: 0", lo=-1.0, hi=1.0,
                   search={**search_uniform(-0.5, 0.5, 0.0), "help": "local gating threshold"})
@@ -76,11 +76,10 @@ FEDSR_L2R = HParam("fedsr_l2r", 0.01, "FedSR weight of the L2 regulariser on the
                    search={**search_loguniform(1e-4, 0.1, 0.01), "help": "weight of the L2 regulariser on z"})
 FEDSR_CMI = HParam("fedsr_cmi", 5e-4, "FedSR weight of the conditional-mutual-information bound "
                    "KL(p(z|x) || r(z|y))", lo=0.0, search={**search_loguniform(1e-5, 1e-2, 5e-4), "help": "weight of KL(p(z|x) || r(z|y))"})
-FEDSR_L2R_FORM = HParam("fedsr_l2r_form", "squared", "FedSR L2R term: squared = mean ||z||^2 (the paper), norm = "
-                        "mean ||z|| (the authors' code)", kind="choice", choices=("squared", "norm"), variant=True)
-FEDSR_PRIOR = HParam("fedsr_prior", "federated", "FedSR prior r_mu, r_sigma, C: federated = averaged by the server "
-                     "with the model, local = kept per client across rounds (the authors' code)", kind="choice",
-                     choices=("federated", "local"), variant=True)
+FEDSR_L2R_FORM = variant("fedsr_l2r_form", "FedSR L2R term: squared = mean ||z||^2 (the paper), norm = mean ||z|| "
+                         "(the authors' code)", ("squared", "norm"))
+FEDSR_PRIOR = variant("fedsr_prior", "FedSR prior r_mu, r_sigma, C: federated = averaged by the server with the "
+                      "model, local = kept per client across rounds (the authors' code)", ("federated", "local"))
 FEDSR_EVAL_SAMPLES = HParam("fedsr_eval_samples", 0, "FedSR evaluation: 0 = classifier on the mean mu "
                             "(deterministic); S > 0 = log of the mean softmax over S samples of z (the authors: 20)",
                             kind="int", lo=0, hi=1024, variant=True)
@@ -89,11 +88,10 @@ FEDDYN_ALPHA = HParam("feddyn_alpha", 0.01,
                       "||theta - theta_global||^2; server theta = mean - h/alpha (paper: {0.1, 0.01, 0.001}, "
                       "authors' code 0.01); 0 = the server rule's round (FedAvg)", lo=0.0,
                       search={**search_loguniform(0.001, 0.1, 0.01), "help": "dynamic regulariser weight alpha"})
-FEDDYN_MEAN = HParam("feddyn_mean", "rule",
-                     "FedDyn's server mean before the -h/alpha correction: rule = the server rule's result "
-                     "(FedAvg: example-weighted, composes with any rule); uniform = the paper's and the authors' "
-                     "unweighted mean of the participants' models (server_rule fedavg only)",
-                     kind="choice", choices=("rule", "uniform"), variant=True)
+FEDDYN_MEAN = variant("feddyn_mean", "FedDyn's server mean before the -h/alpha correction: rule = the server rule's "
+                      "result (FedAvg: example-weighted, composes with any rule); uniform = the paper's and the "
+                      "authors' unweighted mean of the participants' models (server_rule fedavg only)",
+                      ("rule", "uniform"))
 MOON_MU = HParam("moon_mu", 1.0, "MOON weight mu of the model-contrastive loss: CE + mu * l_con (authors' default 1; "
                  "their README tunes {0.001, 0.01, 0.1, 1, 5, 10})", lo=0.0,
                  search={**search_loguniform(0.001, 10.0, 1.0), "help": "weight of the model-contrastive loss"})
@@ -115,31 +113,41 @@ FISHR_ANNEAL_ITERS = HParam("fishr_anneal_iters", 1500, "Fishr warm-up: no penal
 FISHR_EMA = HParam("fishr_ema", 0.95, "Fishr moving-average factor of each client's gradient variance (0: none, "
                    "FedOMG's Eq. 4)", lo=0.0, hi=0.999,
                    search={**search_uniform(0.9, 0.99, 0.95), "help": "moving-average factor of each client's variance"})
-FISHR_DISTANCE = HParam("fishr_distance", "mean", "Fishr distance between variances: mean = mean over the classifier's "
-                        "parameters of the squared difference (Fishr's code), sum = squared norm (FedOMG Eq. 4, Fishr's "
-                        "paper)", kind="choice", choices=("mean", "sum"), variant=True)
-CORAL_WEIGHT = HParam("coral_weight", 1.0, "DeepCORAL weight of the CORAL penalty (mean over the batch's domain pairs "
-                      "of the squared differences of feature means and covariances; DomainBed's mmd_gamma, default 1, "
-                      "searched 10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
-                      lo=0.0, search={**search_loguniform(0.1, 10.0, 1.0), "help": "weight of the CORAL penalty"})
-VREX_LAMBDA = HParam("vrex_lambda", 10.0, "V-REx weight of the variance of the per-domain risks from iteration "
-                     "vrex_anneal_iters on (before it: 1; DomainBed's default 10, searched 10^U(-1, 5)); 0 with "
-                     "vrex_anneal_iters 0 = the mean of the domain risks alone (what Bai et al.'s code trains)",
-                     lo=0.0, search={**search_loguniform(0.1, 1e5, 10.0), "help": "weight of the risks' variance"})
-VREX_ANNEAL_ITERS = HParam("vrex_anneal_iters", 500, "V-REx warm-up: the variance weighs 1 before this iteration "
-                           "((round - 1) * local steps per round + step, rounds from 1), vrex_lambda from it on, "
-                           "when the local optimiser is reset (DomainBed's default 500, searched int 10^U(0, 4))",
-                           kind="int", lo=0,
-                           search={**search_int(1, 10000, 500), "log": True, "help": "iteration the weight switches at"})
-IRM_LAMBDA = HParam("irm_lambda", 100.0, "IRM weight of the IRMv1 penalty from iteration irm_anneal_iters on (before "
-                    "it: 1; DomainBed's default 100, searched 10^U(-1, 5)); 0 with irm_anneal_iters 0 = the mean of the "
-                    "domain risks alone (what Bai et al.'s code trains)",
-                    lo=0.0, search={**search_loguniform(0.1, 1e5, 100.0), "help": "weight of the IRMv1 penalty"})
-IRM_ANNEAL_ITERS = HParam("irm_anneal_iters", 500, "IRM warm-up: the penalty weighs 1 before this iteration ((round - 1) "
-                          "* local steps per round + step, rounds from 1), irm_lambda from it on, when the local "
-                          "optimiser is reset (DomainBed's default 500, searched int 10^U(0, 4))",
-                          kind="int", lo=0,
-                          search={**search_int(1, 10000, 500), "log": True, "help": "iteration the weight switches at"})
+FISHR_DISTANCE = variant("fishr_distance", "Fishr distance between variances: mean = mean over the classifier's "
+                         "parameters of the squared difference (Fishr's code), sum = squared norm (FedOMG Eq. 4, "
+                         "Fishr's paper)", ("mean", "sum"))
+
+
+def _pair_penalty_weight(name: str, label: str, penalty: str, of: str, short: str) -> HParam[float]:
+    """The weight of a penalty over the batch's domain pairs (DeepCORAL, MMD: DomainBed's
+    ``mmd_gamma``), declared once."""
+    return HParam(name, 1.0, f"{label} weight of the {penalty} (mean over the batch's domain pairs of {of}; DomainBed's "
+                  "mmd_gamma, default 1, searched 10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its "
+                  "penalty is zeroed)", lo=0.0, search={**search_loguniform(0.1, 10.0, 1.0), "help": f"weight of the {short}"})
+
+
+CORAL_WEIGHT = _pair_penalty_weight("coral_weight", "DeepCORAL", "CORAL penalty", "the squared differences of feature "
+                                    "means and covariances", "CORAL penalty")
+
+
+def _annealed_penalty(method: str, label: str, term: str, short: str, default: float) -> tuple[HParam, HParam]:
+    """DomainBed's annealed penalty (IRM, V-REx), declared once: ``<method>_lambda``, the weight of
+    ``term`` (``short``) from iteration ``<method>_anneal_iters`` on (1 before it), and that iteration."""
+    weight = HParam(f"{method}_lambda", default, f"{label} weight of the {term} from iteration {method}_anneal_iters on "
+                    f"(before it: 1; DomainBed's default {default:g}, searched 10^U(-1, 5)); 0 with {method}_anneal_iters "
+                    "0 = the mean of the domain risks alone (what Bai et al.'s code trains)",
+                    lo=0.0, search={**search_loguniform(0.1, 1e5, default), "help": f"weight of the {short}"})
+    anneal = HParam(f"{method}_anneal_iters", 500, f"{label} warm-up: the {short.split()[-1]} "
+                    "weighs 1 before this iteration ((round - 1) * local steps per round + step, rounds from 1), "
+                    f"{method}_lambda from it on, when the local optimiser is reset (DomainBed's default 500, searched "
+                    "int 10^U(0, 4))", kind="int", lo=0,
+                    search={**search_int(1, 10000, 500), "log": True, "help": "iteration the weight switches at"})
+    return weight, anneal
+
+
+VREX_LAMBDA, VREX_ANNEAL_ITERS = _annealed_penalty("vrex", "V-REx", "variance of the per-domain risks",
+                                                   "risks' variance", 10.0)
+IRM_LAMBDA, IRM_ANNEAL_ITERS = _annealed_penalty("irm", "IRM", "IRMv1 penalty", "IRMv1 penalty", 100.0)
 GROUPDRO_ETA = HParam("groupdro_eta", 0.01, "GroupDRO step size of the client's domain weights q <- q * "
                       "exp(eta * risk), normalised (DomainBed's default 1e-2, searched 10^U(-3, -1)); 0 = the mean "
                       "of the domain risks", lo=0.0, search={**search_loguniform(1e-3, 0.1, 0.01), "help": "step size of the domain weights"})
@@ -147,28 +155,25 @@ FISH_META_LR = HParam("fish_meta_lr", 0.5, "Fish meta step: theta <- theta + fis
                       "one inner step per domain of the batch, in (0, 1] (0 would train nothing; DomainBed's meta_lr, "
                       "default 0.5, searched in {0.05, 0.1, 0.5})", lo=0.0, hi=1.0, lo_open=True,
                       search={**search_categorical([0.05, 0.1, 0.5], 0.5), "help": "meta step size"})
-FISH_INNER_OPTIMIZER = HParam("fish_inner_optimizer", "round", "Fish inner steps' optimiser: round = one optimiser for "
-                              "the round, its state (momentum, Adam's moments) carried across meta steps (DomainBed's "
-                              "Fish.update loads the last inner optimiser's state into each new one, as the authors' "
-                              "reload_inner_optim; Bai et al.'s "
-                              "Fish.step steps the client's optimiser), fresh = a new optimiser at every meta step, "
-                              "its state kept only across one batch's domains (fedtune's default before issue 44; "
-                              "Algorithm 1 writes plain SGD inner steps, where the two agree)",
-                              kind="choice", choices=("round", "fresh"), variant=True,
-                              trial_id="as_run")  # fresh until issue 44
-MMD_WEIGHT = HParam("mmd_weight", 1.0, "MMD weight of the penalty (mean over the batch's domain pairs of the "
-                    "Gaussian-kernel MMD of the encoder features; DomainBed's mmd_gamma, default 1, searched "
-                    "10^U(-1, 1)); 0 = plain SGD (what Bai et al.'s code trains: its penalty is zeroed)",
-                    lo=0.0, search={**search_loguniform(0.1, 10.0, 1.0), "help": "weight of the MMD penalty"})
+FISH_INNER_OPTIMIZER = variant("fish_inner_optimizer", "Fish inner steps' optimiser: round = one optimiser for the "
+                               "round, its state (momentum, Adam's moments) carried across meta steps (DomainBed's "
+                               "Fish.update loads the last inner optimiser's state into each new one, as the authors' "
+                               "reload_inner_optim; Bai et al.'s Fish.step steps the client's optimiser), fresh = a "
+                               "new optimiser at every meta step, its state kept only across one batch's domains "
+                               "(fedtune's default before issue 44; Algorithm 1 writes plain SGD inner steps, where "
+                               "the two agree)", ("round", "fresh"),
+                               trial_id="as_run")  # fresh until issue 44
+MMD_WEIGHT = _pair_penalty_weight("mmd_weight", "MMD", "penalty", "the Gaussian-kernel MMD of the encoder features",
+                                  "MMD penalty")
 
 AFL_LAMBDA_LR = HParam("afl_lambda_lr", 0.01, "AFL step of the server's domain mixture weights: lambda <- "
                        "Proj_simplex(lambda + afl_lambda_lr * per-domain loss) each round (Bai et al.'s hparam1: 0.01; "
                        "0 keeps lambda uniform)", lo=0.0,
                        search={**search_loguniform(1e-3, 1.0, 0.01), "help": "step of the domain mixture weights"})
-AFL_LAMBDA_AT = HParam("afl_lambda_at", "start", "AFL: where the domain losses that move lambda are taken: start = at "
-                       "the round's starting model, in the clients' one call (the paper's Stochastic-AFL); aggregated = "
-                       "at the aggregated model, the round's participants called again after aggregation (Bai et al.'s "
-                       "code)", "choice", choices=("start", "aggregated"), variant=True)
+AFL_LAMBDA_AT = variant("afl_lambda_at", "AFL: where the domain losses that move lambda are taken: start = at the "
+                        "round's starting model, in the clients' one call (the paper's Stochastic-AFL); aggregated = "
+                        "at the aggregated model, the round's participants called again after aggregation (Bai et "
+                        "al.'s code)", ("start", "aggregated"))
 FEDDG_RATIO_LOW = HParam("feddg_ratio_low", 0.0, "FedDG: one end of the interpolation ratio r, drawn uniformly between "
                          "feddg_ratio_low and feddg_ratio_high (either order), of a client's own low-frequency "
                          "amplitudes against the source bank's (default 0 with high 0: the "
@@ -178,24 +183,21 @@ FEDDG_RATIO_LOW = HParam("feddg_ratio_low", 0.0, "FedDG: one end of the interpol
 FEDDG_RATIO_HIGH = HParam("feddg_ratio_high", 0.0, "FedDG: the other end of the interpolation ratio r "
                           "(r = 0 takes the bank's amplitudes, ELCFS's code; r = 1 keeps the client's own)",
                           lo=0.0, hi=1.0, trial_id="as_run")
-FEDDG_WINDOW = HParam("feddg_window", "dc", "FedDG low-frequency square, half-width b = floor(min(H, W) * L): dc = "
-                      "L 0, the DC term alone (ELCFS's training code: source_to_target_freq(..., L=0)); centred = "
-                      "L ~ U(0, 1) per batch (Bai et al.'s FourierMixup), the square clipped to the spectrum "
-                      "(fedtune's default before issue 44); bai = L ~ U(0, 1) sliced as Bai et al.'s code (for L "
-                      "above about 1/2 the start goes negative and counts from the end, an off-centre block)",
-                      "choice", choices=("dc", "centred", "bai"), variant=True,
-                      trial_id="as_run")  # centred until issue 44
+FEDDG_WINDOW = variant("feddg_window", "FedDG low-frequency square, half-width b = floor(min(H, W) * L): dc = L 0, "
+                       "the DC term alone (ELCFS's training code: source_to_target_freq(..., L=0)); centred = L ~ "
+                       "U(0, 1) per batch (Bai et al.'s FourierMixup), the square clipped to the spectrum (fedtune's "
+                       "default before issue 44); bai = L ~ U(0, 1) sliced as Bai et al.'s code (for L above about "
+                       "1/2 the start goes negative and counts from the end, an off-centre block)",
+                       ("dc", "centred", "bai"), trial_id="as_run")  # centred until issue 44
 # ================================================================== server rules' hyperparameters
-CLIENT_WEIGHTING = HParam("client_weighting", "examples",
-                          "FedAvg's mean of the participants' models and batch-norm buffers: examples = weights "
-                          "n_u / sum n (McMahan et al.); uniform = 1/U each (FedSR's and FedIIR's authors, the "
-                          "default of the presets fedsr and fediir)", kind="choice", choices=WEIGHTINGS, variant=True,
-                          trial_id="when_set")  # declared after studies ran the example-weighted mean
+CLIENT_WEIGHTING = variant("client_weighting", "FedAvg's mean of the participants' models and batch-norm buffers: "
+                           "examples = weights n_u / sum n (McMahan et al.); uniform = 1/U each (FedSR's and FedIIR's "
+                           "authors, the default of the presets fedsr and fediir)", WEIGHTINGS,
+                           trial_id="when_set")  # declared after studies ran the example-weighted mean
 OMG_KAPPA = HParam("omg_kappa", 0.5, "FedOMG searching radius κ: d = g_FL + κ‖g_FL‖ Γ*g/‖Γ*g‖ (0 = FedAvg; "
                    "paper: 0.5)", "float", lo=0.0, search={**search_uniform(0.0, 1.0, 0.5), "help": "weight of the matching term"})
-OMG_SOLVER = HParam("omg_solver", "exact", "FedOMG step-2 solver: exact (certified convex solve on the simplex) "
-                    "or sgd (the authors' 20 softmax-SGD steps, lr 25, momentum 0.5)", "choice",
-                    choices=SOLVERS, variant=True)
+OMG_SOLVER = variant("omg_solver", "FedOMG step-2 solver: exact (certified convex solve on the simplex) or sgd (the "
+                     "authors' 20 softmax-SGD steps, lr 25, momentum 0.5)", SOLVERS)
 OMG_RESCALE = HParam("omg_rescale", False, "divide FedOMG's direction by 1 + κ² (the authors' code does; the "
                      "paper's Eq. 16 does not)", "bool", variant=True)
 GP_BETA = HParam(
@@ -215,23 +217,20 @@ GALA_ITERS = HParam("gala_iters", 3, "FedGaLA global-alignment iterations (rewei
 GALA_MIX = HParam("gala_mix", 1.0, "FedGaLA mix with FedAvg: theta + global_lr * (mix * aligned + (1 - mix) * fedavg); "
                   "1 = pure alignment (paper), 0 = FedAvg", lo=0.0, hi=1.0,
                   search={**search_uniform(0.0, 1.0, 1.0), "help": "1 = pure alignment, 0 = FedAvg"})
-GALA_WEIGHTS = HParam("gala_weights", "per-tensor",
-                      "FedGaLA global alignment: one weight per client and parameter tensor (per-tensor, the authors' "
-                      "code) or one per client over the whole parameter vector (whole)",
-                      kind="choice", choices=("per-tensor", "whole"), variant=True)
+GALA_WEIGHTS = variant("gala_weights", "FedGaLA global alignment: one weight per client and parameter tensor "
+                       "(per-tensor, the authors' code) or one per client over the whole parameter vector (whole)",
+                       ("per-tensor", "whole"))
 FEDGA_STEP = HParam("fedga_step", 0.2, "FedGA step size in units of the uniform weight 1/K: each round's "
                     "adjustment moves a weight by at most d = fedga_step / K (K clients adjusted; the authors' "
                     "--step_size, default 0.2, times their 1/3 for 3 source domains); 0 = fixed weights",
                     "float", lo=0.0, hi=1.0,
                     search={**search_uniform(0.0, 0.5, 0.2), "help": "weight step in units of 1/K (authors: 0.2)"})
-FEDGA_DECAY = HParam("fedga_decay", "linear", "FedGA step decay over the R rounds: linear d(1 - t/R) (the paper), "
-                     "authors (their scripts' d(1 - (t-2)/(R-1)), R = their --comm + 1 rounds trained), none", "choice",
-                     choices=FEDGA_DECAYS, variant=True)
+FEDGA_DECAY = variant("fedga_decay", "FedGA step decay over the R rounds: linear d(1 - t/R) (the paper), authors "
+                      "(their scripts' d(1 - (t-2)/(R-1)), R = their --comm + 1 rounds trained), none", FEDGA_DECAYS)
 FEDGA_CENTER = HParam("fedga_center", True, "FedGA: subtract the mean gap before dividing by the largest |gap| "
                       "(the paper; the authors' code divides the raw gaps)", "bool", variant=True)
-FEDGA_METRIC = HParam("fedga_metric", "loss", "FedGA generalization gap measured on the validation loss (the "
-                      "paper) or accuracy (the authors' scripts' default --fair acc)", "choice",
-                      choices=FEDGA_METRICS, variant=True)
+FEDGA_METRIC = variant("fedga_metric", "FedGA generalization gap measured on the validation loss (the paper) or "
+                       "accuracy (the authors' scripts' default --fair acc)", FEDGA_METRICS)
 FEDGA_INIT = HParam("fedga_init", "uniform", "FedGA initial aggregation weights: uniform (the paper and the "
                     "authors' code) or size (n_i / n, FedAvg's)", "choice", choices=FEDGA_INITS)
 
@@ -239,12 +238,11 @@ GMA_TAU = HParam("gma_tau", 0.4, "FedGMA sign-agreement threshold: a coordinate 
                  "|mean sign(delta_u)| is at least gma_tau keeps FedAvg's step (Bai et al. search 0.1, 0.4, 0.9; "
                  "0 with gma_mask soft = FedAvg)", lo=0.0, hi=1.0,
                  search={**search_uniform(0.1, 0.9, 0.4), "help": "sign-agreement threshold (Bai et al.: 0.1, 0.4, 0.9)"})
-GMA_MASK = HParam("gma_mask", "soft", "FedGMA mask: soft = 1 where the agreement passes gma_tau, the agreement "
-                  "elsewhere (the AND-mask relaxed, Bai et al.'s line read with 1 - mask; the paper's own statement "
-                  "was not checked, docs/methods-benchmark.md section 21.2); bai = gma_tau * (1 + agreement) where it passes, "
-                  "0 elsewhere (what Bai et al.'s code computes, with their step gma_tau folded in: run it with "
-                  "global_lr 1)", "choice",
-                  choices=("soft", "bai"), variant=True)
+GMA_MASK = variant("gma_mask", "FedGMA mask: soft = 1 where the agreement passes gma_tau, the agreement elsewhere "
+                   "(the AND-mask relaxed, Bai et al.'s line read with 1 - mask; the paper's own statement was not "
+                   "checked, docs/methods-benchmark.md section 21.2); bai = gma_tau * (1 + agreement) where it passes, 0 "
+                   "elsewhere (what Bai et al.'s code computes, with their step gma_tau folded in: run it with "
+                   "global_lr 1)", ("soft", "bai"))
 
 # ================================================================== cross-field checks
 def _check_feddyn(cfg: RunConfig) -> None:

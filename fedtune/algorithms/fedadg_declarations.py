@@ -6,7 +6,7 @@ declaration; torch-free and NumPy-free like it."""
 
 from __future__ import annotations
 
-from fedtune.algorithms.base import ClientMethodSpec, HParam, search_loguniform, search_uniform
+from fedtune.algorithms.base import ClientMethodSpec, HParam, search_loguniform, search_uniform, variant
 
 # FedADG (docs/methods-benchmark.md §24): defaults = the authors' PACS code; fedadg_variant's readings set the knobs they change.
 FEDADG_ALPHA = HParam("fedadg_alpha", 0.85, "FedADG: weight alpha of the label-smoothed cross-entropy against the "
@@ -34,40 +34,41 @@ FEDADG_SOFT_LABEL = HParam("fedadg_soft_label", 0.7, "FedADG: the value at the c
                            "0.6)", lo=0.0, hi=1.0, lo_open=True)
 FEDADG_LABEL_SMOOTHING = HParam("fedadg_label_smoothing", 0.01, "FedADG: label smoothing s of the cross-entropy (the "
                                 "authors' PACS command: 0.01; VLCS and Bai et al.'s: 0.2)", lo=0.0, hi=1.0, hi_open=True)
-FEDADG_SMOOTHING_FORM = HParam("fedadg_smoothing_form", "authors", "FedADG: authors = their LabelSmoothingLoss (1 - s "
-                               "at the class, s/(K - 1) elsewhere); torch = PyTorch's label_smoothing (s/K added to "
-                               "every class; Bai et al.'s)", "choice", choices=("authors", "torch"), variant=True)
-FEDADG_PRETRAIN_LOSS = HParam("fedadg_pretrain_loss", "smoothed", "FedADG: the loss of the local_steps before the "
-                              "adversarial passes: smoothed = the label-smoothed cross-entropy (the authors') or plain "
-                              "(Bai et al.'s)", "choice", choices=("smoothed", "plain"), variant=True)
-FEDADG_ORDER = HParam("fedadg_order", "disc_first", "FedADG: each batch's steps: disc_first = D, then the model, then "
-                      "G (the authors'); model_first = the model, then D, then G (Bai et al.'s)", "choice",
-                      choices=("disc_first", "model_first"), variant=True)
-FEDADG_DISC_LOSS = HParam("fedadg_disc_loss", "least_squares", "FedADG discriminator's loss: least_squares = "
-                          "mean((1 - D(G))^2 + D(z)^2) (the authors' PACS code); negated = -mean(D(G)^2 + (1 - D(z))^2) "
-                          "(their VLCS code, Bai et al.'s)", "choice", choices=("least_squares", "negated"), variant=True)
-FEDADG_GEN_LOSS = HParam("fedadg_gen_loss", "squared", "FedADG generator's loss: squared = mean(D(G)^2), G trained "
-                         "(the authors' PACS code); frozen = G never trains (their VLCS code and Bai et al.'s detach G "
-                         "before the loss)", "choice", choices=("squared", "frozen"), variant=True)
-FEDADG_DISC_ARCH = HParam("fedadg_disc_arch", "pacs", "FedADG discriminator: pacs = [P z, y_s] -> Linear, Kaiming-"
-                          "uniform weights (the authors' PACS Nets.py); vlcs = P [z, y_s], P divided by its norm "
-                          "(their VLCS code, Bai et al.'s)", "choice", choices=("pacs", "vlcs"), variant=True)
-FEDADG_MODEL_MODE = HParam("fedadg_model_mode", "train", "FedADG: the model's adversarial steps in training mode, or "
-                           "eval_after_disc: left in eval mode once D's step set it (Bai et al.'s)", "choice",
-                           choices=("train", "eval_after_disc"), variant=True)
+FEDADG_SMOOTHING_FORM = variant("fedadg_smoothing_form", "FedADG: authors = their LabelSmoothingLoss (1 - s at the "
+                                "class, s/(K - 1) elsewhere); torch = PyTorch's label_smoothing (s/K added to every "
+                                "class; Bai et al.'s)", ("authors", "torch"))
+FEDADG_PRETRAIN_LOSS = variant("fedadg_pretrain_loss", "FedADG: the loss of the local_steps before the adversarial "
+                               "passes: smoothed = the label-smoothed cross-entropy (the authors') or plain (Bai et "
+                               "al.'s)", ("smoothed", "plain"))
+FEDADG_ORDER = variant("fedadg_order", "FedADG: each batch's steps: disc_first = D, then the model, then G (the "
+                       "authors'); model_first = the model, then D, then G (Bai et al.'s)",
+                       ("disc_first", "model_first"))
+FEDADG_DISC_LOSS = variant("fedadg_disc_loss", "FedADG discriminator's loss: least_squares = mean((1 - D(G))^2 + "
+                           "D(z)^2) (the authors' PACS code); negated = -mean(D(G)^2 + (1 - D(z))^2) (their VLCS "
+                           "code, Bai et al.'s)", ("least_squares", "negated"))
+FEDADG_GEN_LOSS = variant("fedadg_gen_loss", "FedADG generator's loss: squared = mean(D(G)^2), G trained (the "
+                          "authors' PACS code); frozen = G never trains (their VLCS code and Bai et al.'s detach G "
+                          "before the loss)", ("squared", "frozen"))
+FEDADG_DISC_ARCH = variant("fedadg_disc_arch", "FedADG discriminator: pacs = [P z, y_s] -> Linear, Kaiming-uniform "
+                           "weights (the authors' PACS Nets.py); vlcs = P [z, y_s], P divided by its norm (their VLCS "
+                           "code, Bai et al.'s)", ("pacs", "vlcs"))
+FEDADG_MODEL_MODE = variant("fedadg_model_mode", "FedADG: the model's adversarial steps in training mode, or "
+                            "eval_after_disc: left in eval mode once D's step set it (Bai et al.'s)",
+                            ("train", "eval_after_disc"))
 _FEDADG_VLCS = (("fedadg_disc_loss", "negated"), ("fedadg_gen_loss", "frozen"), ("fedadg_disc_arch", "vlcs"),
                 ("fedadg_soft_label", 0.6), ("fedadg_label_smoothing", 0.2))
 _FEDADG_BAI = _FEDADG_VLCS + (("fedadg_order", "model_first"), ("fedadg_model_mode", "eval_after_disc"),
                               ("fedadg_pretrain_loss", "plain"), ("fedadg_smoothing_form", "torch"), ("fedadg_alpha", 0.15),
                               ("fedadg_noise", 0), ("fedadg_gen_lr", 7e-4), ("fedadg_disc_lr", 7e-4),
                               ("client_weighting", "examples"))
-FEDADG_VARIANT = HParam(
-    "fedadg_variant", "authors", "FedADG reading: authors = the authors' PACS code; authors_vlcs = their VLCS code (G "
-    "never trains); bai = Bai et al.'s code and PACS sweep. Each sets the fedadg_* knobs it differs on (and bai "
-    "client_weighting=examples) where they are unset", "choice", choices=("authors", "authors_vlcs", "bai"),
-    variant=True, implies=(("authors_vlcs", _FEDADG_VLCS), ("bai", _FEDADG_BAI)),
-    trial_id="as_run",  # fixed until issue 44
-    retired=(("fixed", "its generator loss mean((1 - D(G))^2) moved G to D's generated side, away from the features: "
+FEDADG_VARIANT = variant("fedadg_variant", "FedADG reading: authors = the authors' PACS code; authors_vlcs = their "
+                         "VLCS code (G never trains); bai = Bai et al.'s code and PACS sweep. Each sets the fedadg_* "
+                         "knobs it differs on (and bai client_weighting=examples) where they are unset",
+                         ("authors", "authors_vlcs", "bai"),
+                         implies=(("authors_vlcs", _FEDADG_VLCS), ("bai", _FEDADG_BAI)),
+                         trial_id="as_run",  # fixed until issue 44
+                         retired=(("fixed", "its generator loss mean((1 - D(G))^2) moved G to D's generated side, "
+                                   "away from the features: "
                        "the opposite sign of the authors' mean(D(G)^2); use fedadg_variant=authors (their PACS code, "
                        "the default) or bai"),))
 FEDADG_HPARAMS = (FEDADG_ALPHA, FEDADG_EPOCHS, FEDADG_GEN_LR, FEDADG_DISC_LR, FEDADG_NOISE, FEDADG_LATENT,

@@ -186,28 +186,32 @@ def _good(base: dict[str, Any], name: str, h: HParam, value: Any) -> tuple[str, 
     return None
 
 
-def _probe(base: dict[str, Any], name: str, value: Any) -> str | None:
+def _refusal(base: dict[str, Any], name: str, value: Any) -> Exception | None:
+    """What building the config ``base`` with ``name: value`` raises; None where it is accepted."""
     try:
         FederatedRunConfig.from_dict({**base, name: value})
-    except Exception as exc:  # noqa: BLE001 - any failure but one ConfigError line is the finding
-        why = config_error_line(exc)
-        if why is not None:
-            return f"value {value!r}, which its declaration allows, {why}"
+    except Exception as exc:  # noqa: BLE001 - the caller judges it: anything but one ConfigError line is a finding
+        return exc
     return None
 
 
+def _probe(base: dict[str, Any], name: str, value: Any) -> str | None:
+    exc = _refusal(base, name, value)
+    why = None if exc is None else config_error_line(exc)
+    return None if why is None else f"value {value!r}, which its declaration allows, {why}"
+
+
 def _bad(base: dict[str, Any], name: str, owners: str, value: Any, allowed: str) -> str | None:
-    try:
-        FederatedRunConfig.from_dict({**base, name: value})
-    except Exception as exc:  # noqa: BLE001 - any failure but the one line is the finding
-        why = config_error_line(exc)
-        if why is not None:
-            return f"value {value!r} {why}"
-        text = str(exc)
-        if not text.startswith(f"field '{name}' ({owners}): ") or allowed not in text:
-            return f"value {value!r} is refused as {text!r}, which does not name field '{name}' and '{allowed}'"
-        return None
-    return f"value {value!r} is accepted; its declaration allows no such value"
+    exc = _refusal(base, name, value)
+    if exc is None:
+        return f"value {value!r} is accepted; its declaration allows no such value"
+    why = config_error_line(exc)
+    if why is not None:
+        return f"value {value!r} {why}"
+    text = str(exc)
+    if not text.startswith(f"field '{name}' ({owners}): ") or allowed not in text:
+        return f"value {value!r} is refused as {text!r}, which does not name field '{name}' and '{allowed}'"
+    return None
 
 
 def check_unused(name: str) -> CheckResult:

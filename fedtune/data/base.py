@@ -13,6 +13,7 @@ It is computed once on the driver from labels alone and shipped to the actors.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +58,22 @@ class DomainDataset(ABC):
         """``indices`` into ``domain`` (``size`` examples) as a 1-D int64 array, or a
         :class:`DataError` naming the dataset and domain (call :meth:`check_domain` first)."""
         return check_indices(indices, size, f"{self.info.name} domain {domain!r}")
+
+    def of_domain(self, table: dict[str, np.ndarray], domain: str) -> np.ndarray:
+        """A copy of ``table[domain]`` (a per-domain array: members, labels, ...), after
+        :meth:`check_domain`."""
+        self.check_domain(domain)
+        return table[domain].copy()
+
+    @staticmethod
+    def per_domain(table: str, doc: str) -> Callable[[DomainDataset, str], np.ndarray]:
+        """A method ``(domain) -> copy of self.<table>[domain]`` (:meth:`of_domain`): a dataset's
+        per-domain arrays (``labels = DomainDataset.per_domain("_labels", "...")``)."""
+        def method(self: DomainDataset, domain: str) -> np.ndarray:
+            return self.of_domain(getattr(self, table), domain)
+
+        method.__doc__ = doc
+        return method
 
     @abstractmethod
     def labels(self, domain: str) -> np.ndarray:

@@ -102,27 +102,15 @@ class CacheEntry:
     num_images: int
     image_size: int
 
-    @property
-    def array_path(self) -> Path:
-        return self.directory / f"{self.stem}.npy"
+    def _file(self, suffix: str) -> Path:
+        return self.directory / f"{self.stem}.{suffix}"
 
-    @property
-    def record_path(self) -> Path:
-        return self.directory / f"{self.stem}.json"
-
-    @property
-    def crc_path(self) -> Path:
-        """The images' CRC-32s: ``N`` little-endian uint32."""
-        return self.directory / f"{self.stem}.crc"
-
-    @property
-    def lock_path(self) -> Path:
-        return self.directory / f"{self.stem}.lock"
-
-    @property
-    def owner_path(self) -> Path:
-        """Who is building this entry now (:mod:`fedtune.data.cache_lock`)."""
-        return self.directory / f"{self.stem}.owner"
+    array_path = property(lambda self: self._file("npy"), doc="The images: an ``(N, S, S, 3)`` uint8 array.")
+    record_path = property(lambda self: self._file("json"), doc="The record, written last: the cache is complete.")
+    crc_path = property(lambda self: self._file("crc"), doc="The images' CRC-32s: ``N`` little-endian uint32.")
+    lock_path = property(lambda self: self._file("lock"), doc="The build's file lock.")
+    owner_path = property(lambda self: self._file("owner"),
+                          doc="Who is building this entry now (:mod:`fedtune.data.cache_lock`).")
 
     @property
     def shape(self) -> tuple[int, int, int, int]:

@@ -76,28 +76,14 @@ class ColoredDigits(DomainDataset):
             labels = clean ^ (rng.random(len(members)) < LABEL_NOISE).astype(np.int64)
             colors = labels ^ (rng.random(len(members)) < flip_color).astype(np.int64)
             self._members[name], self._labels[name], self._colors[name] = members, labels, colors
-        self.info = DatasetInfo(
-            name="colored-digits",
-            domains=names,
-            classes=("0", "1"),
-            input_shape=(2, SIZE, SIZE),
-            default_model="cnn",
-            default_setting="fdg",
-        )
+        self.info = DatasetInfo(name="colored-digits", domains=names, classes=("0", "1"),
+                                input_shape=(2, SIZE, SIZE), default_model="cnn", default_setting="fdg")
 
-    def members(self, domain: str) -> np.ndarray:
-        """Original sklearn indices of ``domain``'s examples, in canonical order."""
-        self.check_domain(domain)
-        return self._members[domain].copy()
-
-    def labels(self, domain: str) -> np.ndarray:
-        self.check_domain(domain)
-        return self._labels[domain].copy()
-
-    def colors(self, domain: str) -> np.ndarray:
-        """The colour (0/1: the channel holding the digit) of each of ``domain``'s examples."""
-        self.check_domain(domain)
-        return self._colors[domain].copy()
+    members = DomainDataset.per_domain("_members", "Original sklearn indices of ``domain``'s examples, in "
+                                                   "canonical order.")
+    labels = DomainDataset.per_domain("_labels", "int64 labels of ``domain``'s examples (with the label noise).")
+    colors = DomainDataset.per_domain("_colors", "The colour (0/1: the channel holding the digit) of each of "
+                                                 "``domain``'s examples.")
 
     def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         self.check_domain(domain)

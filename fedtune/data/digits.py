@@ -92,19 +92,11 @@ class RotatedDigits(DomainDataset):
         self._angle = dict(zip(names, ANGLES))
         # domain -> sorted original sklearn indices of its members
         self._members = {n: np.sort(c).astype(np.int64) for n, c in zip(names, chunks)}
-        self.info = DatasetInfo(
-            name="rotated-digits",
-            domains=names,
-            classes=tuple(str(i) for i in range(10)),
-            input_shape=(1, SIZE, SIZE),
-            default_model="cnn",
-            default_setting="fdg",
-        )
+        self.info = DatasetInfo(name="rotated-digits", domains=names, classes=tuple(str(i) for i in range(10)),
+                                input_shape=(1, SIZE, SIZE), default_model="cnn", default_setting="fdg")
 
-    def members(self, domain: str) -> np.ndarray:
-        """Original sklearn indices of ``domain``'s examples, in canonical order."""
-        self.check_domain(domain)
-        return self._members[domain].copy()
+    members = DomainDataset.per_domain("_members", "Original sklearn indices of ``domain``'s examples, in "
+                                                   "canonical order.")
 
     def labels(self, domain: str) -> np.ndarray:
         self.check_domain(domain)

@@ -64,28 +64,14 @@ class Rect4(DomainDataset):
             self._x[name] = np.ascontiguousarray(
                 (raw / np.array([X_SCALE, Y_SCALE])).astype(np.float32)
             )
-        self.info = DatasetInfo(
-            name="rect4",
-            domains=tuple(DOMAINS),
-            classes=("neg", "pos"),
-            input_shape=(2,),
-            default_model="mlp",
-            default_setting="fdg",
-        )
+        self.info = DatasetInfo(name="rect4", domains=tuple(DOMAINS), classes=("neg", "pos"), input_shape=(2,),
+                                default_model="mlp", default_setting="fdg")
 
-    def raw_points(self, domain: str) -> np.ndarray:
-        """Unscaled ``(x, y)`` coordinates of ``domain`` (for plots and tests)."""
-        self.check_domain(domain)
-        return self._raw[domain].copy()
-
-    def noisy_mask(self, domain: str) -> np.ndarray:
-        """True where a point is labelled by the local boundary instead of the global one."""
-        self.check_domain(domain)
-        return self._noisy[domain].copy()
-
-    def labels(self, domain: str) -> np.ndarray:
-        self.check_domain(domain)
-        return self._y[domain].copy()
+    raw_points = DomainDataset.per_domain("_raw", "Unscaled ``(x, y)`` coordinates of ``domain`` (for plots and "
+                                                  "tests).")
+    noisy_mask = DomainDataset.per_domain("_noisy", "True where a point is labelled by the local boundary instead of "
+                                                    "the global one.")
+    labels = DomainDataset.per_domain("_y", "int64 labels of ``domain``'s points.")
 
     def load(self, domain: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         self.check_domain(domain)

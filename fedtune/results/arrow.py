@@ -167,6 +167,17 @@ def to_timestamp(v: Any, column: str = "timestamp") -> _dt.datetime | None:
     raise TypeError(f"column {column!r}: cannot convert {type(v).__name__} to a timestamp")
 
 
+def _column_names(rows: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Every key of ``rows`` (a column name: a string, else TypeError)."""
+    names: set[str] = set()
+    for row in rows:
+        for k in row:
+            if not isinstance(k, str):
+                raise TypeError(f"column names must be strings, got {k!r}")
+        names.update(row)
+    return names
+
+
 def _core_value(v: Any, typ: pa.DataType, column: str) -> Any:
     if v is None:
         return None
@@ -204,12 +215,7 @@ def rows_to_table(rows: Sequence[Mapping[str, Any]], core: pa.Schema = ROUND_COR
     >>> t.column_names[len(ROUND_CORE_SCHEMA):]
     ['diag.g', 'hp.lr', 'test_acc']
     """
-    names: set[str] = set()
-    for row in rows:
-        for k in row:
-            if not isinstance(k, str):
-                raise TypeError(f"column names must be strings, got {k!r}")
-        names.update(row)
+    names = _column_names(rows)
     arrays: list[pa.Array] = []
     fields: list[pa.Field] = []
     for f in core:

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 
-from fedtune.results.arrow import _core_value, _infer_column
+from fedtune.results.arrow import _column_names, _core_value, _infer_column
 from fedtune.results.schema import ROUND_CORE_SCHEMA
 
 MAX_CHUNKS = 16
@@ -46,12 +46,7 @@ class RoundsTable:
     def extend(self, rows: Sequence[Mapping[str, Any]]) -> None:
         if not rows:
             return
-        names: set[str] = set()
-        for row in rows:
-            for k in row:
-                if not isinstance(k, str):
-                    raise TypeError(f"column names must be strings, got {k!r}")
-            names.update(row)
+        names = _column_names(rows)
         core = set(self.core.names)
         built: dict[str, pa.Array] = {}
         for f in self.core:  # converted first: a bad value raises before anything is kept

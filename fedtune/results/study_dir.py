@@ -124,6 +124,11 @@ def check_path_text(path: str | os.PathLike[str], what: str) -> Path:
     return Path(text)
 
 
+def _under(name: str) -> property:
+    """A :class:`StudyDir` property: the path ``name`` under the study's root."""
+    return property(lambda self: self.root / name, doc=f"``<study>/{name}``")
+
+
 class StudyDir:
     """The paths of one study's files (nothing is created or read here)."""
 
@@ -133,52 +138,20 @@ class StudyDir:
     def __repr__(self) -> str:
         return f"StudyDir({str(self.root)!r})"
 
-    @property
-    def study_json(self) -> Path:
-        return self.root / STUDY_FILE
-
-    @property
-    def optuna_db(self) -> Path:
-        return self.root / OPTUNA_FILE
-
-    @property
-    def tune_dir(self) -> Path:
-        return self.root / TUNE_DIR
-
-    @property
-    def spaces_dir(self) -> Path:
-        return self.root / SPACES_DIR
-
-    @property
-    def trials(self) -> Path:
-        return self.root / TRIALS_FILE
-
-    @property
-    def trials_lock(self) -> Path:
-        return self.root / LOCK_FILE
-
-    @property
-    def driver_lock(self) -> Path:
-        return self.root / DRIVER_LOCK_FILE
-
-    @property
-    def driver(self) -> Path:
-        return self.root / DRIVER_FILE
-
-    @property
-    def rounds_dir(self) -> Path:
-        return self.root / ROUNDS_DIR
+    study_json = _under(STUDY_FILE)
+    optuna_db = _under(OPTUNA_FILE)
+    tune_dir = _under(TUNE_DIR)
+    spaces_dir = _under(SPACES_DIR)
+    trials = _under(TRIALS_FILE)
+    trials_lock = _under(LOCK_FILE)
+    driver_lock = _under(DRIVER_LOCK_FILE)
+    driver = _under(DRIVER_FILE)
+    rounds_dir = _under(ROUNDS_DIR)
+    report_md = _under(REPORT_FILE)
+    plots_dir = _under(PLOTS_DIR)
 
     def rounds_file(self, trial_id: str) -> Path:
         return self.rounds_dir / f"{trial_id}.parquet"
-
-    @property
-    def report_md(self) -> Path:
-        return self.root / REPORT_FILE
-
-    @property
-    def plots_dir(self) -> Path:
-        return self.root / PLOTS_DIR
 
 
 def read_study_if_any(study_dir: str | os.PathLike[str]) -> dict[str, Any]:

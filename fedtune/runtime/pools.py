@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -267,21 +267,12 @@ class RayPool(PoolBase):
 
     def _call_all(self, method: str, per_worker_args: dict[int, tuple]) -> tuple[dict[int, Any], list[int]]:
         """Call ``method`` on the given workers; handle dead actors; return replies and skipped workers."""
-        # lazy: keeps ray out of this module's import
-        import ray
-        from ray.exceptions import RayActorError, RayError
-
         refs = {w: getattr(self.actors[w], method).remote(*args) for w, args in per_worker_args.items()}
         replies, dead = {}, []
         for w, ref in refs.items():
             try:
-                replies[w] = ray.get(ref)
-            except RayError as exc:
-                err = input_error_of(exc)
-                if err is not None:  # bad input (an undecodable image ...): a restart would fail again
-                    raise err from None
-                if not isinstance(exc, RayActorError):
-                    raise
+                replies[w] = self._get(lambda: ref)
+            except _ActorDied:
                 dead.append(w)
         skipped = []
         for w in dead:
@@ -373,15 +364,21 @@ class RayPool(PoolBase):
         return self.actors[w].fit_stream.options(num_returns="streaming").remote(weights_ref, payload, round, ids,
                                                                                batch)
 
-    @staticmethod
-    def _next(stream) -> FitReply:
+    @classmethod
+    def _next(cls, stream) -> FitReply:
         """The next reply of an actor's stream; a dead actor is :class:`_ActorDied`, bad input its own error."""
+        return cls._get(lambda: next(stream))
+
+    @staticmethod
+    def _get(ref: Callable[[], Any]) -> Any:
+        """``ray.get(ref())``: a dead actor is :class:`_ActorDied`, bad input its own error, any other
+        Ray error raised as it is."""
         # lazy: keeps ray out of this module's import
         import ray
         from ray.exceptions import RayActorError, RayError
 
         try:
-            return ray.get(next(stream))
+            return ray.get(ref())
         except RayError as exc:
             err = input_error_of(exc)
             if err is not None:  # bad input (an undecodable image ...): a restart would fail again

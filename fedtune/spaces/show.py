@@ -1,5 +1,7 @@
 """The effective search space, shown and written out: ``fedtune spaces show NAME`` and the
-complete copy a study keeps of each space (``<study>/spaces/<algorithm>.yaml``).
+complete copy a study keeps of each space (``<study>/spaces/<algorithm>.yaml``); ``fedtune spaces
+show`` alone lists every algorithm's space as *derived* (from the declarations, no file) or
+*overridden* (by which file, and what the file changes: :func:`space_kind`).
 
 :func:`show_space` prints a space as a table (every switch and parameter in sampling order of
 declaration: distribution, range / choices / value, default, condition, and where it comes from:
@@ -19,9 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedtune.errors import ConfigError
 from fedtune.spaces.model import OMITTED, ParamSpec, SearchSpace
 
-__all__ = ["show_space", "space_rows", "space_text"]
+__all__ = ["overridden_names", "show_space", "space_kind", "space_rows", "space_text"]
 
 
 def space_text(space: SearchSpace, note: str = "") -> str:
@@ -80,9 +83,61 @@ def space_rows(space: SearchSpace) -> list[list[str]]:
     return rows
 
 
-def show_space(name: str, *, as_yaml: bool = False, console: Any = None) -> int:
+def overridden_names(space: SearchSpace) -> list[str]:
+    """What a file changes of its algorithm's derived space (``search_spaces/<algorithm>.yaml``, or
+    any override): the constants, switches and parameters that differ from the space the
+    declarations alone give, in the space's order; parameters it drops last.
+
+    >>> from fedtune.spaces.lookup import load_space
+    >>> overridden_names(load_space("fediir-omg")), overridden_names(load_space("fedavg"))
+    (['fediir_penalty'], [])
+    """
+    from fedtune.spaces.yaml_files import build_space
+
+    base = build_space({"algorithm": space.algorithm}, space.algorithm, None)
+    names = [k for k in {**base.constants, **space.constants} if base.constants.get(k) != space.constants.get(k)]
+    for mine, theirs in ((space.switches, base.switches), (space.params, base.params)):
+        names += [n for n in mine if theirs.get(n) != mine[n]] + [n for n in theirs if n not in mine]
+    return names
+
+
+def space_kind(space: SearchSpace) -> str:
+    """Where ``space`` comes from, in words: ``derived`` (the declarations alone), ``overridden by
+    FILE (NAMES)`` (a file over the declarations, and what it changes) or ``complete: FILE``.
+
+    >>> from fedtune.spaces.lookup import load_space
+    >>> space_kind(load_space("simclr")), space_kind(load_space("fediir-omg")).split(" by ")[0]
+    ('derived (from the declarations; no file)', 'overridden')
+    """
+    if not space.origins:
+        return f"complete: {space.source} (nothing derived)"
+    if space.source == space.algorithm:
+        return "derived (from the declarations; no file)"
+    changed = overridden_names(space)
+    return f"overridden by {space.source} ({', '.join(changed) if changed else 'nothing but its description'})"
+
+
+def _list_spaces(console: Any) -> int:
+    """``fedtune spaces show`` without a name: every algorithm, its space derived or overridden."""
+    from rich.table import Table
+
+    from fedtune.algorithms.presets import PRESETS
+    from fedtune.spaces.lookup import load_space
+
+    table = Table(title="search spaces (`fedtune spaces show NAME` prints one)")
+    table.add_column("algorithm")
+    table.add_column("space: derived from the declarations, or overridden by a file (what it changes)",
+                     overflow="fold")
+    for name in sorted(PRESETS):
+        table.add_row(name, space_kind(load_space(name)))
+    console.print(table)
+    return 0
+
+
+def show_space(name: str | None, *, as_yaml: bool = False, console: Any = None) -> int:
     """Print the effective space of ``name`` (an algorithm's name or a file's path:
-    :func:`~fedtune.spaces.lookup.load_space`)."""
+    :func:`~fedtune.spaces.lookup.load_space`); without a name, every algorithm's space as derived
+    or overridden (:func:`space_kind`)."""
     # lazy: keeps rich, numpy out of this module's import
     from rich.console import Console
     from rich.table import Table
@@ -90,21 +145,19 @@ def show_space(name: str, *, as_yaml: bool = False, console: Any = None) -> int:
 
     from fedtune.spaces.lookup import load_space
 
-    space = load_space(name)
-    if as_yaml:
-        print(space_text(space), end="")
-        return 0
     if console is None:
         console = Console()
         if not console.is_terminal:  # a pipe or a file: one row per line, not folded to 80 columns
             console = Console(width=200)
-    if not space.origins:
-        where = f"{space.source} (complete: nothing derived)"
-    elif space.source == space.algorithm:
-        where = "the declarations alone (no file)"
-    else:
-        where = f"{space.source} over the declarations"
-    table = Table(title=f"search space of {space.algorithm}: {where}")
+    if name is None:
+        if as_yaml:
+            raise ConfigError("option '--yaml' prints one space: name it (fedtune spaces show NAME --yaml)")
+        return _list_spaces(console)
+    space = load_space(name)
+    if as_yaml:
+        print(space_text(space), end="")
+        return 0
+    table = Table(title=f"search space of {space.algorithm}: {space_kind(space)}")
     for col in ("name", "distribution", "range / choices / value", "default", "when", "source"):
         table.add_column(col, overflow="fold")
     for row in space_rows(space):

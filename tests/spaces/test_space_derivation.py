@@ -287,8 +287,8 @@ def test_fedtune_spaces_show(capsys):
 
     assert main(["spaces", "show", "fediir-omg"]) == 0
     out = capsys.readouterr().out
-    assert "search space of fediir-omg" in out and "over the declarations" in out
-    row = next(line for line in out.splitlines() if "fediir_penalty" in line)
+    assert "search space of fediir-omg: overridden by " in out and "fediir-omg.yaml (fediir_penalty)" in out
+    row = next(line for line in out.splitlines() if "fediir_penalty" in line and "│" in line)
     for cell in ("loguniform", "[0.0001, 0.01]", "0.0001", "declared: client method fediir + file (default)"):
         assert cell in row, row
     tau = next(line for line in out.splitlines() if "server_tau" in line)
@@ -296,7 +296,7 @@ def test_fedtune_spaces_show(capsys):
     assert "| shared" in out.replace("│", "|") and "constants: algorithm=fediir-omg" in out
 
     assert main(["spaces", "show", "simclr"]) == 0
-    assert "the declarations alone (no file)" in capsys.readouterr().out
+    assert "search space of simclr: derived (from the declarations; no file)" in capsys.readouterr().out
     assert main(["spaces", "show", "fedgp", "--yaml"]) == 0
     doc = yaml.safe_load(capsys.readouterr().out)
     assert doc["complete"] is True and doc["setting"] == "fda" and "gp_beta_mode" in doc["switches"]

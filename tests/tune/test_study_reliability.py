@@ -171,7 +171,7 @@ def test_resume_accepts_the_studys_own_options_given_again_and_refuses_a_changed
     from fedtune.results.study_dir import write_study
 
     space = tmp_path / "fedavg.yaml"
-    space.write_text((Path(__file__).parents[2] / "search_spaces" / "fedavg.yaml").read_text())
+    space.write_text("algorithm: fedavg\ndescription: the study's own override\n")
     (tmp_path / "s" / "spaces").mkdir(parents=True)
     (tmp_path / "s" / "spaces" / "fedavg.yaml").write_text(space.read_text())
     saved = SweepOptions(spaces=["spaces/fedavg.yaml"], num_samples=4, sampler="random", seeds=2,

@@ -42,7 +42,8 @@ from torch.nn import functional as F
 
 from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, batches, descend
-from fedtune.algorithms.client.moon import FeatureTap, classifier_layer
+from fedtune.algorithms.client.fediir import classifier_layer
+from fedtune.algorithms.client.moon import FeatureTap
 from fedtune.algorithms.client.precision import autocast
 from fedtune.algorithms.client.steps import batches_per_epoch
 from fedtune.algorithms.fedadg_declarations import (FEDADG_ALPHA, FEDADG_DISC_ARCH, FEDADG_DISC_LOSS,
@@ -180,7 +181,7 @@ class FedADG(ClientMethod):
         gen, disc = self.nets(ctx)
         opt = self.start_round(ctx)
         if self.pretrain == "plain":  # Bai et al.'s first local epochs
-            out = self.local_loop(ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step))
+            out = self.cross_entropy_loop(ctx, opt)
         else:
             out = self.local_loop(ctx, lambda x, y: descend(opt, self.cross_entropy(model(x), y, dtype),
                                                             ctx.record_step))

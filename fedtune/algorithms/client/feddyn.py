@@ -26,10 +26,8 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
-from fedtune.algorithms.base import RunConfig
-from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend
+from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome
 from fedtune.algorithms.declarations import FEDDYN_ALPHA
 from fedtune.algorithms.client.scaffold import trainable_views
 from fedtune.layout import FlatLayout
@@ -59,15 +57,12 @@ def flat_params(model: torch.nn.Module) -> torch.Tensor:
 
 class FedDyn(ClientMethod):
     name = "feddyn"
-
-    def __init__(self, cfg: RunConfig):
-        super().__init__(cfg)
-        self.alpha = float(FEDDYN_ALPHA.of(cfg))
+    reads = {"alpha": FEDDYN_ALPHA}
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         model, opt = ctx.model, self.start_round(ctx)
         if self.alpha == 0.0:  # exactly sgd
-            return self.local_loop(ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step))
+            return self.cross_entropy_loop(ctx, opt)
         num_params = FlatLayout.of(model).num_params
         anchor = flat_params(model)  # θ^(t−1)
         linear = ctx.state.get(STATE_KEY)
@@ -75,7 +70,7 @@ class FedDyn(ClientMethod):
         if tuple(linear.shape) != (num_params,):
             raise ValueError(f"feddyn: the client's state has {linear.numel()} values, the model {num_params}")
         reg = DynamicRegulariser(opt.params, trainable_views(model, anchor), trainable_views(model, linear), self.alpha)
-        out = self.local_loop(ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step, reg))
+        out = self.cross_entropy_loop(ctx, opt, reg)
         if np.isfinite(out.loss):
             ctx.state[STATE_KEY] = linear - self.alpha * (flat_params(model) - anchor)
         out.metrics = {**out.metrics, "feddyn_linear_norm": float(torch.linalg.vector_norm(linear))}

@@ -41,7 +41,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, batches, descend
 from fedtune.algorithms.client.steps import batches_per_epoch, local_steps
 from fedtune.algorithms.declarations import FEDIIR_PENALTY
@@ -52,13 +51,14 @@ from fedtune.algorithms.client.precision import autocast
 
 def classifier_layer(model: nn.Module) -> nn.Linear:
     """The model's classifier: its last ``nn.Linear`` in module order (cnn, mlp and torchvision's
-    ``fc``, ``classifier[-1]``, ``heads.head``)."""
+    ``fc``, ``classifier[-1]``, ``heads.head``), whose input is the encoder features
+    (:func:`fedtune.models.encode`) for every model fedtune builds (FedIIR, Fishr, MOON, FedADG)."""
     found = None
     for module in model.modules():
         if isinstance(module, nn.Linear):
             found = module
     if found is None:
-        raise TypeError(f"no linear classifier on a {type(model).__name__}")
+        raise TypeError(f"no linear classifier (nn.Linear) on a {type(model).__name__}")
     return found
 
 
@@ -148,16 +148,12 @@ def gradient_penalty(ce: torch.Tensor, params: list[torch.Tensor], mean: list[to
 
 class FedIIR(ClientMethod):
     name = "fediir"
-
-    def __init__(self, cfg: RunConfig):
-        super().__init__(cfg)
-        self.penalty = float(FEDIIR_PENALTY.of(cfg))
+    reads = {"penalty": FEDIIR_PENALTY}
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         model, weight = ctx.model, self.penalty
         if weight == 0.0:
-            opt = self.start_round(ctx)
-            return self.local_loop(ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step))
+            return self.cross_entropy_loop(ctx, self.start_round(ctx))
         layer = classifier_layer(model)
         params = list(layer.parameters())
         grad_sum, count = round_gradient_sum(ctx, layer)

@@ -104,8 +104,7 @@ class Fishr(ClientMethod):
     def train(self, ctx: ClientContext) -> ClientOutcome:
         model = ctx.model
         if self.penalty == 0.0:
-            opt = self.start_round(ctx)
-            return self.local_loop(ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step))
+            return self.cross_entropy_loop(ctx, self.start_round(ctx))
         layer = classifier_layer(model)
         size = sum(p.numel() for p in layer.parameters())
         dtype = torch.promote_types(layer.weight.dtype, torch.float32)  # the variances: float32 at least

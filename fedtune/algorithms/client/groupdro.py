@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client.domain_groups import domain_risks
 from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend
 from fedtune.algorithms.declarations import GROUPDRO_ETA
@@ -43,10 +42,7 @@ class GroupDRO(ClientMethod):
     """Local SGD on the ``q``-weighted per-domain risks, ``q`` updated each step and kept across rounds."""
 
     name = "groupdro"
-
-    def __init__(self, cfg: RunConfig):
-        super().__init__(cfg)
-        self.eta = float(GROUPDRO_ETA.of(cfg))
+    reads = {"eta": GROUPDRO_ETA}
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         model, opt = ctx.model, self.start_round(ctx)

@@ -16,8 +16,9 @@ loss; the plain gradient step is :func:`descend` (SGD, FedProx, SimCLR, GCA, Fed
 step through the optimiser it is given), SAM's is :class:`fedtune.algorithms.client.sam.SamDescent`
 (FedSAM, GFM). A new method writes its step function and hands it to ``local_loop``.
 
-A method reads its hyperparameters once, typed, when it is built (``self.mu = PROX_MU.of(cfg)``
-in ``__init__``). Client-method modules are PyTorch code and import torch at their top; the
+A method reads its hyperparameters once, typed, when it is built: named in
+:attr:`ClientMethod.reads` (``reads = {"mu": PROX_MU}``: ``self.mu`` is ``PROX_MU.of(cfg)``), or in
+``__init__``. Client-method modules are PyTorch code and import torch at their top; the
 registry (:data:`fedtune.algorithms.CLIENT_METHODS`) imports one only when its method is looked
 up, so processes that only aggregate (the coordinator) never load torch.
 """
@@ -33,9 +34,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client import prefetch
 from fedtune.algorithms.client.deferred_loss import LossGuard, PendingLoss
+from fedtune.algorithms.base import HParam, RunConfig, read_hparams
 from fedtune.algorithms.client.optim import LocalSGD, local_optimizer
 from fedtune.algorithms.client.steps import local_steps
 from fedtune.old_names import old_name_error
@@ -193,11 +194,16 @@ class ClientMethod:
     :class:`~fedtune.algorithms.base.ClientMethodSpec` in :mod:`fedtune.algorithms.declarations`."""
 
     name: ClassVar[str]
+    reads: ClassVar[dict[str, HParam[Any]]] = {}
+    """Attribute -> hyperparameter: ``self.<attribute>`` is its value in the run's config, read
+    once when the method is built (``{"rho": SAM_RHO}``; a subclass's add to its bases':
+    :func:`~fedtune.algorithms.base.read_hparams`)."""
 
     def __init__(self, cfg: RunConfig):
-        """Build the method for the validated config ``cfg``; a subclass reads its hyperparameters
-        here, once, typed (``self.rho = SAM_RHO.of(cfg)``)."""
+        """Build the method for the validated config ``cfg``: ``self.cfg`` and each of :attr:`reads`;
+        a subclass may read more here, once, typed (``self.rho = SAM_RHO.of(cfg)``)."""
         self.cfg = cfg
+        read_hparams(self, cfg)
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         raise NotImplementedError
@@ -294,14 +300,24 @@ class _Tally:
             pending.guard.restore()
         return self.add(value)
 
+    def cross_entropy_loop(self, ctx: ClientContext, opt: LocalSGD, after_backward: Callable[[], None] | None = None,
+                           metrics: Callable[[int], dict[str, float]] | None = None, *,
+                           defer: bool = False) -> ClientOutcome:
+        """:meth:`local_loop` with the plain step: :func:`descend` on the batch's cross-entropy
+        (``after_backward`` adds to its gradient: FedDyn's, SCAFFOLD's correction). ``sgd``'s
+        round, and that of a method whose own term weighs 0. ``defer``: :func:`descend`'s late loss
+        check on CUDA (``sgd`` only: the one method its equality was proven for)."""
+        model = ctx.model
+        return self.local_loop(
+            ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step, after_backward, defer=defer),
+            metrics)
+
 
 class SGD(ClientMethod):
     name = "sgd"
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
-        model, opt = ctx.model, self.start_round(ctx)
-        return self.local_loop(
-            ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step, defer=True))
+        return self.cross_entropy_loop(ctx, self.start_round(ctx), defer=True)
 
 
 def __getattr__(name: str) -> NoReturn:

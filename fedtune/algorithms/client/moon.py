@@ -60,6 +60,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.client.fediir import classifier_layer
 from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend
 from fedtune.algorithms.declarations import MOON_MU, MOON_TEMPERATURE
 
@@ -81,18 +82,6 @@ def model_contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.
     logits = torch.stack([F.cosine_similarity(z, z_glob, dim=-1), F.cosine_similarity(z, z_prev, dim=-1)], dim=1)
     logits = logits / float(temperature)
     return (torch.logsumexp(logits, dim=1) - logits[:, 0]).mean()
-
-
-def classifier_layer(model: nn.Module) -> nn.Linear:
-    """The model's classifier: its last ``nn.Linear`` in module order, whose input is the encoder
-    features (:func:`fedtune.models.encode`) for every model fedtune builds."""
-    last = None
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            last = module
-    if last is None:
-        raise TypeError(f"MOON needs a model ending in a linear classifier; a {type(model).__name__} has no nn.Linear")
-    return last
 
 
 class FeatureTap:
@@ -153,9 +142,7 @@ class MOON(ClientMethod):
     def train(self, ctx: ClientContext) -> ClientOutcome:
         model = ctx.model
         if self.mu == 0.0:  # plain CE: exactly sgd, nothing kept
-            opt = self.start_round(ctx)
-            return self.local_loop(ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step),
-                                   lambda steps: {"moon_con": 0.0})
+            return self.cross_entropy_loop(ctx, self.start_round(ctx), metrics=lambda steps: {"moon_con": 0.0})
         prev_state = ctx.state.get(STATE_KEY)
         frozen = None
         if prev_state is not None:
@@ -190,5 +177,5 @@ class MOON(ClientMethod):
         return out
 
 
-__all__ = ["MOON", "STATE_KEY", "FeatureTap", "classifier_layer",
+__all__ = ["MOON", "STATE_KEY", "FeatureTap",
            "model_contrastive_loss", "snapshot"]

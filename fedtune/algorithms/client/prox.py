@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import torch
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend
 from fedtune.algorithms.declarations import PROX_MU
 
@@ -42,10 +41,7 @@ def add_prox_gradient(params: Sequence[torch.Tensor], anchors: Sequence[torch.Te
 
 class Prox(ClientMethod):
     name = "prox"
-
-    def __init__(self, cfg: RunConfig):
-        super().__init__(cfg)
-        self.mu = PROX_MU.of(cfg)
+    reads = {"mu": PROX_MU}
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         mu = self.mu

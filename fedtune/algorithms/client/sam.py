@@ -31,7 +31,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, RecordStep
 from fedtune.algorithms.declarations import SAM_RHO
 from fedtune.algorithms.client.optim import LocalSGD
@@ -172,10 +171,7 @@ class SamDescent:
 # ------------------------------------------------------------------------------------------------
 class SAM(ClientMethod):
     name = "sam"
-
-    def __init__(self, cfg: RunConfig):
-        super().__init__(cfg)
-        self.rho = SAM_RHO.of(cfg)
+    reads = {"rho": SAM_RHO}
 
     def train(self, ctx: ClientContext) -> ClientOutcome:
         sam = SamDescent(self.start_round(ctx), ctx.model, self.rho, ctx.record_step)

@@ -30,9 +30,8 @@ from typing import Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome, descend
+from fedtune.algorithms.client.method import ClientContext, ClientMethod, ClientOutcome
 from fedtune.algorithms.server.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA_C
 from fedtune.layout import FlatLayout
 
@@ -106,7 +105,7 @@ class Scaffold(ClientMethod):
         sums = torch.zeros(num_params, device=ctx.device)
         cv = ControlVariateStep(opt.params, trainable_views(model, correction), trainable_views(model, sums),
                                 opt.weight_decay, apply=bool(correction.any()))
-        out = self.local_loop(ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step, cv))
+        out = self.cross_entropy_loop(ctx, opt, cv)
         delta = torch.zeros(num_params, device=ctx.device)
         if cv.steps > 0 and np.isfinite(out.loss):
             c_new = sums / cv.steps  # option II: c_i − c + (x − y)/(K η_l) under plain SGD

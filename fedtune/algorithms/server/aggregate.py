@@ -63,10 +63,16 @@ def fedavg_weights(num_examples: np.ndarray) -> np.ndarray:
     >>> fedavg_weights(np.array([1, 3]))
     array([0.25, 0.75])
     """
-    n = np.asarray(num_examples, dtype=np.float64)
-    if n.ndim != 1 or len(n) == 0 or (n < 0).any() or n.sum() <= 0:
-        raise ValueError(f"num_examples must be non-negative with a positive sum, got {num_examples}")
-    return n / n.sum()
+    return normalised(num_examples, "num_examples")
+
+
+def normalised(values: np.ndarray, name: str = "values") -> np.ndarray:
+    """``values / Σ values`` (float64): a round's weights from non-negative ``values`` with a
+    positive sum (else ValueError naming ``name``)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or len(v) == 0 or (v < 0).any() or v.sum() <= 0:
+        raise ValueError(f"{name} must be non-negative with a positive sum, got {values!r}")
+    return v / v.sum()
 
 
 
@@ -145,4 +151,4 @@ def tensor_slices(slices: Sequence[Any] | None, size: int) -> list[slice]:
 
 
 __all__ = ["BLOCK", "check_updates", "combine", "fedavg_buffers", "fedavg_step", "fedavg_weights",
-           "mean_weights", "server_step", "tensor_slices", "weighted_sum"]
+           "mean_weights", "normalised", "server_step", "tensor_slices", "weighted_sum"]

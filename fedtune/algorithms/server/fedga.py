@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from fedtune.algorithms.server.aggregate import fedavg_buffers, server_step, weighted_sum
+from fedtune.algorithms.server.aggregate import fedavg_buffers, normalised, server_step, weighted_sum
 from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.declarations import FEDGA_CENTER, FEDGA_DECAY, FEDGA_INIT, FEDGA_METRIC, FEDGA_STEP
 from fedtune.algorithms.server.rule import AggregateResult, ServerRule
@@ -154,10 +154,7 @@ def aggregation_weights(scores: np.ndarray) -> np.ndarray:
     >>> aggregation_weights(np.array([1.0, 3.0]))
     array([0.25, 0.75])
     """
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim != 1 or len(s) == 0 or (s < 0).any() or s.sum() <= 0:
-        raise ValueError(f"scores must be non-negative with a positive sum, got {scores!r}")
-    return s / s.sum()
+    return normalised(scores, "scores")
 
 
 # ============================================================================== server rule
@@ -190,14 +187,11 @@ class FedGA(ServerRule):
     """
 
     name = "fedga"
+    reads = {"step": FEDGA_STEP, "decay": FEDGA_DECAY, "center": FEDGA_CENTER, "metric": FEDGA_METRIC,
+             "init": FEDGA_INIT}
 
     def __init__(self, cfg: RunConfig, layout: Any):
         super().__init__(cfg, layout)
-        self.step = FEDGA_STEP.of(cfg)
-        self.decay = FEDGA_DECAY.of(cfg)
-        self.center = FEDGA_CENTER.of(cfg)
-        self.metric = FEDGA_METRIC.of(cfg)
-        self.init = FEDGA_INIT.of(cfg)
         self.rounds = int(cfg.rounds)
         self.scores: dict[int, float] = {}
         # client id -> (round, local validation loss, local validation accuracy) of its last round

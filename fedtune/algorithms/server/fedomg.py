@@ -40,12 +40,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from fedtune.algorithms.server.aggregate import check_updates, combine, server_step
-from fedtune.algorithms.base import RunConfig
 from fedtune.algorithms.server.blocked import gram_pass, weighted_rows
 from fedtune.algorithms.declarations import OMG_KAPPA, OMG_RESCALE, OMG_SOLVER
 from fedtune.algorithms.server.fedomg_solvers import OMGSolution, cosines, omg_solution
@@ -150,13 +148,7 @@ class FedOMG(ServerRule):
     """
 
     name = "fedomg"
-
-    def __init__(self, cfg: RunConfig, layout: Any):
-        super().__init__(cfg, layout)
-        # validated with the config (HParam.check); read once
-        self.kappa = OMG_KAPPA.of(cfg)
-        self.solver = OMG_SOLVER.of(cfg)
-        self.rescale = OMG_RESCALE.of(cfg)
+    reads = {"kappa": OMG_KAPPA, "solver": OMG_SOLVER, "rescale": OMG_RESCALE}  # validated with the config
 
     def aggregate(self, params, updates, weights, *, extras, round, info):
         step = fedomg_step(updates, weights, self.kappa, solver=self.solver, rescale=self.rescale,

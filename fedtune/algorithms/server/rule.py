@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedtune.algorithms.server.aggregate import fedavg_buffers, mean_weights, server_step, weighted_sum
-from fedtune.algorithms.base import RunConfig
+from fedtune.algorithms.base import HParam, RunConfig, read_hparams
 from fedtune.algorithms.declarations import CLIENT_WEIGHTING
 
 
@@ -59,15 +59,19 @@ class ServerRule:
     :mod:`fedtune.algorithms.declarations`.
 
     ``cfg`` is the validated :class:`~fedtune.config.FederatedRunConfig`; a rule reads its own
-    hyperparameters once, typed, when it is built (``self.kappa = OMG_KAPPA.of(cfg)`` in
-    ``__init__``). Server rules are NumPy only: the coordinator, which never imports torch, builds them.
+    hyperparameters once, typed, when it is built: named in :attr:`reads` (``{"kappa": OMG_KAPPA}``:
+    ``self.kappa`` is ``OMG_KAPPA.of(cfg)``), or in ``__init__``. Server rules are NumPy only: the
+    coordinator, which never imports torch, builds them.
     """
 
     name: ClassVar[str]
+    reads: ClassVar[dict[str, HParam[Any]]] = {}
+    """Attribute -> hyperparameter, read when the rule is built (:func:`~fedtune.algorithms.base.read_hparams`)."""
 
     def __init__(self, cfg: RunConfig, layout: Any):
         self.cfg = cfg
         self.layout = layout
+        read_hparams(self, cfg)
 
     @property
     def threads(self) -> int:

@@ -90,7 +90,6 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
     import optuna
     from optuna.trial import TrialState
 
-    from fedtune.spaces.lookup import load_space
     from fedtune.tune.study.options import SweepOptions
     from fedtune.tune.common.searches import optuna_storage_url
     from fedtune.tune.study.sweep import run_sweep
@@ -98,7 +97,7 @@ def test_sigterm_sweep_then_resume_a_moved_copy_with_a_corrupt_round_file(ray_se
     a_out, b_out = tmp_path / "A", tmp_path / "B"
     ext = tmp_path / "ext" / "my-fedavg.yaml"  # a SPACE file outside the study: gone after the move
     ext.parent.mkdir()
-    shutil.copyfile(load_space("fedavg").source, ext)
+    ext.write_text("algorithm: fedavg\ndescription: my FedAvg\n")  # an override naming nothing: FedAvg's space
     address = ray_session.get_runtime_context().gcs_address
     # A tiny model, one client actor and one trial at a time: trials take well under a second, so
     # several of them are left to --resume whenever SIGTERM comes after the first trial row.
