@@ -268,6 +268,18 @@ class ClientMethod:
         done = tally.done
         return ClientOutcome(loss=tally.total / max(done, 1), steps=done, metrics={} if metrics is None else metrics(done))
 
+    def cross_entropy_loop(self, ctx: ClientContext, opt: LocalSGD, after_backward: Callable[[], None] | None = None,
+                           metrics: Callable[[int], dict[str, float]] | None = None, *,
+                           defer: bool = False) -> ClientOutcome:
+        """:meth:`local_loop` with the plain step: :func:`descend` on the batch's cross-entropy
+        (``after_backward`` adds to its gradient: FedDyn's, SCAFFOLD's correction). ``sgd``'s
+        round, and that of a method whose own term weighs 0. ``defer``: :func:`descend`'s late loss
+        check on CUDA (``sgd`` only: the one method its equality was proven for)."""
+        model = ctx.model
+        return self.local_loop(
+            ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step, after_backward, defer=defer),
+            metrics)
+
 
 class _Tally:
     """The local loop's count: the finite losses' sum and number, the step's loss still pending
@@ -299,18 +311,6 @@ class _Tally:
         if not math.isfinite(value):
             pending.guard.restore()
         return self.add(value)
-
-    def cross_entropy_loop(self, ctx: ClientContext, opt: LocalSGD, after_backward: Callable[[], None] | None = None,
-                           metrics: Callable[[int], dict[str, float]] | None = None, *,
-                           defer: bool = False) -> ClientOutcome:
-        """:meth:`local_loop` with the plain step: :func:`descend` on the batch's cross-entropy
-        (``after_backward`` adds to its gradient: FedDyn's, SCAFFOLD's correction). ``sgd``'s
-        round, and that of a method whose own term weighs 0. ``defer``: :func:`descend`'s late loss
-        check on CUDA (``sgd`` only: the one method its equality was proven for)."""
-        model = ctx.model
-        return self.local_loop(
-            ctx, lambda x, y: descend(opt, F.cross_entropy(model(x), y), ctx.record_step, after_backward, defer=defer),
-            metrics)
 
 
 class SGD(ClientMethod):
