@@ -92,7 +92,7 @@ def overridden_names(space: SearchSpace) -> list[str]:
     >>> overridden_names(load_space("fediir-omg")), overridden_names(load_space("fedavg"))
     (['fediir_penalty'], [])
     """
-    from fedtune.spaces.yaml_files import build_space
+    from fedtune.spaces.yaml_files import build_space  # lazy: keeps numpy out of this module's import
 
     base = build_space({"algorithm": space.algorithm}, space.algorithm, None)
     names = [k for k in {**base.constants, **space.constants} if base.constants.get(k) != space.constants.get(k)]
@@ -119,6 +119,7 @@ def space_kind(space: SearchSpace) -> str:
 
 def _list_spaces(console: Any) -> int:
     """``fedtune spaces show`` without a name: every algorithm, its space derived or overridden."""
+    # lazy: keeps rich, numpy out of this module's import
     from rich.table import Table
 
     from fedtune.algorithms.presets import PRESETS
