@@ -32,7 +32,9 @@ unless it is the only one.
   wait, launches); ``CRC``: the part of it checking images on their first read in the process, which
   ends once every image was read (these short runs read most images once: they overstate the stall of
   a long run). On the CPU all are ``perf_counter`` times.
-* paths: ``pin2`` both pinned buffers used and fenced by events, ``aug`` augmentation on the GPU, ``cl``
+* paths: ``prefetch`` batches staged by the background thread (the input stall is then the loop's
+  wait for a staged batch plus its ``finish``), ``pin2`` both pinned buffers (the prefetch's with
+  ``prefetch``) used and fenced by events, ``aug`` augmentation on the GPU, ``cl``
   channels_last batch, ``bench`` cudnn.benchmark, ``bf16``/``fp16`` autocast, ``scaler`` GradScaler,
   ``det`` deterministic algorithms.
 * bit-identity: ``same``/``differs`` for the stored round rows (train_loss, every accuracy and loss

@@ -56,44 +56,76 @@ class Probe:
         self.pending: list = []  # this loop's batch waits: [start, end] CUDA events, or seconds
         self.paths: dict[str, bool] = {}
         self.device, self.go, self.images, self.host, self.crc_s, self.crc = None, None, 0, 0.0, 0.0, None
+        self.ctx = None  # the context of the loop running now (its batches' paths)
 
     def install(self) -> None:
+        """Time the loop thread's input: the synchronous fetch (``ClientContext.batch``, prefetch off
+        or a context without ``stage``) and, with prefetching, the wait for each staged batch
+        (``Prefetch.__iter__``) plus its ``finish`` on the loop's thread (augmentation, normalisation)."""
+        from fedtune.algorithms.client import prefetch
         from fedtune.algorithms.client.method import ClientContext, ClientMethod
         from fedtune.data import cache
+        from fedtune.runtime.examples import CachedImages, TensorExamples
 
         if hasattr(cache, "zlib"):
             self.crc = cache.zlib = _TimedCrc(cache.zlib)
-        batch, loop = ClientContext.batch, ClientMethod.local_loop
-        ClientContext.batch = lambda ctx, rows: self.timed_batch(batch, ctx, rows)
+        batch, loop, staged_iter = ClientContext.batch, ClientMethod.local_loop, prefetch.Prefetch.__iter__
+        ClientContext.batch = lambda ctx, rows: self.seen(self.timed(batch, ctx, rows), ctx)
         ClientMethod.local_loop = lambda method, ctx, step, metrics=None: self.timed_loop(
             loop, method, ctx, step, metrics)
+        prefetch.Prefetch.__iter__ = lambda pf: self.timed_iter(staged_iter(pf), pf)
+        for cls in (CachedImages, TensorExamples):
+            cls.finish = self.timed_finish(cls.finish)
 
-    def timed_batch(self, batch, ctx, rows):
+    def timed(self, fn, *args, rows: int | None = None):
+        """``fn(*args)`` with the loop thread's wait for it added to this loop's input time."""
         torch = self.torch
         events = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if self.cuda else None
         if events:
             events[0].record()
         t0, crc0 = time.perf_counter(), self.crc.seconds if self.crc else 0.0
-        x, y = batch(ctx, rows)
+        out = fn(*args)
         self.host += time.perf_counter() - t0
         self.crc_s += (self.crc.seconds if self.crc else 0.0) - crc0
         if events:
             events[1].record()
         self.pending.append(events or time.perf_counter() - t0)
-        self.images += len(rows)
+        return out
+
+    def timed_iter(self, it, pf):
+        self.paths["prefetch"] = self.paths.get("prefetch", False) or pf.thread is not None
+        while True:
+            try:
+                item = self.timed(next, it)
+            except StopIteration:
+                return
+            yield item
+
+    def timed_finish(self, finish):
+        def timed(data, staged, augment=None, generator=None):
+            return self.seen(self.timed(finish, data, staged, augment, generator), self.ctx)
+        return timed
+
+    def seen(self, xy, ctx):
+        """Count a batch's images; the first batch says where training runs and which paths it takes."""
+        torch = self.torch
+        x, _ = xy
+        self.images += len(x)
         if self.device is None:
             on_gpu = x.device.type == "cuda"
             self.device = x.device.type
-            self.paths = {"aug": on_gpu and ctx.augment is not None,
-                          "cl": on_gpu and x.is_contiguous(memory_format=torch.channels_last),
-                          "bench": on_gpu and torch.backends.cudnn.benchmark, ctx.precision: ctx.precision != "fp32",
-                          "scaler": ctx.scaler is not None, "det": torch.are_deterministic_algorithms_enabled()}
-        return x, y
+            if ctx is not None:
+                self.paths.update({"aug": on_gpu and ctx.augment is not None,
+                                   "scaler": ctx.scaler is not None, ctx.precision: ctx.precision != "fp32"})
+            self.paths.update({"cl": on_gpu and x.is_contiguous(memory_format=torch.channels_last),
+                               "bench": on_gpu and torch.backends.cudnn.benchmark,
+                               "det": torch.are_deterministic_algorithms_enabled()})
+        return xy
 
     def timed_loop(self, loop, method, ctx, step, metrics):
         if len(self.loops) == 1 and self.barrier:
             self.wait_at_barrier()
-        self.pending, self.images, self.host, self.crc_s = [], 0, 0.0, 0.0
+        self.pending, self.images, self.host, self.crc_s, self.ctx = [], 0, 0.0, 0.0, ctx
         t0, p0 = time.time(), time.perf_counter()
         outcome = loop(method, ctx, step, metrics)
         if self.cuda:
@@ -140,7 +172,8 @@ def child_main(spec_file: str) -> None:
     coordinator.Coordinator.run_round = hashed_round
     t0 = time.perf_counter()
     result = run(FederatedRunConfig.from_dict(spec["cfg"]), progress=False)
-    probe.paths["pin2"] = all(buf is not None and ev is not None for buf, ev in examples._STAGING.slots)
+    staging = examples._PREFETCH_STAGING if probe.paths.get("prefetch") else examples._STAGING
+    probe.paths["pin2"] = all(buf is not None and ev is not None for buf, ev in staging.slots)
     cuda = probe.device == "cuda"
     report = {"status": result.status, "error": result.error, "rounds_path": str(result.rounds_path),
               "wall_s": time.perf_counter() - t0, "device": probe.device, "want": "cuda" if spec["cuda"] else "cpu",
