@@ -72,3 +72,22 @@ def test_the_slow_folder_is_the_slow_mark_and_a_slow_mark_elsewhere_fails_collec
     assert bad.returncode != 0
     assert "ERROR collecting tests/area/test_marked.py" in bad.stdout, bad.stdout + bad.stderr
     assert "tests marked slow outside tests/slow/: test_marked_slow_in_the_quick_tier" in bad.stdout
+
+
+def test_a_slow_half_uses_its_quick_halfs_autouse_fixtures():
+    """A slow module split from a quick one keeps the quick module's autouse fixtures (imported by
+    name): without them, e.g., a plugin a slow test registers stays registered for the tests that
+    run after it in the same worker."""
+    import ast
+
+    missing = []
+    for slow in (TESTS / "slow").rglob("test_*.py"):
+        quick = TESTS / slow.relative_to(TESTS / "slow")
+        if not quick.is_file():
+            continue
+        autouse = [node.name for node in ast.walk(ast.parse(quick.read_text(encoding="utf-8")))
+                   if isinstance(node, ast.FunctionDef) and any("autouse=True" in ast.unparse(d)
+                                                                for d in node.decorator_list)]
+        text = slow.read_text(encoding="utf-8")
+        missing += [f"{slow.relative_to(TESTS)}: {name}" for name in autouse if f"import {name}" not in text]
+    assert not missing, "slow halves without their quick half's autouse fixtures:\n" + "\n".join(missing)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.plugins.test_plugin_models_datasets import RAY_DRIVER, RAY_PLUGIN
+from tests.plugins.test_plugin_models_datasets import _isolated  # noqa: F401 - autouse: its registrations are gone after the module
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

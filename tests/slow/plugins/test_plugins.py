@@ -20,6 +20,7 @@ import fedtune
 from fedtune import plugins
 
 from tests.plugins.test_plugins import RAY_SCRIPT, ROOT, TINY, write_plugin
+from tests.plugins.test_plugins import isolated  # noqa: F401 - autouse: what a test registers is gone after it
 
 
 @pytest.mark.ray
