@@ -246,7 +246,7 @@ class ClientMethod:
         (``descend(..., defer=True)`` on CUDA) is read before the next step starts."""
         n = ctx.num_examples
         tally = _Tally()
-        stageable = callable(getattr(ctx.data, "stage", None))
+        stageable = getattr(ctx.data, "worth_prefetching", False)  # Examples: a fetch worth overlapping
         for epoch in prefetch.epochs(n, self.cfg.batch_size, local_steps(n, self.cfg), ctx.generator):
             with prefetch.Prefetch(ctx.data if stageable else None, epoch, prefetch.PREFETCH_DEPTH if stageable else 0,
                                    augmented=ctx.augment is not None) as staged:
