@@ -191,6 +191,99 @@ def ray_bound_round_s(floor_s: float, num_values: int, rounds: int, cores: int) 
     return statistics.median(periods[:-1] or periods)
 
 
+def ray_torch_round_s(cfg_dict: dict, rounds: int, cores: int) -> float:
+    """Ray's own round doing the floor's work: :func:`ray_bound_round_s` with client actors that
+    train instead of spinning, so the round pays what Ray's own processes (raylet, GCS, the
+    coordinator) take from the training, which a spinning actor, timing the wall clock, does not.
+
+    ``cores`` client actors (1 CPU, 1 torch thread each) hold the workload's clients (the floor's
+    data, model and batches: :func:`floor_round_s`'s loop); each round the coordinator actor cuts
+    the round's participants into ``cores`` runs of consecutive ids, each actor trains its run with
+    plain torch (``torch.optim.SGD`` at the run's momentum and weight decay) and returns one float64
+    weighted sum of its trained states; the coordinator adds the sums, divides, keeps float32. No
+    fedtune code runs in the round but ``batches`` (the index draws), ``derive_seed`` and
+    ``sample_participants``. Median seconds of rounds 2..R-1 between their ends as the driver sees them."""
+    import ray
+
+    from fedtune.algorithms.client.steps import local_steps
+    from fedtune.data.partition import sample_participants
+
+    cfg, plan, worker = workload_worker(cfg_dict)
+    data = {c: (worker.data[c]["train"].x.numpy(), worker.data[c]["train"].labels.numpy()) for c in worker.data}
+    model, layout = worker.model, worker.layout
+    hp = dict(seed=cfg.seed, lr=cfg.local_lr, momentum=cfg.local_momentum, wd=cfg.weight_decay,
+              batch_size=cfg.batch_size, steps={c: local_steps(len(data[c][1]), cfg) for c in data})
+
+    @ray.remote(num_cpus=1)
+    class Trainer:
+        def __init__(self, model, data, hp):
+            import torch
+            torch.set_num_threads(1)
+            from fedtune.flat_weights import bind_flat
+            self.model, self.hp = model, hp
+            self.data = {c: (torch.from_numpy(x), torch.from_numpy(y)) for c, (x, y) in data.items()}
+            self.flat = bind_flat(self.model, layout)
+            self.params = list(self.model.parameters())
+
+        def fit(self, weights: np.ndarray, rnd: int, ids: list, weight: dict) -> np.ndarray:
+            import torch
+            import torch.nn.functional as F
+
+            from fedtune.algorithms.client.method import batches
+            from fedtune.runtime.common import derive_seed
+
+            hp = self.hp
+            acc = np.zeros(len(weights))
+            w = torch.from_numpy(np.asarray(weights))
+            for cid in ids:
+                x_all, y_all = self.data[cid]
+                with torch.no_grad():
+                    self.flat.copy_(w)
+                gen = torch.Generator().manual_seed(derive_seed(hp["seed"], cid, rnd))
+                opt = torch.optim.SGD(self.params, lr=hp["lr"], momentum=hp["momentum"], weight_decay=hp["wd"],
+                                      foreach=False)
+                for idx in batches(len(y_all), hp["batch_size"], hp["steps"][cid], gen):
+                    opt.zero_grad(set_to_none=True)
+                    F.cross_entropy(self.model(x_all[idx]), y_all[idx]).backward()
+                    opt.step()
+                acc += self.flat.numpy().astype(np.float64) * weight[cid]
+            return acc
+
+    @ray.remote(num_cpus=0)
+    class Coordinator:
+        def __init__(self, trainers: list, weights: np.ndarray, counts: dict):
+            self.trainers, self.weights, self.counts = trainers, weights, counts
+
+        def round(self, rnd: int, ids: list) -> int:
+            ref = ray.put(self.weights)
+            total = sum(self.counts[c] for c in ids)
+            weight = {c: self.counts[c] / total for c in ids}
+            runs = np.array_split(np.asarray(sorted(ids)), len(self.trainers))
+            acc = np.zeros(len(self.weights))
+            for part in ray.get([t.fit.remote(ref, rnd, run.tolist(), weight)
+                                 for t, run in zip(self.trainers, runs) if len(run)]):
+                acc += part
+            self.weights = acc.astype(np.float32)
+            return 0
+
+    from fedtune.flat_weights import get_flat
+
+    start = get_flat(model, layout)
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False)
+    try:
+        trainers = [Trainer.remote(model, data, hp) for _ in range(cores)]
+        coord = Coordinator.remote(trainers, start, {c: len(data[c][1]) for c in data})
+        ends = []
+        for rnd in range(1, rounds + 1):
+            ids = sample_participants(plan.num_clients, plan.participation, cfg.seed, rnd).tolist()
+            ray.get(coord.round.remote(rnd, ids))
+            ends.append(time.perf_counter())
+    finally:
+        ray.shutdown()
+    periods = [b - a for a, b in zip(ends, ends[1:])]
+    return statistics.median(periods[:-1] or periods)
+
+
 def model_values(cfg_dict: dict) -> int:
     """The flat state's size of the workload's model (its parameters and buffers)."""
     return workload_worker(cfg_dict, clients=1)[2].layout.size

@@ -109,6 +109,7 @@ class Coordinator:
         # to the broadcast, takes its entries out of the replies and steps after the fit round
         self.tuner = cfg.resolved.in_run_tuner(cfg)
         self.first_loss: float | None = None  # round 1's training loss, the scale of loss_exploded
+        self.folded_rounds = 0  # fit rounds the workers folded (RayPool.fit_fold), for diagnostics and tests
         self.shards = eval_shards(plan)  # target-test shards, then ufdg's target-probe shards
         self._publish()
 
@@ -193,8 +194,12 @@ class Coordinator:
         feeds = self._streamed_feeds(planned)
         fit = FitRound(self.weights[:P], self.layout.size, planned,
                        None if feeds is not None else self._update_buffer(len(planned), P), feeds)
-        for reply in self.pool.fit_stream(self.weights_ref, self.pool.publish(payload) if payload else {},
-                                          round, planned, fit.skipped):
+        payload_ref = self.pool.publish(payload) if payload else {}
+        if feeds is not None and self.tuner is None and self._fold(fit, payload_ref, round, planned, feeds):
+            fit.seconds = time.perf_counter() - t0
+            return fit
+        for reply in self.pool.fit_stream(self.weights_ref, payload_ref, round,
+                                          [c for c in planned if c not in fit.skipped], fit.skipped):
             if feeds is not None and reply.num_examples[0] != self.plan.clients[reply.client_ids[0]].num_train:
                 raise RuntimeError(f"client {reply.client_ids[0]} trained on {reply.num_examples[0]} examples, its "
                                    f"plan says {self.plan.clients[reply.client_ids[0]].num_train}")
@@ -204,6 +209,27 @@ class Coordinator:
             fit.add(reply)
         fit.seconds = time.perf_counter() - t0
         return fit
+
+    def _fold(self, fit: FitRound, payload_ref: Any, round: int, planned: list[int],
+              feeds: dict[str, tuple[str, dict[int, float], bool]]) -> bool:
+        """A streamed round folded on the workers (docs/methods.md §0.1): each carries the sums on
+        through its clients and one reply of sums per worker comes back
+        (:meth:`~fedtune.runtime.pools.RayPool.fit_fold`), into ``fit``; False when the pool cannot
+        fold this round (in-process, states too large, or a worker died: ``fit.skipped`` then
+        holds the clients ``on_client_failure=skip`` leaves out) and the round is to be streamed."""
+        fold = getattr(self.pool, "fit_fold", None)
+        replies = None if fold is None else fold(self.weights_ref, payload_ref, round, planned, feeds, fit.skipped)
+        if replies is None:
+            return False
+        for reply in replies:
+            for cid, n in zip(reply.client_ids, reply.num_examples):
+                if n != self.plan.clients[cid].num_train:
+                    raise RuntimeError(f"client {cid} trained on {n} examples, its plan says "
+                                       f"{self.plan.clients[cid].num_train}")
+            fit.take_fold(reply)
+        fit.end_fold(replies[-1])
+        self.folded_rounds += 1
+        return True
 
     def _streamed_feeds(self, planned: list[int]) -> dict[str, tuple[str, dict[int, float], bool]] | None:
         """The sums of a streamed round (:class:`FitRound`'s ``feeds``): the server rule's weighted

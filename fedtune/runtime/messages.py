@@ -47,6 +47,27 @@ class FitReply:
 
 
 @dataclass
+class FoldReply:
+    """A worker's part of a *folded* fit round (``ClientWorker.fit_fold``): its clients' numbers,
+    one entry per client in ascending client id (as :class:`FitReply`, without the states), the
+    extras the round's sums did not take, and the round's float64 sums carried on through its
+    clients (``sums``: name → running total, ``rows``: how many clients are in them, this worker's
+    and every worker's before it in the chain)."""
+
+    client_ids: list[int]
+    num_examples: list[int]
+    losses: list[float]
+    steps: list[int]
+    compute_s: list[float]
+    io_s: float
+    extras: list[dict[str, np.ndarray]]
+    metrics: list[dict[str, float]]
+    worker: int
+    sums: dict[str, np.ndarray]
+    rows: int
+
+
+@dataclass
 class EvalReply:
     """A worker's evaluation of the global model (``ClientWorker.evaluate``): counts per client
     and per target shard, or (unsupervised methods) encoder features."""

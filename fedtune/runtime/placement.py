@@ -1,7 +1,7 @@
 """Which client actor trains which client in a round: fixed owners, or *roaming* clients dealt out
 afresh each round so the actors finish together.
 
-Every client is *owned* by worker ``c % num_workers`` (:func:`~fedtune.runtime.pools.assign_clients`):
+Every client is *owned* by one worker, in runs of consecutive ids (:func:`~fedtune.runtime.pools.assign_clients`):
 the owner evaluates it and keeps its per-client state. With ``client_placement: fixed`` the owner
 also trains it, so a round's work per actor is whatever the sampling gives each owner: at
 participation 0.2 of 100 clients over 2 actors one actor often trains 12 clients while the other
@@ -71,6 +71,40 @@ def deal_clients(client_ids: list[int], costs: dict[int, int] | list[int], num_w
     return {w: sorted(dealt[w]) for w in sorted(dealt)}
 
 
+def deal_contiguous(client_ids: list[int], costs: dict[int, int] | list[int], num_workers: int) -> dict[int, list[int]]:
+    """The round's clients cut into at most ``num_workers`` runs of consecutive ids (ascending), run
+    ``w`` to actor ``w``, each cut where the work so far comes nearest the even share of what is
+    left: a folded round (:meth:`~fedtune.runtime.pools.RayPool.fit_fold`) carries its sums from
+    one run to the next, so each actor's clients must follow the previous actor's. The busiest
+    actor carries at most about one client more than its share. Returns ``{worker: ascending
+    client ids}`` for the actors that got any.
+
+    >>> deal_contiguous([0, 1, 2, 3, 4], [5, 1, 4, 3, 3], 2)
+    {0: [0, 1, 2], 1: [3, 4]}
+    >>> deal_contiguous([3, 9], [1] * 10, 4)
+    {0: [3], 1: [9]}
+    """
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be at least 1, got {num_workers}")
+    ids = sorted(set(int(c) for c in client_ids))
+    cost = [max(0, int(costs[c])) for c in ids]
+    dealt: dict[int, list[int]] = {}
+    start, left = 0, float(sum(cost))
+    for w in range(num_workers):
+        if start >= len(ids):
+            break
+        if w == num_workers - 1:
+            dealt[w] = ids[start:]
+            break
+        share, done, stop = left / (num_workers - w), 0.0, start
+        # take clients while taking the next one brings the work nearer the share (at least one)
+        while stop < len(ids) and (stop == start or abs(done + cost[stop] - share) <= abs(done - share)):
+            done += cost[stop]
+            stop += 1
+        dealt[w], start, left = ids[start:stop], stop, left - done
+    return dealt
+
+
 def keeps_client_state(cfg: FederatedRunConfig) -> bool:
     """Whether the run's client method keeps per-client state between rounds (its declaration)."""
     spec = cfg.resolved.client_spec
@@ -114,5 +148,5 @@ def check_placement(cfg: FederatedRunConfig) -> None:
                           f"{name} keeps per-client state on its actor between rounds; allowed here: auto, fixed")
 
 
-__all__ = ["PLACEMENTS", "ROAMING_MAX_MIB", "check_placement", "client_cost", "deal_clients", "examples_mib",
+__all__ = ["PLACEMENTS", "ROAMING_MAX_MIB", "check_placement", "client_cost", "deal_clients", "deal_contiguous", "examples_mib",
            "keeps_client_state", "needs_input_shape", "roams", "samples_clients"]

@@ -7,7 +7,7 @@ zero-copy). Both answer the same calls (``initial_state``, ``publish``, ``fit``,
 ``collect_evaluation``, ``shutdown``) with the same :mod:`~fedtune.runtime.messages`, so a seed
 gives the same numbers on either.
 
-Logical client ``c`` is owned by worker ``c % num_workers`` for the whole run, target shard ``j``
+Logical clients are owned by the workers in runs of consecutive ids for the whole run, target shard ``j``
 by worker ``j % num_workers`` (:func:`assign_clients`, :func:`assign_shards`): the owner evaluates
 it and trains it, unless the run's clients roam (:mod:`fedtune.runtime.placement`: every worker
 holds every client's data and each round's participants are dealt out by cost,
@@ -16,7 +16,7 @@ policy: ``retry`` (restart it and call again), ``skip`` (restart it, leave its c
 call) or ``fail`` (:class:`ClientFailure`).
 
 >>> assign_clients(5, 2)
-[[0, 2, 4], [1, 3]]
+[[0, 1, 2], [3, 4]]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from fedtune.algorithms.client.steps import batch_size_note
 from fedtune.data.base import FederatedPlan
 from fedtune.data.registry import get_dataset
 from fedtune.runtime.common import set_torch_threads
-from fedtune.runtime.messages import EvalReply, FitReply, TargetShard, eval_shards
+from fedtune.runtime.messages import EvalReply, FitReply, FoldReply, TargetShard, eval_shards
 from fedtune.runtime.remote_errors import input_error_of, ray_get
 from fedtune.runtime.worker import ClientWorker, client_actor_class
 
@@ -51,8 +51,17 @@ class _ActorDied(Exception):
 
 
 def assign_clients(num_clients: int, num_workers: int) -> list[list[int]]:
-    """Logical client ``c`` is owned by worker ``c % num_workers`` for the whole run."""
-    return [[c for c in range(num_clients) if c % num_workers == w] for w in range(num_workers)]
+    """Worker ``w`` owns the ``w``-th of ``num_workers`` runs of consecutive client ids (sizes
+    differing by at most one, the larger first) for the whole run: the clients of a round that a
+    worker trains follow the previous worker's, so a folded round (:meth:`RayPool.fit_fold`) can
+    carry its sums from one worker to the next. Which worker owns a client never changes a number.
+
+    >>> assign_clients(5, 2), assign_clients(2, 3)
+    ([[0, 1, 2], [3, 4]], [[0], [1], []])
+    """
+    base, extra = divmod(num_clients, num_workers)
+    bounds = [w * base + min(w, extra) for w in range(num_workers + 1)]
+    return [list(range(bounds[w], bounds[w + 1])) for w in range(num_workers)]
 
 
 STREAM_BATCHES = 2
@@ -67,6 +76,13 @@ STREAM_MIN_BYTES = 16 << 20
 
 STREAM_BATCH_BYTES = 64 << 20
 """Most bytes of trained states in one reply (a large model's clients go one per reply)."""
+
+
+FOLD_TAIL_BYTES = 64 << 20
+"""Most bytes of trained states the workers after the first fold in a folded round
+(:meth:`RayPool.fit_fold`): each keeps its clients' states until the sums before it arrive and then
+adds them, one worker after another, after the training; a round with more (a large model, many
+clients a worker) streams its states to the coordinator, which adds them while the workers train."""
 
 
 def stream_batch(num_clients: int, state_bytes: int) -> int:
@@ -252,7 +268,8 @@ class RayPool(PoolBase):
     def publish(self, weights: np.ndarray):
         import ray  # lazy: keeps ray out of this module's import
 
-        self.state_bytes = int(np.asarray(weights).nbytes)  # a trained state's size: what a reply batch holds
+        if isinstance(weights, np.ndarray):  # the global model, not a payload: a trained state's size
+            self.state_bytes = int(weights.nbytes)
         return ray.put(weights)
 
     def _restart(self, w: int) -> None:
@@ -358,6 +375,59 @@ class RayPool(PoolBase):
             if reply.client_ids != [cid]:  # pragma: no cover - the worker yields its clients ascending
                 raise RuntimeError(f"client actor {w} sent client {reply.client_ids} where {cid} was due")
             yield reply
+
+    def fold_runs(self, client_ids) -> list[tuple[int, list[int]]] | None:
+        """The workers of a folded round in chain order, each with its run of consecutive
+        participants (:func:`~fedtune.runtime.placement.deal_contiguous` when clients roam, else
+        the owners'); None when a worker's clients would not follow the previous worker's, or
+        when the workers after the first would fold more than :data:`FOLD_TAIL_BYTES` of states."""
+        wanted = sorted(set(int(c) for c in client_ids))
+        if self.roaming:
+            # lazy: keeps yaml out of this module's import
+            from fedtune.runtime.placement import deal_contiguous
+
+            dealt = deal_contiguous(wanted, self.costs, self.num_workers)
+        else:
+            dealt = self.trainers(wanted)
+        runs = sorted(dealt.items(), key=lambda item: item[1][0])
+        if any(a[1][-1] > b[1][0] for a, b in zip(runs, runs[1:])):
+            return None
+        if sum(len(ids) for _, ids in runs[1:]) * max(self.state_bytes, 1) > FOLD_TAIL_BYTES:
+            return None
+        return runs
+
+    def fit_fold(self, weights_ref, payload, round, client_ids, feeds, skipped: list[int]) -> list[FoldReply] | None:
+        """A folded fit round (docs/methods.md §0.1): the workers train their runs of consecutive
+        participants at once, and each carries the round's float64 sums on from the worker before
+        it (:meth:`~fedtune.runtime.worker.ClientWorker.fit_fold`, the previous reply's ObjectRef
+        passed along): one reply of sums per worker crosses Ray instead of a state per client, the
+        same additions in the same order as the coordinator's streamed sums. Returns the replies
+        in chain order; None when the round cannot be folded (:meth:`fold_runs`) or a worker died:
+        ``on_client_failure`` ``fail`` raises :class:`ClientFailure`, ``skip`` restarts it and
+        appends its clients to ``skipped``, ``retry`` restarts it; then the caller takes the round
+        from :meth:`fit_stream` (which meets a second death with the policy again)."""
+        runs = self.fold_runs(client_ids)
+        if runs is None:
+            return None
+        refs, before = [], None
+        for w, ids in runs:
+            ref = self.actors[w].fit_fold.remote(weights_ref, payload, round, ids, feeds,
+                                                 None if before is None else [before])
+            refs.append((w, ids, ref))
+            before = ref
+        replies = []
+        for w, ids, ref in refs:
+            try:
+                replies.append(self._get(lambda: ref))
+            except _ActorDied:  # the first to fail is the one that died: every worker before it answered
+                if self.policy == "fail":
+                    raise ClientFailure(f"client actor {w} (clients {ids}) died during fit; "
+                                        "on_client_failure=fail stops the run (retry or skip would go on)") from None
+                self._restart(w)
+                if self.policy == "skip":
+                    skipped.extend(ids)
+                return None
+        return replies
 
     def _stream(self, w: int, weights_ref, payload, round, ids: list[int]):
         batch = stream_batch(len(ids), self.state_bytes)

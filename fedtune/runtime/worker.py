@@ -23,7 +23,8 @@ from fedtune.data.registry import get_dataset
 from fedtune.layout import FlatLayout
 from fedtune.runtime.common import (assigned_gpu_ids, derive_seed, evaluate, pick_device, set_torch_threads,
                                     torch_threads)
-from fedtune.runtime.messages import EvalReply, FeatureSet, FitReply, TargetShard
+from fedtune.runtime.fit_round import FitRound
+from fedtune.runtime.messages import EvalReply, FeatureSet, FitReply, FoldReply, TargetShard
 
 
 def seed_torch(seed: int, device: Any) -> None:
@@ -210,6 +211,50 @@ class ClientWorker:
             for row, cid in enumerate(group):
                 self._fit_client(weights, payload, round, cid, reply.states[row], reply)
             yield reply
+
+    def fit_fold(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int, client_ids: list[int],
+                 feeds: dict[str, tuple[str, dict[int, float], bool]], before: list | None = None) -> FoldReply:
+        """A *folded* fit round (docs/methods.md §0.1, :meth:`RayPool.fit_fold
+        <fedtune.runtime.pools.RayPool.fit_fold>`): train ``client_ids`` (ascending, the next
+        contiguous run of the round's participants) and carry the round's float64 sums (``feeds``,
+        as the coordinator's :class:`~fedtune.runtime.fit_round.FitRound`) on through them, from
+        the totals of the worker before this one (``before``: ``[its reply's ObjectRef]``, taken
+        once this worker's clients are trained; None: the first, which starts from zero and adds
+        each client as it is trained). The same additions in the same order as the coordinator's
+        streamed sums, so the same bits; what leaves is one reply of sums instead of a state per
+        client."""
+        ids = sorted(client_ids)
+        P = self.layout.num_params
+        fit = FitRound(np.asarray(weights[:P]), self.layout.size, ids, None, feeds)
+        held = None if before is None else self._held_scratch(fit.held_shapes())
+        row = np.empty((1, self.layout.size), dtype=np.float32)
+        for cid in ids:
+            one = FitReply([cid], row, [], [], [], [], worker=self.worker_index)
+            self._fit_client(weights, payload, round, cid, row[0], one)
+            if held is None:
+                fit.add(one)  # the first worker: into the sums at once
+            else:
+                fit.hold(one, held)  # the terms now, while the state is in cache; added once the sums before arrive
+        if held is not None:
+            import ray  # lazy: keeps ray out of this module's import
+
+            fit.continue_from(ray.get(before[0]))
+            fit.add_held(held)
+        return fit.fold_reply(self.worker_index)
+
+    def _held_scratch(self, shapes: dict[str, tuple[int, int]]) -> dict[str, np.ndarray]:
+        """Float64 ``[clients, size]`` scratch per sum for :meth:`FitRound.hold
+        <fedtune.runtime.fit_round.FitRound.hold>`, kept across rounds (a fresh 100-MB array each
+        round costs its page faults again)."""
+        kept = getattr(self, "_held", {})
+        out = {}
+        for name, (rows, size) in shapes.items():
+            buf = kept.get(name)
+            if buf is None or buf.shape[1] != size or buf.shape[0] < rows:
+                buf = np.empty((rows, size), dtype=np.float64)
+            out[name] = buf
+        self._held = out
+        return out
 
     def _fit_client(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int, cid: int,
                     out: np.ndarray, reply: FitReply) -> None:

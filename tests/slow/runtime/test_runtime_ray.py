@@ -119,7 +119,7 @@ def test_retry_restarts_a_dead_actor_and_reproduces_the_metrics(ray_session, tmp
 def test_skip_goes_on_without_the_dead_actors_clients_and_records_it(ray_session, tmp_path):
     cfg = cfg_of(tmp_path, rounds=3, max_client_actors=2, on_client_failure="skip")
     rows, _ = stepped(cfg, 3, between=lambda fr, r: _kill_worker_zero(fr, r) if r == 1 else None)
-    # Worker 0 holds clients 0 and 2 of the 3: round 2 trains client 1 only.
+    # Worker 0 holds clients 0 and 1 of the 3: round 2 trains client 2 only.
     assert [m["num_participants"] for m in rows] == [3, 1, 3]
     assert [m["skipped_clients"] for m in rows] == [0, 2, 0]
     assert all(np.isfinite(m["val_acc"]) for m in rows)
@@ -127,15 +127,16 @@ def test_skip_goes_on_without_the_dead_actors_clients_and_records_it(ray_session
 
 def test_fail_policy_stops_the_run_naming_the_actor(ray_session, tmp_path):
     cfg = cfg_of(tmp_path, rounds=2, max_client_actors=2, on_client_failure="fail")
-    with pytest.raises(ClientFailure, match=r"client actor 0 \(clients \[0, 2\]\) died during fit; .*on_client_failure=fail"):
+    with pytest.raises(ClientFailure, match=r"client actor 0 \(clients \[0, 1\]\) died during fit; .*on_client_failure=fail"):
         stepped(cfg, 2, between=_kill_worker_zero)
 
 
 def test_a_roaming_actors_failure_names_the_clients_dealt_to_it_that_round(ray_session, tmp_path):
     """With roaming clients an actor trains the clients dealt to it, not the ones it owns: the
-    failure names those (the round's participants dealt by cost)."""
+    failure names those (the round's participants dealt by cost into runs of consecutive clients:
+    the round is folded)."""
     from fedtune.data.partition import sample_participants
-    from fedtune.runtime.placement import client_cost, deal_clients
+    from fedtune.runtime.placement import client_cost, deal_contiguous
     from fedtune.runtime.pools import assign_clients
 
     cfg = cfg_of(tmp_path, rounds=4, max_client_actors=2, on_client_failure="fail", participation=0.67,
@@ -143,9 +144,53 @@ def test_a_roaming_actors_failure_names_the_clients_dealt_to_it_that_round(ray_s
     plan = FederatedRun(cfg).plan
     costs = [client_cost(spec.num_train, cfg) for spec in plan.clients]
     owned = assign_clients(plan.num_clients, 2)[0]
-    dealt = {r: deal_clients(sample_participants(plan.num_clients, cfg.participation, cfg.seed, r).tolist(), costs, 2)
-             for r in range(2, 5)}
+    dealt = {r: deal_contiguous(sample_participants(plan.num_clients, cfg.participation, cfg.seed, r).tolist(),
+                                costs, 2) for r in range(2, 5)}
     # the first round whose clients for actor 0 are not the ones it owns (so the message tells them apart)
     r = next(r for r in range(2, 5) if dealt[r].get(0) and dealt[r][0] != owned)
     with pytest.raises(ClientFailure, match=rf"client actor 0 \(clients \{dealt[r][0]}\) died during fit"):
         stepped(cfg, r, between=lambda fr, k: _kill_worker_zero(fr, k) if k == r - 1 else None)
+
+
+def _folded_rounds(fr: FederatedRun) -> int:
+    import ray
+
+    return ray.get(fr.coordinator.__ray_call__.remote(lambda coordinator: coordinator.folded_rounds))
+
+
+@pytest.mark.parametrize("kw", [{}, {"participation": 0.67, "client_placement": "roaming"},
+                                {"algorithm": "feddyn", "feddyn_alpha": 0.1}],
+                         ids=["owners", "roaming", "feddyn-side-sums"])
+def test_folded_rounds_are_the_in_process_rows_bit_for_bit(ray_session, tmp_path, kw):
+    """Every fit round folded on the workers (their sums carried from one to the next, one reply of
+    sums each): the in-process backend's rows, FedDyn's server-side sums included."""
+    cfg = cfg_of(tmp_path, rounds=3, max_client_actors=2, **kw)
+    folded, fr = stepped(cfg, 3)
+    local, _ = stepped(cfg_of(tmp_path, rounds=3, backend="local", name="local", **kw), 3)
+    assert metrics_of(folded) == metrics_of(local)
+    fr2 = FederatedRun(cfg)
+    fr2.start()
+    try:
+        for _ in range(2):
+            fr2.step()
+        assert _folded_rounds(fr2) == 2
+    finally:
+        fr2.close()
+
+
+def test_a_worker_that_dies_in_a_folded_round_meets_the_policy_and_the_round_is_streamed(ray_session, tmp_path):
+    """retry: the dead worker restarted, the round trained again through the streamed path, the
+    same rows as a clean run; the rounds after it fold again."""
+    cfg = cfg_of(tmp_path, rounds=3, max_client_actors=2, on_client_failure="retry")
+    clean, _ = stepped(cfg, 3)
+    fr = FederatedRun(cfg)
+    fr.start()
+    try:
+        rows = [fr.step().metrics]
+        _kill_worker_zero(fr, 1)
+        rows += [fr.step().metrics, fr.step().metrics]
+        assert _folded_rounds(fr) == 2  # rounds 1 and 3; round 2 streamed after the restart
+    finally:
+        fr.close()
+    assert [m["actor_restarts"] for m in rows] == [0, 1, 1]
+    assert metrics_of(rows) == metrics_of(clean)
