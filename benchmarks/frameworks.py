@@ -32,7 +32,11 @@ What is timed, in this order within each repeat and workload:
 * with ``--with-fedtune``: fedtune ``backend=local`` and ``backend=ray``
   (``many_clients.fedtune_round_s``), and ``ray-own``, Ray's own round with no fedtune
   (``many_clients.ray_bound_round_s``: a coordinator actor and one client actor per core that spin
-  the floor's time): its ratio to the floor is the least fedtune Ray ÷ floor here.
+  the floor's time): its ratio to the floor is the least fedtune Ray ÷ floor here; and
+  ``ray-torch``, Ray's own round doing the floor's torch work (``many_clients.ray_torch_round_s``:
+  client actors that train their runs of the round's clients with plain torch and return one
+  float64 sum each), which, unlike spinning actors timing the wall clock, pays what Ray's own
+  processes take from the training.
 
 Every framework trains on identical data: the parent builds fedtune's plan and client worker for
 the workload (as ``floor_round_s`` does), writes each client's training arrays (and the per-round
@@ -454,10 +458,11 @@ def main() -> None:
         if py is not None and not (os.path.isfile(py) and os.access(py, os.X_OK)):
             bad(f"--{fw}-python", f"{py} is not an executable file")
 
-    from many_clients import fedtune_round_s, floor_round_s, model_values, ray_bound_round_s
+    from many_clients import fedtune_round_s, floor_round_s, model_values, ray_bound_round_s, ray_torch_round_s
 
-    # "ray-own": Ray's own round (many_clients.ray_bound_round_s), the least fedtune Ray ÷ floor here
-    columns = ["floor", "pfl", "flower"] + (["local", "ray", "ray-own"] if args.with_fedtune else [])
+    # "ray-own": Ray's own round (many_clients.ray_bound_round_s: actors that spin the floor's time);
+    # "ray-torch": Ray's own round doing the floor's torch work (many_clients.ray_torch_round_s)
+    columns = ["floor", "pfl", "flower"] + (["local", "ray", "ray-own", "ray-torch"] if args.with_fedtune else [])
     values: dict[str, int] = {}
     results = {w: {c: [] for c in columns} for w in names}
     errors: dict[str, str] = {}
@@ -495,6 +500,7 @@ def main() -> None:
                     if w not in values:
                         values[w] = model_values(cfg)
                     r["ray-own"].append(ray_bound_round_s(r["floor"][-1], values[w], args.rounds, args.cores))
+                    r["ray-torch"].append(ray_torch_round_s(cfg, args.rounds, args.cores))
                 got = "  ".join(f"{c} {r[c][-1]:.3f}" for c in columns if len(r[c]) == rep + 1)
                 print(f"repeat {rep + 1} {w}: {got} s/round", flush=True)
     load1 = os.getloadavg()
@@ -521,6 +527,13 @@ def main() -> None:
             continue
         print(f"| {w} | {mmm(results[w]['floor'])} | " + " | ".join(cell(w, c) for c in others) + " | "
               + " | ".join(ratio(w, c) for c in others) + " |")
+    if args.with_fedtune:
+        print("\nfedtune ray ÷ Ray's own round, spinning (the issue's reference) and doing the floor's torch work:")
+        for w in names:
+            if w not in skipped:
+                r = results[w]
+                print(f"| {w} | ray ÷ ray-own {mmm([a / b for a, b in zip(r['ray'], r['ray-own'])])} | "
+                      f"ray ÷ ray-torch {mmm([a / b for a, b in zip(r['ray'], r['ray-torch'])])} |")
     for fw, e in errors.items():
         print(f"\n{fw} failed: {e}")
 

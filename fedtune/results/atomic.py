@@ -27,10 +27,10 @@ PosixPath('...note.txt')
 
 from __future__ import annotations
 
+import base64
 import errno as _errno
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,13 +38,14 @@ from typing import Any
 
 from fedtune.errors import ResourceError
 
-__all__ = ["TEMP_MARKER", "ResultsWriteError", "StorageFullError", "atomic_write", "atomic_write_text",
-           "is_temp_name", "write_error", "write_error_in", "writes_to"]
+__all__ = ["TEMP_MARKER", "ResultsWriteError", "StorageFullError", "atomic_write", "atomic_write_bytes",
+           "atomic_write_text", "is_temp_name", "write_error", "write_error_in", "writes_to"]
 
 TEMP_MARKER = ".fedtune-"
 """What names a temporary file of :func:`atomic_write`: ``.<target name>.fedtune-<8 random>.tmp``."""
 
-# mkstemp's random part: 8 characters of this alphabet (tempfile._RandomNameSequence)
+# the random part: 8 characters of this alphabet (tempfile._RandomNameSequence's, mkstemp's before; now
+# base32 of os.urandom, a-z and 2-7)
 _RANDOM = r"[a-z0-9_]{8}"
 _TEMP_NAME = re.compile(rf"^\.(?P<target>.+){re.escape(TEMP_MARKER)}{_RANDOM}\.tmp$")
 # Before the marker (fedtune <= 0.1.0): ``.<name>.<random>.tmp``. Recognised only for the kinds of
@@ -176,10 +177,23 @@ def is_temp_name(name: str) -> str | None:
     return m.group("target") if m else None
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+def _open_temp(path: Path) -> tuple[int, str]:
+    """Create the temporary file of ``path`` (its folder too when missing) and open it for writing:
+    a new name (``mkstemp``'s way: ``O_EXCL``, another name when taken), mode 0o666 less the umask
+    (what any new file gets; ``mkstemp``'s 0600 then a ``chmod`` cost three more system calls)."""
+    for _ in range(100):
+        part = base64.b32encode(os.urandom(5)).decode("ascii").lower()  # 8 of [a-z2-7]
+        tmp = str(path.parent / f".{path.name}{TEMP_MARKER}{part}.tmp")
+        try:
+            return os.open(tmp, _OPEN_FLAGS, 0o666), tmp
+        except FileExistsError:
+            continue
+        except FileNotFoundError:  # the folder is missing (only then: no mkdir on every write)
+            path.parent.mkdir(parents=True, exist_ok=True)
+    raise FileExistsError(_errno.EEXIST, "no free temporary file name", str(path.parent))
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[str], Any]) -> Path:
@@ -191,12 +205,36 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], Any]) -> P
     ``path``); ``path`` keeps its previous content. Returns ``path``."""
     path = Path(path)
     with writes_to(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TEMP_MARKER}", suffix=".tmp", dir=path.parent)
+        fd, tmp = _open_temp(path)
         os.close(fd)
         try:
             write(tmp)
-            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return path
+
+
+def _write_all(fd: int, data: Any) -> None:
+    """Write all of ``data`` (a buffer) to the descriptor ``fd``."""
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: Any) -> Path:
+    """:func:`atomic_write` of ``data`` (bytes or any buffer: an Arrow ``Buffer``) through the one
+    descriptor that created the temporary file: no second open by a writer given its name (with
+    pyarrow's file system layer, 0.3 ms of a rounds file's write)."""
+    path = Path(path)
+    with writes_to(path):
+        fd, tmp = _open_temp(path)
+        try:
+            try:
+                _write_all(fd, data)
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

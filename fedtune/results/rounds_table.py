@@ -42,6 +42,7 @@ class RoundsTable:
         self._values: dict[str, list[Any]] = {}  # an extra column's Python values, every row
         self._chunks: dict[str, list[pa.Array]] = {f.name: [] for f in core}
         self._types: dict[str, pa.DataType] = {f.name: f.type for f in core}
+        self._schema: pa.Schema | None = None  # the table's, until a column comes or changes type
 
     def extend(self, rows: Sequence[Mapping[str, Any]]) -> None:
         if not rows:
@@ -67,6 +68,7 @@ class RoundsTable:
             else:  # a new column, or one whose type the new values change: all its values again
                 whole = _infer_column(name, self._values[name])
                 self._chunks[name], self._types[name] = [whole], whole.type
+                self._schema = None
         self.num_rows += len(rows)
 
     def _add(self, name: str, arr: pa.Array) -> None:
@@ -77,11 +79,13 @@ class RoundsTable:
 
     def table(self) -> pa.Table:
         """The rows so far: the core columns in their order, then the extra columns by name."""
-        names = list(self.core.names) + sorted(n for n in self._values)
-        columns = [pa.chunked_array(self._chunks[n], self._types[n]) for n in names]
-        core = set(self.core.names)
-        fields = [self.core.field(n) if n in core else pa.field(n, self._types[n]) for n in names]
-        return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+        if self._schema is None:
+            core = set(self.core.names)
+            names = list(self.core.names) + sorted(self._values)
+            self._schema = pa.schema([self.core.field(n) if n in core else pa.field(n, self._types[n]) for n in names])
+        columns = [c[0] if len(c) == 1 else pa.chunked_array(c, f.type)
+                   for c, f in ((self._chunks[f.name], f) for f in self._schema)]
+        return pa.Table.from_arrays(columns, schema=self._schema)
 
 
 __all__ = ["RoundsTable"]

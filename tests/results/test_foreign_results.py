@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from fedtune.results import atomic  # noqa: E402
 from fedtune.results.atomic import TEMP_MARKER, is_temp_name  # noqa: E402
 from fedtune.results.arrow import ForeignResultsError, rows_to_table
 from fedtune.results.schema import IDENTITY_COLUMNS
@@ -259,13 +260,14 @@ def test_stray_temp_files_of_the_atomic_writer_are_removed_and_nothing_else(tmp_
 
 def test_the_atomic_writer_names_its_temp_files_with_the_marker(tmp_path, monkeypatch):
     seen = []
-    real = pq.write_table
+    real = atomic._open_temp
 
-    def spy(table, where, *a, **k):
-        seen.append(Path(where).name)
-        return real(table, where, *a, **k)
+    def spy(path):
+        fd, tmp = real(path)
+        seen.append(Path(tmp).name)
+        return fd, tmp
 
-    monkeypatch.setattr(pq, "write_table", spy)
+    monkeypatch.setattr(atomic, "_open_temp", spy)
     ResultsStore(tmp_path, "s").write_rounds("t", _rows("t"))
     (name,) = seen
     assert name.startswith(".t.parquet" + TEMP_MARKER) and name.endswith(".tmp")

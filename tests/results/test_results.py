@@ -7,6 +7,7 @@ import doctest
 import json
 import math
 import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 from fedtune.errors import ConfigError
+from fedtune.results import atomic
 from fedtune.results.schema import ROUND_CORE_SCHEMA, TRIAL_CORE_SCHEMA, schema_markdown
 from fedtune.results.store import ResultsStore, load
 from fedtune.results.summary import summarize_trial
@@ -164,19 +166,18 @@ def test_crash_mid_write_keeps_previous_file(tmp_path, monkeypatch):
     store = ResultsStore(tmp_path, "s")
     path = store.write_rounds("t", [_round("t", 0), _round("t", 1)])
     store.write_trial({"trial_id": "t", "status": "running"})
-    real = pq.write_table
+    real = atomic._write_all  # where a Parquet file's bytes go to the disk
 
-    def crashing(table, where, *a, **k):
-        with open(where, "wb") as f:  # a partial, corrupt file
-            f.write(b"PAR1 half a file")
+    def crashing(fd, data):
+        os.write(fd, b"PAR1 half a file")  # a partial, corrupt file
         raise OSError("disk died")
 
-    monkeypatch.setattr(pq, "write_table", crashing)
+    monkeypatch.setattr(atomic, "_write_all", crashing)
     with pytest.raises(OSError, match="disk died"):
         store.write_rounds("t", [_round("t", r) for r in range(3)])
     with pytest.raises(OSError, match="disk died"):
         store.write_trial({"trial_id": "t", "status": "ok"})
-    monkeypatch.setattr(pq, "write_table", real)
+    monkeypatch.setattr(atomic, "_write_all", real)
 
     assert load(path).column("round").to_pylist() == [0, 1]
     assert load(store.study_dir, "trials").column("status").to_pylist() == ["running"]

@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-import pyarrow.parquet as pq
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from fedtune.results import atomic
 from fedtune.results.atomic import ResultsWriteError, StorageFullError
 from fedtune.results.store import check_output_dir
 from fedtune.cli import main  # noqa: E402
@@ -26,24 +26,23 @@ from fedtune.errors import ConfigError, ResourceError  # noqa: E402
 from fedtune.results.store import ResultsStore, load
 from fedtune.results import store as store_mod  # noqa: E402
 
-REAL_WRITE = pq.write_table
+REAL_WRITE = atomic._write_all  # where a Parquet file's bytes go to the disk (fedtune.results.arrow.write_parquet)
 
 
-def _full_from(monkeypatch, n: int, *, only: int | None = None, err: int = errno.ENOSPC) -> list[str]:
+def _full_from(monkeypatch, n: int, *, only: int | None = None, err: int = errno.ENOSPC) -> list[int]:
     """Make the n-th Parquet write (1-based) and every later one fail with ``err`` (``only``: just that
-    one); returns the list of the names written or refused."""
-    calls: list[str] = []
+    one) after writing 4 bytes, as a full disk leaves a file; returns the sizes written or refused."""
+    calls: list[int] = []
 
-    def write(table, where, *a, **k):
-        calls.append(str(where))
+    def write(fd, data):
+        calls.append(len(data))
         k_ = len(calls)
         if k_ == n or (only is None and k_ > n):
-            with open(where, "wb") as f:  # a partial file, as a full disk leaves it
-                f.write(b"PAR1")
+            os.write(fd, b"PAR1")
             raise OSError(err, os.strerror(err))
-        return REAL_WRITE(table, where, *a, **k)
+        return REAL_WRITE(fd, data)
 
-    monkeypatch.setattr(pq, "write_table", write)
+    monkeypatch.setattr(atomic, "_write_all", write)
     return calls
 
 
@@ -74,7 +73,7 @@ def test_a_full_disk_is_one_storage_error_and_the_previous_file_stays(tmp_path, 
     assert exc.path == path
     with pytest.raises(StorageFullError, match="trials.parquet"):
         store.write_trial({"trial_id": "t", "status": "completed"})
-    monkeypatch.setattr(pq, "write_table", REAL_WRITE)
+    monkeypatch.setattr(atomic, "_write_all", REAL_WRITE)
     assert load(path).num_rows == 1
     assert sorted(p.name for p in store.rounds_dir.iterdir()) == ["t.parquet"]  # no temp file left
 
@@ -155,7 +154,7 @@ def test_run_on_a_full_disk_is_one_line_with_the_rounds_intact_and_the_trial_row
     assert line.startswith(f"fedtune: error: no space left on device writing '{rounds_file}'")
     assert f"finished rounds are intact in '{rounds_file}' (round 1)" in line
     assert "status failed" in line
-    monkeypatch.setattr(pq, "write_table", REAL_WRITE)
+    monkeypatch.setattr(atomic, "_write_all", REAL_WRITE)
     assert load(rounds_file).column("round").to_pylist() == [1]
     (trial,) = load(tmp_path / "default", "trials").to_pylist()
     assert trial["status"] == "failed" and "no space left on device" in trial["error"]
@@ -168,7 +167,7 @@ def test_run_when_even_the_trial_row_does_not_fit(tmp_path, capsys, monkeypatch)
     line = _one_line(capsys)
     assert "no space left on device writing" in line and "(rounds 1-2)" in line
     assert "the trial row could not be written either" in line
-    monkeypatch.setattr(pq, "write_table", REAL_WRITE)
+    monkeypatch.setattr(atomic, "_write_all", REAL_WRITE)
     assert load(tmp_path / "default").column("round").to_pylist() == [1, 2]
     assert not (tmp_path / "default" / "trials.parquet").exists()
 
@@ -178,7 +177,7 @@ def test_run_whose_first_round_does_not_fit(tmp_path, capsys, monkeypatch):
     assert _run(tmp_path, rounds=2) == 2
     line = _one_line(capsys)
     assert "no round is stored" in line
-    monkeypatch.setattr(pq, "write_table", REAL_WRITE)
+    monkeypatch.setattr(atomic, "_write_all", REAL_WRITE)
     (trial,) = load(tmp_path / "default", "trials").to_pylist()
     assert trial["status"] == "failed" and trial["rounds_done"] == 0
 
@@ -188,7 +187,7 @@ def test_run_whose_trial_row_alone_does_not_fit(tmp_path, capsys, monkeypatch):
     assert _run(tmp_path, rounds=2) == 2
     line = _one_line(capsys)
     assert "trials.parquet" in line and "(rounds 1-2)" in line
-    monkeypatch.setattr(pq, "write_table", REAL_WRITE)
+    monkeypatch.setattr(atomic, "_write_all", REAL_WRITE)
     assert load(tmp_path / "default").num_rows == 2
 
 
@@ -221,7 +220,7 @@ def test_the_callback_records_a_full_disk_and_stops_the_study(tmp_path, monkeypa
     assert isinstance(failure, StorageFullError) and str(rounds_file) in str(failure)  # the first one
     assert str(failure).endswith("then resume it with: fedtune sweep --resume --name st")
     assert write_failure(tmp_path / "st") is None  # taken
-    monkeypatch.setattr(pq, "write_table", REAL_WRITE)
+    monkeypatch.setattr(atomic, "_write_all", REAL_WRITE)
     assert load(rounds_file).column("round").to_pylist() == [1]
 
 

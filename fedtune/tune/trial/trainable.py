@@ -69,7 +69,7 @@ from fedtune.results import status
 from fedtune.results.schema import IDENTITY_COLUMNS
 from fedtune.runtime.checkpoint import newest_readable_checkpoint, write_checkpoint
 from fedtune.runtime.cluster import cluster_nodes
-from fedtune.runtime.driver import FederatedRun, build_plan, round_row
+from fedtune.runtime.driver import FederatedRun, build_plan, hp_columns, round_row
 from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 from fedtune.spaces.model import strip_switches
 from fedtune.tune.common.searches import SEARCH_FIELD
@@ -251,7 +251,9 @@ class FedtuneTrainable(tune.Trainable):
         if run.round >= self.cfg.rounds:
             raise RuntimeError(f"trial {self.fedtune_trial_id} has run all {self.cfg.rounds} rounds")
         result = run.step()
-        row = round_row(self.cfg, run, self.fedtune_trial_id, result)
+        if getattr(self, "_hp_of", (None,))[0] is not self.cfg:  # once per configuration, not per round
+            self._hp_of = (self.cfg, hp_columns(self.cfg))
+        row = round_row(self.cfg, run, self.fedtune_trial_id, result, self._hp_of[1])
         out: dict[str, Any] = {k: v for k, v in row.items()
                                if k not in IDENTITY_COLUMNS and not k.startswith("hp.")
                                and isinstance(v, (bool, int, float, str, np.generic))}

@@ -8,9 +8,9 @@ the quick tests of the same subject are in tests/results/test_write_failures.py.
 
 from __future__ import annotations
 
-import pyarrow.parquet as pq
 import pytest
 
+from fedtune.results import atomic
 from fedtune.results.atomic import StorageFullError
 from fedtune.results.store import load
 
@@ -42,5 +42,5 @@ def test_a_full_disk_during_a_tune_run_stops_it_and_is_reported(ray_session, tmp
     assert isinstance(failure, StorageFullError), err.value
     assert str(failure).startswith(f"no space left on device writing '{tmp_path / 'st' / 'rounds' / 'x1.parquet'}'")
     assert len(calls) == 2  # Tune did not go on writing after the refusal
-    monkeypatch.setattr(pq, "write_table", REAL_WRITE)
+    monkeypatch.setattr(atomic, "_write_all", REAL_WRITE)
     assert load(tmp_path / "st").column("round").to_pylist() == [1]
