@@ -8,7 +8,9 @@ A script, not a test (this machine is noisy: only parts taken side by side mean 
 On the workloads of ``benchmarks/many_clients.py`` (``100``, ``100p``, ``1000``), per repeat and
 workload, interleaved: the floor (plain torch, ÷ ``--cores``), Ray's own round
 (``many_clients.ray_bound_round_s``: a coordinator actor and one client actor per core that spin
-the floor's time), and fedtune ``backend=ray`` with its rows' timings split into (median over rounds
+the floor's time), Ray's own round doing the floor's torch work (``many_clients.ray_torch_round_s``:
+Ray's actors are niced, and the raylet, the driver and the coordinator take CPU from the training,
+which a spinning actor timing the wall clock does not feel), and fedtune ``backend=ray`` with its rows' timings split into (median over rounds
 2..R-1, milliseconds a round):
 
 * **driver**: the period between two rounds' ends as the driver sees them minus the coordinator's
@@ -40,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from many_clients import (NO_MNIST, WORKLOADS, base_config, floor_round_s,  # noqa: E402 - after the path
-                          model_values, ray_bound_round_s)
+                          model_values, ray_bound_round_s, ray_torch_round_s)
 
 PARTS = ("driver", "coordinator", "fit_beyond_training", "client_loop_beyond_floor")
 
@@ -97,22 +99,24 @@ def main() -> None:
                 r = res.setdefault(w, {})
                 floor = floor_round_s(cfg, args.rounds, args.cores)
                 own = ray_bound_round_s(floor, model_values(cfg), args.rounds, args.cores)
+                torch_own = ray_torch_round_s(cfg, args.rounds, args.cores)
                 parts = fedtune_parts(cfg, args.cores, floor)
-                for k, v in {"floor": floor, "ray_own": own, **parts}.items():
+                got = {"floor": floor, "ray_own": own, "ray_torch": torch_own, **parts}
+                for k, v in got.items():
                     r.setdefault(k, []).append(v)
-                print(f"repeat {rep + 1} {w}: " + "  ".join(f"{k} {v * 1e3:.1f}" for k, v in
-                                                              {"floor": floor, "ray_own": own, **parts}.items())
-                      + " ms", flush=True)
+                print(f"repeat {rep + 1} {w}: " + "  ".join(f"{k} {v * 1e3:.1f}" for k, v in got.items()) + " ms",
+                      flush=True)
     load1 = os.getloadavg()
     print(f"\nload average before {load0[0]:.2f}, after {load1[0]:.2f}; median of {args.repeats} repeats, "
           f"ms a round (rounds 2..{args.rounds - 1})")
-    cols = ["floor", "ray_own", "period", *PARTS]
-    print("| workload | " + " | ".join(cols) + " | fedtune ÷ Ray's own |")
-    print("|---" * (len(cols) + 2) + "|")
+    cols = ["floor", "ray_own", "ray_torch", "period", *PARTS]
+    print("| workload | " + " | ".join(cols) + " | fedtune ÷ Ray's own | fedtune ÷ Ray's own with torch work |")
+    print("|---" * (len(cols) + 3) + "|")
     for w, r in res.items():
         med = {k: statistics.median(v) for k, v in r.items()}
         ratio = statistics.median(a / b for a, b in zip(r["period"], r["ray_own"]))
-        print(f"| {w} | " + " | ".join(f"{med[k] * 1e3:.1f}" for k in cols) + f" | {ratio:.2f} |")
+        ratio_torch = statistics.median(a / b for a, b in zip(r["period"], r["ray_torch"]))
+        print(f"| {w} | " + " | ".join(f"{med[k] * 1e3:.1f}" for k in cols) + f" | {ratio:.2f} | {ratio_torch:.2f} |")
 
 
 if __name__ == "__main__":
