@@ -174,3 +174,15 @@ def test_a_ray_pool_folds_runs_of_owners_or_roaming_clients_and_streams_otherwis
     big = _pool(assign_clients(40, 2), state_bytes=4 << 20)
     assert big.fold_runs(list(range(40))) is None
     assert big.fold_runs(list(range(20)) + list(range(20, 36))) == [(0, list(range(20))), (1, list(range(20, 36)))]
+
+
+def test_publishing_a_payload_keeps_the_state_size_the_replies_are_cut_by(monkeypatch):
+    """The server rule's payload is published after the weights: it used to overwrite the state's
+    size (8 bytes for a dict), so a round with a payload sent all its clients' states in one reply."""
+    import ray
+
+    monkeypatch.setattr(ray, "put", lambda value: value)
+    pool = _pool(assign_clients(4, 2), state_bytes=0)
+    pool.publish(np.zeros(1000, np.float32))
+    pool.publish({"mu": np.zeros(3, np.float32)})
+    assert pool.state_bytes == 4000
