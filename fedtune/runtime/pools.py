@@ -78,6 +78,13 @@ STREAM_BATCH_BYTES = 64 << 20
 """Most bytes of trained states in one reply (a large model's clients go one per reply)."""
 
 
+FOLD_MAX_STATE_BYTES = 4 << 20
+"""Largest trained state (about a million float32 weights) a folded round takes (:meth:`RayPool.fit_fold`):
+where a state's own transfer outweighs Ray's per-object cost (1–5 ms a reply on 2 cores,
+docs/evidence-speed.md), streaming it overlaps that transfer with the other clients' training and
+keeps no float64 terms on the actors. A bound by reasoning: the folded rounds were measured on
+states of 0.34 and 1.08 MB."""
+
 FOLD_TAIL_BYTES = 64 << 20
 """Most bytes of trained states the workers after the first fold in a folded round
 (:meth:`RayPool.fit_fold`): each keeps its clients' states until the sums before it arrive and then
@@ -379,8 +386,9 @@ class RayPool(PoolBase):
     def fold_runs(self, client_ids) -> list[tuple[int, list[int]]] | None:
         """The workers of a folded round in chain order, each with its run of consecutive
         participants (:func:`~fedtune.runtime.placement.deal_contiguous` when clients roam, else
-        the owners'); None when a worker's clients would not follow the previous worker's, or
-        when the workers after the first would fold more than :data:`FOLD_TAIL_BYTES` of states."""
+        the owners'); None when a worker's clients would not follow the previous worker's, when a
+        state is over :data:`FOLD_MAX_STATE_BYTES`, or when the workers after the first would fold
+        more than :data:`FOLD_TAIL_BYTES` of states."""
         wanted = sorted(set(int(c) for c in client_ids))
         if self.roaming:
             # lazy: keeps yaml out of this module's import
@@ -391,6 +399,8 @@ class RayPool(PoolBase):
             dealt = self.trainers(wanted)
         runs = sorted(dealt.items(), key=lambda item: item[1][0])
         if any(a[1][-1] > b[1][0] for a, b in zip(runs, runs[1:])):
+            return None
+        if self.state_bytes > FOLD_MAX_STATE_BYTES:
             return None
         if sum(len(ids) for _, ids in runs[1:]) * max(self.state_bytes, 1) > FOLD_TAIL_BYTES:
             return None

@@ -170,10 +170,12 @@ def test_a_ray_pool_folds_runs_of_owners_or_roaming_clients_and_streams_otherwis
     assert _pool([[0, 2, 4], [1, 3]]).fold_runs([0, 1, 2]) is None  # interleaved owners: no chain
     roaming = _pool(assign_clients(10, 2), roaming_costs=[1] * 10)
     assert roaming.fold_runs([1, 3, 5, 7]) == [(0, [1, 3]), (1, [5, 7])]
-    # the workers after the first would fold 64 MiB of states or more: streamed
+    # the workers after the first would fold more than 64 MiB of states: streamed
     big = _pool(assign_clients(40, 2), state_bytes=4 << 20)
     assert big.fold_runs(list(range(40))) is None
     assert big.fold_runs(list(range(20)) + list(range(20, 36))) == [(0, list(range(20))), (1, list(range(20, 36)))]
+    # a state over 4 MiB: streamed, however few clients
+    assert _pool(assign_clients(4, 2), state_bytes=(4 << 20) + 4).fold_runs([0, 3]) is None
 
 
 def test_publishing_a_payload_keeps_the_state_size_the_replies_are_cut_by(monkeypatch):
