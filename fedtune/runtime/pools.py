@@ -87,9 +87,10 @@ states of 0.34 and 1.08 MB."""
 
 FOLD_TAIL_BYTES = 64 << 20
 """Most bytes of trained states the workers after the first fold in a folded round
-(:meth:`RayPool.fit_fold`): each keeps its clients' states until the sums before it arrive and then
-adds them, one worker after another, after the training; a round with more (a large model, many
-clients a worker) streams its states to the coordinator, which adds them while the workers train."""
+(:meth:`RayPool.fit_fold`): each keeps its clients' float64 terms (twice the states' bytes) until
+the sums before it arrive and then adds them, one worker after another, after the training; a
+round with more (a large model, many clients a worker) streams its states to the coordinator, which
+adds them while the workers train."""
 
 
 def stream_batch(num_clients: int, state_bytes: int) -> int:
@@ -398,7 +399,7 @@ class RayPool(PoolBase):
         else:
             dealt = self.trainers(wanted)
         runs = sorted(dealt.items(), key=lambda item: item[1][0])
-        if any(a[1][-1] > b[1][0] for a, b in zip(runs, runs[1:])):
+        if not runs or any(a[1][-1] > b[1][0] for a, b in zip(runs, runs[1:])):
             return None
         if self.state_bytes > FOLD_MAX_STATE_BYTES:
             return None
@@ -433,11 +434,25 @@ class RayPool(PoolBase):
                 if self.policy == "fail":
                     raise ClientFailure(f"client actor {w} (clients {ids}) died during fit; "
                                         "on_client_failure=fail stops the run (retry or skip would go on)") from None
+                self._drain([ref for _, _, ref in refs[len(replies) + 1:]])
                 self._restart(w)
                 if self.policy == "skip":
                     skipped.extend(ids)
                 return None
         return replies
+
+    @staticmethod
+    def _drain(refs: list) -> None:
+        """Wait out the calls after a dead worker in a folded round's chain (they fail once they ask
+        for its sums, or their actor died too): their errors are taken here, not reported by Ray as
+        unhandled; the streamed round that follows meets any dead actor among them."""
+        import ray  # lazy: keeps ray out of this module's import
+
+        for ref in refs:
+            try:
+                ray.get(ref)
+            except Exception:  # noqa: BLE001 - an expected failure of an abandoned call
+                pass
 
     def _stream(self, w: int, weights_ref, payload, round, ids: list[int]):
         batch = stream_batch(len(ids), self.state_bytes)
