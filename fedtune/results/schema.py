@@ -56,7 +56,7 @@ _ROUND_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("status", pa.string(), f"Round status: `{st.OK}`, or `{st.DIVERGED}` on the round whose loss or weights turned NaN/Inf or whose loss exploded (over 1000 times the first round's, floored at 1)."),
     ("num_participants", pa.int64(), "Clients that took part in the round."),
     ("skipped_clients", pa.int64(), "Sampled clients that were skipped (failed, straggled)."),
-    ("bytes_moved", pa.int64(), "Float32 weight bytes moved through the object store: one broadcast read by each actor plus one state per participant."),
+    ("bytes_moved", pa.int64(), "Float32 weight bytes of the round's model exchange: one broadcast read by each actor plus one state per participant (what a streamed round moves; a folded round sends one float64 sum per actor in place of the states)."),
     ("attempt", pa.int64(), "Sweeps: 0 for a round of the trial's first run, n for one run after its n-th restart (`--max-failures`: a lost node, an error); a restarted trial continues from its last checkpoint and its rows replace those of the rounds it runs again."),
 ]
 
