@@ -217,8 +217,7 @@ class Coordinator:
         (:meth:`~fedtune.runtime.pools.RayPool.fit_fold`), into ``fit``; False when the pool cannot
         fold this round (in-process, states too large, or a worker died: ``fit.skipped`` then
         holds the clients ``on_client_failure=skip`` leaves out) and the round is to be streamed."""
-        fold = getattr(self.pool, "fit_fold", None)
-        replies = None if fold is None else fold(self.weights_ref, payload_ref, round, planned, feeds, fit.skipped)
+        replies = self.pool.fit_fold(self.weights_ref, payload_ref, round, planned, feeds, fit.skipped)
         if replies is None:
             return False
         for reply in replies:

@@ -31,7 +31,8 @@ from fedtune.results.status import COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUN
 from fedtune.runtime.cluster import cluster_nodes, cluster_view, connect_ray
 from fedtune.runtime.coordinator import LOSS_EXPLOSION_FACTOR, Coordinator
 from fedtune.runtime.placement import check_placement
-from fedtune.runtime.pools import ActorFactory
+from fedtune.runtime.actor_factory import ActorFactory
+from fedtune.runtime.progress import RunProgress
 from fedtune.runtime.remote_errors import ray_get
 from fedtune.runtime.resources import ResourcePlan, resource_plan_of
 from fedtune.runtime.run_notes import print_run_notes
@@ -355,7 +356,7 @@ def run(cfg: FederatedRunConfig | Mapping[str, Any], *, progress: bool = True, v
     written = 0  # rows[:written] are on disk
     status, error = FAILED, None
     started_ray = False
-    bar = _Progress(cfg, enabled=progress)
+    bar = RunProgress(cfg, enabled=progress)
     first_round_s = None
     info: dict[str, Any] = {}
     # Bad input (unknown names, missing data, impossible setting, an output folder that cannot be
@@ -471,36 +472,3 @@ def _kept(store: Any, trial_id: str, written: int, row_failure: BaseException | 
         row = "the trial row could not be written either"
     return (f"{kept}; {row}; free space (or make the folder writable), then run the same command again "
             "(it replaces this trial's rows)")
-
-
-class _Progress:
-    """A rich progress bar: one tick per round with the current metrics."""
-
-    def __init__(self, cfg: FederatedRunConfig, enabled: bool):
-        self.cfg, self.enabled = cfg, enabled
-        self.progress = None
-
-    def start(self, run: FederatedRun, info: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        # lazy: keeps rich out of this module's import
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("{task.fields[metrics]}"))
-        self.progress.start()
-        desc = f"{self.cfg.algorithm}/{self.cfg.dataset}"
-        desc += f" -> {','.join(run.plan.target_domains)}" if run.plan.target_domains else ""
-        self.task = self.progress.add_task(desc, total=self.cfg.rounds, metrics="starting")
-
-    def update(self, row: dict[str, Any]) -> None:
-        if self.progress is None:
-            return
-        text = (f"loss {row['train_loss']:.3f} val {row.get('val_acc', float('nan')):.3f} "
-                f"target {row.get('target_acc', float('nan')):.3f} {row['wall_s']:.1f}s/rd")
-        self.progress.update(self.task, advance=1, metrics=text)
-
-    def stop(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None

@@ -24,20 +24,16 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from fedtune.algorithms.client.steps import batch_size_note
 from fedtune.data.base import FederatedPlan
-from fedtune.data.registry import get_dataset
 from fedtune.runtime.common import set_torch_threads
 from fedtune.runtime.messages import EvalReply, FitReply, FoldReply, TargetShard, eval_shards
 from fedtune.runtime.remote_errors import input_error_of, ray_get
-from fedtune.runtime.worker import ClientWorker, client_actor_class
-
-if TYPE_CHECKING:
-    from fedtune.config import FederatedRunConfig
+from fedtune.runtime.worker import ClientWorker
 
 
 class ClientFailure(RuntimeError):
@@ -107,15 +103,6 @@ def stream_batch(num_clients: int, state_bytes: int) -> int:
     return max(1, min(want, STREAM_BATCH_BYTES // size, num_clients))
 
 
-def _input_shape(cfg: FederatedRunConfig) -> tuple[int, ...] | None:
-    """The dataset's input shape from its labels-only handle (no pixels decoded); None if it cannot be read."""
-    try:
-        return tuple(get_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size,
-                                 data_seed=cfg.data_seed).info.input_shape)
-    except Exception:  # the run's own start reports a dataset that cannot be read
-        return None
-
-
 def assign_shards(shards: list[TargetShard], num_workers: int) -> list[list[TargetShard]]:
     """Target-test shard ``j`` is evaluated by worker ``j % num_workers``."""
     return [[s for s in shards if s.shard_id % num_workers == w] for w in range(num_workers)]
@@ -136,6 +123,11 @@ def warn_if_batch_exceeds_clients(cfg_dict: dict[str, Any], plan: FederatedPlan)
 class PoolBase:
     """What every pool shares: :meth:`fit_stream` from a pool's ``fit`` (a pool that can send
     each client as soon as it is trained overrides it)."""
+
+    def fit_fold(self, weights, payload, round, client_ids, feeds, skipped: list[int]) -> list[FoldReply] | None:
+        """A folded fit round (:meth:`RayPool.fit_fold`); None: this pool streams every round (in
+        process the states cross nothing, and the streamed sums are the same bits)."""
+        return None
 
     def fit_stream(self, weights, payload, round, client_ids, skipped: list[int]) -> Iterator[FitReply]:
         """The round's trained clients one reply each (:meth:`FitReply.split`), ascending client
@@ -189,63 +181,13 @@ class LocalPool(PoolBase):
         return []
 
 
-class ActorFactory:
-    """Creates client actor ``w`` in its placement-group bundle (at start, and again on failure)."""
-
-    def __init__(self, cfg_dict, assignment, plan, pg, bundle_of_worker, cpus, gpus,
-                 costs: list[int] | None = None):
-        self.cfg_dict, self.assignment, self.plan = cfg_dict, assignment, plan
-        self.shards = assign_shards(eval_shards(plan), len(assignment))
-        self.pg, self.bundle_of_worker, self.cpus, self.gpus = pg, bundle_of_worker, cpus, gpus
-        # roaming clients (fedtune.runtime.placement): every actor holds every client's data, and
-        # each round's participants are dealt out by ``costs`` (by client id; None: owners train)
-        self.costs = costs
-        self.roaming = costs is not None
-
-    @classmethod
-    def of(cls, cfg_dict: dict[str, Any], plan: FederatedPlan, pg: Any, resources: Any) -> ActorFactory:
-        """The factory of a run's client actors laid out as ``resources`` (a
-        :class:`~fedtune.runtime.resources.ResourcePlan`) says, clients owned by :func:`assign_clients`,
-        roaming or not as :func:`~fedtune.runtime.placement.roams` decides."""
-        # lazy: keeps yaml out of this module's import
-        from fedtune.config import FederatedRunConfig
-        from fedtune.runtime.placement import client_cost, needs_input_shape, roams
-
-        warn_if_batch_exceeds_clients(cfg_dict, plan)
-        assignment = assign_clients(plan.num_clients, resources.num_workers)
-        cfg = FederatedRunConfig.from_validated(cfg_dict)
-        shape = _input_shape(cfg) if needs_input_shape(cfg, resources.num_workers) else None
-        costs = ([client_cost(spec.num_train, cfg) for spec in plan.clients]
-                 if roams(cfg, plan, resources.num_workers, shape) else None)
-        return cls(cfg_dict, assignment, plan, pg, resources.worker_bundles, resources.client_cpus,
-                   resources.client_gpus, costs=costs)
-
-    def held(self, w: int) -> list[int]:
-        """The clients whose data worker ``w`` holds: all of them when clients roam, else those it owns."""
-        return list(range(self.plan.num_clients)) if self.roaming else list(self.assignment[w])
-
-    def pool_spec(self, actors: list) -> dict[str, Any]:
-        """The coordinator's ``pool_spec`` for a :class:`RayPool` of ``actors`` made by this factory."""
-        return {"kind": "ray", "actors": actors, "factory": self, "assignment": self.assignment}
-
-    def __call__(self, w: int):
-        # lazy: keeps ray out of this module's import
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        specs = [self.plan.clients[c] for c in self.held(w)]
-        strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=self.bundle_of_worker[w],
-                                                    placement_group_capture_child_tasks=True)
-        return client_actor_class().options(
-            num_cpus=self.cpus, num_gpus=self.gpus, scheduling_strategy=strategy,
-            name=None, max_concurrency=1,
-        ).remote(self.cfg_dict, specs, w, self.shards[w], source_bank=self.plan.source_train_pieces(),
-                  owned=self.assignment[w])
-
-
 class RayPool(PoolBase):
     """Client actors, one per worker slot; failure handling per ``on_client_failure``."""
 
-    def __init__(self, actors: list, factory: ActorFactory, assignment: list[list[int]], policy: str):
+    def __init__(self, actors: list, factory: Callable[[int], Any], assignment: list[list[int]], policy: str):
+        """``factory(w)`` makes client actor ``w`` again after a death (an
+        :class:`~fedtune.runtime.actor_factory.ActorFactory`; its ``costs``, when it has them, deal
+        roaming clients)."""
         self.actors = list(actors)
         self.factory = factory
         self.assignment = assignment

@@ -70,7 +70,6 @@ class ClientWorker:
         # lazy: keeps torch out of this module's import
         from fedtune.algorithms.client.precision import check_device
         from fedtune.config import FederatedRunConfig
-        # lazy: keeps torch out of this module's import
         from fedtune.models import build_model, check_model_size, freeze_batchnorm, prepare_for_device
         from fedtune.flat_weights import bind_flat
         from fedtune.runtime.augment import make_augment
@@ -142,6 +141,7 @@ class ClientWorker:
         # What the server rule (and in-run tuning) asks of every participant around its training.
         self.hooks = self._hooks(resolved.client_hooks(self.cfg))
         self.client_state: dict[int, dict[str, Any]] = {s.client_id: {} for s in specs}
+        self._held: dict[str, np.ndarray] = {}  # a folded round's float64 terms, kept across rounds (fit_fold)
         # Wall-clock stamps (time.time()) of this worker's start-up, for start-up diagnostics.
         self.startup = {"init_start": t_init, "torch_ready": t_torch, "ready": time.time()}
 
@@ -246,8 +246,7 @@ class ClientWorker:
         """Float64 ``[clients, size]`` scratch per sum for :meth:`FitRound.hold
         <fedtune.runtime.fit_round.FitRound.hold>`, kept across rounds (a fresh 100-MB array each
         round costs its page faults again)."""
-        kept = getattr(self, "_held", {})
-        out = {}
+        kept, out = self._held, {}
         for name, (rows, size) in shapes.items():
             buf = kept.get(name)
             if buf is None or buf.shape[1] != size or buf.shape[0] < rows:

@@ -168,7 +168,7 @@ def test_the_ray_backend_warns_in_the_driver_when_it_lays_out_the_actors(caplog)
     from types import SimpleNamespace
 
     from fedtune.runtime.driver import build_plan
-    from fedtune.runtime.pools import ActorFactory
+    from fedtune.runtime.actor_factory import ActorFactory
 
     cfg = FederatedRunConfig.from_dict({"dataset": "rect4", "batch_size": 5000})
     layout = SimpleNamespace(num_workers=2, worker_bundles=[0, 1], client_cpus=1.0, client_gpus=0.0)
