@@ -14,7 +14,9 @@ which a spinning actor timing the wall clock does not feel), and fedtune ``backe
 2..R-1, milliseconds a round):
 
 * **driver**: the period between two rounds' ends as the driver sees them minus the coordinator's
-  ``wall_s``: the driver's call, its round row and the results store's write;
+  ``wall_s``: the driver's call, its round row and the results store's write, less what of them
+  the next round's fit, run ahead (docs/methods.md §0.1), already overlapped (``wall_s`` counts
+  from the fit being sent): negative when the overlap hides them;
 * **coordinator**: ``wall_s`` minus the fit phase (``client_s``): the server rule's step (its
   ``server_s``: the float64 sums' totals, the optimiser), publishing the new weights
   (``publish_s``) and the rest;

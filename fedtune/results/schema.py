@@ -50,7 +50,7 @@ _ROUND_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("target_acc", pa.float64(), "The reported accuracy: on the held-out target domain minus its oracle slice (and, in fda, the target client's labelled sample; in ufdg, the probe split); in fl, on all clients' test splits. Never used to choose anything."),
     ("target_val_acc", pa.float64(), "fda only: accuracy on the target client's validation split (`val_fraction` of its labelled sample; selection protocol `target-val`); never part of `val_acc`."),
     ("oracle_acc", pa.float64(), "Accuracy on the oracle slice (`oracle_fraction` of the target domain, stratified, fixed by `data_seed`; never part of `target_acc`), for selection protocol `oracle`; null in fl."),
-    ("wall_s", pa.float64(), "Wall-clock seconds of the round."),
+    ("wall_s", pa.float64(), "Wall-clock seconds of the round, from its fit being sent (a round run ahead is sent before the previous round's row is written: docs/methods.md §0.1)."),
     ("client_s", pa.float64(), "Wall seconds of the round's fit phase (broadcast, client training on all actors, updates back)."),
     ("server_s", pa.float64(), "Seconds spent in server aggregation during the round."),
     ("status", pa.string(), f"Round status: `{st.OK}`, or `{st.DIVERGED}` on the round whose loss or weights turned NaN/Inf or whose loss exploded (over 1000 times the first round's, floored at 1)."),

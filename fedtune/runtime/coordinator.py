@@ -12,7 +12,10 @@ One call of :meth:`Coordinator.run_round` is split as Flower splits a round:
    (:func:`loss_exploded`), marks the round diverged;
 3. an *evaluate round* (:meth:`~Coordinator._evaluate_round`): the workers evaluate the new model
    (each client's validation split, and fixed shards of the held-out target test set), and the
-   replies become metrics (:mod:`fedtune.runtime.evaluation`).
+   replies become metrics (:mod:`fedtune.runtime.evaluation`);
+4. where the next round is a folded round that only the coordinator's state decides, its fit is
+   sent before this round returns (:meth:`~Coordinator._run_ahead`), so the actors train while
+   the driver writes this round's row.
 
 It talks to clients only through a pool (:mod:`fedtune.runtime.pools`): in-process, sequential,
 or client actors with weights through the object store, zero-copy.
@@ -71,6 +74,18 @@ def loss_exploded(loss: float, first_loss: float | None) -> bool:
 
 
 @dataclass
+class _Ahead:
+    """A folded fit round sent before its :meth:`Coordinator.run_round` (:meth:`Coordinator._run_ahead`)."""
+    round: int
+    weights_ref: Any  # the published weights it trains from: another publish abandons it
+    planned: list[int]
+    feeds: dict[str, tuple[str, dict[int, float], bool]]
+    payload_ref: Any
+    calls: Any  # RayPool.fold_start's
+    started: float  # time.perf_counter() when it was sent
+
+
+@dataclass
 class RoundResult:
     round: int
     metrics: dict[str, Any]
@@ -109,7 +124,14 @@ class Coordinator:
         # to the broadcast, takes its entries out of the replies and steps after the fit round
         self.tuner = cfg.resolved.in_run_tuner(cfg)
         self.first_loss: float | None = None  # round 1's training loss, the scale of loss_exploded
-        self.folded_rounds = 0  # fit rounds the workers folded (RayPool.fit_fold), for diagnostics and tests
+        self.folded_rounds = 0  # fit rounds the workers folded (RayPool.fold_start), for diagnostics and tests
+        self.rounds_ahead = 0  # folded rounds taken as run ahead (_run_ahead), for diagnostics and tests
+        self.run_ahead = True  # send the next folded round before returning a round (tests turn it off)
+        self._ahead: _Ahead | None = None
+        # what training a client leaves on its worker: per-client state (a method that keeps it) or client hooks
+        from fedtune.runtime.placement import keeps_client_state  # lazy: keeps yaml out of this module's import
+
+        self._worker_state = bool(keeps_client_state(cfg) or cfg.resolved.client_hooks(cfg))
         self.shards = eval_shards(plan)  # target-test shards, then ufdg's target-probe shards
         self._publish()
 
@@ -134,6 +156,7 @@ class Coordinator:
         round's metrics (counts, ``diag.*``, evaluation, timings) and status."""
         t_round = time.perf_counter()
         fit = self._fit_round(round)
+        t_round = min(t_round, fit.started)  # a round run ahead started before this call
         metrics: dict[str, Any] = {"num_participants": len(fit.order), "skipped_clients": len(fit.skipped)}
         if not fit.order:
             raise ClientFailure(f"round {round}: no client update arrived (skipped: {fit.skipped})")
@@ -157,6 +180,8 @@ class Coordinator:
             if evaluate:
                 metrics.update(self._evaluate_round())
         eval_s = time.perf_counter() - t0
+        if status == OK:
+            self._run_ahead(round + 1)
 
         metrics.update({
             "train_loss": train_loss,
@@ -175,27 +200,27 @@ class Coordinator:
         """The round's participants train from the global model (with the server rule's payload,
         and the last global move where the client method needs it); their replies, taken one
         client at a time as they arrive (:class:`FitRound`): summed on the fly when the rule's
-        round is one weighted sum and the client method keeps no server side, else kept as rows."""
-        participants = sample_participants(self.plan.num_clients, self.cfg.participation_at(round), self.cfg.seed,
-                                           round).tolist()
-        t0 = time.perf_counter()
-        payload = dict(self.rule.payload(round))
-        if self.side is not None:
-            side = self.side.payload(round)
-            clash = sorted(set(side) & set(payload))
-            if clash:
-                raise RuntimeError(f"payload keys {clash} are sent by both the server rule {self.rule.name} and "
-                                   f"the client method {self.side.name}'s server side")
-            payload.update(side)
+        round is one weighted sum and the client method keeps no server side, else kept as rows.
+        A round run ahead (:meth:`_run_ahead`) for this round and these weights is taken as sent;
+        any other is abandoned."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and (ahead.round != round or ahead.weights_ref is not self.weights_ref):
+            self.pool.fold_abandon(ahead.calls)
+            ahead = None
+        if ahead is None:
+            t0 = time.perf_counter()
+            planned, feeds = self._planned(round)
+            payload_ref = self._payload_ref(round, planned)
+            calls = (self.pool.fold_start(self.weights_ref, payload_ref, round, planned, feeds)
+                     if feeds is not None and self.tuner is None else None)
+        else:
+            t0, planned, feeds, payload_ref, calls = ahead.started, ahead.planned, ahead.feeds, ahead.payload_ref, ahead.calls
         P = self.layout.num_params
-        planned = sorted(participants)
-        if self.tuner is not None:
-            payload.update(self.tuner.payload(round, planned, self.plan.num_clients))
-        feeds = self._streamed_feeds(planned)
         fit = FitRound(self.weights[:P], self.layout.size, planned,
                        None if feeds is not None else self._update_buffer(len(planned), P), feeds)
-        payload_ref = self.pool.publish(payload) if payload else {}
-        if feeds is not None and self.tuner is None and self._fold(fit, payload_ref, round, planned, feeds):
+        fit.started = t0
+        if calls is not None and self._fold(fit, calls):
+            self.rounds_ahead += ahead is not None
             fit.seconds = time.perf_counter() - t0
             return fit
         for reply in self.pool.fit_stream(self.weights_ref, payload_ref, round,
@@ -210,14 +235,34 @@ class Coordinator:
         fit.seconds = time.perf_counter() - t0
         return fit
 
-    def _fold(self, fit: FitRound, payload_ref: Any, round: int, planned: list[int],
-              feeds: dict[str, tuple[str, dict[int, float], bool]]) -> bool:
+    def _planned(self, round: int) -> tuple[list[int], dict[str, tuple[str, dict[int, float], bool]] | None]:
+        """The round's participants (ascending) and its streamed sums (:meth:`_streamed_feeds`)."""
+        planned = sorted(sample_participants(self.plan.num_clients, self.cfg.participation_at(round), self.cfg.seed,
+                                             round).tolist())
+        return planned, self._streamed_feeds(planned)
+
+    def _payload_ref(self, round: int, planned: list[int]) -> Any:
+        """The round's broadcast beside the weights: the server rule's payload, the client method's
+        server side's and the in-run tuner's, published ({} when empty). Called once a round."""
+        payload = dict(self.rule.payload(round))
+        if self.side is not None:
+            side = self.side.payload(round)
+            clash = sorted(set(side) & set(payload))
+            if clash:
+                raise RuntimeError(f"payload keys {clash} are sent by both the server rule {self.rule.name} and "
+                                   f"the client method {self.side.name}'s server side")
+            payload.update(side)
+        if self.tuner is not None:
+            payload.update(self.tuner.payload(round, planned, self.plan.num_clients))
+        return self.pool.publish(payload) if payload else {}
+
+    def _fold(self, fit: FitRound, calls: Any) -> bool:
         """A streamed round folded on the workers (docs/methods.md §0.1): each carries the sums on
         through its clients and one reply of sums per worker comes back
-        (:meth:`~fedtune.runtime.pools.RayPool.fit_fold`), into ``fit``; False when the pool cannot
-        fold this round (in-process, states too large, or a worker died: ``fit.skipped`` then
-        holds the clients ``on_client_failure=skip`` leaves out) and the round is to be streamed."""
-        replies = self.pool.fit_fold(self.weights_ref, payload_ref, round, planned, feeds, fit.skipped)
+        (:meth:`~fedtune.runtime.pools.RayPool.fold_finish`), into ``fit``; False when a worker
+        died (``fit.skipped`` then holds the clients ``on_client_failure=skip`` leaves out) and the
+        round is to be streamed."""
+        replies = self.pool.fold_finish(calls, fit.skipped)
         if replies is None:
             return False
         for reply in replies:
@@ -229,6 +274,29 @@ class Coordinator:
         fit.end_fold(replies[-1])
         self.folded_rounds += 1
         return True
+
+    def _run_ahead(self, round: int) -> None:
+        """Send round ``round``'s folded fit to the workers now, while this round's result goes
+        back to the driver and its row is written (docs/methods.md §0.1, "Rounds run ahead"): the
+        next :meth:`run_round` takes it as sent, or abandons it when the run went elsewhere (a
+        loaded checkpoint, a new configuration). Only where nothing but the coordinator's state
+        decides the round and nothing on the workers changes by training it: a folded round, no
+        in-run tuner, a client method that keeps no per-client state, no client hooks, and a
+        round the run will take (at most ``rounds``)."""
+        if not self.run_ahead or round > self.cfg.rounds or self.tuner is not None or self._worker_state:
+            return
+        t0 = time.perf_counter()
+        planned, feeds = self._planned(round)
+        if feeds is None or self.pool.fold_runs(planned) is None:
+            return
+        payload_ref = self._payload_ref(round, planned)
+        calls = self.pool.fold_start(self.weights_ref, payload_ref, round, planned, feeds)
+        self._ahead = _Ahead(round, self.weights_ref, planned, feeds, payload_ref, calls, t0)
+
+    def _abandon_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            self.pool.fold_abandon(ahead.calls)
 
     def _streamed_feeds(self, planned: list[int]) -> dict[str, tuple[str, dict[int, float], bool]] | None:
         """The sums of a streamed round (:class:`FitRound`'s ``feeds``): the server rule's weighted
@@ -345,6 +413,7 @@ class Coordinator:
         return eval_metrics(evals, self.plan, self.shards)
 
     def shutdown(self) -> None:
+        self._ahead = None  # the actors go: nothing to wait for
         self.pool.shutdown()
 
     # --- Tune support: checkpoints and actor reuse (fedtune.tune.trial.trainable) -------------------
@@ -386,6 +455,7 @@ class Coordinator:
                              "configuration")
         if self.tuner is not None:  # refuses another run's configurations before it changes anything
             self.tuner.load_state_dict(state["tuner"])
+        self._abandon_ahead()  # a round run ahead of the state this replaces
         self.weights = weights
         self.first_loss = state.get("first_loss")  # None (an older checkpoint): the next round's loss
         self.optimizer.load_state_dict(optimizer["state"])
@@ -397,4 +467,5 @@ class Coordinator:
     def reconfigure(self, cfg_dict: dict[str, Any], plan: FederatedPlan, pool_spec: dict[str, Any]) -> None:
         """Start over as the coordinator of another run on already re-configured client actors
         (Tune ``reuse_actors``): the constructor again, without shutting the pool's actors down."""
+        self._abandon_ahead()
         self.__init__(cfg_dict, plan, pool_spec)

@@ -60,6 +60,7 @@ class FitRound:
         self.metrics: list[dict[str, float]] = []
         self.skipped: list[int] = []  # sampled clients whose worker died and was skipped (on_client_failure=skip)
         self.seconds = 0.0  # wall time of the fit phase: payload, broadcast, training, states back
+        self.started = math.inf  # time.perf_counter() when the fit phase was sent (the coordinator's)
         self._compute: dict[int, float] = {}
         self._client_compute: list[float] = []  # per client, in order (a folded round's reply)
         self._rows_before = 0  # clients in the sums before this worker's (a folded round's chain)

@@ -74,7 +74,7 @@ def deal_clients(client_ids: list[int], costs: dict[int, int] | list[int], num_w
 def deal_contiguous(client_ids: list[int], costs: dict[int, int] | list[int], num_workers: int) -> dict[int, list[int]]:
     """The round's clients cut into at most ``num_workers`` runs of consecutive ids (ascending), run
     ``w`` to actor ``w``, each cut where the work so far comes nearest the even share of what is
-    left: a folded round (:meth:`~fedtune.runtime.pools.RayPool.fit_fold`) carries its sums from
+    left: a folded round (:meth:`~fedtune.runtime.pools.RayPool.fold_start`) carries its sums from
     one run to the next, so each actor's clients must follow the previous actor's. The busiest
     actor carries at most about one client more than its share. Returns ``{worker: ascending
     client ids}`` for the actors that got any.

@@ -46,10 +46,13 @@ class _ActorDied(Exception):
         self.cause = cause
 
 
+FoldCalls = list  # [(worker, its run of client ids, the ObjectRef of its FoldReply)], in chain order
+
+
 def assign_clients(num_clients: int, num_workers: int) -> list[list[int]]:
     """Worker ``w`` owns the ``w``-th of ``num_workers`` runs of consecutive client ids (sizes
     differing by at most one, the larger first) for the whole run: the clients of a round that a
-    worker trains follow the previous worker's, so a folded round (:meth:`RayPool.fit_fold`) can
+    worker trains follow the previous worker's, so a folded round (:meth:`RayPool.fold_start`) can
     carry its sums from one worker to the next. Which worker owns a client never changes a number.
 
     >>> assign_clients(5, 2), assign_clients(2, 3)
@@ -75,7 +78,7 @@ STREAM_BATCH_BYTES = 64 << 20
 
 
 FOLD_MAX_STATE_BYTES = 4 << 20
-"""Largest trained state (about a million float32 weights) a folded round takes (:meth:`RayPool.fit_fold`):
+"""Largest trained state (about a million float32 weights) a folded round takes (:meth:`RayPool.fold_start`):
 where a state's own transfer outweighs Ray's per-object cost (1–5 ms a reply on 2 cores,
 docs/evidence-speed.md), streaming it overlaps that transfer with the other clients' training and
 keeps no float64 terms on the actors. A bound by reasoning: the folded rounds were measured on
@@ -83,7 +86,7 @@ states of 0.34 and 1.08 MB."""
 
 FOLD_TAIL_BYTES = 64 << 20
 """Most bytes of trained states the workers after the first fold in a folded round
-(:meth:`RayPool.fit_fold`): each keeps its clients' float64 terms (twice the states' bytes) until
+(:meth:`RayPool.fold_start`): each keeps its clients' float64 terms (twice the states' bytes) until
 the sums before it arrive and then adds them, one worker after another, after the training; a
 round with more (a large model, many clients a worker) streams its states to the coordinator, which
 adds them while the workers train."""
@@ -124,10 +127,21 @@ class PoolBase:
     """What every pool shares: :meth:`fit_stream` from a pool's ``fit`` (a pool that can send
     each client as soon as it is trained overrides it)."""
 
-    def fit_fold(self, weights, payload, round, client_ids, feeds, skipped: list[int]) -> list[FoldReply] | None:
-        """A folded fit round (:meth:`RayPool.fit_fold`); None: this pool streams every round (in
-        process the states cross nothing, and the streamed sums are the same bits)."""
+    def fold_runs(self, client_ids) -> list[tuple[int, list[int]]] | None:
+        """The workers of a folded round and their runs of clients (:meth:`RayPool.fold_runs`);
+        None: this pool does not fold."""
         return None
+
+    def fold_start(self, weights, payload, round, client_ids, feeds) -> FoldCalls | None:
+        """A folded fit round started (:meth:`RayPool.fold_start`); None: this pool streams every
+        round (in process the states cross nothing, and the streamed sums are the same bits)."""
+        return None
+
+    def fold_finish(self, calls: FoldCalls, skipped: list[int]) -> list[FoldReply] | None:  # pragma: no cover - fold_start gave none
+        raise NotImplementedError
+
+    def fold_abandon(self, calls: FoldCalls) -> None:  # pragma: no cover - fold_start gave none
+        raise NotImplementedError
 
     def fit_stream(self, weights, payload, round, client_ids, skipped: list[int]) -> Iterator[FitReply]:
         """The round's trained clients one reply each (:meth:`FitReply.split`), ascending client
@@ -349,39 +363,50 @@ class RayPool(PoolBase):
             return None
         return runs
 
-    def fit_fold(self, weights_ref, payload, round, client_ids, feeds, skipped: list[int]) -> list[FoldReply] | None:
-        """A folded fit round (docs/methods.md §0.1): the workers train their runs of consecutive
-        participants at once, and each carries the round's float64 sums on from the worker before
-        it (:meth:`~fedtune.runtime.worker.ClientWorker.fit_fold`, the previous reply's ObjectRef
-        passed along): one reply of sums per worker crosses Ray instead of a state per client, the
-        same additions in the same order as the coordinator's streamed sums. Returns the replies
-        in chain order; None when the round cannot be folded (:meth:`fold_runs`) or a worker died:
-        ``on_client_failure`` ``fail`` raises :class:`ClientFailure`, ``skip`` restarts it and
-        appends its clients to ``skipped``, ``retry`` restarts it; then the caller takes the round
-        from :meth:`fit_stream` (which meets a second death with the policy again)."""
+    def fold_start(self, weights_ref, payload, round, client_ids, feeds) -> FoldCalls | None:
+        """A folded fit round (docs/methods.md §0.1) sent to the workers: they train their runs of
+        consecutive participants at once, and each carries the round's float64 sums on from the
+        worker before it (:meth:`~fedtune.runtime.worker.ClientWorker.fit_fold`, the previous
+        reply's ObjectRef passed along): one reply of sums per worker crosses Ray instead of a
+        state per client, the same additions in the same order as the coordinator's streamed sums.
+        Returns the calls in chain order for :meth:`fold_finish` (or :meth:`fold_abandon`); None
+        when the round cannot be folded (:meth:`fold_runs`)."""
         runs = self.fold_runs(client_ids)
         if runs is None:
             return None
-        refs, before = [], None
+        calls, before = [], None
         for w, ids in runs:
             ref = self.actors[w].fit_fold.remote(weights_ref, payload, round, ids, feeds,
                                                  None if before is None else [before])
-            refs.append((w, ids, ref))
+            calls.append((w, ids, ref))
             before = ref
+        return calls
+
+    def fold_finish(self, calls: FoldCalls, skipped: list[int]) -> list[FoldReply] | None:
+        """The replies of :meth:`fold_start`'s calls, in chain order; None when a worker died:
+        ``on_client_failure`` ``fail`` raises :class:`ClientFailure`, ``skip`` restarts it and
+        appends its clients to ``skipped``, ``retry`` restarts it; then the caller takes the round
+        from :meth:`fit_stream` (which meets a second death with the policy again)."""
         replies = []
-        for w, ids, ref in refs:
+        for w, ids, ref in calls:
             try:
                 replies.append(self._get(lambda: ref))
             except _ActorDied:  # the first to fail is the one that died: every worker before it answered
                 if self.policy == "fail":
                     raise ClientFailure(f"client actor {w} (clients {ids}) died during fit; "
                                         "on_client_failure=fail stops the run (retry or skip would go on)") from None
-                self._drain([ref for _, _, ref in refs[len(replies) + 1:]])
+                self._drain([ref for _, _, ref in calls[len(replies) + 1:]])
                 self._restart(w)
                 if self.policy == "skip":
                     skipped.extend(ids)
                 return None
         return replies
+
+    def fold_abandon(self, calls: FoldCalls) -> None:
+        """Wait out :meth:`fold_start`'s calls whose replies are not wanted (a round run ahead that
+        the run did not take: docs/methods.md §0.1), their errors taken here; a worker that died
+        meanwhile is met by the next call with the policy."""
+        self._drain([ref for _, _, ref in calls])
 
     @staticmethod
     def _drain(refs: list) -> None:

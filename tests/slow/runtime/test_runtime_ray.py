@@ -21,9 +21,14 @@ from tests.runtime.test_runtime_ray import METRICS, cfg_of, metrics_of
 pytestmark = pytest.mark.ray
 
 
-def stepped(cfg: FederatedRunConfig, rounds: int, between=None) -> tuple[list[dict], FederatedRun]:
+def stepped(cfg: FederatedRunConfig, rounds: int, between=None, run_ahead: bool = True) -> tuple[list[dict], FederatedRun]:
+    """``rounds`` rounds of a fresh run, ``between(fr, r)`` before each round after the first;
+    ``run_ahead=False``: the coordinator sends no round before its call (a test that kills a worker
+    between rounds then knows which round meets the death)."""
     fr = FederatedRun(cfg)
     fr.start()
+    if not run_ahead:
+        _coordinator(fr, lambda coordinator: setattr(coordinator, "run_ahead", False))
     out = []
     try:
         for r in range(rounds):
@@ -110,7 +115,7 @@ def _kill_worker_zero(fr: FederatedRun, _round: int) -> None:
 def test_retry_restarts_a_dead_actor_and_reproduces_the_metrics(ray_session, tmp_path):
     cfg = cfg_of(tmp_path, rounds=3, max_client_actors=2, on_client_failure="retry")
     clean, _ = stepped(cfg, 3)
-    failed, _ = stepped(cfg, 3, between=lambda fr, r: _kill_worker_zero(fr, r) if r == 1 else None)
+    failed, _ = stepped(cfg, 3, between=lambda fr, r: _kill_worker_zero(fr, r) if r == 1 else None, run_ahead=False)
     assert [m["actor_restarts"] for m in failed] == [0, 1, 1]
     assert [m["skipped_clients"] for m in failed] == [0, 0, 0]
     assert [tuple(m[k] for k in METRICS) for m in failed] == [tuple(m[k] for k in METRICS) for m in clean]
@@ -118,7 +123,7 @@ def test_retry_restarts_a_dead_actor_and_reproduces_the_metrics(ray_session, tmp
 
 def test_skip_goes_on_without_the_dead_actors_clients_and_records_it(ray_session, tmp_path):
     cfg = cfg_of(tmp_path, rounds=3, max_client_actors=2, on_client_failure="skip")
-    rows, _ = stepped(cfg, 3, between=lambda fr, r: _kill_worker_zero(fr, r) if r == 1 else None)
+    rows, _ = stepped(cfg, 3, between=lambda fr, r: _kill_worker_zero(fr, r) if r == 1 else None, run_ahead=False)
     # Worker 0 holds clients 0 and 1 of the 3: round 2 trains client 2 only.
     assert [m["num_participants"] for m in rows] == [3, 1, 3]
     assert [m["skipped_clients"] for m in rows] == [0, 2, 0]
@@ -128,7 +133,7 @@ def test_skip_goes_on_without_the_dead_actors_clients_and_records_it(ray_session
 def test_fail_policy_stops_the_run_naming_the_actor(ray_session, tmp_path):
     cfg = cfg_of(tmp_path, rounds=2, max_client_actors=2, on_client_failure="fail")
     with pytest.raises(ClientFailure, match=r"client actor 0 \(clients \[0, 1\]\) died during fit; .*on_client_failure=fail"):
-        stepped(cfg, 2, between=_kill_worker_zero)
+        stepped(cfg, 2, between=_kill_worker_zero, run_ahead=False)
 
 
 def test_a_roaming_actors_failure_names_the_clients_dealt_to_it_that_round(ray_session, tmp_path):
@@ -149,13 +154,18 @@ def test_a_roaming_actors_failure_names_the_clients_dealt_to_it_that_round(ray_s
     # the first round whose clients for actor 0 are not the ones it owns (so the message tells them apart)
     r = next(r for r in range(2, 5) if dealt[r].get(0) and dealt[r][0] != owned)
     with pytest.raises(ClientFailure, match=rf"client actor 0 \(clients \{dealt[r][0]}\) died during fit"):
-        stepped(cfg, r, between=lambda fr, k: _kill_worker_zero(fr, k) if k == r - 1 else None)
+        stepped(cfg, r, between=lambda fr, k: _kill_worker_zero(fr, k) if k == r - 1 else None, run_ahead=False)
+
+
+def _coordinator(fr: FederatedRun, fn):
+    """``fn(coordinator)`` run in the coordinator actor."""
+    import ray
+
+    return ray.get(fr.coordinator.__ray_call__.remote(fn))
 
 
 def _folded_rounds(fr: FederatedRun) -> int:
-    import ray
-
-    return ray.get(fr.coordinator.__ray_call__.remote(lambda coordinator: coordinator.folded_rounds))
+    return _coordinator(fr, lambda coordinator: coordinator.folded_rounds)
 
 
 @pytest.mark.parametrize("kw", [{}, {"participation": 0.67, "client_placement": "roaming"},
@@ -174,8 +184,42 @@ def test_folded_rounds_are_the_in_process_rows_bit_for_bit(ray_session, tmp_path
         for _ in range(2):
             fr2.step()
         assert _folded_rounds(fr2) == 2
+        # round 2 sent as round 1 ended; FedDyn's clients keep state on their workers: never run ahead
+        ahead = 0 if kw.get("algorithm") == "feddyn" else 1
+        assert _coordinator(fr2, lambda coordinator: coordinator.rounds_ahead) == ahead
     finally:
         fr2.close()
+
+
+def test_a_round_run_ahead_is_abandoned_when_a_checkpoint_is_loaded(ray_session, tmp_path):
+    """Round r+1 is sent before round r's result returns; loading round 1's checkpoint after
+    round 2 abandons the round 3 sent ahead, and rounds 2 and 3 are a clean run's rows again."""
+    cfg = cfg_of(tmp_path, rounds=3, max_client_actors=2)
+    clean, _ = stepped(cfg, 3)
+    fr = FederatedRun(cfg)
+    fr.start()
+    try:
+        rows = [fr.step().metrics]
+        state = fr.get_state()
+        fr.step()
+        fr.set_state(state)
+        rows += [fr.step().metrics, fr.step().metrics]
+        # taken as run ahead: round 2 after round 1 and round 3 after the second round 2 (the round 3
+        # sent after the first round 2 was abandoned); all four fit rounds folded
+        assert _coordinator(fr, lambda coordinator: (coordinator.rounds_ahead, coordinator.folded_rounds)) == (2, 4)
+    finally:
+        fr.close()
+    assert metrics_of(rows) == metrics_of(clean)
+
+
+def test_a_worker_killed_while_a_round_runs_ahead_gives_a_clean_runs_rows(ray_session, tmp_path):
+    """retry: whether the dead worker had finished the round sent ahead or not (which round meets
+    the death depends on timing), the rows are a clean run's and the actor was restarted once."""
+    cfg = cfg_of(tmp_path, rounds=3, max_client_actors=2, on_client_failure="retry")
+    clean, _ = stepped(cfg, 3, run_ahead=False)
+    rows, _ = stepped(cfg, 3, between=lambda fr, r: _kill_worker_zero(fr, r) if r == 1 else None)
+    assert rows[-1]["actor_restarts"] == 1
+    assert metrics_of(rows) == metrics_of(clean)
 
 
 def test_a_worker_that_dies_in_a_folded_round_meets_the_policy_and_the_round_is_streamed(ray_session, tmp_path):
@@ -185,6 +229,7 @@ def test_a_worker_that_dies_in_a_folded_round_meets_the_policy_and_the_round_is_
     clean, _ = stepped(cfg, 3)
     fr = FederatedRun(cfg)
     fr.start()
+    _coordinator(fr, lambda coordinator: setattr(coordinator, "run_ahead", False))
     try:
         rows = [fr.step().metrics]
         _kill_worker_zero(fr, 1)
