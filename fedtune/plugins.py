@@ -179,6 +179,7 @@ def isolated() -> Iterator[None]:
     dicts = (PRESETS, algorithms._OWNERS, datasets._PLUGIN_DATASETS, datasets._BY_NAME, _loaded, _source_of, _files)
     kept = [(d, dict(d)) for d in dicts]
     before = set(_loaded.values()) | set(_files)
+    modules = dict(sys.modules)
     with _lock:
         try:
             yield
@@ -192,8 +193,11 @@ def isolated() -> Iterator[None]:
             for d, old in kept:
                 d.clear()
                 d.update(old)
-            for name in imported:  # plugin modules imported inside the block: imported afresh next time
-                sys.modules.pop(name, None)
+            for name in imported:  # plugin modules imported inside the block: imported afresh next time;
+                if name in modules:  # one imported before it (``fedtune.errors`` named as a plugin) stays
+                    sys.modules[name] = modules[name]
+                else:
+                    sys.modules.pop(name, None)
 
 
 # ------------------------------------------------------------------------------------------------ loading

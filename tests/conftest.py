@@ -1,4 +1,5 @@
 import os
+import sys
 
 import pytest
 
@@ -86,6 +87,47 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def registries_isolated():
+    """What the test registers (a plugin it loads, a component, a preset, a dataset) is gone after it:
+    every registry and the plugin core's records as they were (:func:`fedtune.plugins.isolated`).
+    A test that registers anything uses it; :func:`_nothing_left_registered` fails one that does not."""
+    from fedtune.plugins import isolated
+
+    with isolated():
+        yield
+
+
+def registered_from_outside() -> set[tuple[str, str]]:
+    """``(kind, name)`` of every component, algorithm and dataset registered in this process from
+    outside fedtune (by a test, a plugin, a README example), but not by an installed package's entry
+    point (loaded once per process, on the first use of a registry). Reads the registries without
+    importing them: a process that has not imported one has registered nothing there."""
+    out: set[tuple[str, str]] = set()
+    if (algorithms := sys.modules.get("fedtune.algorithms")) is not None:
+        out |= {key for key, owner in algorithms._OWNERS.items()
+                if owner != algorithms._BUILT_IN and not owner.startswith("plugin entry point")}
+    if (datasets := sys.modules.get("fedtune.data.registry")) is not None:
+        out |= {("dataset", name) for name, (_, owner) in datasets._PLUGIN_DATASETS.items()
+                if not owner.startswith("plugin entry point")}
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_registered():
+    """A test leaves the registries as it found them: a component it registers and keeps would be
+    seen by the tests that run after it in the same process (pytest-xdist worker), and fail them
+    in an order that depends on how the tests are spread over the workers (the README's
+    ``fedtune.register(Clipped)`` example once added the algorithm ``clipped`` to the contract
+    tests' presets). Use ``registries_isolated`` (or :func:`fedtune.plugins.isolated`). A
+    module-scoped fixture's registrations, made before its tests start, are not the test's."""
+    before = registered_from_outside()
+    yield
+    if left := sorted(registered_from_outside() - before):
+        pytest.fail(f"the test left registered: {', '.join(f'{kind} {name}' for kind, name in left)} "
+                    "(use the registries_isolated fixture, or fedtune.plugins.isolated())", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

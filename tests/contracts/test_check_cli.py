@@ -30,24 +30,16 @@ PLUGIN_MODULES = {p.stem for p in (*EXAMPLES.glob("*.py"), *BROKEN.glob("*.py"))
 
 @contextlib.contextmanager
 def registries_restored():
-    """Every registry, the plugin core's bookkeeping and ``sys.modules`` as they were before (so no
-    other test of this process sees the plugins a test loads)."""
-    from fedtune import algorithms, plugins
-    from fedtune.algorithms.presets import PRESETS
+    """Every registry and the plugin core's bookkeeping as they were before
+    (:func:`fedtune.plugins.isolated`), and the plugin modules a test imports gone from ``sys.modules``
+    (so no other test of this process sees the plugins a test loads)."""
+    from fedtune.plugins import isolated
 
-    registries = (algorithms.CLIENT_METHODS, algorithms.SERVER_RULES, algorithms.SERVER_SIDES,
-                  algorithms.SERVER_OPTIMIZERS)
-    saved = [(r, dict(r._specs), dict(r._classes)) for r in registries]
-    kept = [(d, dict(d)) for d in (PRESETS, algorithms._OWNERS, plugins._loaded, plugins._source_of, plugins._files)]
     modules = set(sys.modules)
     try:
-        yield
+        with isolated():
+            yield
     finally:
-        for registry, specs, classes in saved:
-            registry._specs.clear(), registry._specs.update(specs)
-            registry._classes.clear(), registry._classes.update(classes)
-        for d, before in kept:
-            d.clear(), d.update(before)
         for name in set(sys.modules) - modules:
             if name in PLUGIN_MODULES:
                 sys.modules.pop(name)

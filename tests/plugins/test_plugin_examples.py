@@ -34,24 +34,13 @@ TINY = {"backend": "local", "dataset": "rect4", "model": "mlp", "mlp_hidden": [1
 @contextlib.contextmanager
 def plugin(name: str):
     """``examples/plugins/<name>.py`` loaded as ``fedtune run --plugin`` loads it, and every registry
-    as it was afterwards (so no other test of this process sees the plugin's components)."""
-    from fedtune import algorithms, plugins
-    from fedtune.algorithms.presets import PRESETS
+    as it was afterwards (:func:`fedtune.plugins.isolated`: no other test of this process sees the
+    plugin's components)."""
+    from fedtune import plugins
 
-    registries = (algorithms.CLIENT_METHODS, algorithms.SERVER_RULES, algorithms.SERVER_SIDES,
-                  algorithms.SERVER_OPTIMIZERS)
-    saved = [(r, dict(r._specs), dict(r._classes)) for r in registries]
-    kept = [(d, dict(d)) for d in (PRESETS, algorithms._OWNERS, plugins._loaded, plugins._source_of, plugins._files)]
-    try:
+    with plugins.isolated():
         plugins.load_plugins([str(PLUGINS / f"{name}.py")])
         yield sys.modules[name]
-    finally:
-        for registry, specs, classes in saved:
-            registry._specs.clear(), registry._specs.update(specs)
-            registry._classes.clear(), registry._classes.update(classes)
-        for d, before in kept:
-            d.clear(), d.update(before)
-        sys.modules.pop(name, None)
 
 
 @pytest.fixture(scope="module")

@@ -163,6 +163,24 @@ def test_plugins_field_must_be_a_list_of_entries(tmp_path):
         FederatedRunConfig.from_dict({**TINY, "plugins": [""], "output": str(tmp_path)})
 
 
+# ------------------------------------------------------------------------------------------------ isolation
+def test_isolated_forgets_what_the_block_registers_and_imports_but_keeps_a_module_imported_before_it(tmp_path):
+    """``fedtune check fedtune.errors`` loads a module imported long before as a plugin; dropping it
+    from ``sys.modules`` after the block made a second ``fedtune.errors``, whose ConfigError the
+    ``except ConfigError`` of the modules imported before no longer caught."""
+    import fedtune.errors as errors
+
+    path = write_plugin(tmp_path / "p", "iso_clip")
+    try:
+        with plugins.isolated():
+            plugins.load_plugins(["fedtune.errors", str(path)])
+            assert "clipped" in fedtune.PRESETS and "iso_clip" in sys.modules
+        assert "clipped" not in fedtune.PRESETS and "iso_clip" not in sys.modules  # imported afresh next time
+        assert sys.modules["fedtune.errors"] is errors  # one ConfigError class for the whole process
+    finally:
+        sys.modules["fedtune.errors"] = errors
+
+
 # ------------------------------------------------------------------------------------------------ entry points
 class _EntryPoint:
     def __init__(self, name, value, obj=None, error=None):

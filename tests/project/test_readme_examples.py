@@ -3,9 +3,11 @@
 
 Each block is run with ``exec``, in a fresh namespace, in one temporary working directory shared
 by the blocks of this module, so whatever an example writes (``fedtune_results/``, Tune's
-storage) lands there and never in the repository. The examples that read a study read
-``fedtune_results/default``, what the README's quick start (``fedtune sweep``) or ``fedtune run``
-writes; :func:`workdir` writes a small one first (rotated-digits, the mlp, 1 round, in-process).
+storage) lands there and never in the repository; whatever one registers (the README's
+``fedtune.register(Clipped)``) is gone after it (``registries_isolated``). The examples that read
+a study read ``fedtune_results/default``, what the README's quick start (``fedtune sweep``) or
+``fedtune run`` writes; :func:`workdir` writes a small one first (rotated-digits, the mlp, 1 round,
+in-process).
 Blocks that use Ray Tune run on the test session's local Ray (``ray_session``), in the slow tier
 (tests/slow/project/test_readme_examples.py).
 
@@ -128,5 +130,6 @@ def run_example(block: Block, workdir: Path, monkeypatch, request) -> None:
     assert not re.search(r"""(?<![\w.])["'](/|~)""", block.code), f"{block.where} names an absolute path"
     if uses_ray(block):
         request.getfixturevalue("ray_session")
+    request.getfixturevalue("registries_isolated")  # the README's fedtune.register(Clipped) is gone after it
     monkeypatch.chdir(workdir)
     exec(compile(block.code, block.where, "exec"), {"__name__": "__readme_example__"})

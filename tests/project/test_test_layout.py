@@ -74,6 +74,40 @@ def test_the_slow_folder_is_the_slow_mark_and_a_slow_mark_elsewhere_fails_collec
     assert "tests marked slow outside tests/slow/: test_marked_slow_in_the_quick_tier" in bad.stdout
 
 
+def test_a_test_that_leaves_a_component_registered_fails_and_registries_isolated_undoes_it(tmp_path):
+    """tests/conftest.py fails (at teardown, naming them) a test that leaves a component registered,
+    which the later tests of its worker would see; ``registries_isolated`` undoes a test's."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
+    tests = tmp_path / "tests"
+    (tests / "area").mkdir(parents=True)
+    shutil.copy(TESTS / "conftest.py", tests / "conftest.py")
+    for folder in (tests, tests / "area"):
+        (folder / "__init__.py").write_text("")
+    (tests / "area" / "test_x.py").write_text(textwrap.dedent("""
+        import fedtune
+
+        def twice():
+            return fedtune.Preset("sgd-twice", "sgd", "fedavg", ("fl",), "a test's")
+
+        def test_isolated(registries_isolated):
+            fedtune.register(twice())
+            assert "sgd-twice" in fedtune.PRESETS
+
+        def test_after_isolated():
+            assert "sgd-twice" not in fedtune.PRESETS
+
+        def test_leaks():
+            fedtune.register(twice())
+    """))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                          "-p", "no:randomly", "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"),
+                          str(tests)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0, run.stdout + run.stderr
+    assert "ERROR at teardown of test_leaks" in run.stdout, run.stdout + run.stderr
+    assert "the test left registered: algorithm sgd-twice (use the registries_isolated fixture" in run.stdout
+    assert "3 passed, 1 error" in run.stdout, run.stdout
+
+
 def test_a_slow_half_uses_its_quick_halfs_autouse_fixtures():
     """A slow module split from a quick one keeps the quick module's autouse fixtures (imported by
     name): without them, e.g., a plugin a slow test registers stays registered for the tests that
