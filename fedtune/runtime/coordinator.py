@@ -283,7 +283,8 @@ class Coordinator:
         decides the round and nothing on the workers changes by training it: a folded round, no
         in-run tuner, a client method that keeps no per-client state, no client hooks, and a
         round the run will take (at most ``rounds``)."""
-        if not self.run_ahead or round > self.cfg.rounds or self.tuner is not None or self._worker_state:
+        if (not self.run_ahead or not self.pool.folds or round > self.cfg.rounds or self.tuner is not None
+                or self._worker_state):
             return
         t0 = time.perf_counter()
         planned, feeds = self._planned(round)

@@ -127,6 +127,8 @@ class PoolBase:
     """What every pool shares: :meth:`fit_stream` from a pool's ``fit`` (a pool that can send
     each client as soon as it is trained overrides it)."""
 
+    folds = False  # whether this pool can fold a round (RayPool.fold_start); in process it never does
+
     def fold_runs(self, client_ids) -> list[tuple[int, list[int]]] | None:
         """The workers of a folded round and their runs of clients (:meth:`RayPool.fold_runs`);
         None: this pool does not fold."""
@@ -197,6 +199,8 @@ class LocalPool(PoolBase):
 
 class RayPool(PoolBase):
     """Client actors, one per worker slot; failure handling per ``on_client_failure``."""
+
+    folds = True
 
     def __init__(self, actors: list, factory: Callable[[int], Any], assignment: list[list[int]], policy: str):
         """``factory(w)`` makes client actor ``w`` again after a death (an
