@@ -210,9 +210,9 @@ class Coordinator:
         if ahead is None:
             t0 = time.perf_counter()
             planned, feeds = self._planned(round)
+            runs = self.pool.fold_runs(planned) if feeds is not None and self.tuner is None else None
             payload_ref = self._payload_ref(round, planned)
-            calls = (self.pool.fold_start(self.weights_ref, payload_ref, round, planned, feeds)
-                     if feeds is not None and self.tuner is None else None)
+            calls = None if runs is None else self.pool.fold_start(self.weights_ref, payload_ref, round, runs, feeds)
         else:
             t0, planned, feeds, payload_ref, calls = ahead.started, ahead.planned, ahead.feeds, ahead.payload_ref, ahead.calls
         P = self.layout.num_params
@@ -288,10 +288,11 @@ class Coordinator:
             return
         t0 = time.perf_counter()
         planned, feeds = self._planned(round)
-        if feeds is None or self.pool.fold_runs(planned) is None:
+        runs = None if feeds is None else self.pool.fold_runs(planned)
+        if runs is None:
             return
         payload_ref = self._payload_ref(round, planned)
-        calls = self.pool.fold_start(self.weights_ref, payload_ref, round, planned, feeds)
+        calls = self.pool.fold_start(self.weights_ref, payload_ref, round, runs, feeds)
         self._ahead = _Ahead(round, self.weights_ref, planned, feeds, payload_ref, calls, t0)
 
     def _abandon_ahead(self) -> None:

@@ -131,18 +131,17 @@ class PoolBase:
 
     def fold_runs(self, client_ids) -> list[tuple[int, list[int]]] | None:
         """The workers of a folded round and their runs of clients (:meth:`RayPool.fold_runs`);
-        None: this pool does not fold."""
+        None: this pool streams every round (in process the states cross nothing, and the streamed
+        sums are the same bits)."""
         return None
 
-    def fold_start(self, weights, payload, round, client_ids, feeds) -> FoldCalls | None:
-        """A folded fit round started (:meth:`RayPool.fold_start`); None: this pool streams every
-        round (in process the states cross nothing, and the streamed sums are the same bits)."""
-        return None
-
-    def fold_finish(self, calls: FoldCalls, skipped: list[int]) -> list[FoldReply] | None:  # pragma: no cover - fold_start gave none
+    def fold_start(self, weights, payload, round, runs, feeds) -> FoldCalls:  # pragma: no cover - fold_runs gave none
         raise NotImplementedError
 
-    def fold_abandon(self, calls: FoldCalls) -> None:  # pragma: no cover - fold_start gave none
+    def fold_finish(self, calls: FoldCalls, skipped: list[int]) -> list[FoldReply] | None:  # pragma: no cover - fold_runs gave none
+        raise NotImplementedError
+
+    def fold_abandon(self, calls: FoldCalls) -> None:  # pragma: no cover - fold_runs gave none
         raise NotImplementedError
 
     def fit_stream(self, weights, payload, round, client_ids, skipped: list[int]) -> Iterator[FitReply]:
@@ -367,17 +366,14 @@ class RayPool(PoolBase):
             return None
         return runs
 
-    def fold_start(self, weights_ref, payload, round, client_ids, feeds) -> FoldCalls | None:
+    def fold_start(self, weights_ref, payload, round, runs: list[tuple[int, list[int]]], feeds) -> FoldCalls:
         """A folded fit round (docs/methods.md §0.1) sent to the workers: they train their runs of
         consecutive participants at once, and each carries the round's float64 sums on from the
         worker before it (:meth:`~fedtune.runtime.worker.ClientWorker.fit_fold`, the previous
         reply's ObjectRef passed along): one reply of sums per worker crosses Ray instead of a
         state per client, the same additions in the same order as the coordinator's streamed sums.
-        Returns the calls in chain order for :meth:`fold_finish` (or :meth:`fold_abandon`); None
-        when the round cannot be folded (:meth:`fold_runs`)."""
-        runs = self.fold_runs(client_ids)
-        if runs is None:
-            return None
+        ``runs``: :meth:`fold_runs`'s for the round's participants. Returns the calls in chain order
+        for :meth:`fold_finish` (or :meth:`fold_abandon`)."""
         calls, before = [], None
         for w, ids in runs:
             ref = self.actors[w].fit_fold.remote(weights_ref, payload, round, ids, feeds,
