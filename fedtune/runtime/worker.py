@@ -214,7 +214,7 @@ class ClientWorker:
 
     def fit_fold(self, weights: np.ndarray, payload: dict[str, np.ndarray], round: int, client_ids: list[int],
                  feeds: dict[str, tuple[str, dict[int, float], bool]], before: list | None = None) -> FoldReply:
-        """A *folded* fit round (docs/methods.md §0.1, :meth:`RayPool.fit_fold
+        """A *folded* fit round (docs/methods.md §0.1, :meth:`RayPool.fold_start
         <fedtune.runtime.pools.RayPool.fold_start>`): train ``client_ids`` (ascending, the next
         contiguous run of the round's participants) and carry the round's float64 sums (``feeds``,
         as the coordinator's :class:`~fedtune.runtime.fit_round.FitRound`) on through them, from
